@@ -1,0 +1,1 @@
+"""Shared library used by every paper pipeline: config, provenance, download, training glue, reports."""

@@ -1,0 +1,81 @@
+"""Hash the library code a stage runs, so that editing it reruns that stage.
+
+Snakemake tracks the `script:` file of a rule but not the modules that script imports. A rule
+therefore carries `code_hash(<entry module>)` as a param: the sha256 over the entry module and every
+`paperflow` module it imports, transitively (found by reading the import statements, without
+importing anything, so the Snakefile stays fast and needs no torch).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE = "paperflow"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def module_file(name: str) -> Path | None:
+    """Source file of a `paperflow.*` module name, or None if it is not part of this package."""
+    if name != PACKAGE and not name.startswith(PACKAGE + "."):
+        return None
+    rel = Path(*name.split(".")[1:])
+    for candidate in (PACKAGE_DIR / rel / "__init__.py", (PACKAGE_DIR / rel).with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_names(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                parent = ".".join(base + ([node.module] if node.module else []))
+            else:
+                parent = node.module or ""
+            names.add(parent)
+            names.update(f"{parent}.{alias.name}" for alias in node.names)
+    return names
+
+
+@lru_cache(maxsize=None)
+def module_closure(entry: str) -> tuple[tuple[str, Path], ...]:
+    """(module name, file) for `entry` and every paperflow module it imports, directly or not."""
+    if module_file(entry) is None:
+        raise ValueError(f"{entry!r} is not a module of the {PACKAGE} package under {PACKAGE_DIR}")
+    seen: dict[str, Path] = {}
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        path = module_file(name)
+        if path is None or name in seen:
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run too
+        todo.extend(_imported_names(path, name))
+    return tuple(sorted(seen.items()))
+
+
+def file_hashes(entry: str) -> dict[str, str]:
+    """sha256 of each source file in the closure of `entry`, keyed by path relative to the package."""
+    return {
+        str(path.relative_to(PACKAGE_DIR.parent)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for _, path in module_closure(entry)
+    }
+
+
+def code_hash(entry: str) -> str:
+    """One sha256 over the closure of `entry` (file names and contents)."""
+    digest = hashlib.sha256()
+    for rel, sha in sorted(file_hashes(entry).items()):
+        digest.update(f"{rel}\0{sha}\n".encode())
+    return digest.hexdigest()

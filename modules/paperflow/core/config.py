@@ -1,0 +1,205 @@
+"""Load and validate the run configuration: `config/config.yaml` and one `config/<slug>.yaml` per paper.
+
+A paper's config file holds a `defaults` block and one block per scale (`tiny`, `smoke`, `paper`);
+the resolved config of a run is `defaults` deep-merged with the block of the run's scale. Every block
+is checked against `config/schemas/<slug>.schema.yaml` before merging (so a typo is reported in the
+block where it was made), and the merged result is checked again with the schema's `required` lists.
+Errors name the file, the key path and what is allowed, and are raised before any job runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import jsonschema
+import yaml
+
+SCALES = ("tiny", "smoke", "paper")
+PAPER_FILE_KEYS = ("description", "defaults", *SCALES)
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, misspelt, of the wrong type or out of range."""
+
+
+def repo_root() -> Path:
+    """The checkout that holds `config/`, `workflows/` and `modules/`."""
+    return Path(__file__).resolve().parents[3]
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        with open(path) as fh:
+            return yaml.safe_load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def available_papers(root: Path | None = None) -> list[str]:
+    """Slugs that have a workflow (`workflows/<slug>/Snakefile`) in this checkout."""
+    root = root or repo_root()
+    return sorted(p.parent.name for p in (root / "workflows").glob("*/Snakefile"))
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` wins key by key; nested mappings merge, everything else is replaced."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _without_required(schema: Any) -> Any:
+    """The schema with every `required` list dropped: a scale block may set any subset of keys."""
+    if isinstance(schema, dict):
+        return {k: _without_required(v) for k, v in schema.items() if k != "required"}
+    if isinstance(schema, list):
+        return [_without_required(v) for v in schema]
+    return schema
+
+
+def _key_path(prefix: str, path: Iterable[Any]) -> str:
+    parts = [prefix] if prefix else []
+    parts += [f"[{p}]" if isinstance(p, int) else str(p) for p in path]
+    return ".".join(parts).replace(".[", "[") or "<top level>"
+
+
+def _did_you_mean(word: str, allowed: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(allowed), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def describe_error(err: jsonschema.ValidationError, source: str, prefix: str = "") -> str:
+    """One line that names the file, the key and what would have been accepted."""
+    where = _key_path(prefix, err.absolute_path)
+    value = err.instance
+    schema = err.schema
+    if err.validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extras = sorted(set(value) - set(allowed))
+        return "; ".join(
+            f"{source}: unknown key '{_key_path(where if err.absolute_path or prefix else '', [k])}'"
+            f"{_did_you_mean(k, allowed)}; allowed keys here: {', '.join(allowed)}"
+            for k in extras
+        )
+    if err.validator == "enum":
+        allowed = ", ".join(repr(v) for v in schema["enum"])
+        return f"{source}: {where} = {value!r} is not allowed; allowed values: {allowed}"
+    if err.validator == "type":
+        return f"{source}: {where} = {value!r} has the wrong type; expected {err.validator_value}"
+    bounds = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+    if err.validator in bounds:
+        return f"{source}: {where} = {value!r} is out of range; must be {bounds[err.validator]} {err.validator_value}"
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in value]
+        return f"{source}: missing key(s) {', '.join(repr(_key_path(where if err.absolute_path or prefix else '', [k])) for k in missing)}"
+    return f"{source}: {where}: {err.message}"
+
+
+def validate(instance: Any, schema: Mapping[str, Any], source: str, prefix: str = "") -> None:
+    """Raise one ConfigError that lists every violation, each on its own line."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(describe_error(e, source, prefix) for e in errors))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run needs to know: its scale, the papers it composes and each paper's resolved config."""
+
+    scale: str
+    papers: tuple[str, ...]
+    results: str
+    resources: str
+    wandb: dict[str, Any]
+    paper_configs: dict[str, dict[str, Any]]
+
+    def out(self, slug: str, *parts: str) -> str:
+        """Path of a result file of `slug` at this run's scale: results/<scale>/<slug>/<parts>."""
+        return "/".join([self.results, self.scale, slug, *parts])
+
+    def out_root(self, *parts: str) -> str:
+        """Path of a cross-paper file at this run's scale: results/<scale>/<parts>."""
+        return "/".join([self.results, self.scale, *parts])
+
+
+def load_paper_config(slug: str, scale: str, root: Path | None = None) -> dict[str, Any]:
+    """Resolve `config/<slug>.yaml` for one scale, validating every block and the merged result."""
+    root = root or repo_root()
+    path = root / "config" / f"{slug}.yaml"
+    source = str(path.relative_to(root))
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with keys {', '.join(PAPER_FILE_KEYS)}")
+    for key in raw:
+        if key not in PAPER_FILE_KEYS:
+            raise ConfigError(
+                f"{source}: unknown top-level key '{key}'{_did_you_mean(key, PAPER_FILE_KEYS)}; "
+                f"allowed keys: {', '.join(PAPER_FILE_KEYS)}"
+            )
+    schema = read_yaml(root / "config" / "schemas" / f"{slug}.schema.yaml")
+    partial = _without_required(schema)
+    for block in ("defaults", *SCALES):
+        validate(raw.get(block) or {}, partial, source, prefix=block)
+    merged = deep_merge(raw.get("defaults") or {}, raw.get(scale) or {})
+    where = f"{source} (defaults merged with '{scale}')"
+    validate(merged, schema, where)
+    _paper_checks(slug, merged, where)
+    return merged
+
+
+def _paper_checks(slug: str, cfg: dict[str, Any], source: str) -> None:
+    """Run `paperflow.<slug>.settings.check(cfg, source)`: rules a JSON schema cannot express."""
+    try:
+        settings = importlib.import_module(f"paperflow.{slug}.settings")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"paperflow.{slug}.settings":
+            raise
+        return
+    settings.check(cfg, source)
+
+
+def require_member(value: Any, allowed: Iterable[Any], source: str, key: str) -> None:
+    """ConfigError naming `key` unless `value` is one of `allowed`."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ConfigError(
+            f"{source}: {key} = {value!r} is not allowed{_did_you_mean(str(value), map(str, allowed))}; "
+            f"allowed values: {', '.join(map(repr, allowed))}"
+        )
+
+
+def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunConfig:
+    """Validate Snakemake's `config` (config/config.yaml plus any `--config` overrides) and every enabled paper."""
+    root = root or repo_root()
+    validate(dict(config), read_yaml(root / "config" / "schemas" / "config.schema.yaml"), "config/config.yaml")
+    known = available_papers(root)
+    papers = config["papers"]
+    if isinstance(papers, str):
+        papers = [p for p in papers.replace(",", " ").split() if p]
+    for slug in papers:
+        if slug not in known:
+            raise ConfigError(
+                f"config: papers contains unknown paper '{slug}'{_did_you_mean(slug, known)}; "
+                f"available papers: {', '.join(known)}"
+            )
+    scale = config["scale"]
+    return RunConfig(
+        scale=scale,
+        papers=tuple(papers),
+        results=config.get("results", "results"),
+        resources=config.get("resources", "resources"),
+        wandb=dict(config.get("wandb") or {}),
+        paper_configs={slug: load_paper_config(slug, scale, root) for slug in papers},
+    )

@@ -1,0 +1,198 @@
+"""Fetch one file over HTTP(S) with a required sha256, retries, resumption and an atomic finish.
+
+`fetch` is what every paper's `<slug>_download` rule calls at paper scale. The bytes go to
+`<dest>.part`; a transient failure (connection error, timeout, HTTP 5xx or 429) is retried with
+exponential backoff and resumed from the bytes already on disk with a `Range` request. Only a
+complete file whose sha256 matches is renamed onto `dest`, so `dest` either holds the right bytes
+or does not exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import os
+import re
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+log = logging.getLogger("paperflow.download")
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_CONTENT_RANGE_START = re.compile(r"bytes\s+(\d+)-")
+_READ_CHUNK = 1 << 16
+_USER_AGENT = "paperflow-download/1 (+urllib)"
+_NETWORK_ERRORS = (
+    urllib.error.URLError,
+    TimeoutError,
+    ConnectionError,
+    http.client.HTTPException,
+    ssl.SSLError,
+)
+
+
+class DownloadError(RuntimeError):
+    """A download that cannot succeed: a non-retryable HTTP status, or every attempt failed."""
+
+
+class ChecksumMismatch(DownloadError):
+    """The downloaded bytes do not have the expected sha256."""
+
+    def __init__(self, url: str, dest: Path, expected: str, actual: str) -> None:
+        self.url, self.dest, self.expected, self.actual = url, dest, expected, actual
+        super().__init__(
+            f"sha256 mismatch for {url} (destination {dest}): "
+            f"expected {expected}, got {actual}; the partial file was deleted"
+        )
+
+
+class _TransientError(Exception):
+    """One attempt failed in a way that a later attempt may not."""
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of the file at `path`, read `chunk` bytes at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(
+    url: str,
+    dest: str | Path,
+    sha256: str,
+    *,
+    retries: int = 3,
+    backoff_s: float = 1.0,
+    timeout_s: float = 60.0,
+    progress: bool | None = None,
+) -> Path:
+    """Download `url` to `dest` unless `dest` already has the sha256 `sha256`; return `dest`.
+
+    `retries` is the number of attempts after the first one; after failed attempt `k` (from 0)
+    the wait is `backoff_s * 2**k`. `timeout_s` bounds each socket operation. The progress bar
+    goes to stderr when it is a terminal, or as `progress` says when given.
+    """
+    expected = _normalised_sha256(sha256)
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    dest = Path(dest)
+    if dest.is_file():
+        if sha256_file(dest) == expected:
+            log.info("%s already present with the expected sha256", dest)
+            return dest
+        log.warning("%s exists with a different sha256; downloading it again", dest)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    attempts = retries + 1
+    last_error: _TransientError | None = None
+    for attempt in range(attempts):
+        try:
+            _attempt_download(url, part, timeout_s, show_progress, f"{attempt + 1}/{attempts}")
+            break
+        except _TransientError as error:
+            last_error = error
+            if attempt + 1 < attempts:
+                wait_s = backoff_s * 2**attempt
+                log.warning("attempt %d/%d for %s failed: %s; retrying in %.2f s",
+                            attempt + 1, attempts, url, error, wait_s)
+                time.sleep(wait_s)
+            else:
+                log.error("attempt %d/%d for %s failed: %s", attempt + 1, attempts, url, error)
+    else:
+        raise DownloadError(
+            f"could not download {url} after {attempts} attempts; last error: {last_error}"
+        )
+
+    actual = sha256_file(part)
+    if actual != expected:
+        part.unlink()
+        raise ChecksumMismatch(url, dest, expected, actual)
+    os.replace(part, dest)
+    log.info("downloaded %s to %s (sha256 verified)", url, dest)
+    return dest
+
+
+def _normalised_sha256(sha256: str) -> str:
+    """The lower-case form of a 64-hex-digit sha256, or ValueError."""
+    normalised = sha256.strip().lower() if isinstance(sha256, str) else ""
+    if not _SHA256_HEX.fullmatch(normalised):
+        raise ValueError(f"sha256 must be 64 hexadecimal characters, got {sha256!r}")
+    return normalised
+
+
+def _attempt_download(url: str, part: Path, timeout_s: float, show_progress: bool,
+                      attempt_label: str) -> None:
+    """One GET of `url` into `part`, resuming from the bytes already there.
+
+    Returns when the body is complete; raises _TransientError for failures worth retrying and
+    DownloadError for those that are not.
+    """
+    offset = part.stat().st_size if part.is_file() else 0
+    headers = {"User-Agent": _USER_AGENT}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    log.info("GET %s (attempt %s%s)", url, attempt_label,
+             f", resuming at byte {offset}" if offset else "")
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=timeout_s) as response:
+            offset = _resume_offset(response, offset, part)
+            length = response.headers.get("Content-Length")
+            total = offset + int(length) if length is not None and length.isdigit() else None
+            received = _copy_body(response, part, offset, total, show_progress)
+    except urllib.error.HTTPError as error:
+        error.close()
+        if error.code == 416 and offset:
+            part.unlink()
+            raise _TransientError(
+                f"HTTP 416 for a resume at byte {offset}; partial file discarded") from error
+        if error.code == 429 or error.code >= 500:
+            raise _TransientError(f"HTTP {error.code} {error.reason}") from error
+        raise DownloadError(f"HTTP {error.code} {error.reason} for {url}") from error
+    except _NETWORK_ERRORS as error:
+        raise _TransientError(f"{type(error).__name__}: {error}") from error
+    if total is not None and received < total:
+        raise _TransientError(f"connection closed after {received} of {total} bytes")
+
+
+def _resume_offset(response: http.client.HTTPResponse, offset: int, part: Path) -> int:
+    """Where the response body starts in the file: `offset` for a matching 206, else 0."""
+    if not offset:
+        return 0
+    if response.status != 206:
+        log.info("server answered %s to a Range request; restarting from byte 0", response.status)
+        return 0
+    match = _CONTENT_RANGE_START.match(response.headers.get("Content-Range", ""))
+    if match is None or int(match.group(1)) != offset:
+        part.unlink()
+        raise _TransientError(
+            f"206 response with Content-Range {response.headers.get('Content-Range')!r} "
+            f"for a resume at byte {offset}; partial file discarded")
+    return offset
+
+
+def _copy_body(response: http.client.HTTPResponse, part: Path, offset: int, total: int | None,
+               show_progress: bool) -> int:
+    """Write the body into `part`, appended after its first `offset` bytes; return the new size."""
+    received = offset
+    with open(part, "ab" if offset else "wb") as out, tqdm(
+        total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
+        desc=part.name.removesuffix(".part"), disable=not show_progress,
+    ) as bar:
+        while chunk := response.read(_READ_CHUNK):
+            out.write(chunk)
+            received += len(chunk)
+            bar.update(len(chunk))
+    return received

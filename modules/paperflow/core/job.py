@@ -1,0 +1,124 @@
+"""The edge between a Snakemake `script:` job and the library.
+
+    from paperflow.core.job import snakemake_job
+    with snakemake_job(snakemake) as job:
+        ...                        # read job.input / job.params, write job.output
+        job.note(seeds=[0, 1, 2])  # anything worth keeping in the provenance record
+
+On entry the job's stdout, stderr and `logging` go to its `log:` file, and the thread count is
+applied; on a clean exit a provenance record is written beside every output. Every rule passes a
+`code` param (see rules/common.smk) that names its library entry module, code hash and conda env.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from paperflow.core.provenance import build_record, utc_now, write_record
+
+log = logging.getLogger("paperflow")
+
+
+@dataclass
+class Job:
+    """A read-only view of the Snakemake job plus the notes that go into its provenance record."""
+
+    rule: str
+    input: Any
+    output: Any
+    params: Any
+    wildcards: Any
+    threads: int
+    log_file: str | None
+    notes: dict[str, Any] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+
+    def note(self, seeds: list[int] | None = None, **values: Any) -> None:
+        if seeds is not None:
+            self.seeds = list(seeds)
+        self.notes.update(values)
+
+    def param(self, name: str) -> Any:
+        return getattr(self.params, name)
+
+
+def _named(obj: Any) -> dict[str, Any]:
+    return {k: v for k, v in obj.items()} if hasattr(obj, "items") else {}
+
+
+def _files(obj: Any) -> list[str]:
+    return [str(p) for p in obj]
+
+
+@contextlib.contextmanager
+def _redirected(log_file: str | None) -> Iterator[None]:
+    if not log_file:
+        yield
+        return
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", buffering=1) as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+        handler = logging.StreamHandler(fh)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def snakemake_job(smk: Any) -> Iterator[Job]:
+    code = dict(smk.params.code) if hasattr(smk.params, "code") else {}
+    params = {k: v for k, v in _named(smk.params).items() if k != "code"}
+    job = Job(
+        rule=smk.rule,
+        input=smk.input,
+        output=smk.output,
+        params=smk.params,
+        wildcards=smk.wildcards,
+        threads=int(smk.threads),
+        log_file=str(smk.log[0]) if len(smk.log) else None,
+    )
+    os.environ.setdefault("WANDB_MODE", "offline")
+    started, t0 = utc_now(), time.perf_counter()
+    with _redirected(job.log_file):
+        _limit_threads(job.threads)
+        log.info("rule %s wildcards %s", job.rule, dict(_named(smk.wildcards)))
+        yield job
+        for out in _files(smk.output):
+            if not Path(out).exists():
+                raise FileNotFoundError(f"rule {job.rule} finished without writing its output {out}")
+        record = build_record(
+            rule=job.rule,
+            wildcards=_named(smk.wildcards),
+            params=params | {"code_hash": code.get("hash")},
+            inputs=_files(smk.input),
+            outputs=_files(smk.output),
+            generated_roots=code.get("generated_roots", ()),
+            started=started,
+            code_entry=code.get("entry"),
+            script=code.get("script"),
+            conda_env=code.get("env"),
+            seeds=job.seeds,
+            extra={"notes": job.notes, "wall_s": round(time.perf_counter() - t0, 3), "log": job.log_file},
+        )
+        write_record(record)
+        log.info("wrote provenance for %d output(s) in %.1f s", len(record["outputs"]), record["wall_s"])
+
+
+def _limit_threads(threads: int) -> None:
+    """Keep numeric libraries inside the cores Snakemake gave this job."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)

@@ -1,0 +1,56 @@
+"""Plot helpers shared by the papers: headless matplotlib, one place that saves figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def subplots(n: int, width: float = 4.2, height: float = 3.4):
+    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def survival_curves(ax, samples: Mapping[str, np.ndarray], reference: np.ndarray, title: str, q_from: float = 0.9) -> None:
+    """Empirical survival functions on log-log axes above the reference's q_from quantile."""
+    lo = np.quantile(reference, q_from)
+    for label, x in {"data (test)": reference, **samples}.items():
+        xs = np.sort(x[x > lo])
+        if xs.size == 0:
+            continue
+        surv = (1.0 - np.arange(xs.size) / xs.size) * np.mean(x > lo)
+        ax.loglog(xs, surv, lw=2.2 if label.startswith("data") else 1.3, color="black" if label.startswith("data") else None, label=label)
+    ax.set_xlabel("x")
+    ax.set_ylabel("P(X > x)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+
+
+def qq(ax, samples: Mapping[str, np.ndarray], reference: np.ndarray, title: str, probs: Sequence[float] | None = None) -> None:
+    """Model quantiles against the reference's quantiles, with the identity line."""
+    probs = np.asarray(probs if probs is not None else np.linspace(0.5, 0.999, 60))
+    ref_q = np.quantile(reference, probs)
+    for label, x in samples.items():
+        ax.plot(ref_q, np.quantile(x, probs), ".-", ms=3, lw=1, label=label)
+    ax.plot(ref_q, ref_q, "k--", lw=1, label="identity")
+    ax.set_xscale("log")
+    ax.set_yscale("symlog")
+    ax.set_xlabel("data quantile")
+    ax.set_ylabel("model quantile")
+    ax.set_title(title)
+    ax.legend(fontsize=7)

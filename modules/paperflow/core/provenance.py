@@ -1,0 +1,253 @@
+"""Provenance records: for every output file, where it came from.
+
+Each job writes one record (JSON) and stores it beside each of its outputs as `<output>.prov.json`.
+A record names the rule, wildcards, params, every input and output with its sha256, the code
+(git commit and dirty flag, the hash of the library modules the stage imports, the script), the
+environment (Python, key packages, the conda env file and its hash), the host, the SLURM job, the
+seeds, start and end times and the tracking run ids. `audit` walks the records from any file back to
+the downloads and checks each hash against the file on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from paperflow.core.codehash import file_hashes
+from paperflow.core.download import sha256_file
+
+SCHEMA = "paperflow.provenance/1"
+SUFFIX = ".prov.json"
+KEY_PACKAGES = (
+    "paperflow", "numpy", "scipy", "pandas", "pyarrow", "torch", "pytorch-lightning", "wandb",
+    "snakemake", "anndata", "scanpy", "transformers", "cvxpy",
+)
+SLURM_VARS = (
+    "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK",
+    "SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_CLUSTER_NAME",
+)
+
+
+def record_path(path: str | Path) -> Path:
+    return Path(str(path) + SUFFIX)
+
+
+def file_entry(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    return {"path": str(path), "sha256": sha256_file(p), "bytes": p.stat().st_size}
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code_state(entry: str | None, script: str | None) -> dict[str, Any]:
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    state: dict[str, Any] = {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "entry_module": entry,
+        "modules": file_hashes(entry) if entry else {},
+    }
+    if script and Path(script).is_file():
+        state["script"] = {"path": script, "sha256": sha256_file(script)}
+    return state
+
+
+def environment_state(conda_env: str | None) -> dict[str, Any]:
+    packages = {}
+    for name in KEY_PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    env: dict[str, Any] = {"python": sys.version.split()[0], "executable": sys.executable, "packages": packages}
+    if conda_env:
+        env["conda_env"] = {"path": conda_env, "sha256": sha256_file(conda_env) if Path(conda_env).is_file() else None}
+    return env
+
+
+def host_state() -> dict[str, Any]:
+    host: dict[str, Any] = {"hostname": socket.gethostname(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    torch = sys.modules.get("torch")  # only describe GPUs when the job itself used torch
+    if torch is not None and torch.cuda.is_available():
+        host["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return host
+
+
+def slurm_state() -> dict[str, str] | None:
+    state = {k: os.environ[k] for k in SLURM_VARS if k in os.environ}
+    return state or None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def build_record(
+    *,
+    rule: str,
+    wildcards: Mapping[str, Any],
+    params: Mapping[str, Any],
+    inputs: Iterable[str],
+    outputs: Iterable[str],
+    generated_roots: Iterable[str],
+    started: str,
+    code_entry: str | None = None,
+    script: str | None = None,
+    conda_env: str | None = None,
+    seeds: Iterable[int] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The record of one finished job. Inputs outside `generated_roots` are marked as sources."""
+    roots = [str(Path(r)) for r in generated_roots]
+    in_entries = []
+    for path in inputs:
+        entry = file_entry(path)
+        entry["source"] = not any(Path(path).is_relative_to(r) for r in roots)
+        in_entries.append(entry)
+    return {
+        "schema": SCHEMA,
+        "rule": rule,
+        "wildcards": _jsonable(wildcards),
+        "params": _jsonable(params),
+        "inputs": in_entries,
+        "outputs": [file_entry(p) for p in outputs],
+        "code": code_state(code_entry, script),
+        "environment": environment_state(conda_env),
+        "host": host_state(),
+        "slurm": slurm_state(),
+        "seeds": list(seeds),
+        "started": started,
+        "ended": utc_now(),
+        **_jsonable(extra or {}),
+    }
+
+
+def write_record(record: Mapping[str, Any]) -> list[Path]:
+    """Store the record beside every output it describes."""
+    text = json.dumps(record, indent=2, sort_keys=True)
+    paths = [record_path(o["path"]) for o in record["outputs"]]
+    for path in paths:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return paths
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    rec = record_path(path)
+    if not rec.is_file():
+        raise FileNotFoundError(f"no provenance record for {path} (expected {rec})")
+    return json.loads(rec.read_text())
+
+
+@dataclass
+class AuditReport:
+    """What `audit` checked, and every problem it found."""
+
+    target: str
+    checked: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    rules: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _check_hash(path: str, recorded: str, what: str, report: AuditReport) -> None:
+    if not Path(path).is_file():
+        report.problems.append(f"MISSING {path}: {what} but the file is gone")
+        return
+    actual = sha256_file(path)
+    if actual != recorded:
+        report.problems.append(f"MISMATCH {path}: sha256 on disk {actual[:12]}... != {recorded[:12]}... {what}")
+
+
+def audit(target: str | Path) -> AuditReport:
+    """Walk the provenance records from `target` back to its sources, verifying every hash on disk."""
+    report = AuditReport(target=str(target))
+    queue: deque[str] = deque([str(target)])
+    seen: set[str] = set()
+    while queue:
+        path = queue.popleft()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            record = read_record(path)
+        except FileNotFoundError as exc:
+            report.problems.append(f"NO RECORD {path}: {exc}")
+            continue
+        except json.JSONDecodeError as exc:
+            report.problems.append(f"BROKEN RECORD {record_path(path)}: {exc}")
+            continue
+        report.checked.append(path)
+        report.rules[path] = record["rule"]
+        mine = [o for o in record["outputs"] if o["path"] == path]
+        if not mine:
+            report.problems.append(f"BROKEN RECORD {record_path(path)}: it does not list {path} as an output")
+        for out in mine:
+            _check_hash(path, out["sha256"], f"(recorded as output of rule {record['rule']})", report)
+        for inp in record["inputs"]:
+            _check_hash(inp["path"], inp["sha256"], f"(recorded as input of rule {record['rule']} for {path})", report)
+            if inp.get("source"):
+                if inp["path"] not in report.sources:
+                    report.sources.append(inp["path"])
+            else:
+                queue.append(inp["path"])
+    return report
+
+
+def lineage(target: str | Path) -> list[str]:
+    """Human-readable tree of the jobs behind `target`, one line per file."""
+    lines: list[str] = []
+
+    def walk(path: str, depth: int, seen: set[str]) -> None:
+        pad = "  " * depth
+        try:
+            record = read_record(path)
+        except FileNotFoundError:
+            lines.append(f"{pad}{path}  [no record]")
+            return
+        sha = next((o["sha256"] for o in record["outputs"] if o["path"] == path), "?")
+        wc = ",".join(f"{k}={v}" for k, v in record["wildcards"].items())
+        lines.append(f"{pad}{path}  sha256:{sha[:12]}  rule {record['rule']}{'[' + wc + ']' if wc else ''}"
+                     f"  commit {str(record['code'].get('git_commit'))[:10]}  {record['ended']}")
+        if path in seen:
+            return
+        seen.add(path)
+        for inp in record["inputs"]:
+            if inp.get("source"):
+                lines.append(f"{pad}  {inp['path']}  sha256:{inp['sha256'][:12]}  [source]")
+            else:
+                walk(inp["path"], depth + 1, seen)
+
+    walk(str(target), 0, set())
+    return lines

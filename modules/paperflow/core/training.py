@@ -1,0 +1,86 @@
+"""Lightning glue shared by the papers that train by gradient descent.
+
+`make_trainer` builds a `pytorch_lightning.Trainer` from a paper's train config: seeded, CSV logging
+always, a `WandbLogger` when enabled (offline unless the user asks otherwise; its run directory under
+the job's own folder), `accelerator="auto"` with whatever devices the job was given, and a progress
+bar only on a terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> int:
+    """Seed python, numpy and torch (and dataloader workers)."""
+    return pl.seed_everything(seed, workers=True, verbose=False)
+
+
+def make_loggers(run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> list[Logger]:
+    run_dir = Path(run_dir)
+    loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="csv", version=name)]
+    wandb = dict(wandb or {})
+    if wandb.get("enabled"):
+        mode = wandb.get("mode", "offline")
+        os.environ["WANDB_MODE"] = mode
+        loggers.append(
+            WandbLogger(
+                name=name,
+                save_dir=str(run_dir),
+                project=wandb.get("project", "paperflow"),
+                offline=mode == "offline",
+                group=tags.get("paper"),
+                job_type=tags.get("rule"),
+                tags=[v for v in tags.values() if v],
+                log_model=False,
+            )
+        )
+    return loggers
+
+
+def make_trainer(
+    *,
+    max_epochs: int,
+    run_dir: str | Path,
+    name: str,
+    wandb: Mapping[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
+    gradient_clip_val: float | None = None,
+    deterministic: bool = True,
+    **trainer_kwargs: Any,
+) -> pl.Trainer:
+    return pl.Trainer(
+        max_epochs=max_epochs,
+        accelerator="auto",
+        devices="auto",
+        logger=make_loggers(run_dir, name, wandb, tags or {}),
+        gradient_clip_val=gradient_clip_val,
+        deterministic=deterministic,
+        enable_checkpointing=False,
+        enable_progress_bar=sys.stderr.isatty(),
+        enable_model_summary=False,
+        default_root_dir=str(run_dir),
+        log_every_n_steps=1,
+        **trainer_kwargs,
+    )
+
+
+def tracking_ids(trainer: pl.Trainer) -> dict[str, Any]:
+    """Run ids of the loggers, for the provenance record."""
+    ids: dict[str, Any] = {}
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger):
+            exp = logger.experiment
+            ids["wandb"] = {"id": exp.id, "mode": os.environ.get("WANDB_MODE"), "dir": str(exp.dir)}
+        elif isinstance(logger, CSVLogger):
+            ids["csv"] = logger.log_dir
+    return ids

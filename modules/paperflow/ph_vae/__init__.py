@@ -1,0 +1,1 @@
+"""PH-VAE: phase-type variational autoencoders for heavy-tailed data (Ziani, Horvath, Ballarini, ICML 2026)."""

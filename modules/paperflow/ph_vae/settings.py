@@ -1,0 +1,26 @@
+"""Config rules of ph_vae that its JSON schema cannot express (cross-references between keys)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paperflow.core.config import ConfigError, require_member
+
+NEEDS = {
+    "marginal": ("marginals", "n"),
+    "t_copula": ("marginals", "n", "rho", "df"),
+    "t_copula_block": ("marginals", "n", "rho", "df"),
+    "download": ("url", "sha256"),
+}
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    for name in cfg["run_datasets"]:
+        require_member(name, cfg["datasets"], source, "run_datasets[...]")
+    require_member(cfg["claim_dataset"], cfg["run_datasets"], source, "claim_dataset")
+    for name, spec in cfg["datasets"].items():
+        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
+        if missing:
+            raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        if spec["kind"] == "marginal" and len(spec["marginals"]) != 1:
+            raise ConfigError(f"{source}: datasets.{name}.marginals must name exactly one marginal for kind 'marginal'")

@@ -1,0 +1,62 @@
+# Shared helpers for every paper workflow: config, paths, resource classes, code-hash params.
+# Included once by the top-level Snakefile before any paper.
+import os
+import sys
+from pathlib import Path
+
+PAPERFLOW_ROOT = Path(workflow.basedir)
+_MODULES = str(PAPERFLOW_ROOT / "modules")
+if _MODULES not in sys.path:
+    sys.path.insert(0, _MODULES)
+# Jobs import paperflow from this checkout, whichever env (venv, conda, cluster node) runs them.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_MODULES] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _MODULES]
+)
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from paperflow.core.codehash import code_hash
+from paperflow.core.config import load_run_config
+
+RUN = load_run_config(config, PAPERFLOW_ROOT)
+
+# Resource classes (nf-core's labels): a rule names one; a site changes sizes here, and where the
+# jobs go (partitions, GPU types, accounts) in its profile, never in a rule. Only *_gpu classes
+# ever receive `gpu` > 0, and only when the paper's config asks for GPUs at that scale.
+RESOURCE_CLASSES = {
+    "cpu_light": {"mem_mb": 2000, "runtime": 15},
+    "cpu_medium": {"mem_mb": 8000, "runtime": 60},
+    "train_gpu": {"mem_mb": 16000, "runtime": 240},
+    "infer_gpu": {"mem_mb": 16000, "runtime": 120},
+}
+
+
+def resources_of(klass, gpu=0, **overrides):
+    """The resources of a rule of class `klass`; `gpu` and overrides come from the paper's config."""
+    if klass not in RESOURCE_CLASSES:
+        raise ValueError(f"unknown resource class {klass!r}; defined: {', '.join(RESOURCE_CLASSES)}")
+    if gpu and not klass.endswith("_gpu"):
+        raise ValueError(f"resource class {klass!r} is not a GPU class; only *_gpu classes may request GPUs")
+    res = dict(RESOURCE_CLASSES[klass], **overrides)
+    if klass.endswith("_gpu"):
+        res["gpu"] = int(gpu)
+    return res
+
+
+def env_file(stack):
+    """Absolute path of envs/<stack>.yaml, for a rule's `conda:` directive."""
+    path = PAPERFLOW_ROOT / "envs" / f"{stack}.yaml"
+    if not path.is_file():
+        raise ValueError(f"no conda env {path}; available: {', '.join(p.stem for p in (PAPERFLOW_ROOT / 'envs').glob('*.yaml'))}")
+    return str(path)
+
+
+def code_param(entry, stack, script):
+    """The `code` param of a rule: changes when the library code of the stage changes (rerun trigger),
+    and tells the provenance record which modules, script and env the job ran."""
+    return {
+        "entry": entry,
+        "hash": code_hash(entry),
+        "env": f"envs/{stack}.yaml",
+        "script": script,
+        "generated_roots": [RUN.results, RUN.resources],
+    }
