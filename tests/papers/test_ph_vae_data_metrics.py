@@ -93,8 +93,11 @@ def test_ks_tail_empirical_hand_computed() -> None:
     # reference 1..10, q = 0.5: t_q = 5.5, F(x) = #{ref <= x} / 10, so the samples 6..10 have
     # conditional CDF 0.2, 0.4, ..., 1.0, exactly their ECDF.
     reference = np.arange(1.0, 11.0)
-    assert metrics.ks_tail_empirical([6.0, 7.0, 8.0, 9.0, 10.0], reference, 0.5, min_tail=1) == pytest.approx(0.0, abs=1e-12)
-    assert metrics.ks_tail_empirical([6.0, 6.0, 10.0, 10.0], reference, 0.5, min_tail=1) == pytest.approx(0.3)
+    exact = metrics.ks_tail_empirical([6.0, 7.0, 8.0, 9.0, 10.0], reference, 0.5, min_tail=1)
+    assert exact == pytest.approx(0.0, abs=1e-12)
+    # 6, 6, 10, 10: conditional CDF 0.2, 0.2, 1, 1 vs ECDF 0.25, 0.5, 0.75, 1.
+    tied = metrics.ks_tail_empirical([6.0, 6.0, 10.0, 10.0], reference, 0.5, min_tail=1)
+    assert tied == pytest.approx(0.3)
 
 
 def test_ks_tail_empirical_reference() -> None:
@@ -115,6 +118,8 @@ def test_tail_summary_keys_and_empirical_fallback() -> None:
     assert with_truth["neg_frac"] == pytest.approx(1 / 20_001)
     empirical = metrics.tail_summary(samples, None, data.sample_marginal("weibull", 20_000, 2))
     assert empirical["q99_rel"] < 0.1 and empirical["ks_tail@0.95"] < 0.06
+    assert np.isnan(metrics.tail_summary(samples[:1000], law, min_tail=200)["ks_tail@0.95"])
+    assert np.isfinite(metrics.tail_summary(samples[:1000], law, min_tail=20)["ks_tail@0.95"])
     with pytest.raises(ValueError):
         metrics.tail_summary(samples, None)
 
@@ -207,12 +212,39 @@ def test_dependence_metrics_zero_on_equal_and_positive_against_independent() -> 
     assert other["kendall_tau_mae"] == pytest.approx(2 / np.pi * np.arcsin(0.7), abs=0.03)
 
 
+def test_dependence_metrics_match_direct_formulas_in_3d() -> None:
+    # Real: dims 0-1 dependent, dim 2 independent; generated: dims 0-2 dependent, dim 1 independent,
+    # so the pairwise tau errors have opposite signs and the pair averages must be of |differences|.
+    n = 3000
+    pair = data.sample_t_copula(["pareto", "lognormal"], data.equicorrelation(2, 0.7), 4, n, seed=0)
+    loose = data.sample_marginal("weibull", n, 1)
+    real = np.column_stack([pair[:, 0], pair[:, 1], loose])
+    gen = np.column_stack([pair[:, 0], loose, pair[:, 1]])
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    tau_err = [
+        abs(stats.kendalltau(real[:, i], real[:, j]).statistic - stats.kendalltau(gen[:, i], gen[:, j]).statistic)
+        for i, j in pairs
+    ]
+    corr_err = np.corrcoef(np.log1p(real), rowvar=False) - np.corrcoef(np.log1p(gen), rowvar=False)
+    thresholds = np.quantile(real, 0.97, axis=0)
+    coexc_err = [
+        abs(np.mean((gen[:, i] > thresholds[i]) & (gen[:, j] > thresholds[j]))
+            - np.mean((real[:, i] > thresholds[i]) & (real[:, j] > thresholds[j])))
+        for i, j in pairs
+    ]
+    got = metrics.dependence_metrics(real, gen)
+    assert got["kendall_tau_mae"] == pytest.approx(np.mean(tau_err), rel=1e-12)
+    assert got["corr_log1p_frobenius"] == pytest.approx(np.sqrt(np.sum(corr_err**2)), rel=1e-12)
+    assert got["coexc_abs_err@0.97"] == pytest.approx(np.mean(coexc_err), rel=1e-12)
+
+
 def test_coexceedance_thresholds_come_from_real_data() -> None:
     real = data.sample_t_copula(["pareto", "lognormal"], data.equicorrelation(2, 0.7), 4, 20_000, seed=0)
     scaled = metrics.dependence_metrics(real, 2.0 * real)
     # Same copula, so rank statistics agree; above the REAL thresholds the doubled sample exceeds more.
     assert scaled["kendall_tau_mae"] == pytest.approx(0.0, abs=1e-12)
     assert scaled["coexc_gen@0.95"] > 2 * scaled["coexc_real@0.95"]
+    assert scaled["coexc_real@0.95"] == metrics.dependence_metrics(real, real)["coexc_real@0.95"]
 
 
 def test_dependence_metrics_finite_with_negative_samples() -> None:

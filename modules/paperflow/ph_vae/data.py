@@ -96,7 +96,8 @@ def sample_t_copula(
     z = rng.standard_normal(size=(n, k)) @ chol.T
     w = rng.chisquare(df, size=(n, 1))
     t = z / np.sqrt(w / df)
-    return np.column_stack([_t_to_marginal(t[:, j], df, marginal(name)) for j, name in enumerate(marginal_names)])
+    columns = [_t_to_marginal(t[:, j], df, marginal(name)) for j, name in enumerate(marginal_names)]
+    return np.column_stack(columns)
 
 
 def _danish_surrogate_law(shape: float, scale: float) -> Frozen:
@@ -238,10 +239,12 @@ def read_danish_csv(path: str | Path) -> NDArray[np.float64]:
     if not numeric:
         raise ValueError(f"{path}: no column is numeric in every row")
     columns = [np.array([row[j] for row in body], dtype=np.float64) for j in numeric]
-    losses = columns[_loss_column(path, None if header is None else [header[j] for j in numeric], columns)]
+    numeric_header = None if header is None else [header[j] for j in numeric]
+    losses = columns[_loss_column(path, numeric_header, columns)]
     bad = np.flatnonzero(~(np.isfinite(losses) & (losses > 0)))
     if bad.size:
         raise ValueError(
-            f"{path}: {bad.size} loss value(s) not finite and > 0, first at data row {bad[0] + 1}: {losses[bad[0]]}"
+            f"{path}: {bad.size} loss value(s) not finite and > 0, "
+            f"first at data row {bad[0] + 1}: {losses[bad[0]]}"
         )
     return losses

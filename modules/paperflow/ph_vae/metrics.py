@@ -126,12 +126,16 @@ def dependence_metrics(
 
 
 def tail_summary(
-    samples: ArrayLike, truth: rv_frozen | None, reference: ArrayLike | None = None, q: float = 0.95
+    samples: ArrayLike,
+    truth: rv_frozen | None,
+    reference: ArrayLike | None = None,
+    q: float = 0.95,
+    min_tail: int = 200,
 ) -> dict[str, float]:
     """Marginal tail metrics of one coordinate: ks_tail@q, q99/q95 abs and rel errors, neg_frac.
 
-    With a true law the quantiles and the CDF are its own; with truth None they come from the
-    held-out `reference` data (spec §8, real data).
+    With a true law the quantiles and the CDF are its own and `reference` is not used; with truth
+    None they come from the held-out `reference` data (spec §8, real data).
     """
     if truth is not None:
         cdf, ppf = truth.cdf, truth.ppf
@@ -143,7 +147,7 @@ def tail_summary(
     q99 = quantile_error(x, 0.99, float(ppf(0.99)))
     q95 = quantile_error(x, 0.95, float(ppf(0.95)))
     return {
-        f"ks_tail@{q:g}": ks_tail(x, q, cdf, ppf),
+        f"ks_tail@{q:g}": ks_tail(x, q, cdf, ppf, min_tail),
         "q99_abs": q99["abs"],
         "q99_rel": q99["rel"],
         "q95_abs": q95["abs"],

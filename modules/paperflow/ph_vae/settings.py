@@ -7,9 +7,9 @@ from typing import Any
 from paperflow.core.config import ConfigError, require_member
 
 NEEDS = {
-    "marginal": ("marginals", "n"),
+    "marginal": ("marginal", "n"),
     "t_copula": ("marginals", "n", "rho", "df"),
-    "t_copula_block": ("marginals", "n", "rho", "df"),
+    "danish_surrogate": ("n",),
     "download": ("url", "sha256"),
 }
 
@@ -22,5 +22,3 @@ def check(cfg: dict[str, Any], source: str) -> None:
         missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
         if missing:
             raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
-        if spec["kind"] == "marginal" and len(spec["marginals"]) != 1:
-            raise ConfigError(f"{source}: datasets.{name}.marginals must name exactly one marginal for kind 'marginal'")

@@ -1,0 +1,32 @@
+"""Build a VAE from config and restore one from a Lightning checkpoint (torch only, no Lightning import)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from paperflow.ph_vae.model import VAE
+
+
+def build_vae(input_dim: int, decoder: str, model: Mapping[str, Any]) -> VAE:
+    return VAE(
+        input_dim=input_dim,
+        latent_dim=model["latent_dim"],
+        decoder=decoder,
+        encoder_hidden=tuple(model["encoder_hidden"]),
+        decoder_hidden=tuple(model["decoder_hidden"]),
+        n_phases=model["n_phases"],
+        beta=model["beta"],
+        likelihood=model["likelihood"],
+    )
+
+
+def load_vae(checkpoint: str | Path) -> VAE:
+    """The trained VAE saved by `Trainer.save_checkpoint` (its weights live under the `vae.` prefix)."""
+    state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)
+    hp = state["hyper_parameters"]
+    vae = build_vae(hp["input_dim"], hp["decoder"], hp["model"])
+    vae.load_state_dict({k.removeprefix("vae."): v for k, v in state["state_dict"].items()})
+    return vae.eval()

@@ -1,0 +1,98 @@
+"""Lightning training of one PH-VAE (or baseline) per seed: module, data module, fit, checkpoint."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from paperflow.core.training import make_trainer, seed_everything, tracking_ids
+from paperflow.ph_vae.checkpoint import build_vae
+
+log = logging.getLogger(__name__)
+
+
+class VAEModule(pl.LightningModule):
+    """Negative ELBO with Adam (spec 2, Training); logs train/loss, train/recon, train/kl per epoch."""
+
+    def __init__(self, input_dim: int, decoder: str, model: dict[str, Any], train: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.vae = build_vae(input_dim, decoder, model)
+
+    def training_step(self, batch: tuple[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        (x,) = batch
+        terms = self.vae.elbo_terms(x)
+        loss = -(terms["recon"] - self.vae.beta * terms["kl"]).mean()
+        n = x.shape[0]
+        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=n)
+        self.log("train/recon", terms["recon"].mean(), on_step=False, on_epoch=True, batch_size=n)
+        self.log("train/kl", terms["kl"].mean(), on_step=False, on_epoch=True, batch_size=n)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        cfg = self.hparams.train
+        return torch.optim.Adam(self.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+
+
+class ArrayDataModule(pl.LightningDataModule):
+    def __init__(self, x: np.ndarray, batch_size: int, seed: int) -> None:
+        super().__init__()
+        self.x = torch.as_tensor(x, dtype=torch.float32)
+        self.batch_size = batch_size
+        self.seed = seed
+
+    def train_dataloader(self) -> DataLoader:
+        gen = torch.Generator().manual_seed(self.seed)
+        return DataLoader(TensorDataset(self.x), batch_size=self.batch_size, shuffle=True, generator=gen)
+
+
+class EpochHistory(pl.Callback):
+    """Keeps the epoch means of the logged training metrics."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        row = {"epoch": trainer.current_epoch}
+        row.update({k.split("/", 1)[1]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")})
+        self.rows.append(row)
+
+
+def fit(
+    x: np.ndarray,
+    *,
+    decoder: str,
+    seed: int,
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    run_dir: str | Path,
+    checkpoint: str | Path,
+    wandb: Mapping[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Train one model on x (n, D), save a Lightning checkpoint; return the epoch history and run ids."""
+    seed_everything(seed)
+    module = VAEModule(x.shape[1], decoder, dict(model), dict(train))
+    history = EpochHistory()
+    trainer = make_trainer(
+        max_epochs=train["epochs"],
+        run_dir=run_dir,
+        name=f"{decoder}-seed{seed}",
+        wandb=wandb,
+        tags=tags,
+        gradient_clip_val=train["grad_clip"],
+        callbacks=[history],
+    )
+    trainer.fit(module, datamodule=ArrayDataModule(x, train["batch_size"], seed))
+    trainer.save_checkpoint(str(checkpoint))
+    frame = pd.DataFrame(history.rows).assign(seed=seed, decoder=decoder)
+    last = history.rows[-1] if history.rows else {}
+    log.info("trained %s seed %d: final loss %.4f kl %.4f", decoder, seed, last.get("loss", float("nan")), last.get("kl", float("nan")))
+    return frame, tracking_ids(trainer)
