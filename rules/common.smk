@@ -50,12 +50,12 @@ def env_file(stack):
     return str(path)
 
 
-def code_param(entry, stack, script):
-    """The `code` param of a rule: changes when the library code of the stage changes (rerun trigger),
-    and tells the provenance record which modules, script and env the job ran."""
+def code_param(stack, script):
+    """The `code` param of a rule: changes when the library code its script imports changes (rerun
+    trigger), and tells the provenance record which script, modules and env the job ran.
+    `script` is relative to the repository root."""
     return {
-        "entry": entry,
-        "hash": code_hash(entry),
+        "hash": code_hash(PAPERFLOW_ROOT / script),
         "env": f"envs/{stack}.yaml",
         "script": script,
         "generated_roots": [RUN.results, RUN.resources],

@@ -15,6 +15,6 @@ rule summary:
         **resources_of("cpu_light"),
     params:
         scale=RUN.scale,
-        code=code_param("paperflow.core.summary", "base", "rules/scripts/summary.py"),
+        code=code_param("base", "rules/scripts/summary.py"),
     script:
         "scripts/summary.py"

@@ -1,9 +1,9 @@
 """Hash the library code a stage runs, so that editing it reruns that stage.
 
 Snakemake tracks the `script:` file of a rule but not the modules that script imports. A rule
-therefore carries `code_hash(<entry module>)` as a param: the sha256 over the entry module and every
-`paperflow` module it imports, transitively (found by reading the import statements, without
-importing anything, so the Snakefile stays fast and needs no torch).
+therefore carries `code_hash(<script>)` as a param: the sha256 over every `paperflow` module the
+script imports, transitively (found by reading the import statements, without importing anything,
+so the Snakefile stays fast and needs no torch).
 """
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ def _imported_names(path: Path, module: str) -> set[str]:
 
 
 @lru_cache(maxsize=None)
-def module_closure(entry: str) -> tuple[tuple[str, Path], ...]:
-    """(module name, file) for `entry` and every paperflow module it imports, directly or not."""
-    if module_file(entry) is None:
-        raise ValueError(f"{entry!r} is not a module of the {PACKAGE} package under {PACKAGE_DIR}")
+def module_closure(script: str | Path) -> tuple[tuple[str, Path], ...]:
+    """(module name, file) of every paperflow module that `script` imports, directly or not."""
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"no script {script}")
     seen: dict[str, Path] = {}
-    todo = [entry]
+    todo = sorted(_imported_names(script, "__main__"))
     while todo:
         name = todo.pop()
         path = module_file(name)
@@ -65,17 +66,17 @@ def module_closure(entry: str) -> tuple[tuple[str, Path], ...]:
     return tuple(sorted(seen.items()))
 
 
-def file_hashes(entry: str) -> dict[str, str]:
-    """sha256 of each source file in the closure of `entry`, keyed by path relative to the package."""
+def file_hashes(script: str | Path) -> dict[str, str]:
+    """sha256 of each library file in the closure of `script`, keyed by path relative to modules/."""
     return {
         str(path.relative_to(PACKAGE_DIR.parent)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for _, path in module_closure(entry)
+        for _, path in module_closure(script)
     }
 
 
-def code_hash(entry: str) -> str:
-    """One sha256 over the closure of `entry` (file names and contents)."""
+def code_hash(script: str | Path) -> str:
+    """One sha256 over the library closure of `script` (file names and contents)."""
     digest = hashlib.sha256()
-    for rel, sha in sorted(file_hashes(entry).items()):
+    for rel, sha in sorted(file_hashes(script).items()):
         digest.update(f"{rel}\0{sha}\n".encode())
     return digest.hexdigest()

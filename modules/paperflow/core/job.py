@@ -7,7 +7,8 @@
 
 On entry the job's stdout, stderr and `logging` go to its `log:` file, and the thread count is
 applied; on a clean exit a provenance record is written beside every output. Every rule passes a
-`code` param (see rules/common.smk) that names its library entry module, code hash and conda env.
+`code` param (see rules/common.smk) that names its script, the hash of the library code that script
+imports, and its conda env.
 """
 
 from __future__ import annotations
@@ -105,7 +106,6 @@ def snakemake_job(smk: Any) -> Iterator[Job]:
             outputs=_files(smk.output),
             generated_roots=code.get("generated_roots", ()),
             started=started,
-            code_entry=code.get("entry"),
             script=code.get("script"),
             conda_env=code.get("env"),
             seeds=job.seeds,

@@ -59,16 +59,16 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def code_state(entry: str | None, script: str | None) -> dict[str, Any]:
+def code_state(script: str | None) -> dict[str, Any]:
     status = _git("status", "--porcelain", "--untracked-files=no")
     state: dict[str, Any] = {
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": None if status is None else bool(status),
-        "entry_module": entry,
-        "modules": file_hashes(entry) if entry else {},
+        "modules": {},
     }
     if script and Path(script).is_file():
         state["script"] = {"path": script, "sha256": sha256_file(script)}
+        state["modules"] = file_hashes(script)
     return state
 
 
@@ -117,7 +117,6 @@ def build_record(
     outputs: Iterable[str],
     generated_roots: Iterable[str],
     started: str,
-    code_entry: str | None = None,
     script: str | None = None,
     conda_env: str | None = None,
     seeds: Iterable[int] = (),
@@ -137,7 +136,7 @@ def build_record(
         "params": _jsonable(params),
         "inputs": in_entries,
         "outputs": [file_entry(p) for p in outputs],
-        "code": code_state(code_entry, script),
+        "code": code_state(script),
         "environment": environment_state(conda_env),
         "host": host_state(),
         "slurm": slurm_state(),

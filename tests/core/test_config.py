@@ -1,0 +1,88 @@
+"""Config loading and validation: every error names the key and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_repo, run_snakemake
+from paperflow.core.config import ConfigError, deep_merge, load_paper_config, load_run_config
+
+GOOD = {"scale": "smoke", "papers": ["ph_vae"], "results": "results", "resources": "resources"}
+
+
+def edit_yaml(path: Path, fn) -> None:
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_deep_merge_overrides_leaves_and_keeps_siblings():
+    base = {"a": {"x": 1, "y": 2}, "b": [1, 2]}
+    assert deep_merge(base, {"a": {"y": 3}, "b": [9]}) == {"a": {"x": 1, "y": 3}, "b": [9]}
+    assert base == {"a": {"x": 1, "y": 2}, "b": [1, 2]}
+
+
+def test_repository_config_resolves_at_every_scale(repo_root):
+    for scale in ("tiny", "smoke", "paper"):
+        run = load_run_config(GOOD | {"scale": scale}, repo_root)
+        cfg = run.paper_configs["ph_vae"]
+        assert set(cfg["run_datasets"]) <= set(cfg["datasets"])
+    assert load_paper_config("ph_vae", "tiny", repo_root)["train"]["epochs"] == 2  # tiny block wins
+    assert load_paper_config("ph_vae", "smoke", repo_root)["train"]["epochs"] == 15  # defaults
+
+
+def test_unknown_paper_slug_lists_available(repo_root):
+    with pytest.raises(ConfigError, match=r"unknown paper 'ph_vea' \(did you mean 'ph_vae'\?\); available papers: ph_vae"):
+        load_run_config(GOOD | {"papers": ["ph_vea"]}, repo_root)
+
+
+def test_unknown_scale_lists_allowed(repo_root):
+    with pytest.raises(ConfigError, match=r"scale = 'huge' is not allowed; allowed values: 'tiny', 'smoke', 'paper'"):
+        load_run_config(GOOD | {"scale": "huge"}, repo_root)
+
+
+def test_unknown_global_key(repo_root):
+    with pytest.raises(ConfigError, match=r"unknown key 'scael' \(did you mean 'scale'\?\)"):
+        load_run_config(GOOD | {"scael": "tiny"}, repo_root)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d["smoke"].update(train={"lrr": 0.1}),
+         r"config/ph_vae.yaml: unknown key 'smoke.train.lrr' \(did you mean 'lr'\?\); allowed keys here: batch_size, epochs, grad_clip, lr, weight_decay"),
+        (lambda d: d["defaults"]["train"].update(epochs="ten"),
+         r"defaults.train.epochs = 'ten' has the wrong type; expected integer"),
+        (lambda d: d["smoke"].update(train={"lr": -0.1}),
+         r"smoke.train.lr = -0.1 is out of range; must be > 0"),
+        (lambda d: d["defaults"]["model"].update(likelihood="pade"),
+         r"defaults.model.likelihood = 'pade' is not allowed; allowed values: 'expm', 'uniformisation'"),
+        (lambda d: d["smoke"].update(decoders=["ph", "gaus"]),
+         r"smoke.decoders\[1\] = 'gaus' is not allowed; allowed values: 'gauss', 'student_t', 'gev', 'ph'"),
+        (lambda d: d["smoke"].update(run_datasets=["pareto1d", "pareto2d"]),
+         r"run_datasets\[...\] = 'pareto2d' is not allowed \(did you mean 'pareto1d'\?\)"),
+        (lambda d: d.update(smok={}),
+         r"unknown top-level key 'smok' \(did you mean 'smoke'\?\)"),
+        (lambda d: d["defaults"].pop("seeds"),
+         r"missing key\(s\) 'seeds'"),
+    ],
+    ids=["misspelt-key", "wrong-type", "out-of-range", "enum", "list-item", "cross-reference", "top-level", "missing"],
+)
+def test_paper_config_errors_name_key_and_allowed(repo_copy, edit, message):
+    edit_yaml(repo_copy / "config" / "ph_vae.yaml", edit)
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("ph_vae", "smoke", repo_copy)
+
+
+def test_bad_config_fails_in_snakemake_before_any_job(tmp_path):
+    repo = copy_repo(tmp_path / "repo")
+    edit_yaml(repo / "config" / "ph_vae.yaml", lambda d: d["smoke"].update(train={"epocs": 3}))
+    proc = run_snakemake(repo, "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "unknown key 'smoke.train.epocs' (did you mean 'epochs'?)" in proc.stderr + proc.stdout
+    assert not (repo / "results").exists()
+    proc = run_snakemake(repo, "-n", "--config", "scale=big", check=False)
+    assert proc.returncode != 0 and "scale = 'big' is not allowed" in proc.stderr + proc.stdout

@@ -1,0 +1,104 @@
+"""Provenance records, audit (pass, tamper, missing record) and the code-hash rerun param."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from paperflow.core import codehash
+from paperflow.core.cli import main as cli_main
+from paperflow.core.provenance import audit, build_record, lineage, read_record, record_path, utc_now, write_record
+
+
+def make_job(tmp: Path, rule: str, inputs: list[Path], outputs: dict[str, str]) -> list[Path]:
+    paths = []
+    for name, text in outputs.items():
+        p = tmp / "results" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        paths.append(p)
+    rec = build_record(rule=rule, wildcards={"w": 1}, params={"lr": 0.1}, inputs=[str(i) for i in inputs],
+                       outputs=[str(p) for p in paths], generated_roots=[str(tmp / "results")], started=utc_now())
+    write_record(rec)
+    return paths
+
+
+@pytest.fixture
+def chain(tmp_path):
+    source = tmp_path / "source.csv"
+    source.write_text("1,2,3\n")
+    (raw,) = make_job(tmp_path, "download", [source], {"raw.txt": "raw"})
+    train, test = make_job(tmp_path, "preprocess", [raw], {"train.txt": "tr", "test.txt": "te"})
+    (model,) = make_job(tmp_path, "train", [train], {"model.bin": "weights"})
+    (report,) = make_job(tmp_path, "report", [model, test], {"report.md": "# r"})
+    return {"source": source, "raw": raw, "train": train, "test": test, "model": model, "report": report}
+
+
+def test_record_has_hashes_params_and_environment(chain):
+    rec = read_record(chain["model"])
+    assert rec["rule"] == "train" and rec["params"] == {"lr": 0.1} and rec["wildcards"] == {"w": 1}
+    assert rec["outputs"][0]["sha256"] == hashlib.sha256(b"weights").hexdigest()
+    assert rec["inputs"][0] == {"path": str(chain["train"]), "sha256": hashlib.sha256(b"tr").hexdigest(), "bytes": 2, "source": False}
+    assert rec["environment"]["python"] and "numpy" in rec["environment"]["packages"]
+    assert rec["host"]["hostname"] and rec["started"] <= rec["ended"]
+    # one job, two outputs: the same record beside each
+    assert read_record(chain["train"]) == read_record(chain["test"])
+
+
+def test_audit_walks_back_to_the_source(chain):
+    report = audit(chain["report"])
+    assert report.ok, report.problems
+    assert set(report.rules.values()) == {"download", "preprocess", "train", "report"}
+    assert report.sources == [str(chain["source"])]
+
+
+@pytest.mark.parametrize("victim", ["raw", "train", "model", "source", "report"])
+def test_audit_fails_and_names_a_tampered_file(chain, victim, capsys):
+    chain[victim].write_text("tampered")
+    report = audit(chain["report"])
+    assert not report.ok
+    assert any(str(chain[victim]) in p and p.startswith("MISMATCH") for p in report.problems)
+    assert cli_main(["audit", str(chain["report"])]) == 1
+    assert str(chain[victim]) in capsys.readouterr().err
+
+
+def test_audit_fails_on_a_missing_record_or_file(chain):
+    record_path(chain["raw"]).unlink()
+    assert any(p.startswith(f"NO RECORD {chain['raw']}") for p in audit(chain["report"]).problems)
+    chain["model"].unlink()
+    assert any(p.startswith(f"MISSING {chain['model']}") for p in audit(chain["report"]).problems)
+
+
+def test_lineage_lists_every_job(chain):
+    text = "\n".join(lineage(chain["report"]))
+    for rule in ("report", "train", "preprocess", "download"):
+        assert f"rule {rule}" in text
+    assert "[source]" in text
+
+
+def test_code_closure_follows_imports_transitively(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("from paperflow.ph_vae.evaluation import evaluate\n")
+    names = [n for n, _ in codehash.module_closure(script)]
+    assert "paperflow.ph_vae.model" in names and "paperflow.ph_vae.phase_type" in names  # via checkpoint
+    assert "paperflow.ph_vae.training" not in names  # evaluation never imports Lightning training
+
+
+def test_code_hash_changes_with_an_imported_module(tmp_path, monkeypatch):
+    pkg = tmp_path / "paperflow"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("from . import b\n")
+    (pkg / "sub" / "b.py").write_text("X = 1\n")
+    script = tmp_path / "s.py"
+    script.write_text("from paperflow.sub.a import *\n")
+    monkeypatch.setattr(codehash, "PACKAGE_DIR", pkg)
+    codehash.module_closure.cache_clear()
+    before = codehash.code_hash(script)
+    (pkg / "sub" / "b.py").write_text("X = 2\n")
+    assert codehash.code_hash(script) != before
+    codehash.module_closure.cache_clear()
