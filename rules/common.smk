@@ -1,21 +1,16 @@
 # Shared helpers for every paper workflow: config, paths, resource classes, code-hash params.
 # Included once by the top-level Snakefile before any paper.
-import os
 import sys
 from pathlib import Path
 
 PAPERFLOW_ROOT = Path(workflow.basedir)
-_MODULES = str(PAPERFLOW_ROOT / "modules")
-if _MODULES not in sys.path:
-    sys.path.insert(0, _MODULES)
-# Jobs import paperflow from this checkout, whichever env (venv, conda, cluster node) runs them.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_MODULES] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _MODULES]
-)
-os.environ.setdefault("WANDB_MODE", "offline")
+if str(PAPERFLOW_ROOT / "modules") not in sys.path:
+    sys.path.insert(0, str(PAPERFLOW_ROOT / "modules"))
 
 from paperflow.core.codehash import code_hash
-from paperflow.core.config import load_run_config
+from paperflow.core.config import load_run_config, prepare_job_environment
+
+prepare_job_environment(PAPERFLOW_ROOT)
 
 RUN = load_run_config(config, PAPERFLOW_ROOT)
 

@@ -58,3 +58,9 @@ def copy_repo(dest: Path) -> Path:
 def repo_copy(tmp_path: Path) -> Path:
     """A scratch copy of the checkout (sources and config only) that a test may edit."""
     return copy_repo(tmp_path / "repo")
+
+
+@pytest.fixture(scope="session")
+def dry_repo(tmp_path_factory) -> Path:
+    """A scratch copy for dry runs and lint: never sees the developer's own results/ or locks."""
+    return copy_repo(tmp_path_factory.mktemp("dry") / "repo")

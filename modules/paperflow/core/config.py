@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -30,6 +31,15 @@ class ConfigError(ValueError):
 def repo_root() -> Path:
     """The checkout that holds `config/`, `workflows/` and `modules/`."""
     return Path(__file__).resolve().parents[3]
+
+
+def prepare_job_environment(root: Path) -> None:
+    """Environment every job inherits (locally, and on SLURM through --export=ALL): paperflow importable
+    from this checkout whichever env runs the job, and wandb offline unless the user set a mode."""
+    modules = str(root / "modules")
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != modules]
+    os.environ["PYTHONPATH"] = os.pathsep.join([modules, *rest])
+    os.environ.setdefault("WANDB_MODE", "offline")
 
 
 def read_yaml(path: Path) -> Any:
@@ -128,6 +138,10 @@ class RunConfig:
     def out(self, slug: str, *parts: str) -> str:
         """Path of a result file of `slug` at this run's scale: results/<scale>/<slug>/<parts>."""
         return "/".join([self.results, self.scale, slug, *parts])
+
+    def paths(self, slug: str):
+        """`out` bound to one paper: paths("ph_vae")("eval", "x.json")."""
+        return lambda *parts: self.out(slug, *parts)
 
     def out_root(self, *parts: str) -> str:
         """Path of a cross-paper file at this run's scale: results/<scale>/<parts>."""

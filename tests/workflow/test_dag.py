@@ -1,0 +1,117 @@
+"""The composed DAG: builds at every scale, narrows to one paper, lints, and every rule is complete."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import job_counts, run_snakemake
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ("download", "preprocess", "train", "evaluate", "report")
+
+
+@pytest.mark.parametrize("scale", ["tiny", "smoke", "paper"])
+def test_dry_run_builds_every_stage(dry_repo, scale):
+    t0 = time.perf_counter()
+    proc = run_snakemake(dry_repo, "-n", "--config", f"scale={scale}")
+    elapsed = time.perf_counter() - t0
+    counts = job_counts(proc.stdout)
+    for stage in STAGES:
+        assert counts.get(f"ph_vae_{stage}", 0) >= 1, counts
+    assert counts["summary"] == 1 and counts["all"] == 1
+    assert elapsed < 30, f"dry run took {elapsed:.1f} s"
+
+
+def test_config_narrows_to_one_paper_and_target_file_runs_one_report(dry_repo):
+    proc = run_snakemake(dry_repo, "-n", "--config", "scale=tiny", "papers=[ph_vae]")
+    assert "ph_vae_report" in job_counts(proc.stdout)
+    proc = run_snakemake(dry_repo, "-n", "--config", "scale=tiny", "--", "results/tiny/ph_vae/tables/tail_metrics.csv")
+    counts = job_counts(proc.stdout)
+    assert "summary" not in counts and "all" not in counts and counts.get("ph_vae_report") == 1
+
+
+def test_only_training_asks_for_a_gpu_and_only_at_paper_scale(dry_repo):
+    for scale, want in (("smoke", 0), ("paper", 1)):
+        proc = run_snakemake(dry_repo, "-n", "--config", f"scale={scale}", "--printshellcmds")
+        blocks = proc.stdout.split("\nrule ")[1:]
+        for block in blocks:
+            rule = block.split(":", 1)[0]
+            gpu_line = [l for l in block.splitlines() if l.strip().startswith("resources:")]
+            gpus = int(gpu_line[0].split("gpu=")[1].split(",")[0]) if gpu_line and "gpu=" in gpu_line[0] else 0
+            assert gpus == (want if rule == "ph_vae_train" else 0), (scale, rule, gpu_line)
+
+
+def test_lint_is_clean(dry_repo):
+    proc = run_snakemake(dry_repo, "--lint", "--config", "scale=tiny", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def rules_with_scripts() -> list[tuple[str, str, str]]:
+    """(rule, conda env file, script path) for every rule in the Snakefiles, read from their text."""
+    found = []
+    for smk in [*ROOT.glob("workflows/*/Snakefile"), *ROOT.glob("rules/*.smk")]:
+        text = smk.read_text()
+        for block in text.split("\nrule ")[1:]:
+            name = block.split(":", 1)[0].strip()
+            if "script:" not in block:
+                continue
+            env = block.split('env_file("', 1)[1].split('"', 1)[0]
+            script = block.split("script:", 1)[1].split('"', 2)[1]
+            found.append((name, env, str((smk.parent / script).relative_to(ROOT))))
+    return found
+
+
+def env_distributions(stack: str) -> set[str]:
+    spec = yaml.safe_load((ROOT / "envs" / f"{stack}.yaml").read_text())
+    names = set()
+    for dep in spec["dependencies"]:
+        for item in dep["pip"] if isinstance(dep, dict) else [dep]:
+            names.add(item.replace("==", "=").split("=")[0].strip().lower())
+    return names
+
+
+def third_party_imports(script: Path) -> set[str]:
+    """Top-level third-party modules imported by the script and the paperflow modules it uses."""
+    from paperflow.core.codehash import module_closure
+
+    files = [script] + [path for _, path in module_closure(script)]
+    mods = set()
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                mods |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                mods.add(node.module.split(".")[0])
+    return {m for m in mods if m not in sys.stdlib_module_names and m != "paperflow"}
+
+
+CONDA_NAMES = {"matplotlib": "matplotlib-base"}  # conda-forge's split packages
+
+
+def test_every_rule_has_an_env_that_covers_its_imports():
+    rules = rules_with_scripts()
+    assert {r for r, _, _ in rules} >= {f"ph_vae_{s}" for s in STAGES} | {"summary"}
+    dist_of = metadata.packages_distributions()
+    for rule, stack, script in rules:
+        assert (ROOT / "envs" / f"{stack}.yaml").is_file(), (rule, stack)
+        have = env_distributions(stack)
+        for module in third_party_imports(ROOT / script):
+            dists = {d.lower() for d in dist_of.get(module, [module])}
+            dists |= {CONDA_NAMES.get(d, d) for d in dists}
+            assert dists & have, f"rule {rule}: env {stack} lacks a package for `import {module}` (one of {sorted(dists)})"
+
+
+def test_env_files_are_pinned():
+    for env in ROOT.glob("envs/*.yaml"):
+        spec = yaml.safe_load(env.read_text())
+        assert "nodefaults" in spec["channels"], env
+        for dep in spec["dependencies"]:
+            for item in dep["pip"] if isinstance(dep, dict) else [dep]:
+                assert "=" in item, f"{env.name}: {item} is not pinned"
