@@ -180,19 +180,46 @@ class AuditReport:
         return not self.problems
 
 
-def _check_hash(path: str, recorded: str, what: str, report: AuditReport) -> None:
-    if not Path(path).is_file():
+def _check_hash(base: Path, path: str, recorded: str, what: str, report: AuditReport) -> None:
+    if not (base / path).is_file():
         report.problems.append(f"MISSING {path}: {what} but the file is gone")
         return
-    actual = sha256_file(path)
+    actual = sha256_file(base / path)
     if actual != recorded:
         report.problems.append(f"MISMATCH {path}: sha256 on disk {actual[:12]}... != {recorded[:12]}... {what}")
 
 
+def _base_dir(target: Path, record: Mapping[str, Any]) -> tuple[Path, str] | None:
+    """The directory the job ran in (recorded paths are relative to it: Snakemake's working dir) and
+    the target's path as recorded."""
+    for out in record["outputs"]:
+        recorded = Path(out["path"])
+        if recorded.is_absolute():
+            if recorded == target:
+                return Path("/"), out["path"]
+        elif target.parts[-len(recorded.parts):] == recorded.parts:
+            return Path(*target.parts[: -len(recorded.parts)]), out["path"]
+    return None
+
+
 def audit(target: str | Path) -> AuditReport:
-    """Walk the provenance records from `target` back to its sources, verifying every hash on disk."""
+    """Walk the provenance records from `target` back to its sources, verifying every hash on disk.
+
+    Recorded paths are relative to the directory the workflow ran in; that directory is found from
+    the target's own record, so `audit` works from any current directory."""
     report = AuditReport(target=str(target))
-    queue: deque[str] = deque([str(target)])
+    target_abs = Path(target).resolve()
+    try:
+        first = read_record(target_abs)
+    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        report.problems.append(f"NO RECORD {target}: {exc}")
+        return report
+    located = _base_dir(target_abs, first)
+    if located is None:
+        report.problems.append(f"BROKEN RECORD {record_path(target)}: it does not list {target} as an output")
+        return report
+    base, recorded_target = located
+    queue: deque[str] = deque([recorded_target])
     seen: set[str] = set()
     while queue:
         path = queue.popleft()
@@ -200,7 +227,7 @@ def audit(target: str | Path) -> AuditReport:
             continue
         seen.add(path)
         try:
-            record = read_record(path)
+            record = read_record(base / path)
         except FileNotFoundError as exc:
             report.problems.append(f"NO RECORD {path}: {exc}")
             continue
@@ -213,9 +240,9 @@ def audit(target: str | Path) -> AuditReport:
         if not mine:
             report.problems.append(f"BROKEN RECORD {record_path(path)}: it does not list {path} as an output")
         for out in mine:
-            _check_hash(path, out["sha256"], f"(recorded as output of rule {record['rule']})", report)
+            _check_hash(base, path, out["sha256"], f"(recorded as output of rule {record['rule']})", report)
         for inp in record["inputs"]:
-            _check_hash(inp["path"], inp["sha256"], f"(recorded as input of rule {record['rule']} for {path})", report)
+            _check_hash(base, inp["path"], inp["sha256"], f"(recorded as input of rule {record['rule']} for {path})", report)
             if inp.get("source"):
                 if inp["path"] not in report.sources:
                     report.sources.append(inp["path"])
