@@ -1,0 +1,33 @@
+# Two commands do all the set-up (see README.md):
+#   make smoke   install, then run every enabled paper at smoke scale -> results/smoke/summary.md
+#   make test    install, then run the whole test suite (what CI runs)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+CORES  ?= 2
+
+.PHONY: install smoke test test-fast report clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[torch,workflow,test]'
+	$(BIN)/pip check
+	touch $@
+
+install: $(BIN)/.installed
+
+smoke: install
+	$(BIN)/snakemake --cores $(CORES)
+
+test: install
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
+
+report: install
+	$(BIN)/snakemake --report report.html
+
+clean:
+	rm -rf results .snakemake report.html report.zip
