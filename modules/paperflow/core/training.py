@@ -80,7 +80,7 @@ def tracking_ids(trainer: pl.Trainer) -> dict[str, Any]:
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):
             exp = logger.experiment
-            ids["wandb"] = {"id": exp.id, "mode": os.environ.get("WANDB_MODE"), "dir": str(exp.dir)}
+            ids["wandb"] = {"id": exp.id, "offline": bool(exp.offline), "dir": str(exp.dir)}
         elif isinstance(logger, CSVLogger):
             ids["csv"] = logger.log_dir
     return ids
