@@ -58,13 +58,22 @@ def _files(obj: Any) -> list[str]:
     return [str(p) for p in obj]
 
 
+def _console_handlers() -> list[logging.StreamHandler]:
+    """Stream handlers that libraries attached to the console at import time (Lightning does)."""
+    loggers = [logging.getLogger()] + [l for l in logging.Logger.manager.loggerDict.values() if isinstance(l, logging.Logger)]
+    return [h for l in loggers for h in l.handlers
+            if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)]
+
+
 @contextlib.contextmanager
 def _redirected(log_file: str | None) -> Iterator[None]:
+    """stdout, stderr and every console logging handler go to the job's log file."""
     if not log_file:
         yield
         return
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", buffering=1) as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+        moved = [(h, h.setStream(fh)) for h in _console_handlers()]
         handler = logging.StreamHandler(fh)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()
@@ -74,6 +83,8 @@ def _redirected(log_file: str | None) -> Iterator[None]:
             yield
         finally:
             root.removeHandler(handler)
+            for h, old_stream in moved:
+                h.setStream(old_stream)
 
 
 @contextlib.contextmanager
