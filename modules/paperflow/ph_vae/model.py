@@ -52,7 +52,7 @@ class GaussianHead(nn.Module):
 
 
 def standard_student_t(df: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Standard Student-t draws by Bailey's polar method (exact; accepts an explicit generator)."""
+    """Standard Student-t draws by Bailey's polar method (Bailey 1994, Math. Comp. 62), exact and seedable."""
     draws = torch.empty_like(df)
     pending = torch.ones_like(df, dtype=torch.bool)
     while pending.any():
@@ -103,11 +103,11 @@ def gev_log_prob(
 ) -> Tensor:
     """GEV log-density for shape xi > 0, with a soft penalty outside the support.
 
-    log f = -log sigma - (1 + 1/xi) log t - t^(-1/xi), t = 1 + xi (x - mu) / sigma (Coles 2001, eq. 3.2).
+    log f = -log sigma - (1 + 1/xi) log t - t^(-1/xi), t = 1 + xi (x - mu) / sigma (GEV law, Coles 2001, ch. 3).
     Where t < t_min the density is frozen at t = t_min and ``penalty * (t_min - t)`` is subtracted,
     so the value is finite, continuous, and its gradient moves the support to cover x. The term
     t^(-1/xi) = -log F(x) is capped at exp(max_log_power): this changes the density only where
-    F(x) < exp(-e^10), and keeps the loss bounded near the lower end point in float32.
+    F(x) < exp(-e^10) at the default, and keeps the loss bounded near the lower end point in float32.
     """
     log_t = torch.log1p((shape * (x - loc) / scale).clamp_min(t_min - 1.0))
     power = torch.exp((-log_t / shape).clamp_max(max_log_power))
@@ -120,8 +120,9 @@ class GEVHead(nn.Module):
     """Extreme-value decoder: x_j | z ~ GEV(mu_j, sigma_j, xi_j) with xi_j = softplus + floor > 0.
 
     The paper's extreme-value decoder is not specified (spec 3, 9); this is the Frechet-type GEV
-    (heavy, Pareto-like upper tail with index 1/xi), the natural EV law for heavy-tailed positive
-    data, as in Lafon, Naveau and Fablet (arXiv 2306.10987). Its support x > mu - sigma/xi is
+    (Pareto-like upper tail with index 1/xi), chosen because the spec asks for a heavy-tailed EV
+    baseline and the GEV is the limit law of maxima; it is not the construction of the related
+    EVT-VAE of Lafon, Naveau and Fablet (arXiv 2306.10987). Its support x > mu - sigma/xi is
     enforced softly by ``gev_log_prob``. scipy's ``genextreme`` uses the shape c = -xi.
     """
 
