@@ -78,10 +78,9 @@ def _without_required(schema: Any) -> Any:
     return schema
 
 
-def _key_path(prefix: str, path: Iterable[Any]) -> str:
-    parts = [prefix] if prefix else []
-    parts += [f"[{p}]" if isinstance(p, int) else str(p) for p in path]
-    return ".".join(parts).replace(".[", "[") or "<top level>"
+def _key_path(parts: Iterable[Any]) -> str:
+    text = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in parts).replace(".[", "[")
+    return text or "<top level>"
 
 
 def _did_you_mean(word: str, allowed: Iterable[str]) -> str:
@@ -91,16 +90,15 @@ def _did_you_mean(word: str, allowed: Iterable[str]) -> str:
 
 def describe_error(err: jsonschema.ValidationError, source: str, prefix: str = "") -> str:
     """One line that names the file, the key and what would have been accepted."""
-    where = _key_path(prefix, err.absolute_path)
+    parts = ([prefix] if prefix else []) + list(err.absolute_path)
+    where = _key_path(parts)
     value = err.instance
     schema = err.schema
     if err.validator == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
-        extras = sorted(set(value) - set(allowed))
         return "; ".join(
-            f"{source}: unknown key '{_key_path(where if err.absolute_path or prefix else '', [k])}'"
-            f"{_did_you_mean(k, allowed)}; allowed keys here: {', '.join(allowed)}"
-            for k in extras
+            f"{source}: unknown key '{_key_path(parts + [k])}'{_did_you_mean(k, allowed)}; allowed keys here: {', '.join(allowed)}"
+            for k in sorted(set(value) - set(allowed))
         )
     if err.validator == "enum":
         allowed = ", ".join(repr(v) for v in schema["enum"])
@@ -111,8 +109,8 @@ def describe_error(err: jsonschema.ValidationError, source: str, prefix: str = "
     if err.validator in bounds:
         return f"{source}: {where} = {value!r} is out of range; must be {bounds[err.validator]} {err.validator_value}"
     if err.validator == "required":
-        missing = [k for k in err.validator_value if k not in value]
-        return f"{source}: missing key(s) {', '.join(repr(_key_path(where if err.absolute_path or prefix else '', [k])) for k in missing)}"
+        missing = [repr(_key_path(parts + [k])) for k in err.validator_value if k not in value]
+        return f"{source}: missing key(s) {', '.join(missing)}"
     return f"{source}: {where}: {err.message}"
 
 

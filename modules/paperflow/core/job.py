@@ -46,9 +46,6 @@ class Job:
             self.seeds = list(seeds)
         self.notes.update(values)
 
-    def param(self, name: str) -> Any:
-        return getattr(self.params, name)
-
 
 def _named(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in obj.items()} if hasattr(obj, "items") else {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -13,21 +12,20 @@ import torch
 from paperflow.ph_vae.checkpoint import load_vae
 from paperflow.ph_vae.data import truth_distribution
 from paperflow.ph_vae.metrics import dependence_metrics, tail_summary
+from paperflow.ph_vae.model import VAE
 
 log = logging.getLogger(__name__)
 SAMPLE_SEED_OFFSET = 10_000  # prior samples of seed s use torch seed 10_000 + s, apart from training
 
 
-def prior_samples(checkpoint: str | Path, n: int, seed: int) -> np.ndarray:
-    vae = load_vae(checkpoint)
+def prior_samples(vae: VAE, n: int, seed: int) -> np.ndarray:
     gen = torch.Generator().manual_seed(SAMPLE_SEED_OFFSET + seed)
     with torch.no_grad():
         return vae.sample(n, gen).double().numpy()
 
 
-def test_terms(checkpoint: str | Path, x_test: np.ndarray, seed: int) -> dict[str, float]:
+def test_terms(vae: VAE, x_test: np.ndarray, seed: int) -> dict[str, float]:
     """Test negative ELBO in nats per dimension and the mean KL (one z sample, seeded)."""
-    vae = load_vae(checkpoint)
     torch.manual_seed(SAMPLE_SEED_OFFSET + seed)
     with torch.no_grad():
         terms = vae.elbo_terms(torch.as_tensor(x_test, dtype=torch.float32))
@@ -56,16 +54,16 @@ def evaluate(
     n_samples: int,
     tail_q: float,
     min_tail: int,
-    keep_samples: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Metrics of every (decoder, seed, checkpoint) and the first `keep_samples` prior samples of each."""
+    """Metrics of every (decoder, seed, checkpoint) and the prior samples they were computed on."""
     metric_rows, sample_frames = [], []
     for decoder, seed, ckpt in checkpoints:
-        samples = prior_samples(ckpt, n_samples, seed)
+        vae = load_vae(ckpt)
+        samples = prior_samples(vae, n_samples, seed)
         rows = model_metrics(samples, x_test, x_all, truth, tail_q, min_tail)
-        rows += [{"dim": -1, "metric": k, "value": v} for k, v in test_terms(ckpt, x_test, seed).items()]
+        rows += [{"dim": -1, "metric": k, "value": v} for k, v in test_terms(vae, x_test, seed).items()]
         metric_rows += [r | {"decoder": decoder, "seed": seed} for r in rows]
-        kept = pd.DataFrame(samples[:keep_samples], columns=[f"x{j}" for j in range(samples.shape[1])])
+        kept = pd.DataFrame(samples, columns=[f"x{j}" for j in range(samples.shape[1])])
         sample_frames.append(kept.assign(decoder=decoder, seed=seed))
         log.info("evaluated %s seed %d: %s", decoder, seed,
                  {r["metric"]: round(r["value"], 4) for r in rows if r["dim"] == 0 and r["metric"] in ("ks_tail@0.95", "q99_rel")})
