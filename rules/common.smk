@@ -25,8 +25,9 @@ RESOURCE_CLASSES = {
 }
 
 
-def resources_of(klass, gpu=0, **overrides):
-    """The resources of a rule of class `klass`; `gpu` and overrides come from the paper's config."""
+def resources_of(klass, gpu=0, gpu_model=None, **overrides):
+    """The resources of a rule of class `klass`; `gpu`, `gpu_model` and overrides come from the paper's
+    config. Only `gpu` (never `gres`) is emitted, so the SLURM plugin writes one --gpus flag."""
     if klass not in RESOURCE_CLASSES:
         raise ValueError(f"unknown resource class {klass!r}; defined: {', '.join(RESOURCE_CLASSES)}")
     if gpu and not klass.endswith("_gpu"):
@@ -34,6 +35,8 @@ def resources_of(klass, gpu=0, **overrides):
     res = dict(RESOURCE_CLASSES[klass], **overrides)
     if klass.endswith("_gpu"):
         res["gpu"] = int(gpu)
+        if gpu and gpu_model:
+            res["gpu_model"] = gpu_model
     return res
 
 
