@@ -53,7 +53,7 @@ def test_unknown_global_key(repo_root):
     "edit, message",
     [
         (lambda d: d["smoke"].update(train={"lrr": 0.1}),
-         r"config/ph_vae.yaml: unknown key 'smoke.train.lrr' \(did you mean 'lr'\?\); allowed keys here: batch_size, epochs, grad_clip, lr, weight_decay"),
+         r"config/ph_vae.yaml: unknown key 'smoke.train.lrr' \(did you mean 'lr'\?\); allowed keys here: batch_size, devices, epochs, grad_clip, lr, weight_decay"),
         (lambda d: d["defaults"]["train"].update(epochs="ten"),
          r"defaults.train.epochs = 'ten' has the wrong type; expected integer"),
         (lambda d: d["smoke"].update(train={"lr": -0.1}),

@@ -3,19 +3,25 @@
 `make_trainer` builds a `pytorch_lightning.Trainer` from a paper's train config: seeded, CSV logging
 always, a `WandbLogger` when enabled (offline unless the user asks otherwise; its run directory under
 the job's own folder), `accelerator="auto"` with whatever devices the job was given, and a progress
-bar only on a terminal.
+bar only on a terminal. With `devices > 1` training is data-parallel (DDP): the job's process spawns
+one worker per device on its node (gloo on CPU, NCCL on GPUs) and gets rank 0's weights back, so a
+Snakemake script stays one process from Snakemake's and SLURM's point of view.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+import pandas as pd
 import pytorch_lightning as pl
+from lightning_fabric.plugins.environments import LightningEnvironment
 from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
+from pytorch_lightning.strategies import DDPStrategy
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +33,7 @@ def seed_everything(seed: int) -> int:
 
 def make_loggers(run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> list[Logger]:
     run_dir = Path(run_dir)
+    shutil.rmtree(run_dir / "csv" / name, ignore_errors=True)  # a rerun must not append to old logs
     loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="csv", version=name)]
     wandb = dict(wandb or {})
     if wandb.get("enabled"):
@@ -56,12 +63,20 @@ def make_trainer(
     tags: dict[str, str] | None = None,
     gradient_clip_val: float | None = None,
     deterministic: bool = True,
+    devices: int = 1,
     **trainer_kwargs: Any,
 ) -> pl.Trainer:
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
+    strategy: Any = "auto"
+    if devices > 1:
+        # spawn: the script is not re-executed; LightningEnvironment: the workers are ours, not srun's
+        strategy = DDPStrategy(start_method="spawn", cluster_environment=LightningEnvironment())
     return pl.Trainer(
         max_epochs=max_epochs,
         accelerator="auto",
-        devices="auto",
+        devices=devices,
+        strategy=strategy,
         logger=make_loggers(run_dir, name, wandb, tags or {}),
         gradient_clip_val=gradient_clip_val,
         deterministic=deterministic,
@@ -72,6 +87,15 @@ def make_trainer(
         log_every_n_steps=1,
         **trainer_kwargs,
     )
+
+
+def epoch_history(trainer: pl.Trainer) -> pd.DataFrame:
+    """The epoch-level metrics the CSV logger wrote (rank 0's file; also after a DDP run)."""
+    csv = next(l for l in trainer.loggers if isinstance(l, CSVLogger))
+    frame = pd.read_csv(Path(csv.log_dir) / "metrics.csv")
+    frame = frame.dropna(axis=1, how="all").drop(columns=["step"], errors="ignore")
+    frame.columns = [c.split("/", 1)[1] if "/" in c else c for c in frame.columns]
+    return frame.groupby("epoch", as_index=False).first()
 
 
 def tracking_ids(trainer: pl.Trainer) -> dict[str, Any]:

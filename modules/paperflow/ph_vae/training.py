@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from paperflow.core.training import make_trainer, seed_everything, tracking_ids
+from paperflow.core.training import epoch_history, make_trainer, seed_everything, tracking_ids
 from paperflow.ph_vae.checkpoint import build_vae
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,6 @@ class VAEModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.vae = build_vae(input_dim, decoder, model)
-        self.history: list[dict[str, float]] = []
 
     def training_step(self, batch: tuple[torch.Tensor], batch_idx: int) -> torch.Tensor:
         (x,) = batch
@@ -38,9 +37,7 @@ class VAEModule(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         loss, recon, kl, n = self._epoch_sums
-        means = {"loss": loss / n, "recon": recon / n, "kl": kl / n}
-        self.log_dict({f"train/{k}": v for k, v in means.items()})
-        self.history.append({"epoch": self.current_epoch, **{k: float(v) for k, v in means.items()}})
+        self.log_dict({"train/loss": loss / n, "train/recon": recon / n, "train/kl": kl / n}, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         cfg = self.hparams.train
@@ -71,7 +68,13 @@ def fit(
     wandb: Mapping[str, Any] | None = None,
     tags: dict[str, str] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Train one model on x (n, D), save a Lightning checkpoint; return the epoch history and run ids."""
+    """Train one model on x (n, D), save a Lightning checkpoint; return the epoch history and run ids.
+
+    With `train["devices"] > 1` training is DDP over that many devices; each takes batch_size/devices
+    rows per step, so the global batch (and the optimisation) matches a single-device run."""
+    devices = int(train.get("devices", 1))
+    if train["batch_size"] % devices:
+        raise ValueError(f"batch_size {train['batch_size']} is not divisible by devices {devices}")
     seed_everything(seed)
     module = VAEModule(x.shape[1], decoder, dict(model), dict(train))
     trainer = make_trainer(
@@ -81,10 +84,11 @@ def fit(
         wandb=wandb,
         tags=tags,
         gradient_clip_val=train["grad_clip"],
+        devices=devices,
     )
-    trainer.fit(module, datamodule=ArrayDataModule(x, train["batch_size"], seed))
+    trainer.fit(module, datamodule=ArrayDataModule(x, train["batch_size"] // devices, seed))
     trainer.save_checkpoint(str(checkpoint))
-    frame = pd.DataFrame(module.history).assign(seed=seed, decoder=decoder)
-    last = module.history[-1] if module.history else {}
-    log.info("trained %s seed %d: final loss %.4f kl %.4f", decoder, seed, last.get("loss", float("nan")), last.get("kl", float("nan")))
+    frame = epoch_history(trainer).assign(seed=seed, decoder=decoder)
+    last = frame.iloc[-1]
+    log.info("trained %s seed %d on %d device(s): final loss %.4f kl %.4f", decoder, seed, devices, last["loss"], last["kl"])
     return frame, tracking_ids(trainer)
