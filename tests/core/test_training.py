@@ -61,6 +61,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path):
     (h1, loss1), (h2, loss2) = results[1], results[2]
     assert list(h2.epoch) == [0, 1, 2] and np.isfinite(h2.loss).all()
     assert h2.loss.iloc[-1] < h2.loss.iloc[0]  # the DDP run trained
+    print(f"single-process loss {loss1:.5f}, 2-process DDP loss {loss2:.5f}")
     assert abs(loss2 - loss1) / abs(loss1) < 0.05, (loss1, loss2)
     assert not np.isclose(loss2, load_untrained_loss(x))
 
