@@ -217,3 +217,39 @@ def test_hyperparameter_change_resubmits_only_downstream(slurm_run):
     rec = json.loads(train_prov.read_text())
     assert int(rec["slurm"]["SLURM_JOB_ID"]) in {j for j, r in second if r == "ph_vae_train"}
     assert rec["params"]["train"]["lr"] == pytest.approx(lr * 2)
+
+
+SLURM_LOG = re.compile(r"(\S*slurm_logs/rule_ph_vae_report/\S*?\d+\.log)")
+
+
+def test_failing_job_reports_its_log_keeps_outputs_and_resumes(slurm_run):
+    """A job that fails on the cluster: the error and its SLURM log reach the user, finished outputs
+    stay, and rerunning after the fix submits only the failed job and what depends on it."""
+    repo = slurm_run["repo"]
+    script = repo / "workflows" / "ph_vae" / "scripts" / "report.py"
+    original = script.read_text()
+    eval_outputs = sorted((repo / "results" / "tiny" / "ph_vae" / "eval").rglob("*.parquet"))
+    stamps = {p: p.stat().st_mtime_ns for p in eval_outputs}
+    script.write_text('raise RuntimeError("injected failure for the cluster test")\n' + original)
+    try:
+        proc = run_snakemake(repo, *ARGS, *slurm_run["extra"], check=False, timeout=600)
+    finally:
+        _cancel_leftovers(repo)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error in rule ph_vae_report" in output, output[-3000:]
+    logs = SLURM_LOG.findall(output)
+    assert logs, output[-3000:]
+    log = Path(logs[0]) if Path(logs[0]).is_absolute() else repo / logs[0]
+    assert "injected failure for the cluster test" in log.read_text()
+    assert Counter(rule for _, rule in submitted(output)) == Counter({"ph_vae_report": 1})
+    assert {p: p.stat().st_mtime_ns for p in eval_outputs} == stamps  # finished outputs kept
+
+    script.write_text(original)
+    try:
+        proc = run_snakemake(repo, *ARGS, *slurm_run["extra"], timeout=600)
+    finally:
+        _cancel_leftovers(repo)
+    output = proc.stdout + proc.stderr
+    assert Counter(rule for _, rule in submitted(output)) == Counter({"ph_vae_report": 1, "summary": 1}), output[-3000:]
+    assert (repo / "results" / "tiny" / "ph_vae" / "report.md").is_file()

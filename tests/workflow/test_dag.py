@@ -115,3 +115,21 @@ def test_env_files_are_pinned():
         for dep in spec["dependencies"]:
             for item in dep["pip"] if isinstance(dep, dict) else [dep]:
                 assert "=" in item, f"{env.name}: {item} is not pinned"
+
+
+def test_multi_device_training_requests_matching_gpus_and_cpus(repo_copy):
+    """train.devices = 2 with 2 GPUs at paper scale: the train job asks for gpu=2; on CPU (tiny) for 2 threads."""
+    cfg_path = repo_copy / "config" / "ph_vae.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["paper"]["train"]["devices"] = 2
+    cfg["paper"]["resources"]["gpus"] = 2
+    cfg["tiny"]["train"]["devices"] = 2
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for scale, gpus in (("paper", 2), ("tiny", 0)):
+        out = run_snakemake(repo_copy, "-n", "--cores", "4", "--config", f"scale={scale}").stdout
+        train = [b for b in out.split("\nrule ")[1:] if b.startswith("ph_vae_train:")]
+        assert train
+        for block in train:
+            assert "threads: 2" in block, block
+            res = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
+            assert f"gpu={gpus}" in res, res
