@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pytest
 import torch
 
 from paperflow.core.training import make_trainer, tracking_ids
@@ -58,7 +57,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path):
         torch.manual_seed(0)
         with torch.no_grad():
             results[devices] = (history, vae.loss(torch.as_tensor(x, dtype=torch.float32)).item())
-    (h1, loss1), (h2, loss2) = results[1], results[2]
+    (_, loss1), (h2, loss2) = results[1], results[2]
     assert list(h2.epoch) == [0, 1, 2] and np.isfinite(h2.loss).all()
     assert h2.loss.iloc[-1] < h2.loss.iloc[0]  # the DDP run trained
     print(f"single-process loss {loss1:.5f}, 2-process DDP loss {loss2:.5f}")

@@ -2,7 +2,7 @@ import numpy as np
 
 from paperflow.core.io import read_array, write_frame
 from paperflow.core.job import snakemake_job
-from paperflow.ph_vae.evaluation import evaluate
+from paperflow.ph_vae.evaluation import SAMPLE_SEED_OFFSET, evaluate
 
 with snakemake_job(snakemake) as job:
     x_test, meta = read_array(job.input.test)
@@ -16,4 +16,4 @@ with snakemake_job(snakemake) as job:
     )
     write_frame(job.output.metrics, metrics, {"dataset": job.wildcards.dataset, "truth": meta["truth"]})
     write_frame(job.output.samples, samples, {"dataset": job.wildcards.dataset})
-    job.note(seeds=seeds, sample_seed_offset=10_000)
+    job.note(seeds=seeds, sample_seed_offset=SAMPLE_SEED_OFFSET)
