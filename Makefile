@@ -8,11 +8,12 @@ CORES  ?= 2
 
 .PHONY: install smoke test test-fast report clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml envs/no-deps.txt envs/pip-check-allowed.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[torch,workflow,test]'
-	$(BIN)/pip check
+	$(BIN)/pip install --quiet -e '.[all,workflow,test]'
+	$(BIN)/pip install --quiet --no-deps -r envs/no-deps.txt
+	$(BIN)/python tools/pip_check.py
 	touch $@
 
 install: $(BIN)/.installed

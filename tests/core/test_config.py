@@ -35,8 +35,16 @@ def test_repository_config_resolves_at_every_scale(repo_root):
 
 
 def test_unknown_paper_slug_lists_available(repo_root):
-    with pytest.raises(ConfigError, match=r"unknown paper 'ph_vea' \(did you mean 'ph_vae'\?\); available papers: ph_vae"):
+    with pytest.raises(ConfigError, match=r"unknown paper 'ph_vea' \(did you mean 'ph_vae'\?\); available papers: .*ph_vae"):
         load_run_config(GOOD | {"papers": ["ph_vea"]}, repo_root)
+
+
+def test_papers_all_composes_every_workflow(repo_root):
+    run = load_run_config(GOOD | {"papers": "all"}, repo_root)
+    on_disk = sorted(p.parent.name for p in (repo_root / "workflows").glob("*/Snakefile"))
+    assert list(run.papers) == on_disk and "ph_vae" in on_disk
+    with pytest.raises(ConfigError, match="papers"):
+        load_run_config(GOOD | {"papers": "everything"}, repo_root)
 
 
 def test_unknown_scale_lists_allowed(repo_root):

@@ -18,7 +18,7 @@ from conftest import copy_repo, job_counts, run_snakemake
 from paperflow.core.provenance import audit, read_record
 
 pytestmark = pytest.mark.slow
-TINY = ("--config", "scale=tiny")
+TINY = ("--config", "scale=tiny", "papers=[ph_vae]")
 
 
 @pytest.fixture(scope="module")

@@ -198,7 +198,9 @@ def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunC
     validate(dict(config), read_yaml(root / "config" / "schemas" / "config.schema.yaml"), "config/config.yaml")
     known = available_papers(root)
     papers = config["papers"]
-    if isinstance(papers, str):
+    if papers == "all":
+        papers = known
+    elif isinstance(papers, str):
         papers = [p for p in papers.replace(",", " ").split() if p]
     for slug in papers:
         if slug not in known:
