@@ -90,8 +90,10 @@ write_config() {
     local host cpus mem
     host=$(hostname -s)
     cpus=$(nproc)
-    # RealMemory must not exceed what slurmd sees; keep 10% (at most 2 GB) back
-    mem=$(awk '/MemTotal/ {m=int($2/1024); r=int(m/10); if (r>2048) r=2048; print m-r}' /proc/meminfo)
+    # The rules' resource classes ask for up to 16 GB (rules/common.smk). Memory here is neither
+    # consumed (CR_Core) nor enforced (no cgroups), so the node advertises at least 16 GB
+    # (config_overrides lets slurmd accept more than it sees) and jobs never queue on memory.
+    mem=$(awk '/MemTotal/ {m=int($2/1024); r=int(m/10); if (r>2048) r=2048; m=m-r; if (m<16384) m=16384; print m}' /proc/meminfo)
     mkdir -p "$CONF_DIR" "$STATE"/{log,ctld,d}
     local acct
     if [[ $ACCOUNTING == 1 ]]; then
@@ -117,7 +119,8 @@ MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
 GresTypes=gpu
 ReturnToService=2
 MinJobAge=300
