@@ -33,22 +33,24 @@ def curve_metrics(curves: pd.DataFrame, clients: pd.DataFrame, tail: int) -> dic
 
 
 @torch.no_grad()
-def fused_accuracy(checkpoint: str, x_test: np.ndarray, y_test: np.ndarray, backend: str, batch_size: int, device: str) -> float:
+def fused_accuracy(checkpoint: str, x_test: np.ndarray, y_test: np.ndarray, backend: str, batch_size: int, device: str) -> dict[int, float]:
+    """Client-mean test accuracy of the models after the last fusion, per seed in the checkpoint."""
     dev = pick_device(device)
     ckpt = torch.load(checkpoint, map_location=dev, weights_only=False)
-    net = build_network(ckpt["model"], x_test.shape[1:], ckpt["classes"]).to(dev)
-    acc, _ = test_metrics(make_clients(net, backend), ckpt["states"], torch.as_tensor(x_test, device=dev),
-                          torch.as_tensor(y_test, device=dev), batch_size)
-    return float(acc.mean())
+    clients = make_clients(build_network(ckpt["model"], x_test.shape[1:], ckpt["classes"]).to(dev), backend)
+    x, y = torch.as_tensor(x_test, device=dev), torch.as_tensor(y_test, device=dev)
+    return {int(seed): float(test_metrics(clients, states, x, y, batch_size)[0].mean()) for seed, states in ckpt["states"].items()}
 
 
 def evaluate(runs: Iterable[Mapping[str, Any]], test_file: str, tail: int, backend: str, batch_size: int, device: str) -> pd.DataFrame:
-    """`runs`: dicts with method, seed, curves, clients, checkpoint (paths)."""
+    """One row per (method, seed); `runs`: dicts with method, curves, clients, checkpoint (paths of one training job)."""
     x_test, y_test, _ = load_split(test_file)
     rows = []
     for run in runs:
-        row = {"method": run["method"], "seed": int(run["seed"])}
-        row |= curve_metrics(pd.read_csv(run["curves"]), pd.read_csv(run["clients"]), tail)
-        row["fused_acc"] = fused_accuracy(run["checkpoint"], x_test, y_test, backend, batch_size, device)
-        rows.append(row)
+        curves, clients = pd.read_csv(run["curves"]), pd.read_csv(run["clients"])
+        fused = fused_accuracy(run["checkpoint"], x_test, y_test, backend, batch_size, device)
+        for seed, c in curves.groupby("seed"):
+            row = {"method": run["method"], "seed": int(seed)}
+            row |= curve_metrics(c, clients[clients.seed == seed], tail)
+            rows.append(row | {"fused_acc": fused[int(seed)]})
     return pd.DataFrame(rows)

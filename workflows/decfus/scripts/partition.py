@@ -2,6 +2,6 @@ from paperflow.core.job import snakemake_job
 from paperflow.decfus.prepare import partition
 
 with snakemake_job(snakemake) as job:
-    seed = int(job.wildcards.seed)
-    sizes = partition(job.input[0], job.params.clients, dict(job.params.spec), seed, job.output[0])
-    job.note(seeds=[seed], client_sizes=sizes)
+    seeds = list(job.params.seeds)
+    sizes = {s: partition(job.input[0], job.params.clients, dict(job.params.spec), s, out) for s, out in zip(seeds, job.output)}
+    job.note(seeds=seeds, client_sizes=sizes)
