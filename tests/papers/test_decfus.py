@@ -29,6 +29,15 @@ from paperflow.decfus.topology import (adjacency, check_topology, diameter, metr
 
 NB = paper_topology()
 M = len(NB)
+
+
+@pytest.fixture
+def one_thread():
+    """As a pipeline job with threads: 1 (tiny tensors: more threads only add contention)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 SCHEDULE = dict(theta0=0.75, theta1=0.25, steepness=20.0, midpoint=0.4)
 
 
@@ -363,3 +372,42 @@ def test_every_scale_resolves():
         assert cfg["clients"] == M
     assert load_paper_config("decfus", "paper")["resources"]["gpus"] >= 1
     assert load_paper_config("decfus", "smoke")["resources"]["gpus"] == 0
+
+
+# §10.6 the smoke claim, measured here from the library (the pipeline's report states every claim)
+@pytest.mark.slow
+def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
+    from paperflow.decfus.evaluation import curve_metrics
+    from paperflow.decfus.prepare import download, partition, preprocess, read_partition
+    from paperflow.decfus.simulation import simulate
+    from paperflow.decfus.training import load_split
+
+    cfg = load_paper_config("decfus", "smoke")
+    spec = cfg["datasets"]["digits"]
+    download("digits", spec, tmp_path, tmp_path / "raw.parquet")
+    preprocess(tmp_path / "raw.parquet", spec, tmp_path / "train.parquet", tmp_path / "test.parquet")
+    x_train, y_train, meta = load_split(tmp_path / "train.parquet")
+    x_test, y_test, _ = load_split(tmp_path / "test.parquet")
+    frames = {}
+    for part in ("iid", "dir05"):
+        rows = []
+        for seed in cfg["seeds"]:
+            partition(tmp_path / "train.parquet", M, cfg["partitions"][part], seed, tmp_path / f"{part}{seed}.json")
+            parts = read_partition(tmp_path / f"{part}{seed}.json")
+            for method in ("decfus", "dflavg"):
+                run = simulate(method=method, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, parts=parts,
+                               neighbours=NB, classes=meta["classes"], model=cfg["model"], train=cfg["train"],
+                               decfus=cfg["decfus"], seed=seed)
+                rows.append({"method": method, "seed": seed, **curve_metrics(run.curves, run.clients, cfg["claims"]["tail"])})
+                if method == "decfus":
+                    theta = run.clients.pivot(index="round", columns="client", values="theta")
+                    assert (theta.diff().dropna() <= 1e-12).all().all() and (theta >= 0.25).all().all()
+                    stable = run.clients.groupby("client").stable_round.last()
+                    assert (stable.dropna() > int(cfg["decfus"]["protection"] * cfg["train"]["rounds"])).all()
+        frames[part] = pd.DataFrame(rows)
+    claims = {c.id: c for c in build_claims(frames, ["decfus", "dflavg"], cfg["seeds"], cfg["claims"])}
+    assert claims["decfus_gt_dflavg_dir05"].held, claims["decfus_gt_dflavg_dir05"]
+    assert claims["decfus_not_below_dflavg_iid"].held and claims["decfus_not_above_dflavg_iid"].held
+    for part in ("iid", "dir05"):
+        assert claims[f"all_clients_stable_{part}"].held and claims[f"averaged_fraction_starts_low_{part}"].held
+        assert claims[f"averaged_fraction_ends_high_{part}"].value > claims[f"averaged_fraction_starts_low_{part}"].value
