@@ -101,7 +101,7 @@ def headline_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[str], methods: Sequence[str], seed: int,
             out: Mapping[str, str | Path]) -> None:
-    """Accuracy per round per method; DecFus's θ trajectories; its fraction of averaged tensors."""
+    """Accuracy per round per method; DecFus's θ trajectories, fraction of averaged tensors and V_i."""
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
         for method in methods:
@@ -129,6 +129,14 @@ def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[st
         ax.set(xlabel="round", ylabel="fraction of tensors averaged (mean over clients)", title=part, ylim=(0, 1))
         ax.legend(fontsize=7)
     plots.save(fig, out["fraction_figure"])
+    fig, axes = plots.subplots(len(partitions))
+    for ax, part in zip(axes, partitions):
+        var = dec[(dec.partition == part)].dropna(subset=["variance"]).groupby(["seed", "round"]).variance.mean().unstack(0)
+        for s in var.columns:
+            ax.semilogy(var.index, var[s].to_numpy(), lw=1, label=f"seed {s}")
+        ax.set(xlabel="round", ylabel="neighbour loss variance V_i (mean over clients)", title=part)
+        ax.legend(fontsize=7)
+    plots.save(fig, out["variance_figure"])
 
 
 LIMITATIONS = [
@@ -164,7 +172,8 @@ def write_report(*, frames: Mapping[tuple[str, str], pd.DataFrame], curves: pd.D
                               "models after the last fusion; `consensus`: (1/m) Σ‖w_i − w̄‖² at the last evaluation.")],
         figures=[("Client-mean test accuracy per round", "figures/accuracy.png"),
                  ("DecFus threshold θ_i per round", "figures/threshold.png"),
-                 ("DecFus fraction of averaged tensors per round", "figures/averaged_fraction.png")],
+                 ("DecFus fraction of averaged tensors per round", "figures/averaged_fraction.png"),
+                 ("DecFus neighbour loss variance (the detector's input) per round", "figures/variance.png")],
         limitations=LIMITATIONS,
     )
     Path(out["report"]).write_text(text)
