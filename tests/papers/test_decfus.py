@@ -375,7 +375,7 @@ def test_svhn_reader_maps_label_ten_to_zero(tmp_path):
 
 
 # config
-def test_config_errors_name_the_key(tmp_path, repo_copy):
+def test_config_errors_name_the_key(repo_copy):
     import yaml
 
     path = repo_copy / "config" / "decfus.yaml"
