@@ -1,0 +1,1 @@
+"""DecFus: decentralised layer-wise fusion with dynamic exploration and exploitation (ICML 2026)."""
