@@ -195,3 +195,16 @@ def test_grids_follow_the_step_rule():
         assert grid.t.iloc[n + 1] - grid.t.iloc[n] == pytest.approx(a / L**2)
     assert len(build_grid("dilation", GMM1, 1.0, 0.99, 3.0, 500)) == 500
     assert step_constants("diffusion", 0.0, L_pi, a_pi, 0.01, 0.09) == pytest.approx((L_pi, a_pi))
+
+
+def test_2d_and_marginal_references_are_probability_masses_that_exact_samples_fit():
+    gmm2 = GMM([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]], [[0.2, 0.2], [0.1, 0.2], [0.3, 0.1], [0.1, 0.1]],
+               [0.2, 0.4, 0.2, 0.2])
+    gt = gmm2.sample(5000, np.random.default_rng(0))
+    ref2 = reference("density_2d", gmm2, gt, [200, 202])
+    assert ref2.mass[0].shape == (200, 202) and ref2.mass[0].sum() == pytest.approx(1.0, abs=0.01)
+    exact = panel_metrics(gmm2.sample(5000, np.random.default_rng(1)), ref2)[0][0]
+    shifted = panel_metrics(gmm2.sample(5000, np.random.default_rng(1)) + 0.3, ref2)[0][0]
+    assert shifted > 3 * exact
+    refm = reference("marginals", GMM3, GMM3.sample(5000, np.random.default_rng(0)), [200], n_marginals=3)
+    assert len(refm.mass) == 3 and all(m.sum() == 5000 for m in refm.mass)

@@ -35,7 +35,9 @@ def build_claims(finals: Mapping[Key, pd.DataFrame], *, claim_target: str, claim
     2 x the N-sample floor, KL(tempering) < 0.5 KL(ULA), and diffusion < tempering < ULA. Reported:
     every other path against ULA, diffusion against ULA on the other targets, and the distance to the
     official numbers (gated only at paper scale, spec §10.6)."""
-    kl = lambda path, target=claim_target, T=claim_T: per_seed(finals, (target, path, T), "kl", seeds)  # noqa: E731
+    def kl(path: str, target: str = claim_target, T: str = claim_T) -> list[float]:
+        return per_seed(finals, (target, path, T), "kl", seeds)
+
     where = f"{claim_target}, T = {claim_T}"
     ula, diff, temp = kl("ula"), kl("diffusion"), kl("tempering")
     floor = per_seed(finals, (claim_target, "diffusion", claim_T), "floor_kl", seeds)
