@@ -208,3 +208,11 @@ def test_2d_and_marginal_references_are_probability_masses_that_exact_samples_fi
     assert shifted > 3 * exact
     refm = reference("marginals", GMM3, GMM3.sample(5000, np.random.default_rng(0)), [200], n_marginals=3)
     assert len(refm.mass) == 3 and all(m.sum() == 5000 for m in refm.mass)
+
+
+def test_uniform_grid_gives_every_path_ulas_step_with_the_schedule():
+    for path in ("diffusion", "daz"):
+        grid = build_grid(path, GMM1, 1.0, 0.99, 1.0, 10**7, grid="uniform")
+        assert np.allclose(np.diff(grid.t), 1.0 / 900) and np.allclose(grid.tau, schedule(grid.t, 1.0, 0.99))
+    with pytest.raises(ValueError, match="unknown grid 'adaptiv'"):
+        build_grid("diffusion", GMM1, 1.0, 0.99, 1.0, 10, grid="adaptiv")

@@ -18,6 +18,7 @@ from paperflow.core.report import Claim, compare_claim, markdown_table, render_r
 PAPER_FINAL_KL = {"diffusion": 0.015, "tempering": 0.271, "ula": 1.21, "daz": 0.023, "dilation": 0.765}
 PAPER_SOURCE = "official repo, results/gmm_1d/T_1.0 (N = 5000, t_max = 150)"
 
+GRID_TEXT = {"adaptive": "h = a(tau)/L(tau)^2", "uniform": "ULA's step a_pi/L_pi^2 for every path"}
 Key = tuple[str, str, str]  # (target, path, T)
 
 
@@ -163,7 +164,7 @@ def write_report(*, curves: Mapping[Key, pd.DataFrame], imaging: Sequence[Mappin
     text = render_report(
         title="Time-inhomogeneous Langevin diffusions: annealing paths on Gaussian mixtures",
         scale=scale,
-        summary=(f"Euler-Maruyama on the adaptive grid h = a(tau)/L(tau)^2 with tau(t) = {params['tau0']} exp(-t/T); "
+        summary=(f"Euler-Maruyama on the {params['grid']} grid ({GRID_TEXT[params['grid']]}) with tau(t) = {params['tau0']} exp(-t/T); "
                  f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_target']}` at "
                  f"T = {params['claim_T']}."),
         claims=claims, sections=sections, figures=figures, limitations=lims,

@@ -19,15 +19,21 @@ from paperflow.annealed_langevin.paths import schedule, step_constants
 log = logging.getLogger(__name__)
 
 
-def build_grid(path: str, gmm: GMM, T: float, tau0: float, t_max: float, maxit: int) -> pd.DataFrame:
+GRIDS = ("adaptive", "uniform")
+
+
+def build_grid(path: str, gmm: GMM, T: float, tau0: float, t_max: float, maxit: int, grid: str = "adaptive") -> pd.DataFrame:
     """Times t_0 = 0 < t_1 < ... (stop once t >= t_max or the grid has maxit points) and tau_n = tau(t_n).
-    ULA's grid is the constant step a_pi / L_pi^2 from 0 below t_max, as in the official script."""
+    ULA's grid is the constant step a_pi / L_pi^2 from 0 below t_max, as in the official script;
+    grid = 'uniform' gives every path that step (the official experiment_gmm_1D_unif_step.py)."""
+    if grid not in GRIDS:
+        raise ValueError(f"unknown grid {grid!r}; known: {', '.join(GRIDS)}")
     L_pi, a_pi = gmm.lipschitz, gmm.convexity
     var_min, var_max = float(gmm.stds.min() ** 2), float(gmm.stds.max() ** 2)
-    if path == "ula":
-        h = a_pi / L_pi**2
-        times = np.arange(0.0, t_max, h)[:maxit]
-        return pd.DataFrame({"t": times, "tau": np.zeros_like(times)})
+    if path == "ula" or grid == "uniform":
+        times = np.arange(0.0, t_max, a_pi / L_pi**2)[:maxit]
+        taus = np.zeros_like(times) if path == "ula" else schedule(times, T, tau0)
+        return pd.DataFrame({"t": times, "tau": taus})
     times = [0.0]
     while times[-1] < t_max and len(times) < maxit:
         L, a = step_constants(path, float(schedule(times[-1], T, tau0)), L_pi, a_pi, var_min, var_max)
