@@ -1,0 +1,218 @@
+"""annealed_langevin maths, spec §10.1-10.5: path scores against autograd and quadrature, the Gaussian
+moment ODEs, the ULA stationary-variance bias, the tau = 0 reduction and the histogram noise floor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.integrate import quad, solve_ivp
+
+from paperflow.annealed_langevin.gmm import GMM
+from paperflow.annealed_langevin.metrics import noise_floor, panel_metrics, reference
+from paperflow.annealed_langevin.paths import PATHS, drift, prox, schedule, step_constants
+from paperflow.annealed_langevin.sampler import build_grid, run_em
+
+GMM1 = GMM([[-2.0], [0.0], [2.0]], [[0.2], [0.1], [0.3]], [0.3, 0.4, 0.3])
+GMM3 = GMM([[0.0, 1.0, -1.0], [1.5, -0.5, 0.3]], [[0.3, 0.5, 0.2], [0.4, 0.25, 0.6]], [0.35, 0.65])
+
+
+def torch_log_density(gmm: GMM, x: torch.Tensor) -> torch.Tensor:
+    """log sum_k w_k N(x; m_k, diag s_k^2), written independently of the library."""
+    m, s, w = (torch.tensor(a) for a in (gmm.means, gmm.stds, gmm.weights))
+    comp = torch.distributions.Normal(m, s).log_prob(x[:, None, :]).sum(-1)
+    return torch.logsumexp(comp + torch.log(w), dim=1)
+
+
+def autograd(fn, x: np.ndarray) -> np.ndarray:
+    xt = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(fn(xt).sum(), xt)
+    return g.numpy()
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+@pytest.mark.parametrize("gmm", [GMM1, GMM3], ids=["1d", "3d"])
+@pytest.mark.parametrize("tau", [0.0, 0.05, 0.5, 0.95])
+def test_diffusion_score_is_the_gradient_of_the_convolved_log_density(gmm, tau):
+    x = np.random.default_rng(1).normal(scale=2.0, size=(64, gmm.dim))
+    ours = drift("diffusion", gmm)(x, tau)
+    conv = gmm.convolved(tau)
+    assert rel_err(ours, autograd(lambda y: torch_log_density(conv, y), x)) < 1e-6
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.6])
+def test_convolved_mixture_is_the_law_of_the_noised_variable(tau):
+    """p_tau(y) = int pi((y - sqrt(tau) z) / sqrt(1 - tau)) / sqrt(1 - tau) phi(z) dz, by quadrature."""
+    phi = lambda z: np.exp(-0.5 * z**2) / np.sqrt(2 * np.pi)  # noqa: E731
+    for y in (-2.3, -0.4, 0.0, 1.7):
+        integrand = lambda z: GMM1.density(np.array([[(y - np.sqrt(tau) * z) / np.sqrt(1 - tau)]]))[0] / np.sqrt(1 - tau) * phi(z)  # noqa: E731
+        exact, _ = quad(integrand, -12, 12, limit=400, points=[(y - np.sqrt(1 - tau) * m) / np.sqrt(tau) for m in (-2, 0, 2)])
+        assert GMM1.convolved(tau).density(np.array([[y]]))[0] == pytest.approx(exact, rel=1e-7)
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.5, 0.9])
+def test_tempering_drift_is_the_score_of_the_geometric_path(tau):
+    x = np.random.default_rng(2).normal(scale=2.0, size=(64, GMM3.dim))
+    target = autograd(lambda y: (1 - tau) * torch_log_density(GMM3, y) - tau * 0.5 * (y**2).sum(-1), x)
+    assert rel_err(drift("tempering", GMM3, tempering="canonical")(x, tau), target) < 1e-6
+    official = autograd(lambda y: (1 - tau) * np.sqrt(1 - tau) * torch_log_density(GMM3, y / np.sqrt(1 - tau))
+                        - tau * 0.5 * (y**2).sum(-1), x)
+    assert rel_err(drift("tempering", GMM3, tempering="official")(x, tau), official) < 1e-6
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.5, 0.9])
+def test_dilation_drifts_against_the_score_of_the_dilated_density(tau):
+    x = np.random.default_rng(3).normal(scale=2.0, size=(64, GMM3.dim))
+    exact = autograd(lambda y: torch_log_density(GMM3, y / np.sqrt(1 - tau)), x)
+    assert rel_err(drift("dilation", GMM3, dilation="exact")(x, tau), exact) < 1e-6
+    assert rel_err(drift("dilation", GMM3, dilation="code")(x, tau), (1 - tau) * exact) < 1e-6
+
+
+@pytest.mark.parametrize("tau", [0.002, 0.05, 0.3])
+def test_daz_drift_is_minus_the_gradient_of_the_moreau_envelope(tau):
+    """M_tau f(x) = min_y f(y) + (x - y)^2 / (2 tau) by brute force on a fine grid, differentiated by
+    central differences, against the prox-based drift."""
+    ys = np.linspace(-4, 4, 400_001)[:, None]
+    f = -GMM1.log_density(ys)
+    envelope = lambda x: float(np.min(f + (x - ys[:, 0]) ** 2 / (2 * tau)))  # noqa: E731
+    xs = np.array([[-2.6], [-1.0], [-0.3], [0.4], [1.2], [2.5]])
+    ours = drift("daz", GMM1, prox_iters=300)(xs, tau)[:, 0]
+    eps = 1e-3
+    fd = np.array([-(envelope(x + eps) - envelope(x - eps)) / (2 * eps) for x in xs[:, 0]])
+    assert np.allclose(ours, fd, rtol=2e-3, atol=2e-3), (ours, fd)
+
+
+def test_prox_at_tau_zero_is_the_identity_and_daz_reduces_to_ula():
+    x = np.random.default_rng(4).normal(size=(10, 1))
+    assert np.array_equal(prox(GMM1, x, 0.0, 10, GMM1.score), x)
+
+
+def test_official_score_matches_near_the_modes_and_underflows_far_away():
+    near = np.array([[-2.05], [0.02], [1.9]])
+    assert np.allclose(GMM1.official_score(near), GMM1.score(near), rtol=1e-4)
+    far = np.array([[12.0]])
+    assert abs(GMM1.official_score(far)[0, 0]) < 1e-3 < abs(GMM1.score(far)[0, 0])
+
+
+def gaussian_moment_ode(m: float, s: float, T: float, tau0: float, t_end: float):
+    """mu' = -(mu - m_tau) / v_tau, V' = -2 V / v_tau + 2 with m_tau = sqrt(1 - tau) m, v_tau = (1 - tau) s^2 + tau."""
+    def rhs(t, y):
+        tau = float(schedule(t, T, tau0))
+        v = (1 - tau) * s**2 + tau
+        return [-(y[0] - np.sqrt(1 - tau) * m) / v, -2 * y[1] / v + 2]
+    return solve_ivp(rhs, (0, t_end), [-1.0, 0.0], rtol=1e-11, atol=1e-12).y[:, -1]
+
+
+def em_moments(m: float, s: float, T: float, tau0: float, t_end: float, h: float) -> tuple[float, float]:
+    """Exact mean and variance of the EM chain on the uniform grid (linear drift: closed recursion)."""
+    mu, V = -1.0, 0.0
+    for t in np.arange(0, t_end - 1e-12, h):
+        tau = float(schedule(t, T, tau0))
+        v = (1 - tau) * s**2 + tau
+        mu, V = mu - h * (mu - np.sqrt(1 - tau) * m) / v, V * (1 - h / v) ** 2 + 2 * h
+    return mu, V
+
+
+def test_gaussian_target_em_particles_follow_the_moment_odes():
+    m, s, T, tau0, t_end, h = 1.5, 0.5, 1.0, 0.99, 2.0, 2e-3
+    gmm = GMM([[m]], [[s]], [1.0])
+    times = np.arange(0, t_end + h / 2, h)
+    x = run_em(np.full((100_000, 1), -1.0), times, schedule(times, T, tau0), drift("diffusion", gmm),
+               np.random.default_rng(0))[len(times) - 1][:, 0]
+    mu_ode, V_ode = gaussian_moment_ode(m, s, T, tau0, times[-1])
+    n = x.size
+    assert abs(x.mean() - mu_ode) < 3 * np.sqrt(V_ode / n) + abs(em_moments(m, s, T, tau0, times[-1], h)[0] - mu_ode)
+    assert abs(x.var() - V_ode) < 3 * V_ode * np.sqrt(2 / n) + abs(em_moments(m, s, T, tau0, times[-1], h)[1] - V_ode)
+
+
+def test_em_error_of_the_moments_is_first_order_in_the_step():
+    m, s, T, tau0, t_end = 1.5, 0.5, 1.0, 0.99, 2.0
+    exact = gaussian_moment_ode(m, s, T, tau0, t_end)
+    errs = [np.abs(np.array(em_moments(m, s, T, tau0, t_end, h)) - exact) for h in (8e-3, 4e-3, 2e-3)]
+    for coarse, fine in zip(errs, errs[1:]):
+        ratio = coarse / fine
+        assert np.all((ratio > 1.7) & (ratio < 2.3)), ratio
+
+
+def test_ula_stationary_variance_has_the_closed_form_bias():
+    s, h = 0.5, 0.05
+    gmm = GMM([[0.0]], [[s]], [1.0])
+    times = np.arange(0, 600 * h, h)
+    x = run_em(np.zeros((200_000, 1)), times, np.zeros_like(times), drift("ula", gmm), np.random.default_rng(1))[len(times) - 1]
+    predicted = s**2 / (1 - h / (2 * s**2))
+    assert x.var() == pytest.approx(predicted, rel=0.01)
+    assert abs(x.var() / s**2 - 1) > 0.05  # the bias (11 % here) is resolved, not hidden in the tolerance
+
+
+@pytest.mark.parametrize("gmm", [GMM1, GMM3], ids=["1d", "3d"])
+def test_tau_zero_makes_every_path_identical_to_ula(gmm):
+    times = np.arange(0, 0.2, 1e-3)
+    taus = np.zeros_like(times)
+    runs = {p: run_em(np.full((50, gmm.dim), -1.0), times, taus, drift(p, gmm, prox_iters=5), np.random.default_rng(7),
+                      snapshots=np.arange(len(times))) for p in PATHS}
+    for p in PATHS:
+        for it, x in runs["ula"].items():
+            assert np.array_equal(runs[p][it], x), (p, it)
+
+
+def mean_floor(n: int, bins: int, reps: int = 5) -> float:
+    out = []
+    for seed in range(reps):
+        ref = reference("density_1d", GMM1, GMM1.sample(n, np.random.default_rng(100 + seed)), [bins])
+        out.append(noise_floor(GMM1, ref, n, np.random.default_rng(seed))[0][0])
+    return float(np.mean(out))
+
+
+def test_noise_floor_matches_the_official_kl_gt_column():
+    """The committed KL_gt column (about 0.008) is the plots script's floor: 10000 exact samples (its N),
+    bins over the range of 10000 exact samples, KL against the edge-averaged density. With the
+    experiment's own 200 bins the same computation gives 0.008; the floor of the N = 5000 particle runs
+    is about twice that (it scales ~ 1/N), which is where the committed diffusion curve plateaus (0.015)."""
+    assert mean_floor(10_000, 200) == pytest.approx(0.008, abs=0.0015)
+    assert mean_floor(5000, 200) / mean_floor(10_000, 200) == pytest.approx(2.0, rel=0.25)
+
+
+def test_histogram_kl_is_zero_for_matching_mass_and_large_for_a_wrong_mode_weight():
+    gt = GMM1.sample(5000, np.random.default_rng(0))
+    ref = reference("density_1d", GMM1, gt, [200])
+    wrong = GMM([[-2.0], [0.0], [2.0]], [[0.2], [0.1], [0.3]], [0.8, 0.1, 0.1]).sample(5000, np.random.default_rng(1))
+    good_kl = panel_metrics(GMM1.sample(5000, np.random.default_rng(1)), ref)[0][0]
+    assert panel_metrics(wrong, ref)[0][0] > 10 * good_kl
+
+
+def test_grids_follow_the_step_rule():
+    L_pi, a_pi = GMM1.lipschitz, GMM1.convexity
+    ula = build_grid("ula", GMM1, 1.0, 0.99, 1.0, 10**7)
+    assert np.allclose(np.diff(ula.t), a_pi / L_pi**2) and a_pi / L_pi**2 == pytest.approx(1.0 / 900)
+    for path in ("diffusion", "tempering", "dilation", "daz"):
+        grid = build_grid(path, GMM1, 1.0, 0.99, 3.0, 10**7)
+        assert grid.t.iloc[-1] >= 3.0 > grid.t.iloc[-2]
+        n = len(grid) // 2
+        L, a = step_constants(path, grid.tau.iloc[n], L_pi, a_pi, 0.01, 0.09)
+        assert grid.t.iloc[n + 1] - grid.t.iloc[n] == pytest.approx(a / L**2)
+    assert len(build_grid("dilation", GMM1, 1.0, 0.99, 3.0, 500)) == 500
+    assert step_constants("diffusion", 0.0, L_pi, a_pi, 0.01, 0.09) == pytest.approx((L_pi, a_pi))
+
+
+def test_2d_and_marginal_references_are_probability_masses_that_exact_samples_fit():
+    gmm2 = GMM([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]], [[0.2, 0.2], [0.1, 0.2], [0.3, 0.1], [0.1, 0.1]],
+               [0.2, 0.4, 0.2, 0.2])
+    gt = gmm2.sample(5000, np.random.default_rng(0))
+    ref2 = reference("density_2d", gmm2, gt, [200, 202])
+    assert ref2.mass[0].shape == (200, 202) and ref2.mass[0].sum() == pytest.approx(1.0, abs=0.01)
+    exact = panel_metrics(gmm2.sample(5000, np.random.default_rng(1)), ref2)[0][0]
+    shifted = panel_metrics(gmm2.sample(5000, np.random.default_rng(1)) + 0.3, ref2)[0][0]
+    assert shifted > 3 * exact
+    refm = reference("marginals", GMM3, GMM3.sample(5000, np.random.default_rng(0)), [200], n_marginals=3)
+    assert len(refm.mass) == 3 and all(m.sum() == 5000 for m in refm.mass)
+
+
+def test_uniform_grid_gives_every_path_ulas_step_with_the_schedule():
+    for path in ("diffusion", "daz"):
+        grid = build_grid(path, GMM1, 1.0, 0.99, 1.0, 10**7, grid="uniform")
+        assert np.allclose(np.diff(grid.t), 1.0 / 900) and np.allclose(grid.tau, schedule(grid.t, 1.0, 0.99))
+    with pytest.raises(ValueError, match="unknown grid 'adaptiv'"):
+        build_grid("diffusion", GMM1, 1.0, 0.99, 1.0, 10, grid="adaptiv")
