@@ -9,7 +9,6 @@ ULA keeps tau = sigma_final; the diffusion path uses tau(t) = sigma_f + exp(-t/T
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from typing import Callable
@@ -72,9 +71,10 @@ def posterior_langevin(x_obs: torch.Tensor, mask: torch.Tensor, denoiser: Callab
 
 
 def diffunet_denoiser(weights: str, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """deepinv's DiffUNet (FFHQ, small model) with the downloaded weights. deepinv is needed only here
-    (paper scale); it is imported on use and is not part of the repository's envs (see the README)."""
-    dinv = importlib.import_module("deepinv")
+    """deepinv's DiffUNet (FFHQ, small model) with the downloaded weights. deepinv (which needs
+    torchvision) is needed only here, at paper scale: it lives in envs/imaging.yaml, not in the
+    local venv, and is imported on use."""
+    import deepinv as dinv
     model = dinv.models.DiffUNet(large_model=False, pretrained=weights).to(device).eval()
     return lambda x, sigma: model(x.float(), sigma.float()).to(x.dtype)
 
