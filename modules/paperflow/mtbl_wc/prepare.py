@@ -16,19 +16,9 @@ import numpy as np
 from paperflow.core.config import ConfigError
 from paperflow.core.download import fetch
 from paperflow.mtbl_wc import data, fronts
+from paperflow.mtbl_wc.arrays import load_npz, save_npz
 
 log = logging.getLogger(__name__)
-
-
-def save_npz(path: str | Path, **arrays: Any) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as fh:
-        np.savez(fh, **{k: np.asarray(v) for k, v in arrays.items()})
-
-
-def load_npz(path: str | Path) -> dict[str, np.ndarray]:
-    with np.load(path) as raw:
-        return {k: raw[k] for k in raw.files}
 
 
 def preference_matrix(r1: list[float]) -> np.ndarray:
