@@ -89,7 +89,7 @@ def run(problem: Problem, method: str, prefs: np.ndarray, z0: np.ndarray, f_ref:
     device = _device_of(problem)
     z = torch.as_tensor(z0, dtype=torch.float64, device=device).clone()
     prefs_t = torch.as_tensor(prefs, dtype=torch.float64, device=device)
-    f_ref_t = torch.as_tensor(f_ref, dtype=torch.float64, device=device)
+    f_ref_t = torch.as_tensor(np.array(f_ref), dtype=torch.float64, device=device)
     scale = torch.ones(z.shape[1], dtype=torch.float64, device=device)
     scale[: problem.dim_x] = cfg["x_step"]
     smooth = problem.smoothness()
