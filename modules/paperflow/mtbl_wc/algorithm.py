@@ -1,0 +1,140 @@
+"""WC-penalty and its baselines on an ECMO problem, batched over preference vectors (spec §2, §3).
+
+One loop serves every method; only the weights on the UL gradients differ:
+    wc      lam = softmax(a / tau) (or the hard max), a_s = r_s (f_s - f_ref_s); weights lam_s r_s
+    wc_sto  the same, with a noisy gradient oracle and a step decaying like 1/sqrt(t)
+    ls      weights r_s (linear scalarisation)
+    mgda    weights = min-norm point of the UL gradients (preference-agnostic)
+    uniform no step at all: the starting point is returned (the hyper-cleaning baseline)
+and the update is z <- z - eta_t * scale * (sum_s w_s grad f_s + rho_t J_h^T h), with
+rho_t = min(rho_max, rho_0 (1 + t / ramp)) and eta_t = eta_0 / (L_f + rho_t L_h).
+The returned point is the best iterate by the KKT measure K, evaluated every `eval_every` steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from paperflow.mtbl_wc.kkt import kkt_measure
+from paperflow.mtbl_wc.problems import Problem, penalty_grad_autograd
+from paperflow.mtbl_wc.qp import min_norm_weights
+
+log = logging.getLogger(__name__)
+
+METHODS = ("wc", "wc_sto", "ls", "mgda", "uniform")
+
+
+def penalty_schedule(t: int, cfg: dict[str, Any]) -> float:
+    """rho_t = min(rho_max, rho_0 (1 + t / ramp)) (spec §2)."""
+    return min(cfg["rho_max"], cfg["rho0"] * (1.0 + t / cfg["ramp"]))
+
+
+def step_size(t: int, rho: float, smooth: tuple[float, float], cfg: dict[str, Any], stochastic: bool) -> float:
+    """eta_t = eta_0 / (L_f + rho_t L_h), times 1 / sqrt(1 + t / decay_steps) in the stochastic variant."""
+    eta = cfg["eta0"] / (smooth[0] + rho * smooth[1])
+    return eta / np.sqrt(1.0 + t / cfg["decay_steps"]) if stochastic else eta
+
+
+def chebyshev_weights(f: torch.Tensor, prefs: torch.Tensor, f_ref: torch.Tensor, tau: float, hard: bool) -> torch.Tensor:
+    """Weights lam_s r_s on grad f_s: lam = softmax(r (f - f_ref) / tau), or the one-hot argmax."""
+    a = prefs * (f - f_ref)
+    lam = torch.nn.functional.one_hot(a.argmax(1), a.shape[1]).to(a) if hard else torch.softmax(a / tau, dim=1)
+    return lam * prefs
+
+
+def mgda_weights(grads: torch.Tensor) -> torch.Tensor:
+    gram = torch.einsum("bsd,btd->bst", grads, grads).cpu().numpy()
+    return torch.as_tensor(min_norm_weights(gram), dtype=grads.dtype, device=grads.device)
+
+
+def ul_weights(method: str, f, grads, prefs, f_ref, cfg) -> torch.Tensor:
+    if method in ("wc", "wc_sto"):
+        return chebyshev_weights(f, prefs, f_ref, cfg["tau"], cfg["chebyshev"] == "hard")
+    if method == "ls":
+        return prefs
+    if method == "mgda":
+        return mgda_weights(grads)
+    raise ValueError(f"method {method!r} has no UL weights; known: {', '.join(METHODS)}")
+
+
+def measure(problem: Problem, z: torch.Tensor):
+    """K(z) and its parts for every row of z (numpy)."""
+    with torch.no_grad():
+        grads = problem.objective_grads(z).cpu().numpy()
+        jac = problem.jacobian(z).cpu().numpy()
+        h = problem.constraint(z).cpu().numpy()
+    return kkt_measure(grads, jac, h)
+
+
+@dataclass
+class RunResult:
+    z_best: np.ndarray
+    z_final: np.ndarray
+    history: pd.DataFrame
+
+
+def run(problem: Problem, method: str, prefs: np.ndarray, z0: np.ndarray, f_ref: np.ndarray,
+        cfg: dict[str, Any], seed: int) -> RunResult:
+    """Run `method` from z0 (B, d) for every preference row of prefs (B, S); returns best/final iterates
+    and the history (K, its parts, f, ||h|| per evaluation step and preference)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    device = _device_of(problem)
+    z = torch.as_tensor(z0, dtype=torch.float64, device=device).clone()
+    prefs_t = torch.as_tensor(prefs, dtype=torch.float64, device=device)
+    f_ref_t = torch.as_tensor(np.array(f_ref), dtype=torch.float64, device=device)
+    scale = torch.ones(z.shape[1], dtype=torch.float64, device=device)
+    scale[: problem.dim_x] = cfg["x_step"]
+    smooth = problem.smoothness()
+    stochastic = method == "wc_sto"
+    gen = torch.Generator(device=device).manual_seed(seed)
+    steps = 0 if method == "uniform" else cfg["steps"]
+    best_k = np.full(len(z), np.inf)
+    z_best = z.clone()
+    rows = []
+
+    def record(t: int) -> None:
+        nonlocal z_best
+        k = measure(problem, z)
+        better = k.value < best_k
+        best_k[better] = k.value[better]
+        z_best[torch.as_tensor(better, device=device)] = z[torch.as_tensor(better, device=device)]
+        with torch.no_grad():
+            f = problem.objectives(z).cpu().numpy()
+        for i in range(len(z)):
+            rows.append({"step": t, "pref": i, "K": k.value[i], "K_stat": k.stationarity[i], "K_feas": k.feasibility[i],
+                         "K_best": best_k[i], "h_norm": float(np.sqrt(k.feasibility[i])),
+                         **{f"f{s + 1}": f[i, s] for s in range(f.shape[1])}})
+
+    record(0)
+    for t in tqdm(range(steps), desc=f"{method}", mininterval=5.0, disable=None):
+        with torch.no_grad():
+            f = problem.objectives(z)
+            grads = problem.objective_grads(z)
+        pgrad = penalty_grad_autograd(problem, z) if cfg["penalty_grad"] == "autograd" else problem.penalty_grad(z)
+        with torch.no_grad():
+            if stochastic:
+                grads = grads + cfg["noise_std"] * torch.randn(grads.shape, generator=gen, dtype=z.dtype, device=device)
+                pgrad = pgrad + cfg["noise_std"] * torch.randn(pgrad.shape, generator=gen, dtype=z.dtype, device=device)
+            w = ul_weights(method, f, grads, prefs_t, f_ref_t, cfg)
+            rho = penalty_schedule(t, cfg)
+            direction = torch.einsum("bs,bsd->bd", w, grads) + rho * pgrad
+            z -= step_size(t, rho, smooth, cfg, stochastic) * scale * direction
+        if (t + 1) % cfg["eval_every"] == 0 or t + 1 == steps:
+            record(t + 1)
+    log.info("%s: %d steps, best K per preference %s", method, steps, np.array2string(best_k, precision=3))
+    return RunResult(z_best=z_best.cpu().numpy(), z_final=z.cpu().numpy(), history=pd.DataFrame(rows))
+
+
+def _device_of(problem: Problem) -> torch.device:
+    for value in vars(problem).values():
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")

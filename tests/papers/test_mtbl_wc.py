@@ -1,0 +1,226 @@
+"""mtbl_wc acceptance checks (spec §10) and claim checkers with negative controls."""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.mtbl_wc import data, fronts
+from paperflow.mtbl_wc.algorithm import run
+from paperflow.mtbl_wc.claims import cleaning_claims, concave_claims, quadratic_claims
+from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d
+from paperflow.mtbl_wc.kkt import kkt_measure
+from paperflow.mtbl_wc.prepare import preference_matrix
+from paperflow.mtbl_wc.problems import QuadraticECMO, penalty_grad_autograd, constraint_autograd
+from paperflow.mtbl_wc.qp import min_norm_weights
+
+QSPEC = {"n_obj": 2, "dim_x": 5, "dim_y": 10, "rows": 8, "rank": 6, "sv_range": [1.0, 1.5], "b_scale": 0.3, "c_scale": 1.5}
+PREFS = preference_matrix([0.2, 0.35, 0.5, 0.65, 0.8])
+SOLVER = {"steps": 20000, "rho0": 10.0, "rho_max": 100.0, "ramp": 2000, "tau": 0.01, "eta0": 1.0, "x_step": 1.0,
+          "eval_every": 200, "chebyshev": "smooth", "penalty_grad": "analytic", "f_ref": "ideal", "output": "best",
+          "noise_std": 0.1, "decay_steps": 2000}
+
+
+def quadratic(seed=0):
+    inst = fronts.quadratic_instance(QSPEC, seed)
+    return inst, fronts.quadratic_front(inst, PREFS, 101)
+
+
+def measure_at(problem, z):
+    zt = torch.as_tensor(z, dtype=torch.float64)
+    return kkt_measure(problem.objective_grads(zt).numpy(), problem.jacobian(zt).numpy(), problem.constraint(zt).numpy())
+
+
+# §10.1 closed form: K = 0 on the front, > 0 off it; WC points equalise the weighted gaps
+def test_kkt_is_zero_at_exact_weighted_sum_solutions_and_positive_off_the_front():
+    inst, exact = quadratic()
+    problem = QuadraticECMO.from_arrays(inst)
+    lam = np.random.default_rng(1).dirichlet([1.0, 1.0], size=20)
+    on = measure_at(problem, fronts.quadratic_weighted_sum(inst, lam))
+    assert np.max(on.value) < 1e-10
+    feasible_off = fronts.quadratic_weighted_sum(inst, lam) + 0.3 * fronts.null_space(fronts.quadratic_jacobian(inst))[:, 0]
+    off = measure_at(problem, feasible_off)
+    assert np.all(off.value > 1e-4) and np.max(off.feasibility) < 1e-20
+    gaps = PREFS * (exact["f_wc"] - exact["ideal"])
+    np.testing.assert_allclose(gaps[:, 0], gaps[:, 1], rtol=1e-10)
+
+
+# §10.2 S = 1 with a strongly convex lower level: the unique bilevel solution
+def test_single_objective_strongly_convex_reduction():
+    rng = np.random.default_rng(3)
+    dx, dy, ridge = 3, 4, 0.5
+    a, bm, b = rng.normal(size=(6, dy)) / 2, rng.normal(size=(6, dx)) / 2, rng.normal(size=6)
+    c, e = rng.normal(size=(1, dy)), rng.normal(size=(1, dx))
+    # ridge: g = 0.5||A y - B x - b||^2 + 0.5 ridge ||y||^2 written as a stacked least squares
+    inst = {"A": np.vstack([a, np.sqrt(ridge) * np.eye(dy)]), "B": np.vstack([bm, np.zeros((dy, dx))]),
+            "b": np.concatenate([b, np.zeros(dy)]), "c": c, "e": e}
+    problem = QuadraticECMO.from_arrays(inst)
+    # implicit function: y*(x) = H^{-1} A^T (B x + b); minimise F(x) = f(x, y*(x)) (a linear least squares)
+    hinv_at = np.linalg.solve(inst["A"].T @ inst["A"], inst["A"].T)
+    m, v = hinv_at @ inst["B"], hinv_at @ inst["b"]
+    lhs = np.vstack([np.sqrt(0.5) * np.eye(dx), m])
+    rhs = np.concatenate([np.sqrt(0.5) * e[0], c[0] - v])
+    x_star = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+    z_star = np.concatenate([x_star, m @ x_star + v])
+    cfg = SOLVER | {"steps": 40000, "rho_max": 1000.0, "eval_every": 1000, "output": "final"}
+    res = run(problem, "wc", np.ones((1, 1)), rng.normal(size=(1, dx + dy)), np.zeros(1), cfg, 0)
+    assert np.linalg.norm(res.z_final[0] - z_star) / np.linalg.norm(z_star) < 2e-2
+
+
+# §10.3 penalty gradient: autograd double backward = explicit J^T h (quadratic) and central differences (cleaning)
+def test_penalty_gradient_autograd_matches_explicit_jacobian_on_the_quadratic():
+    inst, _ = quadratic()
+    problem = QuadraticECMO.from_arrays(inst)
+    z = torch.as_tensor(np.random.default_rng(2).normal(size=(4, 15)))
+    jac = fronts.quadratic_jacobian(inst)
+    h = problem.constraint(z).numpy()
+    np.testing.assert_allclose(penalty_grad_autograd(problem, z).numpy(), h @ jac, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(constraint_autograd(problem, z).detach().numpy(), h, rtol=1e-10)
+
+
+def small_cleaning(seed=0):
+    pixels, labels = data.load_digits_arrays()
+    feats = data.whitened_features(pixels, 3)
+    split = data.split_and_corrupt(labels, {"n_train": 80, "n_val": 60, "noise": 0.4}, seed)
+    inst = {"phi_train": feats[split["train"]], "noisy_labels": split["noisy_labels"], "phi_val": feats[split["val"]],
+            "labels_val": labels[split["val"]], "groups": np.array([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]])}
+    return build_problem("digits", inst)
+
+
+def test_penalty_gradient_matches_central_differences_on_hyper_cleaning():
+    problem = small_cleaning()
+    rng = np.random.default_rng(0)
+    z = torch.as_tensor(rng.normal(size=(1, problem.dim_x + problem.dim_y)) * 0.3)
+    auto = penalty_grad_autograd(problem, z).numpy()[0]
+    np.testing.assert_allclose(problem.penalty_grad(z).numpy()[0], auto, rtol=1e-6, atol=1e-12)
+    pen = lambda zz: 0.5 * float((problem.constraint(zz) ** 2).sum())
+    idx = rng.choice(z.shape[1], 25, replace=False)
+    eps = 1e-5
+    fd = []
+    for i in idx:
+        d = torch.zeros_like(z)
+        d[0, i] = eps
+        fd.append((pen(z + d) - pen(z - d)) / (2 * eps))
+    np.testing.assert_allclose(auto[idx], fd, rtol=1e-6, atol=1e-9)
+    jac = problem.jacobian(z).numpy()[0]
+    np.testing.assert_allclose(jac.T @ problem.constraint(z).numpy()[0], auto, rtol=1e-6, atol=1e-12)
+
+
+# §10.4 min-norm QP against cvxpy + Clarabel
+def qp_reference(gram):
+    lam = cp.Variable(len(gram))
+    prob = cp.Problem(cp.Minimize(cp.quad_form(lam, cp.psd_wrap(gram))), [lam >= 0, cp.sum(lam) == 1])
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return lam.value, prob.value
+
+
+@pytest.mark.parametrize("s", [2, 3, 5])
+def test_min_norm_qp_matches_clarabel(s):
+    rng = np.random.default_rng(s)
+    for trial in range(20):
+        g = rng.normal(size=(s, 8)) + (rng.normal(size=8) * 2 if trial % 2 else 0)
+        gram = g @ g.T
+        lam = min_norm_weights(gram[None])[0]
+        ref, value = qp_reference(gram)
+        assert lam.min() >= 0 and lam.sum() == pytest.approx(1.0)
+        assert lam @ gram @ lam == pytest.approx(value, rel=1e-6, abs=1e-9)
+        np.testing.assert_allclose(lam, ref, atol=1e-5)
+
+
+# §10.5 convergence: rate ratio and 2% of the closed-form WC point on the whole grid
+@pytest.mark.slow
+def test_wc_converges_at_the_rate_and_lands_on_the_wc_points():
+    inst, exact = quadratic(0)
+    problem = QuadraticECMO.from_arrays(inst)
+    z0 = np.tile(np.random.default_rng(0).normal(size=15), (len(PREFS), 1))
+    res = run(problem, "wc", PREFS, z0, exact["ideal"], SOLVER, 0)
+    rel = np.linalg.norm(res.z_best - exact["z_wc"], axis=1) / np.linalg.norm(exact["z_wc"], axis=1)
+    assert rel.max() < 0.02
+    kb = res.history.pivot(index="step", columns="pref", values="K_best")
+    assert np.all(kb.loc[1000] / kb.loc[4000] >= 2) and np.all(kb.loc[4000] / kb.loc[16000] >= 2)
+
+
+# §10.6 concave front: WC reaches the middle, LS jumps to the extremes
+@pytest.mark.slow
+def test_concave_front_wc_reaches_middle_ls_goes_to_extremes():
+    inst = fronts.concave_instance({"dim_x": 2, "dim_y": 4, "sv_range": [1.0, 1.5]}, 0)
+    prefs = preference_matrix([0.35, 0.5, 0.65])
+    exact = fronts.concave_front(inst, prefs, 101)
+    problem = build_problem("concave", inst)
+    z0 = np.tile(np.random.default_rng(0).normal(size=6), (3, 1))
+    cfg = SOLVER | {"steps": 5000, "ramp": 500, "eval_every": 250}
+    wc = run(problem, "wc", prefs, z0, exact["ideal"], cfg, 0)
+    ls = run(problem, "ls", prefs, z0, exact["ideal"], cfg, 0)
+    f = lambda z: problem.objectives(torch.as_tensor(z)).numpy()
+    assert np.max(np.linalg.norm(f(wc.z_best) - exact["f_wc"], axis=1) / np.linalg.norm(exact["f_wc"], axis=1)) < 0.02
+    assert np.all(f(wc.z_best).min(1) > 0.2)
+    assert np.all(f(ls.z_best).min(1) < 0.05)
+
+
+def test_angle_and_hypervolume_closed_forms():
+    assert angle_to_ray(np.array([[1.0, 4.0]]), np.zeros(2), np.array([[0.8, 0.2]]))[0] == pytest.approx(0.0, abs=1e-6)
+    assert angle_to_ray(np.array([[1.0, 0.0]]), np.zeros(2), np.array([[0.5, 0.5]]))[0] == pytest.approx(45.0)
+    assert hypervolume_2d(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([2.0, 2.0])) == pytest.approx(3.0)
+
+
+# claims: they hold on good numbers and fail on negative controls
+def long_frame(rows):
+    return pd.DataFrame([{"method": m, "seed": s, "pref": i, "r1": r, "metric": k, "value": v} for m, s, i, r, k, v in rows])
+
+
+def quad_frame(wc_dist, ls_angle):
+    rows = []
+    for s in (0, 1):
+        for i, r in enumerate([0.2, 0.5, 0.8]):
+            for m, dist, ang, h in (("wc", wc_dist, 0.1, 5e-3), ("ls", 0.2, ls_angle if r != 0.5 else 0.0, 0.02)):
+                rows += [(m, s, i, r, "rel_dist_wc", dist), (m, s, i, r, "angle_deg", ang), (m, s, i, r, "h_norm", h),
+                         (m, s, i, r, "K_best@100", 1e-2), (m, s, i, r, "K_best@400", 2e-3)]
+    return long_frame(rows)
+
+
+def test_quadratic_claims_hold_and_negative_control_fails():
+    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
+    good = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1]) if c.gated}
+    assert all(good.values()), good
+    # LS in WC's place: far from the WC points and off the ray
+    control = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], wc="ls") if c.gated}
+    assert not control["quad_wc_within_2pct"] and not control["quad_wc_on_ray"] and not control["quad_wc_feasible"]
+    # WC in LS's place: on the ray, so the LS claim fails
+    assert not {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], ls="wc")}["quad_ls_off_ray"]
+
+
+def test_concave_and_cleaning_claims_negative_controls():
+    rows = []
+    for s in (0, 1):
+        for i, r in enumerate([0.2, 0.5, 0.8]):
+            rows += [("wc", s, i, r, "rel_dist_wc_f", 0.001), ("wc", s, i, r, "min_f_rel", 0.6),
+                     ("ls", s, i, r, "rel_dist_wc_f", 0.5), ("ls", s, i, r, "min_f_rel", 0.0)]
+            rows += [("uniform", s, i, r, "max_f", 0.5), ("uniform", s, i, r, "f1", 0.45), ("uniform", s, i, r, "detect_f1", 0.0),
+                     ("uniform", s, i, r, "test_acc", 0.8), ("wc", s, i, r, "max_f", 0.45), ("wc", s, i, r, "f1", 0.6 - 0.3 * r),
+                     ("wc", s, i, r, "detect_f1", 0.6), ("wc", s, i, r, "test_acc", 0.81)]
+    frame = long_frame(rows)
+    assert all(c.held for c in concave_claims(frame, [0, 1]))
+    assert not any(c.held for c in concave_claims(frame, [0, 1], wc="ls", ls="wc"))
+    assert all(c.held for c in cleaning_claims(frame, "digits", [0, 1]) if c.gated)
+    control = {c.id: c.held for c in cleaning_claims(frame, "digits", [0, 1], wc="uniform")}
+    assert not control["digits_wc_max_below_uniform"] and not control["digits_pref_steers_f1"]
+
+
+def test_config_errors_name_the_key(tmp_path, monkeypatch):
+    from paperflow.core.config import repo_root
+    import shutil
+    root = tmp_path / "repo"
+    shutil.copytree(repo_root() / "config", root / "config")
+    text = (root / "config" / "mtbl_wc.yaml").read_text()
+    (root / "config" / "mtbl_wc.yaml").write_text(text.replace("methods: [wc, ls]", "methods: [wc, lss]", 1))
+    with pytest.raises(ConfigError, match="lss.*allowed values"):
+        load_paper_config("mtbl_wc", "smoke", root)
+    (root / "config" / "mtbl_wc.yaml").write_text(text.replace("rank: 6", "rank: 8", 1))
+    with pytest.raises(ConfigError, match="rank = 8 must be < min"):
+        load_paper_config("mtbl_wc", "smoke", root)
+    for scale in ("tiny", "smoke", "paper"):
+        assert load_paper_config("mtbl_wc", scale)["problems"]
