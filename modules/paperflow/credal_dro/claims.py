@@ -146,7 +146,7 @@ def frontier_figure(table: pd.DataFrame, experiments: Sequence[str], path: str |
                 ax.annotate(f"{pi:g}", (xi, yi), fontsize=6, textcoords="offset points", xytext=(2, 2))
         ax.set_xlabel(lx)
         ax.set_ylabel(ly)
-        ax.set_title(f"{exp} (mean over seeds; labels: parameter)")
+        ax.set_title(f"{exp}: mean over seeds, points labelled by parameter", fontsize=8)
         ax.legend(fontsize=7)
     plots.save(fig, path)
 
