@@ -37,7 +37,8 @@ def train_convex(exp: str, method: str, splits: Mapping[int, Mapping[str, Any]],
             split = {"fit": features(parts["fit"]), "select": features(parts["select"]), "u_select": parts["select"]["u"].to_numpy()}
             central = sample_central(cfg["central"], split["fit"], cfg["n_central"], rng) if method == "lv" else None
             central_s = time.perf_counter() - t0
-            result = rg.fit_method(method, grid, split, central, bulk, {"solver": solver["conic"], "validation_blocks": cfg["validation_blocks"]})
+            result = rg.fit_method(method, grid, split, central, bulk, {"solver": solver["conic"], "validation_blocks": cfg["validation_blocks"],
+                                                                               "or_wass_eta": cfg["or_wass_eta"]})
         result["runtime_s"] = time.perf_counter() - t0
         result["central_s"] = central_s
         result["n_central_in_bulk"] = int(bulk.contains(central).sum()) if central is not None else None
