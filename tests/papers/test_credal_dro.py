@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from paperflow.core.config import ConfigError, load_paper_config, repo_root
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg

@@ -9,17 +9,26 @@ import itertools
 import cvxpy as cp
 import numpy as np
 import pytest
-from scipy import stats
-from scipy.optimize import linprog
-
 from paperflow.core.refs import dro_linear_model
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg
 from paperflow.credal_dro.bulk import Block, Bulk, calibrate, dkw_radius, dkw_threshold
 from paperflow.credal_dro.central import sample_central
-from paperflow.credal_dro.lv import (cvar_expr, kl_dual, lv_value, sup_abs, sup_linear, sup_piecewise, sup_relu, support_expr,
-                                     tv_ball_value, upper_tail_mean)
+from paperflow.credal_dro.lv import (
+    cvar_expr,
+    kl_dual,
+    lv_value,
+    sup_abs,
+    sup_linear,
+    sup_piecewise,
+    sup_relu,
+    support_expr,
+    tv_ball_value,
+    upper_tail_mean,
+)
 from paperflow.credal_dro.solvers import solve
+from scipy import stats
+from scipy.optimize import linprog
 
 H, B = 1.0, 3.0
 

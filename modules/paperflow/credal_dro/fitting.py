@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Mapping, Sequence
 
@@ -15,7 +14,6 @@ from paperflow.credal_dro.bulk import Bulk
 from paperflow.credal_dro.central import sample_central
 from paperflow.credal_dro.tables import features
 
-log = logging.getLogger(__name__)
 CENTRAL_SEED_OFFSET = 20_000
 
 

@@ -21,11 +21,11 @@ from sklearn.decomposition import PCA
 from paperflow.core.config import ConfigError
 from paperflow.core.download import fetch
 from paperflow.core.io import read_frame, write_frame
-from paperflow.credal_dro.tables import features
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg
 from paperflow.credal_dro import text
 from paperflow.credal_dro.bulk import Bulk, calibrate
+from paperflow.credal_dro.tables import features
 
 log = logging.getLogger(__name__)
 CONTAMINATION_SEED_OFFSET = 10_000
