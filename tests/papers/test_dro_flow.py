@@ -44,6 +44,7 @@ def within_mc(z: torch.Tensor, mean: float, var: float, n_se: float = 3.0) -> No
 
 # 1. Langevin stationary law ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_wgf_particles_have_the_closed_form_gibbs_law():
     a, lam, eps, x0 = 0.5, 1.0, 0.5, 1.0
     cfg = SamplerConfig(lam=lam, eps=eps, particles=20_000, steps=300, lr=0.02)
@@ -163,6 +164,7 @@ def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
 
 # 5. SVGD sanity ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_svgd_recovers_the_gaussian_base_without_a_loss():
     eps, lam = 0.5, 1.0
     x = torch.tensor([[[1.0, -2.0]]])
