@@ -1,0 +1,363 @@
+"""dro_flow acceptance checks (spec section 10): closed forms of the samplers' laws, the WRM and dual
+Sinkhorn-DRO reductions, the cross-check against the `dro` package, the claims' negative control,
+config errors, data generators and the torchvision-free ResNet-50."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from paperflow.core.config import ConfigError, load_paper_config, repo_root
+from paperflow.dro_flow.claims import build_claims
+from paperflow.dro_flow.data import circle, two_moons, uls_matrices, uncertain_least_squares
+from paperflow.dro_flow.problems import Problem, mlp
+from paperflow.dro_flow.samplers import (
+    SamplerConfig, birth_death, dual, dual_objective, dual_weights, fisher_rao_reweighting, fisher_rao_step,
+    penalised, rgo, svgd, wfr, wgf, wrm,
+)
+from paperflow.dro_flow.training import batch_objective
+
+torch.set_default_dtype(torch.float64)
+
+
+def quadratic(a: float):
+    return lambda z: a * (z ** 2).sum(-1)
+
+
+def gibbs_moments(a: float, lam: float, eps: float, x: float) -> tuple[float, float]:
+    """Mean and variance of exp((a z^2 - lam (z - x)^2) / (lam eps)), lam > a."""
+    return lam * x / (lam - a), lam * eps / (2 * (lam - a))
+
+
+def within_mc(z: torch.Tensor, mean: float, var: float, n_se: float = 3.0) -> None:
+    n = z.numel()
+    assert abs(float(z.mean()) - mean) < n_se * math.sqrt(var / n), (float(z.mean()), mean)
+    assert abs(float(z.var()) - var) < n_se * var * math.sqrt(2 / n) + 0.01 * var  # + the ULA step bias, (float(z.var()), var)
+
+
+# 1. Langevin stationary law ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_wgf_particles_have_the_closed_form_gibbs_law():
+    a, lam, eps, x0 = 0.5, 1.0, 0.5, 1.0
+    cfg = SamplerConfig(lam=lam, eps=eps, particles=20_000, steps=300, lr=0.02)
+    parts = wgf(quadratic(a), torch.full((1, 1, 1), x0), cfg, torch.Generator().manual_seed(0))
+    within_mc(parts.z, *gibbs_moments(a, lam, eps, x0))
+
+
+def test_rgo_is_an_exact_sampler_of_the_gibbs_law():
+    a, lam, eps, x0 = 0.3, 1.0, 0.4, -0.5
+    cfg = SamplerConfig(lam=lam, eps=eps, particles=50_000, steps=200, lr=0.05, rgo_smoothness=2 * a, rgo_trials=200)
+    parts = rgo(quadratic(a), torch.full((1, 1, 1), x0), cfg, torch.Generator().manual_seed(1))
+    assert parts.info["fallback_rate"] < 1e-3
+    within_mc(parts.z, *gibbs_moments(a, lam, eps, x0))
+
+
+def test_rgo_refuses_a_negative_proposal_variance():
+    with pytest.raises(ValueError, match="lam > L/2"):
+        rgo(quadratic(0.5), torch.zeros(1, 1, 1), SamplerConfig(lam=0.1, eps=0.5, rgo_smoothness=0.5))
+
+
+# 2. Fisher-Rao weight fixed points and the pure-reweighting reduction to the dual estimator -----
+
+def frozen_particles(seed: int = 0, b: int = 3, m: int = 16, d: int = 2, eps: float = 0.5):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((b, 1, d), generator=gen)
+    return x, x + math.sqrt(eps / 2) * torch.randn((b, m, d), generator=gen)
+
+
+def smooth_loss(z: torch.Tensor) -> torch.Tensor:
+    return torch.sin(3 * z).sum(-1) + 0.5 * (z ** 2).sum(-1)
+
+
+@pytest.mark.parametrize("energy_kind", ["penalised", "loss"])
+def test_fisher_rao_weights_converge_to_the_softmax_fixed_point(energy_kind):
+    lam, eps, eta_w = 2.0, 0.5, 0.2
+    x, z = frozen_particles(eps=eps)
+    loss = smooth_loss(z)
+    f = penalised(loss, z, x, lam) if energy_kind == "penalised" else loss
+    log_w = torch.full(loss.shape, -math.log(loss.shape[1]))
+    for _ in range(600):
+        log_w = fisher_rao_step(log_w, f, lam, eps, eta_w)
+    target = torch.softmax(f / (lam * eps), dim=1)
+    assert float((log_w.exp() - target).abs().max()) < 1e-6
+    if energy_kind == "loss":
+        assert float((log_w.exp() - dual_weights(loss, lam, eps)).abs().max()) < 1e-6
+    else:  # the two energies have different fixed points: the check can tell them apart
+        assert float((log_w.exp() - dual_weights(loss, lam, eps)).abs().max()) > 1e-3
+
+
+def test_pure_reweighting_flow_gives_the_dual_estimators_theta_gradient():
+    lam, eps = 1.0, 0.3
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn((4, 1, 2), generator=gen)
+    y = torch.tensor([0, 1, 1, 0])
+    problem = Problem(kind="classifier", x=x[:, 0], y=y, model_spec={"hidden": [5]}, n_classes=2)
+    model = problem.build(0).double()
+    cfg = SamplerConfig(lam=lam, eps=eps, particles=32, weight_lr=0.5)
+    parts = fisher_rao_reweighting(lambda z: problem.loss(model, z, y), x, cfg, gen, steps=800)
+    grads = []
+    for objective in ("flow", "dual"):
+        model.zero_grad()
+        loss = problem.loss(model, parts.z, y)
+        value = (parts.w * loss).sum(1).mean() if objective == "flow" else dual_objective(loss, lam, eps)
+        value.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-8, rtol=1e-6)
+
+
+# 3. WRM reduction ---------------------------------------------------------------------------
+
+def classifier_problem(seed: int = 0, n: int = 12):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((n, 2), generator=gen)
+    y = (x.norm(dim=1) > 1).long()
+    problem = Problem(kind="classifier", x=x, y=y, model_spec={"hidden": [4]}, n_classes=2)
+    return problem, problem.build(seed).double()
+
+
+def test_wgf_at_zero_entropy_with_one_particle_is_wrm():
+    problem, model = classifier_problem()
+    cfg = SamplerConfig(lam=1.0, eps=0.0, particles=1, steps=15, lr=0.05)
+    energy = lambda z: problem.loss(model, z, problem.y)  # noqa: E731
+    x = problem.x[:, None, :]
+    z_wgf = wgf(energy, x, cfg, torch.Generator().manual_seed(0)).z
+    z_wrm = wrm(energy, x, cfg, torch.Generator().manual_seed(1)).z
+    assert torch.allclose(z_wgf, z_wrm, atol=1e-14, rtol=0)
+    assert not torch.allclose(z_wrm, x)  # the ascent moved the points
+    grads = {}
+    for method in ("wgf", "wrm"):
+        model.zero_grad()
+        batch_objective(problem, model, method, problem.x, problem.y, cfg, torch.Generator().manual_seed(2))[0].backward()
+        grads[method] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert torch.allclose(grads["wgf"], grads["wrm"], atol=1e-14, rtol=0)
+    noisy = SamplerConfig(lam=1.0, eps=0.1, particles=1, steps=15, lr=0.05)
+    assert not torch.allclose(wgf(energy, x, noisy, torch.Generator().manual_seed(0)).z, z_wrm, atol=1e-6)
+
+
+# 4. Dual objective closed form ----------------------------------------------------------------
+
+@pytest.mark.parametrize("noise,var_factor", [("official", 1.0), ("gibbs", 0.5)])
+def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
+    lam, eps = 1.0, 0.5
+    theta = torch.tensor([0.3, -0.2, 0.1])
+    x = torch.tensor([[[1.0, 0.5, -1.0]], [[-0.2, 0.0, 0.4]]])
+    gen = torch.Generator().manual_seed(4)
+    # the dual sampler's reference noise: variance eps (official) or eps/2 (gibbs) per coordinate
+    z1 = dual(lambda z: z.sum(-1), x[:1].expand(50_000, 1, 3),
+              SamplerConfig(lam=lam, eps=eps, dual_max_level=0, dual_noise=noise), gen).z
+    s2 = float(z1[:, 0, 0].var())
+    assert abs(s2 - var_factor * eps) < 0.03 * var_factor * eps
+    s2 = var_factor * eps
+    z = x + math.sqrt(s2) * torch.randn((2, 1_000_000, 3), generator=gen)
+    estimate = float(dual_objective(z @ theta, lam, eps))
+    closed = float((x[:, 0] @ theta).mean() + s2 * theta.dot(theta) / (2 * lam * eps))
+    assert abs(estimate - closed) < 0.01 * abs(closed)
+
+
+# 5. SVGD sanity ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_svgd_recovers_the_gaussian_base_without_a_loss():
+    eps, lam = 0.5, 1.0
+    x = torch.tensor([[[1.0, -2.0]]])
+    cfg = SamplerConfig(lam=lam, eps=eps, particles=200, steps=1500, lr=0.02, svgd_init_std=0.1)
+    z = svgd(lambda z: 0.0 * z.sum(-1), x, cfg, torch.Generator().manual_seed(5)).z[0]
+    assert torch.allclose(z.mean(0), x[0, 0], atol=0.1 * math.sqrt(eps / 2))
+    assert torch.allclose(z.var(0), torch.full((2,), eps / 2), rtol=0.10)
+
+
+# WFR birth-death ------------------------------------------------------------------------------
+
+def test_birth_death_moves_dead_particles_and_conserves_mass():
+    z = torch.arange(8.0).reshape(2, 4, 1)
+    w = torch.tensor([[0.7, 0.29995, 0.00001, 0.00004], [0.25, 0.25, 0.25, 0.25]])
+    new_z, new_w, n_dead, _ = birth_death(z, w, 1e-4)
+    assert n_dead == 2
+    assert new_z[0, :, 0].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert torch.allclose(new_w[0], torch.tensor([0.70005 / 3, 0.29995, 0.70005 / 3, 0.70005 / 3]))
+    assert torch.equal(new_z[1], z[1]) and torch.equal(new_w[1], w[1])
+    assert torch.allclose(new_w.sum(1), torch.ones(2))
+
+
+def test_wfr_weights_sum_to_one_and_favour_high_loss():
+    problem, model = classifier_problem(1)
+    cfg = SamplerConfig(lam=1.0, eps=0.5, particles=6, steps=30, lr=0.05, weight_lr=0.5)
+    parts = wfr(lambda z: problem.loss(model, z, problem.y), problem.x[:, None, :], cfg, torch.Generator().manual_seed(0))
+    assert torch.allclose(parts.w.sum(1), torch.ones(len(problem.x)))
+    loss = problem.loss(model, parts.z, problem.y)
+    f = penalised(loss, parts.z, problem.x[:, None, :], cfg.lam)
+    heavy = parts.w.argmax(1)
+    assert float((f.gather(1, heavy[:, None])[:, 0] >= f.median(1).values).float().mean()) > 0.8
+
+
+# 6. Cross-check of the dual estimator against the `dro` package's Sinkhorn-DRO ----------------
+
+def dro_sinkhorn():
+    from paperflow.core.refs import dro_linear_model
+    return dro_linear_model().SinkhornLinearDRO
+
+
+def test_dual_objective_equals_dro_packages_sinkhorn_loss_on_the_same_samples():
+    lam, eps, m, b = 2.0, 0.1, 16, 5
+    model = dro_sinkhorn()(input_dim=3, model_type="ols", reg_param=eps, lambda_param=lam)
+    gen = torch.Generator().manual_seed(6)
+    pred = torch.randn((m * b, 1), generator=gen, dtype=torch.float32)  # m-major, as dro lays out its samples
+    target = torch.randn((b, 1), generator=gen, dtype=torch.float32).repeat(m, 1)
+    reference = float(model._compute_loss(pred, target, m, lam * eps))
+    ours = float(dual_objective(((pred - target) ** 2).view(m, b).T.double(), lam, eps))
+    assert ours == pytest.approx(reference, rel=1e-5)
+
+
+def test_dual_objective_agrees_with_dro_packages_robust_objective_on_a_linear_model():
+    lam, eps, level = 5.0, 0.2, 9
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(256, 3)).astype(np.float32)
+    theta, bias = np.array([0.5, -0.3, 0.2], dtype=np.float32), np.float32(0.1)
+    y = (X @ theta + 0.3 * rng.normal(size=256)).astype(np.float32)
+    model = dro_sinkhorn()(input_dim=3, model_type="ols", reg_param=eps, lambda_param=lam, k_sample_max=level)
+    with torch.no_grad():
+        model.model.linear.weight.copy_(torch.as_tensor(theta[None]))
+        model.model.linear.bias.fill_(float(bias))
+    torch.manual_seed(0)
+    reference = model._estimate_robust_objective(model._create_dataloader(X, y))
+    x = torch.as_tensor(X, dtype=torch.float64)[:, None, :]
+    z = x + math.sqrt(eps) * torch.randn((256, 2 ** level, 3), generator=torch.Generator().manual_seed(8))
+    loss = (z @ torch.as_tensor(theta, dtype=torch.float64) + float(bias) - torch.as_tensor(y, dtype=torch.float64)[:, None]) ** 2
+    assert float(dual_objective(loss, lam, eps)) == pytest.approx(reference, rel=0.02)
+
+
+# Claims: the gated ones can fail ---------------------------------------------------------------
+
+SEEDS = [0, 1, 2]
+CLAIM = {"dataset": "uls", "dro_methods": ["wgf", "wfr", "dual"], "ratio": 0.5, "large_window": [5.0, 10.0],
+         "small_window": [0.0, 0.8], "attack_dataset": None, "attack_radius": 0.3, "attack_slack": 0.02}
+SPECS = {"uls": {"methods": ["erm", "wgf", "wfr", "dual"], "evaluate": {"kind": "shift"}}}
+
+
+def shift_frame(curves: dict[str, np.ndarray]) -> pd.DataFrame:
+    deltas = np.linspace(0, 10, 11)
+    return pd.DataFrame([{"method": m, "seed": s, "metric": "test_loss", "level": d, "value": v + 0.01 * s}
+                         for m, c in curves.items() for s in SEEDS for d, v in zip(deltas, c)])
+
+
+ERM = 0.2 + 0.1 * np.linspace(0, 10, 11) ** 2
+DRO = 0.4 + 0.05 * np.linspace(0, 10, 11)
+
+
+def gated(claims):
+    return {c.id: c.held for c in claims if c.gated}
+
+
+def test_claims_hold_when_dro_is_flat_and_erm_blows_up():
+    claims = build_claims({"uls": shift_frame({"erm": ERM, "wgf": DRO, "wfr": DRO, "dual": DRO})}, SPECS, CLAIM, SEEDS)
+    assert all(gated(claims).values()) and len(gated(claims)) == 4
+
+
+def test_negative_control_erm_in_place_of_the_dro_methods_is_not_held():
+    claims = build_claims({"uls": shift_frame({"erm": ERM, "wgf": ERM, "wfr": ERM, "dual": ERM})}, SPECS, CLAIM, SEEDS)
+    assert not any(gated(claims).values())
+
+
+def test_a_missing_seed_makes_the_claim_fail():
+    frame = shift_frame({"erm": ERM, "wgf": DRO, "wfr": DRO, "dual": DRO})
+    frame = frame[~((frame.method == "wgf") & (frame.seed == 2))]
+    held = gated(build_claims({"uls": frame}, SPECS, CLAIM, SEEDS))
+    assert held["uls_wgf_le_0.5x_erm_large_delta"] is False
+
+
+# Config errors ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def config_root(tmp_path):
+    shutil.copytree(repo_root() / "config", tmp_path / "config")
+    return tmp_path
+
+
+def edit_config(root: Path, edit) -> None:
+    path = root / "config" / "dro_flow.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    edit(cfg)
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def test_a_misspelt_method_names_the_allowed_values(config_root):
+    edit_config(config_root, lambda c: c["defaults"]["datasets"]["circle"].update(methods=["erm", "wgff"]))
+    with pytest.raises(ConfigError, match=r"methods\[1\] = 'wgff' is not allowed; allowed values: 'erm', 'wrm'"):
+        load_paper_config("dro_flow", "smoke", config_root)
+
+
+def test_rgo_with_lambda_below_half_the_smoothness_is_refused(config_root):
+    edit_config(config_root, lambda c: c["defaults"]["datasets"]["circle"]["dro"].update(lam=0.4))
+    with pytest.raises(ConfigError, match="method rgo needs lam > rgo_smoothness / 2"):
+        load_paper_config("dro_flow", "smoke", config_root)
+
+
+def test_claim_methods_must_be_trained(config_root):
+    edit_config(config_root, lambda c: c["defaults"]["datasets"]["uls"].update(methods=["erm", "wgf"]))
+    with pytest.raises(ConfigError, match="needed by claim.dro_methods"):
+        load_paper_config("dro_flow", "smoke", config_root)
+
+
+def test_every_scale_resolves():
+    for scale in ("tiny", "smoke", "paper"):
+        cfg = load_paper_config("dro_flow", scale)
+        assert cfg["claim"]["dataset"] in cfg["run_datasets"]
+
+
+# Data -------------------------------------------------------------------------------------------
+
+def test_uls_official_stream_reproduces_the_official_scripts_draws():
+    spec = {"dim": 10, "n_train": 20, "n_test": 50, "matrix_seed": 219, "stream": "official"}
+    data, meta = uncertain_least_squares(spec, 0)
+    np.random.seed(219)
+    a0, a1, b = np.random.randn(10, 10), np.random.randn(10, 10), np.random.randn(10)
+    xi = np.random.uniform(-0.5, 0.5, 20)
+    assert np.array_equal(np.array(meta["A0"]), a0) and np.array_equal(np.array(meta["b"]), b)
+    assert np.array_equal(data[data.split == "train"].x0.to_numpy(), xi)
+    assert np.array_equal(uls_matrices(10, 219)[1], a1)
+
+
+def test_circle_training_set_has_no_first_quadrant_and_no_band():
+    data, _ = circle({"n_train": 300, "n_test": 600}, 0)
+    r = np.hypot(data.x0, data.x1)
+    assert not ((r > math.sqrt(2) / 1.3) & (r < 1.3 * math.sqrt(2))).any()
+    train, test = data[data.split == "train"], data[data.split == "test"]
+    assert len(train) == 300 and not ((train.x0 > 0) & (train.x1 > 0)).any()
+    assert ((test.x0 > 0) & (test.x1 > 0)).any()
+    assert np.array_equal(data.y, (r > math.sqrt(2)).astype(int))
+
+
+def test_two_moons_training_set_is_imbalanced():
+    data, _ = two_moons({"n_train": 150, "n_test": 400, "noise": 0.15, "imbalance_ratio": 0.5}, 0)
+    counts = data[data.split == "train"].y.value_counts()
+    assert counts[0] == 100 and counts[1] == 50
+    assert data[data.split == "test"].y.value_counts().tolist() == [200, 200]
+
+
+# CIFAR-10 features without torchvision ----------------------------------------------------------
+
+def test_resnet50_has_torchvisions_parameter_names_and_a_512d_head():
+    from paperflow.dro_flow.features import feature_extractor, preprocess_images
+
+    model = feature_extractor(None, head_seed=0).float()
+    keys = set(model.state_dict())
+    assert {"conv1.weight", "bn1.running_var", "layer1.0.downsample.0.weight", "layer4.2.bn3.num_batches_tracked"} <= keys
+    assert sum(p.numel() for n, p in model.named_parameters() if not n.startswith("fc")) == 23_508_032  # resnet50 without fc
+    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    with torch.no_grad():
+        feats = model(preprocess_images(images)[:, :, :64, :64].float())
+    assert feats.shape == (2, 512) and bool((feats >= 0).all())
+    again = feature_extractor(None, head_seed=0).float()
+    assert torch.equal(again.fc[0].weight, model.fc[0].weight)  # the random head is seeded
+
+
+def test_mlp_with_no_hidden_layer_is_logistic_regression():
+    assert isinstance(mlp(64, [], 10), torch.nn.Sequential) and len(mlp(64, [], 10)) == 1
