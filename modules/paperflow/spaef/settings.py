@@ -1,0 +1,64 @@
+"""Config rules of spaef that its JSON schema cannot express, and the (sample, seed) units of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paperflow.core.config import ConfigError, require_member
+
+# what each method trains: which graphs (LM-built or plain expression/correlation) and which gate
+METHODS = {
+    "spaef": {"graphs": "lm", "fusion": "learned"},
+    "spaef_nolm": {"graphs": "nolm", "fusion": "learned"},
+    "spot_only": {"graphs": "lm", "fusion": "spot"},
+    "gene_only": {"graphs": "lm", "fusion": "gene"},
+    "fixed_half": {"graphs": "lm", "fusion": "half"},
+}
+BASELINES = ("raw", "delaunay_smooth", "magic")
+NEEDS = {"synthetic": ("n_rows", "n_cols", "n_domains"), "visium": ("files",)}
+
+
+def sample_names(cfg: dict[str, Any]) -> list[str]:
+    return sorted({sample for sample, _ in units(cfg)})
+
+
+def units(cfg: dict[str, Any]) -> list[tuple[str, int]]:
+    """(sample, seed) pairs. A synthetic dataset is drawn once per seed (sample `<name>_s<seed>`, the
+    spec's "one dataset instance per seed"); a real dataset is one sample trained with every seed."""
+    out = []
+    for name in cfg["run_datasets"]:
+        synthetic = cfg["datasets"][name]["kind"] == "synthetic"
+        out += [(f"{name}_s{s}" if synthetic else name, s) for s in cfg["seeds"]]
+    return out
+
+
+def seeds_of(cfg: dict[str, Any], sample: str) -> list[int]:
+    return [s for name, s in units(cfg) if name == sample]
+
+
+def dataset_of(cfg: dict[str, Any], sample: str) -> str:
+    return sample.rsplit("_s", 1)[0] if sample not in cfg["datasets"] else sample
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    for name in cfg["run_datasets"]:
+        require_member(name, cfg["datasets"], source, "run_datasets[...]")
+    require_member(cfg["claim_dataset"], cfg["run_datasets"], source, "claim_dataset")
+    for method in ("spaef", "spaef_nolm"):
+        if method not in cfg["methods"]:
+            raise ConfigError(f"{source}: methods must contain '{method}' (the claims compare spaef with spaef_nolm); got {cfg['methods']}")
+    for base in ("raw", "delaunay_smooth"):
+        if base not in cfg["baselines"]:
+            raise ConfigError(f"{source}: baselines must contain '{base}' (a gated claim compares with it); got {cfg['baselines']}")
+    for name, spec in cfg["datasets"].items():
+        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
+        if missing:
+            raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        if spec["kind"] == "synthetic" and spec["n_domains"] > 6:
+            raise ConfigError(f"{source}: datasets.{name}.n_domains = {spec['n_domains']}; SynthSRT has 6 modules, at most 6 domains")
+    enc = cfg["embedding"]
+    for key, model in (("omiclip", enc["spot_model"]), ("genept", enc["gene_model"])):
+        if model == key and key not in enc:
+            raise ConfigError(f"{source}: embedding.{'spot' if key == 'omiclip' else 'gene'}_model = '{key}' needs embedding.{key} (its download)")
+    if enc["device"] == "cuda" and cfg["resources"]["gpus"] == 0:
+        raise ConfigError(f"{source}: embedding.device = 'cuda' but resources.gpus = 0; use 'cpu' or request a GPU")

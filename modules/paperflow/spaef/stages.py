@@ -1,0 +1,213 @@
+"""The file-level stages the workflow scripts call: each reads its inputs, calls the maths, writes outputs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+
+from paperflow.core.io import read_frame, write_frame
+
+log = logging.getLogger(__name__)
+
+
+def dense(m) -> np.ndarray:
+    return np.asarray(m.toarray() if hasattr(m, "toarray") else m, dtype=np.float64)
+
+
+# ---------------------------------------------------------------- embeddings (§2.2.2, §2.3.1)
+
+def gene_texts(adata: ad.AnnData) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Genes to embed (the matrix's, then the GGI training genes) and the GGI pairs by name (SynthSRT)."""
+    ggi = adata.uns["ggi"]
+    genes = pd.DataFrame({"gene": [*adata.var_names, *ggi["genes"]],
+                          "text": [*adata.var["description"], *ggi["descriptions"]],
+                          "in_matrix": [True] * adata.n_vars + [False] * len(ggi["genes"])})
+    names = np.asarray(ggi["genes"])
+    pairs = pd.DataFrame({"a": names[np.asarray(ggi["a"])], "b": names[np.asarray(ggi["b"])], "label": np.asarray(ggi["label"])})
+    return genes, pairs
+
+
+def embed_stage(proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, out_spots: str, out_genes: str, out_ggi: str) -> dict[str, Any]:
+    from paperflow.spaef import embed
+
+    adata = ad.read_h5ad(proc)
+    sent, _ = read_frame(sentences)
+    device = cfg["device"]
+    if cfg["spot_model"] == "minilm":
+        spots = embed.encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device)
+    else:
+        spots = embed.encode_omiclip(sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device)
+    if cfg["gene_model"] == "minilm":
+        genes, pairs = gene_texts(adata)
+        gene_emb = embed.encode_minilm(genes["text"].tolist(), cfg["batch_size"], device)
+        has = np.ones(len(genes), bool)
+    else:
+        files = {k: fetch_resource(v, cache, "genept") for k, v in cfg["genept"].items()}
+        pairs = read_ggi(files["ggi_text"], files["ggi_labels"])
+        extra = sorted(set(pairs.a) | set(pairs.b) - set(adata.var_names))
+        genes = pd.DataFrame({"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)})
+        gene_emb, has = embed.genept_lookup(genes["gene"].tolist(), files["embeddings"])
+        pairs = pairs[pairs.a.isin(genes.gene[has]) & pairs.b.isin(genes.gene[has])]
+    write_frame(out_spots, pd.DataFrame(spots, columns=[f"e{j}" for j in range(spots.shape[1])]).assign(spot=sent["spot"].to_numpy()),
+                {"model": cfg["spot_model"]})
+    emb_cols = pd.DataFrame(gene_emb, columns=[f"e{j}" for j in range(gene_emb.shape[1])])
+    write_frame(out_genes, pd.concat([genes[["gene", "in_matrix"]].assign(has_embedding=has), emb_cols], axis=1), {"model": cfg["gene_model"]})
+    write_frame(out_ggi, pairs.reset_index(drop=True))
+    return {"spot_dim": int(spots.shape[1]), "gene_dim": int(gene_emb.shape[1]), "n_ggi_pairs": int(len(pairs))}
+
+
+def fetch_resource(spec: Mapping[str, Any], cache: str, name: str) -> Path:
+    from paperflow.spaef.data import fetch_all
+
+    return fetch_all(name, {"file": dict(spec)}, cache)["file"]
+
+
+def read_ggi(text: Path, labels: Path) -> pd.DataFrame:
+    """GenePT's GGI split: one 'GENE_A GENE_B' pair per line of train_text.txt, 0/1 per line of train_label.txt."""
+    pairs = [line.split() for line in Path(text).read_text().splitlines() if line.strip()]
+    lab = [int(float(v)) for v in Path(labels).read_text().split()]
+    return pd.DataFrame({"a": [p[0] for p in pairs], "b": [p[1] for p in pairs], "label": lab})
+
+
+# ---------------------------------------------------------------- graphs (§2.2.3-5, §2.3)
+
+def graph_stats(adata: ad.AnnData, spot: np.ndarray, gene: np.ndarray) -> dict[str, float]:
+    """Graph quality where truth is known: share of spot edges within one domain, of gene edges within
+    one module, and how many decoy pairs survive."""
+    stats: dict[str, float] = {"n_spot_edges": int(len(spot)), "n_gene_edges": int(len(gene))}
+    if "domain" in adata.obs:
+        d = adata.obs["domain"].to_numpy()
+        stats["spot_edge_same_domain"] = float(np.mean(d[spot[:, 0]] == d[spot[:, 1]])) if len(spot) else float("nan")
+    if "module" in adata.var:
+        m = adata.var["module"].to_numpy()
+        ok = (m[gene[:, 0]] >= 0) & (m[gene[:, 1]] >= 0) if len(gene) else np.zeros(0, bool)
+        stats["gene_edge_same_module"] = float(np.mean(m[gene[ok, 0]] == m[gene[ok, 1]])) if ok.any() else float("nan")
+    if "decoy_pairs" in adata.uns and len(gene):
+        decoy = {tuple(sorted(map(int, p))) for p in np.asarray(adata.uns["decoy_pairs"])}
+        kept = {tuple(sorted(map(int, p))) for p in gene}
+        stats["decoy_pairs_kept"] = int(len(decoy & kept))
+    return stats
+
+
+def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, Any], seeds: Sequence[int], outs: Sequence[str],
+                 run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    from paperflow.spaef import graphs as gr
+    from paperflow.spaef.training import fit_spot_latent
+
+    adata = ad.read_h5ad(proc)
+    x = dense(adata.X)
+    spot_emb = read_frame(spots)[0].drop(columns="spot").to_numpy(np.float32)
+    gframe = read_frame(genes)[0]
+    emb_cols = [c for c in gframe.columns if c.startswith("e") and c[1:].isdigit()]
+    index = {g: i for i, g in enumerate(gframe.gene)}
+    matrix = gframe[gframe.in_matrix].set_index("gene").reindex(adata.var_names)
+    gene_emb, has = matrix[emb_cols].to_numpy(np.float64), matrix["has_embedding"].to_numpy(bool)
+    pairs = read_frame(ggi)[0]
+    all_emb = gframe[emb_cols].to_numpy(np.float64)
+    clf = gr.train_ggi(all_emb[pairs.a.map(index)], all_emb[pairs.b.map(index)], pairs.label.to_numpy(), cfg["ggi_seed"])
+    sc, gc = cfg["spot"], cfg["gene"]
+    delaunay = gr.upper(np.column_stack(adata.obsp["spatial_connectivities"].nonzero()))
+    ae_edges = delaunay if sc["directed_like_code"] else gr.symmetric(delaunay)
+    candidates = gr.correlation_candidates(x, gc["k"], has)
+    gene_lm, prob = gr.filter_pairs(candidates, gene_emb, clf, gc["threshold"])
+    nolm_spot = gr.knn_edges(gr.cosine_topk(x, sc["k"]))
+    finish = (lambda e: gr.upper(e)) if sc["directed_like_code"] else gr.symmetric
+    histories, stats = [], {"gene_candidates": int(len(candidates)), "ggi_train_accuracy": float(clf.score(
+        all_emb[pairs.a.map(index)] + all_emb[pairs.b.map(index)], pairs.label.to_numpy()))}
+    for seed, out in zip(seeds, outs):
+        z, hist, track = fit_spot_latent(spot_emb, ae_edges, sc, seed, run_dir, wandb, tags)
+        lm_spot = gr.knn_edges(gr.cosine_topk(z, sc["k"]))
+        sets = {"spot_lm": finish(lm_spot), "spot_nolm": finish(nolm_spot),
+                "gene_lm": gr.symmetric(gene_lm) if len(gene_lm) else gene_lm, "gene_nolm": gr.symmetric(candidates),
+                "spot_delaunay": gr.symmetric(delaunay)}
+        frame = pd.concat([pd.DataFrame({"graph": k, "src": e[:, 0], "dst": e[:, 1]}) for k, e in sets.items()], ignore_index=True)
+        quality = {f"{k}": graph_stats(adata, sets[f"spot_{k}"], sets[f"gene_{k}"]) for k in ("lm", "nolm")}
+        stats[f"seed{seed}"] = quality | {"tracking": track}
+        write_frame(out, frame, {"seed": seed, "quality": quality})
+        histories.append(hist)
+        log.info("seed %d graph quality %s", seed, quality)
+    return pd.concat(histories), stats
+
+
+def read_graph(path: str, name: str) -> np.ndarray:
+    frame, _ = read_frame(path)
+    part = frame[frame.graph == name]
+    return part[["src", "dst"]].to_numpy(np.int64)
+
+
+# ---------------------------------------------------------------- training (§2.4)
+
+def train_stage(proc: str, graphs: Sequence[str], method: str, seeds: Sequence[int], model: Mapping[str, Any], train: Mapping[str, Any],
+                outs: Sequence[str], run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    from paperflow.spaef.settings import METHODS
+    from paperflow.spaef.training import fit_denoiser
+
+    spec = METHODS[method]
+    fusion = "entry" if spec["fusion"] == "learned" and model["gate"] == "entry" else spec["fusion"]
+    adata = ad.read_h5ad(proc)
+    x = dense(adata.X)
+    histories, tracking = [], {}
+    for seed, graph, out in zip(seeds, graphs, outs):
+        mu, w, hist, tracking[f"seed{seed}"] = fit_denoiser(
+            x, read_graph(graph, f"spot_{spec['graphs']}"), read_graph(graph, f"gene_{spec['graphs']}"), model=model, train=train,
+            fusion=fusion, seed=seed, run_dir=run_dir, name=f"{method}_seed{seed}", wandb=wandb, tags=tags)
+        result = ad.AnnData(X=mu.astype(np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
+        result.obs["w"] = w.mean(1) if w.ndim == 2 else w
+        result.uns["method"] = {"name": method, "seed": seed, "fusion": fusion, **tracking[f"seed{seed}"]}
+        result.write_h5ad(out)
+        histories.append(hist.assign(method=method))
+    return pd.concat(histories), tracking
+
+
+# ---------------------------------------------------------------- baselines and evaluation (§3, §8)
+
+def baselines_stage(proc: str, names: Sequence[str], cfg: Mapping[str, Any], out: str) -> None:
+    from paperflow.spaef.baselines import run_baselines
+
+    adata = ad.read_h5ad(proc)
+    result = ad.AnnData(X=np.zeros((adata.n_obs, adata.n_vars), np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
+    for name, value in run_baselines(dense(adata.X), adata.obsp["spatial_connectivities"], list(names), dict(cfg)).items():
+        result.layers[name] = value.astype(np.float32)
+    result.write_h5ad(out)
+
+
+def marker_genes(adata: ad.AnnData, n: int) -> np.ndarray:
+    """Module genes where truth is known, else the n most variable genes."""
+    if "module" in adata.var:
+        return np.flatnonzero(adata.var["module"].to_numpy() >= 0)
+    return np.argsort(-dense(adata.X).var(0))[:n]
+
+
+def evaluate_stage(proc: str, denoised: Mapping[tuple[str, int], str], baselines: str, seeds: Sequence[int], cfg: Mapping[str, Any]) -> pd.DataFrame:
+    from paperflow.spaef.metrics import domain_scores, genewise_pcc, morans_i
+
+    adata = ad.read_h5ad(proc)
+    base = ad.read_h5ad(baselines)
+    labels = adata.obs["domain"].to_numpy() if "domain" in adata.obs else None
+    clean = dense(adata.layers["clean"]) if "clean" in adata.layers else None
+    markers = marker_genes(adata, cfg["n_marker_genes"])
+    w = adata.obsp["spatial_connectivities"]
+    rows = []
+
+    def score(method: str, seed: int, x: np.ndarray) -> None:
+        values: dict[str, float] = {}
+        if clean is not None:
+            values["pcc"] = genewise_pcc(x, clean)
+        if labels is not None:
+            values |= domain_scores(x, labels, cfg["n_pcs"], seed)
+        values["morans_i"] = float(np.nanmean(morans_i(x[:, markers], w)))
+        rows.extend({"method": method, "seed": seed, "metric": k, "value": v} for k, v in values.items())
+
+    for seed in seeds:
+        if clean is not None:
+            score("clean", seed, clean)
+        for name in base.layers:
+            score(name, seed, dense(base.layers[name]))
+    for (method, seed), path in denoised.items():
+        score(method, seed, dense(ad.read_h5ad(path).X))
+    return pd.DataFrame(rows)

@@ -1,0 +1,287 @@
+"""spaef acceptance checks (spec §10): ZINB against scipy, fusion reductions, Delaunay graph against
+squidpy, preprocessing against scanpy, sentence invariance, graph shapes, claims that can fail,
+config errors."""
+
+from __future__ import annotations
+
+import copy
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import sparse, stats
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.spaef import graphs as gr
+from paperflow.spaef.claims import build_claims
+from paperflow.spaef.metrics import genewise_pcc, morans_i
+from paperflow.spaef.model import GATConv, SpaEF, with_self_loops, zinb_loglik
+from paperflow.spaef.settings import check, units
+from paperflow.spaef.synth import generate, hex_grid
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg():
+    return load_paper_config("spaef", "tiny")
+
+
+@pytest.fixture(scope="module")
+def synth(tiny_cfg):
+    return generate(tiny_cfg["datasets"]["synth"], 0)
+
+
+# ---------------------------------------------------------------- §10.1 ZINB closed form
+
+def test_zinb_nonzero_matches_scipy_nbinom():
+    x = torch.tensor([1.0, 2.0, 5.0, 17.0, 40.0], dtype=torch.float64)
+    mu = torch.tensor([0.5, 3.0, 4.0, 20.0, 35.0], dtype=torch.float64)
+    theta = torch.tensor([0.3, 1.0, 5.0, 2.5, 100.0], dtype=torch.float64)
+    pi = torch.tensor([0.1, 0.5, 0.01, 0.3, 0.9], dtype=torch.float64)
+    got = zinb_loglik(x, mu, theta, pi).numpy()
+    ref = np.log(1 - pi.numpy()) + stats.nbinom.logpmf(x.numpy(), n=theta.numpy(), p=(theta / (theta + mu)).numpy())
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def test_zinb_zero_matches_closed_form():
+    mu = torch.tensor([0.5, 3.0, 20.0], dtype=torch.float64)
+    theta = torch.tensor([0.3, 1.0, 5.0], dtype=torch.float64)
+    pi = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+    got = zinb_loglik(torch.zeros(3, dtype=torch.float64), mu, theta, pi).numpy()
+    m, t, p = mu.numpy(), theta.numpy(), pi.numpy()
+    np.testing.assert_allclose(got, np.log(p + (1 - p) * (t / (t + m)) ** t), atol=1e-5)
+    # and it is not the non-zero branch
+    assert not np.allclose(got, np.log(1 - p) + stats.nbinom.logpmf(0, n=t, p=t / (t + m)), atol=1e-3)
+
+
+# ---------------------------------------------------------------- §10.2 fusion reductions
+
+@pytest.mark.parametrize("force, reduced", [(1.0, "spot"), (0.0, "gene")])
+def test_forcing_the_gate_gives_the_single_branch_model(force, reduced):
+    torch.manual_seed(0)
+    n, g = 30, 12
+    x = torch.rand(n, g) * 3
+    spot_e = with_self_loops(torch.as_tensor(gr.knn_edges(gr.cosine_topk(x.numpy(), 4)).T.copy()), n)
+    gene_e = with_self_loops(torch.as_tensor(gr.knn_edges(gr.cosine_topk(x.T.numpy(), 3)).T.copy()), g)
+    full = SpaEF(n, g, (8, 4), 3, 2, 0.2, "learned").eval()
+    single = SpaEF(n, g, (8, 4), 3, 2, 0.2, reduced).eval()
+    single.load_state_dict({k: v for k, v in full.state_dict().items() if k in single.state_dict()})
+    with torch.no_grad():
+        forced = full(x, spot_e, gene_e, force_w=force)
+        alone = single(x, spot_e, gene_e)
+        learned = full(x, spot_e, gene_e)
+    for key in ("mu", "theta", "pi"):
+        assert torch.equal(forced[key], alone[key]), key
+    assert not torch.allclose(learned["mu"], alone["mu"])  # the learned gate mixes both branches
+
+
+def test_gat_attention_is_a_softmax_over_in_edges():
+    torch.manual_seed(1)
+    layer = GATConv(3, 2, heads=2, concat=False).eval()
+    x = torch.randn(4, 3)
+    edges = with_self_loops(torch.tensor([[0, 1, 2], [3, 3, 3]]), 4)
+    out = layer(x, edges)
+    # node 0 only receives from itself: its output is its own projection (mean over heads) + bias
+    own = layer.lin(x[:1]).view(1, 2, 2).mean(1) + layer.bias
+    torch.testing.assert_close(out[:1], own)
+
+
+@pytest.mark.parametrize("concat", [True, False])
+def test_gat_dense_and_edge_paths_agree(concat):
+    torch.manual_seed(2)
+    layer = GATConv(5, 3, heads=2, concat=concat).eval()
+    x = torch.randn(40, 5)
+    edges = with_self_loops(torch.as_tensor(gr.knn_edges(gr.cosine_topk(x.numpy(), 4)).T.copy()), 40)
+    h = layer.lin(x).view(40, 2, 3)
+    a_s, a_d = (h * layer.att_src).sum(-1), (h * layer.att_dst).sum(-1)
+    torch.testing.assert_close(layer._dense(h, a_s, a_d, edges), layer._edges(h, a_s, a_d, edges))
+
+
+# ---------------------------------------------------------------- §10.3 graphs
+
+def test_hex_grid_interior_nodes_have_delaunay_degree_six():
+    coords = hex_grid(8, 8)
+    edges = gr.symmetric(gr.delaunay_edges(coords))
+    deg = np.bincount(edges[:, 0], minlength=len(coords))
+    r, c = np.divmod(np.arange(64), 8)
+    interior = (r > 0) & (r < 7) & (c > 0) & (c < 7)
+    assert (deg[interior] == 6).all()
+
+
+def test_delaunay_edges_equal_squidpy():
+    import squidpy as sq
+
+    rng = np.random.default_rng(3)
+    coords = np.vstack([hex_grid(7, 9), rng.uniform(0, 800, (40, 2))])
+    adata = ad.AnnData(X=np.zeros((len(coords), 1)), obsm={"spatial": coords})
+    sq.gr.spatial_neighbors(adata, coord_type="generic", delaunay=True)
+    theirs = gr.upper(np.column_stack(adata.obsp["spatial_connectivities"].nonzero()))
+    np.testing.assert_array_equal(gr.delaunay_edges(coords), theirs)
+
+
+def test_spot_knn_has_k_neighbours_per_row_before_symmetrisation():
+    z = np.random.default_rng(0).normal(size=(50, 8))
+    nb = gr.cosine_topk(z, 10)
+    assert nb.shape == (50, 10) and not (nb == np.arange(50)[:, None]).any()
+    edges = gr.knn_edges(nb)
+    assert (np.bincount(edges[:, 0]) == 10).all()
+    sym = gr.symmetric(edges)
+    assert (np.bincount(sym[:, 0]) >= 10).all()
+
+
+def test_gene_edges_are_a_subset_of_the_correlation_candidates(synth):
+    x = np.log1p(synth.X.toarray())
+    cand = gr.correlation_candidates(x, 5)
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(synth.n_vars, 6))
+    labels = np.arange(40) % 2
+    clf = gr.train_ggi(rng.normal(size=(40, 6)), rng.normal(size=(40, 6)), labels)
+    kept, prob = gr.filter_pairs(cand, emb, clf, 0.5)
+    assert {tuple(p) for p in kept} <= {tuple(p) for p in cand}
+    assert len(kept) == int((prob >= 0.5).sum())
+    corr = np.corrcoef(x.T)
+    np.fill_diagonal(corr, -np.inf)
+    for a in range(0, synth.n_vars, 7):  # each gene's own top-5 partners are candidates
+        top = np.argsort(-corr[a])[:5]
+        assert all(tuple(sorted((a, b))) in {tuple(p) for p in cand} for b in top)
+
+
+# ---------------------------------------------------------------- §10.4 preprocessing and sentences
+
+def test_preprocessing_equals_scanpy(synth):
+    import scanpy as sc
+    from paperflow.spaef.preprocess import cpm_log1p, filter_counts, preprocess
+
+    filtered = filter_counts(synth, 0.01, 0.01)
+    ref = filtered.copy()
+    sc.pp.normalize_total(ref, target_sum=1e6)
+    sc.pp.log1p(ref)
+    ours, _ = preprocess(synth, 0.01, 0.01, 20)
+    assert np.allclose(ours.X, ref.X.toarray(), atol=1e-4)
+    assert np.allclose(cpm_log1p(filtered.X.toarray()), ref.X.toarray(), atol=1e-5)
+    assert np.allclose(ours.X, cpm_log1p(filtered.X.toarray()), atol=1e-4)
+
+
+def test_filters_use_the_official_thresholds():
+    from paperflow.spaef.preprocess import filter_counts
+
+    x = np.zeros((200, 5))
+    x[:2, 0] = 1  # in 2 spots = int(0.01 * 200): kept
+    x[:1, 1] = 1  # in 1 spot: dropped
+    x[:, 2:] = 1
+    out = filter_counts(ad.AnnData(X=x), 0.01, 0.01)
+    assert list(out.var_names) == ["0", "2", "3", "4"]
+
+
+def test_sentences_match_pandas_nlargest_and_are_scale_invariant():
+    from paperflow.spaef.preprocess import gene_sentences
+
+    rng = np.random.default_rng(0)
+    genes = [f"G{i}" for i in range(80)] + ["MT-CO1", "RP.L3", "HK1"]
+    x = rng.poisson(3.0, (6, len(genes))).astype(float) + rng.uniform(0, 1e-3, (6, len(genes)))  # no ties
+    got = gene_sentences(x, genes, {"HK1"}, 50)
+    frame = pd.DataFrame(x, columns=genes).drop(columns=["MT-CO1", "RP.L3", "HK1"])
+    for i, sentence in enumerate(got):
+        assert sentence == " ".join(frame.iloc[i].nlargest(50).index)
+    scaled = x.copy()
+    scaled[2] *= 7.5
+    assert gene_sentences(scaled, genes, {"HK1"}, 50) == got
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_morans_i_equals_squidpy(synth):
+    import squidpy as sq
+
+    adata = ad.AnnData(X=np.log1p(synth.X.toarray()), obsm={"spatial": synth.obsm["spatial"]})
+    adata.var_names = synth.var_names
+    sq.gr.spatial_neighbors(adata, coord_type="generic", delaunay=True)
+    sq.gr.spatial_autocorr(adata, mode="moran", n_perms=None, genes=list(adata.var_names[:10]), transformation=False)
+    ref = adata.uns["moranI"].reindex(adata.var_names[:10])["I"].to_numpy()
+    ours = morans_i(adata.X[:, :10], adata.obsp["spatial_connectivities"])
+    np.testing.assert_allclose(ours, ref, atol=1e-5)  # squidpy computes in float32
+
+
+def test_genewise_pcc_is_one_on_truth_and_ignores_constant_genes():
+    rng = np.random.default_rng(0)
+    t = rng.normal(size=(30, 5))
+    assert genewise_pcc(2 * t + 1, t) == pytest.approx(1.0)
+    p = t.copy()
+    p[:, 0] = 3.0
+    assert genewise_pcc(p, t) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- claims can fail
+
+def fake_metrics(values: dict[str, float], seeds=(0, 1, 2)) -> pd.DataFrame:
+    rows = []
+    for method, v in values.items():
+        for s in seeds:
+            for metric in ("pcc", "ari_gmm"):
+                rows.append({"sample": f"synth_s{s}", "seed": s, "method": method, "metric": metric, "value": v + 0.01 * s})
+    return pd.DataFrame(rows)
+
+
+def test_gated_claims_hold_for_a_better_method_and_fail_for_the_negative_control():
+    pairs = [(f"synth_s{s}", s) for s in (0, 1, 2)]
+    good = fake_metrics({"spaef": 0.8, "spaef_nolm": 0.5, "raw": 0.3, "delaunay_smooth": 0.4})
+    claims = build_claims(good, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth"])
+    assert all(c.held for c in claims if c.gated)
+    # negative control: the no-LM ablation's results in SpaEF's place
+    control = fake_metrics({"spaef": 0.5, "spaef_nolm": 0.5, "raw": 0.3, "delaunay_smooth": 0.4})
+    by_id = {c.id: c for c in build_claims(control, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth"])}
+    assert not by_id["pcc_spaef_gt_spaef_nolm"].held and not by_id["ari_gmm_spaef_gt_spaef_nolm"].held
+    raw_control = fake_metrics({"spaef": 0.3, "spaef_nolm": 0.2, "raw": 0.3, "delaunay_smooth": 0.4})
+    by_id = {c.id: c for c in build_claims(raw_control, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth"])}
+    assert not by_id["pcc_spaef_gt_raw"].held and not by_id["pcc_spaef_gt_delaunay_smooth"].held
+
+
+# ---------------------------------------------------------------- generator and config
+
+def test_synth_is_seeded_and_has_its_structure(tiny_cfg, synth):
+    again = generate(tiny_cfg["datasets"]["synth"], 0)
+    assert (again.X != synth.X).nnz == 0
+    other = generate(tiny_cfg["datasets"]["synth"], 1)
+    assert (other.X != synth.X).nnz > 0
+    spec = tiny_cfg["datasets"]["synth"]
+    assert synth.n_obs == spec["n_rows"] * spec["n_cols"]
+    assert synth.obs["domain"].nunique() == spec["n_domains"]
+    assert len(synth.uns["decoy_pairs"]) == spec["n_decoy_pairs"]
+    assert set(synth.uns["ggi"]["genes"]).isdisjoint(synth.var_names)
+    assert np.allclose(np.expm1(synth.layers["clean"]).sum(1), 1e6, rtol=1e-3)
+
+
+def test_units_pair_one_synthetic_instance_with_each_seed(tiny_cfg):
+    assert units(tiny_cfg) == [("synth_s0", 0), ("synth_s1", 1)]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["methods"].remove("spaef_nolm"), "methods must contain 'spaef_nolm'"),
+    (lambda c: c.update(claim_dataset="nope"), "claim_dataset = 'nope' is not allowed"),
+    (lambda c: c["embedding"].update(device="cuda"), "resources.gpus = 0"),
+    (lambda c: c["embedding"].update(gene_model="genept"), "needs embedding.genept"),
+])
+def test_config_cross_checks_name_the_key(tiny_cfg, edit, message):
+    cfg = copy.deepcopy(tiny_cfg)
+    edit(cfg)
+    with pytest.raises(ConfigError, match=message):
+        check(cfg, "config/spaef.yaml")
+
+
+def test_schema_rejects_an_unknown_method(tmp_path, repo_root):
+    import shutil
+
+    for sub in ("config",):
+        shutil.copytree(repo_root / sub, tmp_path / sub)
+    path = tmp_path / "config" / "spaef.yaml"
+    path.write_text(path.read_text().replace("methods: [spaef, spaef_nolm]  ", "methods: [spaef, spaef_nolmm]  "))
+    with pytest.raises(ConfigError, match="spaef_nolmm.*allowed values"):
+        load_paper_config("spaef", "tiny", tmp_path)
+
+
+def test_paper_download_refuses_unpinned_data(tmp_path):
+    from paperflow.spaef.data import fetch_all
+
+    with pytest.raises(ConfigError, match="sha256 is not set"):
+        fetch_all("hocwt", {"matrix": {"url": "https://example.org/m.h5", "sha256": None}}, tmp_path)
