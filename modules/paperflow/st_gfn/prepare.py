@@ -1,0 +1,22 @@
+"""Preprocess: the exact target pi = R / Z and the modes, from the enumerated states (no torch)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pandas as pd
+
+from paperflow.core.io import read_frame, write_frame
+
+
+def target(raw: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
+    """pi = R / Z by enumeration; modes are the states with R >= R0 + R1 + R2 (spec section 8)."""
+    frame = raw.sort_values("state").reset_index(drop=True)
+    frame["pi"] = frame["reward"] / frame["reward"].sum()
+    frame["is_mode"] = frame["reward"] >= (spec["R0"] + spec["R1"] + spec["R2"]) * (1 - 1e-6)  # float32 rewards
+    return frame
+
+
+def preprocess(raw_path: str, spec: Mapping[str, Any], out: str) -> None:
+    raw, meta = read_frame(raw_path)
+    write_frame(out, target(raw, spec), meta)

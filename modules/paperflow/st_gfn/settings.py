@@ -1,0 +1,46 @@
+"""Config rules of st_gfn that its JSON schema cannot express (cross-references between keys)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paperflow.core.config import ConfigError, require_member
+
+NEEDS = {
+    "tb": (),
+    "db": (),
+    "subtb": ("lamda",),
+    "st_gfn": ("filter", "lam", "omega_c", "order", "s0_flow", "pad_to_max", "length_weighting", "time_features",
+               "intrinsic", "beta0", "anneal_fraction", "omega_r"),
+}
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    for name in cfg["run_envs"]:
+        require_member(name, cfg["envs"], source, "run_envs[...]")
+    if sorted(cfg["env_methods"]) != sorted(cfg["run_envs"]):
+        raise ConfigError(f"{source}: env_methods has keys {sorted(cfg['env_methods'])} but run_envs is {sorted(cfg['run_envs'])}; give each run env its methods")
+    for env, methods in cfg["env_methods"].items():
+        for m in methods:
+            require_member(m, cfg["methods"], source, f"env_methods.{env}[...]")
+    for name, spec in cfg["methods"].items():
+        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
+        if missing:
+            raise ConfigError(f"{source}: methods.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+    claims = cfg["claims"]
+    for key in ("noisy_env", "clean_env"):
+        require_member(claims[key], cfg["run_envs"], source, f"claims.{key}")
+    noisy, clean = cfg["env_methods"][claims["noisy_env"]], cfg["env_methods"][claims["clean_env"]]
+    require_member(claims["method"], noisy, source, f"claims.method (methods of {claims['noisy_env']})")
+    require_member(claims["lam0_method"], clean, source, f"claims.lam0_method (methods of {claims['clean_env']})")
+    for baseline in ("tb", "db"):
+        require_member(baseline, noisy, source, f"the {baseline!r} baseline (methods of {claims['noisy_env']})")
+    require_member("db", clean, source, f"the 'db' baseline (methods of {claims['clean_env']})")
+    lam0 = cfg["methods"][claims["lam0_method"]]
+    if lam0["kind"] != "st_gfn" or lam0["lam"] != 0 or lam0["filter"] != "tikhonov":
+        raise ConfigError(f"{source}: claims.lam0_method = {claims['lam0_method']!r} must be an st_gfn method with filter tikhonov and lam 0")
+    if cfg["evaluate"]["last_visited"] > cfg["train"]["iterations"] * cfg["train"]["batch_size"]:
+        raise ConfigError(f"{source}: evaluate.last_visited = {cfg['evaluate']['last_visited']} exceeds the "
+                          f"{cfg['train']['iterations'] * cfg['train']['batch_size']} trajectories of training")
+    if cfg["evaluate"]["loss_window"] > cfg["train"]["iterations"]:
+        raise ConfigError(f"{source}: evaluate.loss_window exceeds train.iterations")

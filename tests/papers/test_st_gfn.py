@@ -1,0 +1,188 @@
+"""st_gfn acceptance at the pipeline level: the claims can fail, config errors name the key, every
+method trains through torchgfn, and (slow) on the noiseless 8x8 HyperGrid every method beats the
+uniform sampler (spec 10.5). The maths checks of spec section 10 are in test_st_gfn_maths.py."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.st_gfn.claims import build_claims, direction_rows
+from paperflow.st_gfn.envs import make_env, mode_mask, observed_log_reward
+from paperflow.st_gfn.evaluation import empirical_pmf, l1_mean, sample_terminal_states, total_variation
+from paperflow.st_gfn.prepare import target
+from paperflow.st_gfn.training import train_one
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEDS = [0, 1, 2]
+ENV_METHODS = {"noisy": ["tb", "db", "subtb", "st_gfn"], "clean": ["tb", "db", "subtb", "st_gfn", "st_gfn_lam0"]}
+CLAIMS = {"noisy_env": "noisy", "clean_env": "clean", "method": "st_gfn", "lam0_method": "st_gfn_lam0",
+          "seed_noise_factor": 2.0}
+
+
+def frame(values: dict[str, dict[str, list[float]]]) -> pd.DataFrame:
+    return pd.DataFrame([{"method": m, "seed": s, "metric": k, "value": v}
+                         for m, metrics in values.items() for k, vs in metrics.items() for s, v in zip(SEEDS, vs)])
+
+
+def good(env: str) -> dict[str, dict[str, list[float]]]:
+    out = {m: {"l1": [0.010, 0.011, 0.012], "loss_std_last": [1.0, 1.1, 0.9], "modes_found": [4, 4, 4]}
+           for m in ENV_METHODS[env]}
+    out["st_gfn"] = {"l1": [0.008, 0.009, 0.0085], "loss_std_last": [0.3, 0.4, 0.35], "modes_found": [4, 4, 4]}
+    out["uniform"] = {"l1": [0.02, 0.021, 0.019]}
+    out["identity"] = {"lam0_db_gap": [1e-15, 0.0, 2e-15], "dc_tb_gap": [0.0, 1e-16, 0.0]}
+    return out
+
+
+def gated(claims):
+    return {c.id: c.held for c in claims if c.gated}
+
+
+def test_claims_hold_on_good_numbers_and_directions_carry_sign_and_size():
+    claims = build_claims({"noisy": frame(good("noisy")), "clean": frame(good("clean"))}, ENV_METHODS, CLAIMS, SEEDS)
+    assert all(gated(claims).values()) and len(gated(claims)) == 5 + 4 + 1
+    rows = {r["claim"]: r for r in direction_rows(claims)}
+    assert rows["l1_st_gfn_lt_tb_noisy"]["relative difference"] == "-22.7%"
+    assert rows["l1_st_gfn_lt_tb_noisy"]["held"] == "yes"
+
+
+def test_negative_control_uniform_in_place_of_a_method_is_not_held():
+    values = good("clean")
+    values["db"] = dict(values["db"], l1=values["uniform"]["l1"])
+    claims = gated(build_claims({"noisy": frame(good("noisy")), "clean": frame(values)}, ENV_METHODS, CLAIMS, SEEDS))
+    assert claims["l1_db_lt_uniform_clean"] is False
+    assert claims["l1_tb_lt_uniform_clean"] is True
+
+
+def test_negative_control_broken_identity_and_far_lam0_run_are_not_held():
+    values = good("clean")
+    values["identity"]["lam0_db_gap"] = [1e-3, 1e-3, 1e-3]            # e.g. the exit step dropped
+    values["st_gfn_lam0"] = dict(values["st_gfn_lam0"], l1=[0.05, 0.051, 0.052])  # far outside DB's seed noise
+    claims = gated(build_claims({"noisy": frame(good("noisy")), "clean": frame(values)}, ENV_METHODS, CLAIMS, SEEDS))
+    assert claims["identity_lam0_db_gap_clean"] is False
+    assert claims["l1_st_gfn_lam0_within_seed_noise_of_db_clean"] is False
+    assert claims["identity_dc_tb_gap_clean"] is True
+
+
+def test_paper_direction_is_reported_not_gated_and_can_fail():
+    values = good("noisy")
+    values["st_gfn"] = dict(values["st_gfn"], l1=[0.02, 0.02, 0.02])
+    claims = build_claims({"noisy": frame(values), "clean": frame(good("clean"))}, ENV_METHODS, CLAIMS, SEEDS)
+    direction = {c.id: c for c in claims if not c.gated}
+    assert direction["l1_st_gfn_lt_tb_noisy"].held is False
+    assert all(gated(claims).values())
+
+
+def test_a_missing_seed_makes_a_claim_fail_not_pass():
+    values = good("clean")
+    broken = frame(values)
+    broken = broken[~((broken.method == "tb") & (broken.seed == 2))]
+    claims = gated(build_claims({"noisy": frame(good("noisy")), "clean": broken}, ENV_METHODS, CLAIMS, SEEDS))
+    assert claims["l1_tb_lt_uniform_clean"] is False
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+
+def test_l1_conventions_and_exact_target_from_torchgfn():
+    env = make_env({"kind": "hypergrid", "ndim": 2, "height": 8, "R0": 0.1, "R1": 0.5, "R2": 2.0, "sigma": 0.0})
+    rewards = env.reward(env.all_states).double().numpy()
+    raw = pd.DataFrame({"state": np.arange(64), "reward": rewards})
+    tgt = target(raw, {"R0": 0.1, "R1": 0.5, "R2": 2.0})
+    np.testing.assert_allclose(tgt["pi"], env.true_dist().double().numpy(), rtol=1e-6)
+    assert int(tgt["is_mode"].sum()) == int(mode_mask(env).sum()) == 4  # the four corner regions of 8x8
+    p = empirical_pmf(np.array([0, 0, 1, 63]), 64)
+    assert l1_mean(p, tgt["pi"].to_numpy()) * 64 / 2 == pytest.approx(total_variation(p, tgt["pi"].to_numpy()))
+    assert l1_mean(tgt["pi"].to_numpy(), tgt["pi"].to_numpy()) == 0.0
+
+
+def test_log_space_noise_is_unbiased_and_zero_sigma_is_the_identity():
+    g = torch.Generator().manual_seed(0)
+    base = torch.full((20000,), -1.0, dtype=torch.float64)
+    noisy = observed_log_reward(base, 1.0, g)
+    assert abs(float(noisy.mean()) + 1.0) < 0.03 and abs(float(noisy.std()) - 1.0) < 0.03
+    assert observed_log_reward(base, 0.0, g) is base
+
+
+# --- config errors ---------------------------------------------------------------------------------
+
+def config_root(tmp_path: Path, edit) -> Path:
+    (tmp_path / "config" / "schemas").mkdir(parents=True)
+    shutil.copy(ROOT / "config" / "schemas" / "st_gfn.schema.yaml", tmp_path / "config" / "schemas")
+    doc = yaml.safe_load((ROOT / "config" / "st_gfn.yaml").read_text())
+    edit(doc)
+    (tmp_path / "config" / "st_gfn.yaml").write_text(yaml.safe_dump(doc))
+    return tmp_path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["defaults"]["methods"]["tb"].update(kind="tbb"),
+     r"defaults.methods.tb.kind = 'tbb' is not allowed; allowed values: 'tb', 'db', 'subtb', 'st_gfn'"),
+    (lambda d: d["defaults"]["methods"]["st_gfn"].update(filter="gauss"),
+     r"allowed values: 'tikhonov', 'butterworth', 'dc'"),
+    (lambda d: d["smoke"].update(env_methods={"noisy": ["tb", "db", "st_gnf"], "clean": ["tb", "db", "st_gfn", "st_gfn_lam0"]}),
+     r"env_methods.noisy\[...\] = 'st_gnf' is not allowed \(did you mean 'st_gfn'\?\)"),
+    (lambda d: d["defaults"]["methods"]["st_gfn_lam0"].update(lam=1.0),
+     r"claims.lam0_method = 'st_gfn_lam0' must be an st_gfn method with filter tikhonov and lam 0"),
+    (lambda d: d["defaults"]["methods"]["subtb"].pop("lamda"),
+     r"methods.subtb \(kind subtb\) is missing key\(s\) lamda"),
+    (lambda d: d["smoke"].update(evaluate={"last_visited": 10**6}),
+     r"evaluate.last_visited = 1000000 exceeds the 12800 trajectories of training"),
+], ids=["kind", "filter", "method-typo", "lam0-control", "missing-key", "window"])
+def test_config_errors_name_the_key_and_the_allowed_values(tmp_path, edit, message):
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("st_gfn", "smoke", config_root(tmp_path, edit))
+
+
+def test_repository_config_resolves_at_every_scale_with_gpus_only_at_paper():
+    for scale, gpus in (("tiny", 0), ("smoke", 0), ("paper", 1)):
+        cfg = load_paper_config("st_gfn", scale, ROOT)
+        assert cfg["resources"]["gpus"] == gpus
+
+
+# --- training through torchgfn --------------------------------------------------------------------
+
+CLEAN8 = {"kind": "hypergrid", "ndim": 2, "height": 8, "R0": 0.1, "R1": 0.5, "R2": 2.0, "sigma": 0.0}
+MODEL = {"hidden": 64, "layers": 2}
+
+
+def methods():
+    cfg = load_paper_config("st_gfn", "smoke", ROOT)
+    return cfg["methods"], cfg["train"]
+
+
+@pytest.mark.parametrize("name", ["tb", "db", "subtb", "st_gfn", "st_gfn_lam0"])
+def test_every_method_trains_and_is_reproducible(name):
+    specs, train = methods()
+    env = make_env(dict(CLEAN8, sigma=1.0))
+    short = dict(train, iterations=12)
+    state, history, visits = train_one(env, dict(CLEAN8, sigma=1.0), specs[name], MODEL, short, seed=3, progress=False)
+    again = train_one(env, dict(CLEAN8, sigma=1.0), specs[name], MODEL, short, seed=3, progress=False)[1]
+    assert np.isfinite(history.loss).all() and len(visits) == 12 * short["batch_size"]
+    np.testing.assert_allclose(history.loss, again.loss, rtol=1e-6)
+    if name == "st_gfn":
+        assert history.beta.iloc[0] > 0 and history.beta.iloc[-1] == 0.0  # annealed to 0 by the half
+
+
+@pytest.mark.slow
+def test_noiseless_8x8_every_method_beats_the_uniform_sampler():
+    specs, train = methods()
+    env = make_env(CLEAN8)
+    pi = env.true_dist().double().numpy()
+    uniform_pf = None
+    results = {}
+    for name in ("tb", "db", "subtb", "st_gfn"):
+        state, history, visits = train_one(env, CLEAN8, specs[name], MODEL, dict(train, iterations=400), seed=0,
+                                           progress=False)
+        results[name] = l1_mean(empirical_pmf(visits.state.to_numpy()[-3200:], pi.size), pi)
+        if uniform_pf is None:
+            from paperflow.st_gfn.models import make_gflownet
+            uniform_pf = make_gflownet(env, specs[name], MODEL).pf
+    uniform = l1_mean(empirical_pmf(sample_terminal_states(env, uniform_pf, 3200, 800, 1.0, 0), pi.size), pi)
+    assert all(v < uniform for v in results.values()), (results, uniform)
