@@ -24,7 +24,15 @@ from paperflow.dro_flow.samplers import (
 )
 from paperflow.dro_flow.training import batch_objective
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    """This module's closed forms are checked in float64; restore the default for other modules."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def quadratic(a: float):
