@@ -172,13 +172,13 @@ def long_frame(rows):
     return pd.DataFrame([{"method": m, "seed": s, "pref": i, "r1": r, "metric": k, "value": v} for m, s, i, r, k, v in rows])
 
 
-def quad_frame(wc_dist, ls_angle):
+def quad_frame(wc_dist, ls_angle, wc_k_late=2e-3):
     rows = []
     for s in (0, 1):
         for i, r in enumerate([0.2, 0.5, 0.8]):
-            for m, dist, ang, h in (("wc", wc_dist, 0.1, 5e-3), ("ls", 0.2, ls_angle if r != 0.5 else 0.0, 0.02)):
+            for m, dist, ang, h, k_late in (("wc", wc_dist, 0.1, 5e-3, wc_k_late), ("ls", 0.2, ls_angle if r != 0.5 else 0.0, 0.02, 2e-3)):
                 rows += [(m, s, i, r, "rel_dist_wc", dist), (m, s, i, r, "angle_deg", ang), (m, s, i, r, "h_norm", h),
-                         (m, s, i, r, "K_best@100", 1e-2), (m, s, i, r, "K_best@400", 2e-3)]
+                         (m, s, i, r, "K_best@100", 1e-2), (m, s, i, r, "K_best@400", k_late)]
     return long_frame(rows)
 
 
@@ -191,6 +191,13 @@ def test_quadratic_claims_hold_and_negative_control_fails():
     assert not control["quad_wc_within_2pct"] and not control["quad_wc_on_ray"] and not control["quad_wc_feasible"]
     # WC in LS's place: on the ray, so the LS claim fails
     assert not {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], ls="wc")}["quad_ls_off_ray"]
+
+
+def test_quadratic_rate_claim_fails_when_k_stalls():
+    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
+    # WC's K falls only 1.25x from T = 100 to T = 400 (the O(T^-1/2) rate needs 2x); everything else is good
+    held = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0, wc_k_late=8e-3), curves, [100, 400], [0, 1]) if c.gated}
+    assert [k for k, v in held.items() if not v] == ["quad_k_rate_ratio"]
 
 
 def test_concave_and_cleaning_claims_negative_controls():
