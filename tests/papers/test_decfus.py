@@ -322,6 +322,16 @@ def test_negative_control_dflavg_in_decfus_place_and_detector_off():
         assert not held[f"averaged_fraction_ends_high_{part}"]
 
 
+def test_negative_control_averaging_from_round_zero_and_decfus_far_above_dflavg_on_iid():
+    # θ starts low instead of at θ0 = 0.75 (most tensors averaged from round 0), and on IID DecFus beats
+    # DFLAvg by 3 points, outside the 1-point band; every other gated claim is fed good numbers
+    averages_early = WORKING | {"averaged_first": 0.75}
+    frames = {"dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, averages_early),
+              "iid": eval_frame({"decfus": [0.95] * 3, "dflavg": [0.92] * 3}, averages_early)}
+    failed = {k for k, v in gated(frames).items() if not v}
+    assert failed == {"averaged_fraction_starts_low_dir05", "averaged_fraction_starts_low_iid", "decfus_not_above_dflavg_iid"}
+
+
 def test_a_missing_seed_fails_the_claim():
     frames = {"dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
               "iid": eval_frame({"decfus": [0.92] * 3, "dflavg": [0.92] * 3}, WORKING)}
