@@ -232,9 +232,11 @@ def test_gated_claims_hold_for_a_better_method_and_fail_for_the_negative_control
     control = fake_metrics({"spaef": 0.5, "spaef_nolm": 0.5, "raw": 0.3, "delaunay_smooth": 0.4})
     by_id = {c.id: c for c in build_claims(control, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth"])}
     assert not by_id["pcc_spaef_gt_spaef_nolm"].held and not by_id["ari_gmm_spaef_gt_spaef_nolm"].held
+    # negative control: the raw data's results in SpaEF's place
     raw_control = fake_metrics({"spaef": 0.3, "spaef_nolm": 0.2, "raw": 0.3, "delaunay_smooth": 0.4})
     by_id = {c.id: c for c in build_claims(raw_control, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth"])}
     assert not by_id["pcc_spaef_gt_raw"].held and not by_id["pcc_spaef_gt_delaunay_smooth"].held
+    assert not by_id["ari_gmm_spaef_gt_raw"].held
 
 
 # ---------------------------------------------------------------- generator and config
