@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from paperflow.core.config import ConfigError, load_paper_config, repo_root
-from paperflow.dro_flow.claims import build_claims
+from paperflow.dro_flow.claims import build_claims, limitations
 from paperflow.dro_flow.data import circle, two_moons, uls_matrices, uncertain_least_squares
 from paperflow.dro_flow.problems import Problem, mlp
 from paperflow.dro_flow.samplers import (
@@ -279,6 +279,22 @@ def test_a_missing_seed_makes_the_claim_fail():
     frame = frame[~((frame.method == "wgf") & (frame.seed == 2))]
     held = gated(build_claims({"uls": frame}, SPECS, CLAIM, SEEDS))
     assert held["uls_wgf_le_0.5x_erm_large_delta"] is False
+
+
+def run_specs(scale: str) -> dict:
+    cfg = load_paper_config("dro_flow", scale)
+    return {n: cfg["datasets"][n] for n in cfg["run_datasets"]}
+
+
+def test_limitations_follow_the_configured_epochs():
+    specs = run_specs("smoke")
+    first = limitations("smoke", specs)[0]
+    assert f"circle for {specs['circle']['train']['epochs']} epochs (paper: 30)" in first
+    assert f"moons for {specs['moons']['train']['epochs']} epochs," in first
+    specs["circle"]["train"]["epochs"] = 30
+    assert "circle for 30 epochs (the paper's)" in limitations("smoke", specs)[0]
+    paper = " ".join(limitations("paper", run_specs("paper")))
+    assert "Scale" not in paper and "stand in" not in paper
 
 
 # Config errors ----------------------------------------------------------------------------------
