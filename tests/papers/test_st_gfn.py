@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.st_gfn.claims import build_claims, direction_rows
+from paperflow.st_gfn.claims import build_claims, direction_rows, limitations
 from paperflow.st_gfn.envs import make_env, mode_mask, observed_log_reward
 from paperflow.st_gfn.evaluation import empirical_pmf, l1_mean, sample_terminal_states, total_variation
 from paperflow.st_gfn.prepare import target
@@ -144,6 +144,19 @@ def test_repository_config_resolves_at_every_scale_with_gpus_only_at_paper():
     for scale, gpus in (("tiny", 0), ("smoke", 0), ("paper", 1)):
         cfg = load_paper_config("st_gfn", scale, ROOT)
         assert cfg["resources"]["gpus"] == gpus
+
+
+def test_limitations_follow_the_configured_grid_and_budget():
+    def scale_line(scale, cfg):
+        envs = {e: cfg["envs"][e] for e in cfg["run_envs"]}
+        return [line for line in limitations(scale, envs, cfg["train"]) if line.startswith("Scale")]
+
+    cfg = load_paper_config("st_gfn", "smoke", ROOT)
+    assert scale_line("smoke", cfg) == ["Scale `smoke` trains on `noisy` a 2-D HyperGrid of 64 states, `clean` a 2-D HyperGrid "
+                                        "of 64 states for 800 iterations of 16 trajectories, smaller than `scale=paper`."]
+    cfg["train"]["iterations"], cfg["envs"]["clean"]["height"] = 1200, 10
+    assert "`clean` a 2-D HyperGrid of 100 states for 1200 iterations" in scale_line("smoke", cfg)[0]
+    assert scale_line("paper", load_paper_config("st_gfn", "paper", ROOT)) == []
 
 
 # --- training through torchgfn --------------------------------------------------------------------
