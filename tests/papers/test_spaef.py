@@ -15,7 +15,7 @@ from scipy import sparse, stats
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.spaef import graphs as gr
-from paperflow.spaef.claims import build_claims
+from paperflow.spaef.claims import build_claims, limitations
 from paperflow.spaef.metrics import genewise_pcc, morans_i
 from paperflow.spaef.model import GATConv, SpaEF, with_self_loops, zinb_loglik
 from paperflow.spaef.settings import check, units
@@ -237,6 +237,21 @@ def test_gated_claims_hold_for_a_better_method_and_fail_for_the_negative_control
     by_id = {c.id: c for c in build_claims(raw_control, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth"])}
     assert not by_id["pcc_spaef_gt_raw"].held and not by_id["pcc_spaef_gt_delaunay_smooth"].held
     assert not by_id["ari_gmm_spaef_gt_raw"].held
+
+
+def test_limitations_follow_the_config():
+    def lines(scale, edit=lambda cfg: None):
+        cfg = load_paper_config("spaef", scale)
+        edit(cfg)
+        return limitations(scale, {n: cfg["datasets"][n] for n in cfg["run_datasets"]}, cfg)
+
+    smoke = lines("smoke")
+    assert smoke[0].startswith("`synth` is SynthSRT (576 synthetic spots, 120 genes)")
+    assert "FeatAE (64, 32), latent 16, heads 2, 300 epochs at lr 0.001, and the adjacency AE for 200 epochs" in smoke[2]
+    edited = lines("smoke", lambda cfg: cfg["train"].update(epochs=500, lr=1e-4))
+    assert "500 epochs at lr 0.0001" in edited[2]
+    paper = " ".join(lines("paper"))
+    assert "SynthSRT" not in paper and "MiniLM" not in paper and "Scale" not in paper
 
 
 # ---------------------------------------------------------------- generator and config

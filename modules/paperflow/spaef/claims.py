@@ -139,12 +139,24 @@ def loss_figure(histories: pd.DataFrame, methods: Sequence[str], out: str | Path
     plots.save(fig, out)
 
 
-LIMITATIONS = [
-    "Smoke scale runs SynthSRT (576 synthetic spots, 120 genes), not the paper's Visium data; every number here is about the synthetic benchmark.",
-    "The large models are replaced by all-MiniLM-L6-v2 (offline): it embeds the spot sentences in place of OmiCLIP and one-line synthetic gene descriptions in place of GenePT; the GGI labels are synthetic same-pathway pairs.",
-    "Smaller networks and fewer epochs than the paper (FeatAE (64, 32), latent 16, 2 heads, 300 epochs at lr 1e-3; adjacency AE 200 epochs); see config/spaef.yaml.",
-    "The paper's own numbers and baseline list are not public; published denoisers other than the in-project baselines are not run (see workflows/spaef/README.md).",
-]
+def limitations(scale: str, datasets: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """`settings`: the config's embedding, graphs, model and train sections."""
+    lines = [f"`{name}` is SynthSRT ({d['n_rows'] * d['n_cols']} synthetic spots, "
+             f"{d['n_modules'] * d['genes_per_module'] + d['n_housekeeping']} genes), not the paper's Visium data; "
+             "every number on it is about the synthetic benchmark." for name, d in datasets.items() if d["kind"] == "synthetic"]
+    emb = settings["embedding"]
+    stand_ins = ([] if emb["spot_model"] != "minilm" else ["it embeds the spot sentences in place of OmiCLIP"]) + (
+        [] if emb["gene_model"] != "minilm" else
+        ["it embeds one-line synthetic gene descriptions in place of GenePT, and the GGI labels are synthetic same-pathway pairs"])
+    if stand_ins:
+        lines.append(f"The large models are replaced by all-MiniLM-L6-v2 (offline): {'; '.join(stand_ins)}.")
+    if scale != "paper":
+        model, train = settings["model"], settings["train"]
+        lines.append(f"Scale `{scale}` trains FeatAE {tuple(model['hidden'])}, latent {model['latent']}, heads {model['heads']}, "
+                     f"{train['epochs']} epochs at lr {train['lr']:g}, and the adjacency AE for {settings['graphs']['spot']['epochs']} "
+                     "epochs; `scale=paper` uses the paper's settings (see config/spaef.yaml).")
+    return lines + ["The paper's own numbers and baseline list are not public; published denoisers other than the in-project "
+                    "baselines are not run (see workflows/spaef/README.md)."]
 
 
 def write_report(*, metrics: pd.DataFrame, graph_quality: Sequence[Mapping[str, Any]], histories: pd.DataFrame, plot_inputs: Mapping[str, Any],
@@ -168,6 +180,7 @@ def write_report(*, metrics: pd.DataFrame, graph_quality: Sequence[Mapping[str, 
         ("Graph quality (known truth: same-domain spot edges, same-module gene edges, decoy pairs kept)", markdown_table(quality_rows(graph_quality))),
         ("Data", "\n".join(f"- `{n}`: {spec}" for n, spec in params["datasets"].items())),
     ]
+    lims = limitations(params["scale"], params["datasets"], {k: params[k] for k in ("embedding", "graphs", "model", "train")})
     text = render_report(
         title="SpaEF: element-wise SRT denoising with LM-built spot and gene graphs",
         scale=params["scale"],
@@ -177,10 +190,10 @@ def write_report(*, metrics: pd.DataFrame, graph_quality: Sequence[Mapping[str, 
         figures=[("Metrics per method (mean ± std over seeds)", "figures/metrics.png"),
                  (f"Gene {gene} on the slide: clean, raw, smoothed and denoised (first unit)", "figures/spatial_gene.png"),
                  ("Training loss per epoch", "figures/training_loss.png")],
-        limitations=LIMITATIONS,
+        limitations=lims,
     )
     Path(out["report"]).write_text(text)
     write_metrics(out["metrics"], paper="spaef", scale=params["scale"], claims=claims,
                   table=table.replace({np.nan: None}).to_dict(orient="records"), graph_quality=quality_rows(graph_quality),
-                  limitation=LIMITATIONS[0])
+                  limitation=lims[0])
     return claims
