@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.decfus.claims import build_claims
+from paperflow.decfus.claims import build_claims, limitations
 from paperflow.decfus.clients import BatchedMLP, ModuleClients, batch_plan, local_round, stack_states
 from paperflow.decfus.data import dirichlet_partition, iid_partition, read_cifar_binary, read_svhn_mat
 from paperflow.decfus.fusion import (constant_fusion, cosine_matrix, decfus_fusion, fused_keys, least_similar_neighbours,
@@ -337,6 +337,19 @@ def test_a_missing_seed_fails_the_claim():
               "iid": eval_frame({"decfus": [0.92] * 3, "dflavg": [0.92] * 3}, WORKING)}
     frames["dir05"] = frames["dir05"][~((frames["dir05"].method == "decfus") & (frames["dir05"].seed == 2))]
     assert not gated(frames)["decfus_gt_dflavg_dir05"]
+
+
+def test_limitations_follow_the_config():
+    def lines(scale, **train):
+        cfg = load_paper_config("decfus", scale)
+        return limitations(scale, cfg["run_datasets"], cfg["claims"]["dataset"], cfg["model"], cfg["train"] | train)
+
+    smoke = lines("smoke")
+    assert "with a 64-64-64-32-10 MLP for 40 rounds of 1 local epoch(s)" in smoke[0]
+    assert "MLP of 8 tensors" in smoke[-1]
+    assert "for 25 rounds of 2 local epoch(s)" in lines("smoke", rounds=25, local_epochs=2)[0]
+    paper = " ".join(lines("paper"))
+    assert "Scale" not in paper and "MLP" not in paper
 
 
 # data and partitions

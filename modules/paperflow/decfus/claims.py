@@ -11,6 +11,7 @@ import pandas as pd
 
 from paperflow.core import plots
 from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.decfus.data import CLASSES, NORMALISATION
 
 LABELS = {"decfus": "DecFus", "dflavg": "DFLAvg (DFedAvg)", "dflmr": "DFLMR (D-FedMR)", "dpsgd": "D-PSGD", "fedavg": "FedAvg (centralised)"}
 NO_PAPER_NUMBER = "no public number (abstract only)"
@@ -139,12 +140,26 @@ def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[st
     plots.save(fig, out["variance_figure"])
 
 
-LIMITATIONS = [
-    "Smoke scale runs scikit-learn's digits (1,437 train / 360 test 8×8 images) with a 64-64-64-32-10 MLP for 40 rounds; "
-    "the paper's CIFAR-10/100 and SVHN results with VGG16-BN / ResNet need `scale=paper` (a GPU cluster).",
-    "The paper's own numbers are not public (abstract only), so no claim can be compared with a paper value.",
-    "The 'complex model' advantage the abstract stresses cannot show with an 8-tensor MLP.",
-]
+DATA_TEXT = {"digits": "scikit-learn's digits (1,797 8×8 images)"}
+
+
+def network_text(model: Mapping[str, Any], dataset: str) -> str:
+    if model["arch"] != "mlp":
+        return model["arch"]
+    widths = [int(np.prod(NORMALISATION[dataset]["shape"])), *model["hidden"], CLASSES[dataset]]
+    return f"a {'-'.join(map(str, widths))} MLP"
+
+
+def limitations(scale: str, datasets: Sequence[str], claim_dataset: str, model: Mapping[str, Any], train: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if scale != "paper":
+        lines.append(f"Scale `{scale}` runs {', '.join(DATA_TEXT.get(d, d) for d in datasets)} with {network_text(model, claim_dataset)} "
+                     f"for {train['rounds']} rounds of {train['local_epochs']} local epoch(s); the paper's CIFAR-10/100 and SVHN "
+                     "results with VGG16-BN / ResNet need `scale=paper` (a GPU cluster).")
+    lines.append("The paper's own numbers are not public (abstract only), so no claim can be compared with a paper value.")
+    if model["arch"] == "mlp":
+        lines.append(f"The 'complex model' advantage the abstract stresses cannot show with an MLP of {2 * (len(model['hidden']) + 1)} tensors.")
+    return lines
 
 
 def write_report(*, frames: Mapping[tuple[str, str], pd.DataFrame], curves: pd.DataFrame, clients: pd.DataFrame,
@@ -158,6 +173,7 @@ def write_report(*, frames: Mapping[tuple[str, str], pd.DataFrame], curves: pd.D
     stable = clients[(clients.method == "decfus")].groupby(["partition", "seed", "client"]).stable_round.last().reset_index()
     stable_rows = [{"partition": p, "min stable round": g.stable_round.min(), "max stable round": g.stable_round.max(),
                     "clients never stable": int(g.stable_round.isna().sum())} for p, g in stable.groupby("partition")]
+    lims = limitations(params["scale"], params["datasets"], dataset, params["model"], params["train"])
     text = render_report(
         title="DecFus: decentralised layer-wise fusion with dynamic exploration and exploitation",
         scale=params["scale"],
@@ -174,9 +190,9 @@ def write_report(*, frames: Mapping[tuple[str, str], pd.DataFrame], curves: pd.D
                  ("DecFus threshold θ_i per round", "figures/threshold.png"),
                  ("DecFus fraction of averaged tensors per round", "figures/averaged_fraction.png"),
                  ("DecFus neighbour loss variance (the detector's input) per round", "figures/variance.png")],
-        limitations=LIMITATIONS,
+        limitations=lims,
     )
     Path(out["report"]).write_text(text)
     write_metrics(out["metrics"], paper="decfus", scale=params["scale"], claims=claims, dataset=dataset,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"), limitation=LIMITATIONS[0])
+                  table=table.replace({np.nan: None}).to_dict(orient="records"), limitation=lims[0])
     return claims
