@@ -58,3 +58,9 @@ def code_param(stack, script):
         "script": script,
         "generated_roots": [RUN.results, RUN.resources],
     }
+
+
+def seed_groups(seeds, per_job):
+    """Seeds cut into groups of `per_job`, run one after the other in one job, keyed by the {group}
+    wildcard ('s0-1-2'): process start dominates small runs, while one seed per job suits a cluster."""
+    return {"s" + "-".join(map(str, seeds[i : i + per_job])): list(seeds[i : i + per_job]) for i in range(0, len(seeds), per_job)}
