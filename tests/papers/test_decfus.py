@@ -342,10 +342,10 @@ def test_a_missing_seed_fails_the_claim():
 def test_limitations_follow_the_config():
     def lines(scale, **train):
         cfg = load_paper_config("decfus", scale)
-        return limitations(scale, cfg["run_datasets"], cfg["claims"]["dataset"], cfg["model"], cfg["train"] | train)
+        return limitations(scale, cfg["run_datasets"], cfg["model"], cfg["train"] | train)
 
     smoke = lines("smoke")
-    assert "with a 64-64-64-32-10 MLP for 40 rounds of 1 local epoch(s)" in smoke[0]
+    assert "with an MLP (hidden widths 64-64-32) for 40 rounds of 1 local epoch(s)" in smoke[0]
     assert "MLP of 8 tensors" in smoke[-1]
     assert "for 25 rounds of 2 local epoch(s)" in lines("smoke", rounds=25, local_epochs=2)[0]
     paper = " ".join(lines("paper"))

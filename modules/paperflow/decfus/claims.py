@@ -11,7 +11,6 @@ import pandas as pd
 
 from paperflow.core import plots
 from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
-from paperflow.decfus.data import CLASSES, NORMALISATION
 
 LABELS = {"decfus": "DecFus", "dflavg": "DFLAvg (DFedAvg)", "dflmr": "DFLMR (D-FedMR)", "dpsgd": "D-PSGD", "fedavg": "FedAvg (centralised)"}
 NO_PAPER_NUMBER = "no public number (abstract only)"
@@ -143,17 +142,14 @@ def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[st
 DATA_TEXT = {"digits": "scikit-learn's digits (1,797 8×8 images)"}
 
 
-def network_text(model: Mapping[str, Any], dataset: str) -> str:
-    if model["arch"] != "mlp":
-        return model["arch"]
-    widths = [int(np.prod(NORMALISATION[dataset]["shape"])), *model["hidden"], CLASSES[dataset]]
-    return f"a {'-'.join(map(str, widths))} MLP"
+def network_text(model: Mapping[str, Any]) -> str:
+    return f"an MLP (hidden widths {'-'.join(map(str, model['hidden']))})" if model["arch"] == "mlp" else model["arch"]
 
 
-def limitations(scale: str, datasets: Sequence[str], claim_dataset: str, model: Mapping[str, Any], train: Mapping[str, Any]) -> list[str]:
+def limitations(scale: str, datasets: Sequence[str], model: Mapping[str, Any], train: Mapping[str, Any]) -> list[str]:
     lines = []
     if scale != "paper":
-        lines.append(f"Scale `{scale}` runs {', '.join(DATA_TEXT.get(d, d) for d in datasets)} with {network_text(model, claim_dataset)} "
+        lines.append(f"Scale `{scale}` runs {', '.join(DATA_TEXT.get(d, d) for d in datasets)} with {network_text(model)} "
                      f"for {train['rounds']} rounds of {train['local_epochs']} local epoch(s); the paper's CIFAR-10/100 and SVHN "
                      "results with VGG16-BN / ResNet need `scale=paper` (a GPU cluster).")
     lines.append("The paper's own numbers are not public (abstract only), so no claim can be compared with a paper value.")
@@ -173,7 +169,7 @@ def write_report(*, frames: Mapping[tuple[str, str], pd.DataFrame], curves: pd.D
     stable = clients[(clients.method == "decfus")].groupby(["partition", "seed", "client"]).stable_round.last().reset_index()
     stable_rows = [{"partition": p, "min stable round": g.stable_round.min(), "max stable round": g.stable_round.max(),
                     "clients never stable": int(g.stable_round.isna().sum())} for p, g in stable.groupby("partition")]
-    lims = limitations(params["scale"], params["datasets"], dataset, params["model"], params["train"])
+    lims = limitations(params["scale"], params["datasets"], params["model"], params["train"])
     text = render_report(
         title="DecFus: decentralised layer-wise fusion with dynamic exploration and exploitation",
         scale=params["scale"],
