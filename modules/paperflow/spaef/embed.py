@@ -1,20 +1,23 @@
 """The two language-model priors: spot sentences -> spot embeddings (OmiCLIP's text tower in the
 paper, all-MiniLM-L6-v2 offline) and gene symbols -> gene embeddings (GenePT in the paper, MiniLM
-of the gene's description offline)."""
+of the gene's description offline), and the embed stage that writes them. Only the embed rule
+imports this module, so only its env (envs/clip.yaml) needs open_clip."""
 
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
 import pickle
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
+import anndata as ad
 import numpy as np
+import pandas as pd
 
 from paperflow.core.config import ConfigError
+from paperflow.core.io import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +41,13 @@ def encode_minilm(texts: Sequence[str], batch_size: int, device: str = "cpu") ->
 
 def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int, device: str) -> np.ndarray:
     """OmiCLIP (Loki) text tower: open_clip's coca_ViT-L-14 with the Loki checkpoint, L2-normalised
-    text features (Loki's encode_text_df). open_clip is loaded by name: it is not in envs/scverse.yaml
-    yet (see workflows/spaef/README.md, "paper scale")."""
+    text features (Loki's encode_text_df). open_clip (which needs torchvision) is in the embed rule's
+    env, envs/clip.yaml, not in the local venv, and is imported on use."""
     try:
-        open_clip = importlib.import_module("open_clip")
+        import open_clip
     except ModuleNotFoundError as exc:
-        raise ConfigError("embedding.spot_model = 'omiclip' needs the open-clip-torch package in the job's env "
-                          "(pip install open-clip-torch); use 'minilm' without it") from exc
+        raise ConfigError("embedding.spot_model = 'omiclip' needs the open-clip-torch package (envs/clip.yaml, "
+                          "with --use-conda); use 'minilm' without it") from exc
     import torch
 
     model, _, _ = open_clip.create_model_and_transforms("coca_ViT-L-14", pretrained=str(checkpoint))
@@ -71,3 +74,56 @@ def genept_lookup(genes: Sequence[str], pickle_path: str | Path) -> tuple[np.nda
             emb[i] = np.asarray(table[g], dtype=np.float32)
     log.info("GenePT: %d of %d genes have an embedding", mask.sum(), len(genes))
     return emb, mask
+
+
+# ---------------------------------------------------------------- the embed stage (§2.2.2, §2.3.1)
+
+def gene_texts(adata: ad.AnnData) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Genes to embed (the matrix's, then the GGI training genes) and the GGI pairs by name (SynthSRT)."""
+    ggi = adata.uns["ggi"]
+    genes = pd.DataFrame({"gene": [*adata.var_names, *ggi["genes"]],
+                          "text": [*adata.var["description"], *ggi["descriptions"]],
+                          "in_matrix": [True] * adata.n_vars + [False] * len(ggi["genes"])})
+    names = np.asarray(ggi["genes"])
+    pairs = pd.DataFrame({"a": names[np.asarray(ggi["a"])], "b": names[np.asarray(ggi["b"])], "label": np.asarray(ggi["label"])})
+    return genes, pairs
+
+
+def embed_stage(proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, out_spots: str, out_genes: str, out_ggi: str) -> dict[str, Any]:
+    adata = ad.read_h5ad(proc)
+    sent, _ = read_frame(sentences)
+    device = cfg["device"]
+    if cfg["spot_model"] == "minilm":
+        spots = encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device)
+    else:
+        spots = encode_omiclip(sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device)
+    if cfg["gene_model"] == "minilm":
+        genes, pairs = gene_texts(adata)
+        gene_emb = encode_minilm(genes["text"].tolist(), cfg["batch_size"], device)
+        has = np.ones(len(genes), bool)
+    else:
+        files = {k: fetch_resource(v, cache, "genept") for k, v in cfg["genept"].items()}
+        pairs = read_ggi(files["ggi_text"], files["ggi_labels"])
+        extra = sorted(set(pairs.a) | set(pairs.b) - set(adata.var_names))
+        genes = pd.DataFrame({"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)})
+        gene_emb, has = genept_lookup(genes["gene"].tolist(), files["embeddings"])
+        pairs = pairs[pairs.a.isin(genes.gene[has]) & pairs.b.isin(genes.gene[has])]
+    write_frame(out_spots, pd.DataFrame(spots, columns=[f"e{j}" for j in range(spots.shape[1])]).assign(spot=sent["spot"].to_numpy()),
+                {"model": cfg["spot_model"]})
+    emb_cols = pd.DataFrame(gene_emb, columns=[f"e{j}" for j in range(gene_emb.shape[1])])
+    write_frame(out_genes, pd.concat([genes[["gene", "in_matrix"]].assign(has_embedding=has), emb_cols], axis=1), {"model": cfg["gene_model"]})
+    write_frame(out_ggi, pairs.reset_index(drop=True))
+    return {"spot_dim": int(spots.shape[1]), "gene_dim": int(gene_emb.shape[1]), "n_ggi_pairs": int(len(pairs))}
+
+
+def fetch_resource(spec: Mapping[str, Any], cache: str, name: str) -> Path:
+    from paperflow.spaef.data import fetch_all
+
+    return fetch_all(name, {"file": dict(spec)}, cache)["file"]
+
+
+def read_ggi(text: Path, labels: Path) -> pd.DataFrame:
+    """GenePT's GGI split: one 'GENE_A GENE_B' pair per line of train_text.txt, 0/1 per line of train_label.txt."""
+    pairs = [line.split() for line in Path(text).read_text().splitlines() if line.strip()]
+    lab = [int(float(v)) for v in Path(labels).read_text().split()]
+    return pd.DataFrame({"a": [p[0] for p in pairs], "b": [p[1] for p in pairs], "label": lab})

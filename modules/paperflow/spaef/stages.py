@@ -1,9 +1,9 @@
-"""The file-level stages the workflow scripts call: each reads its inputs, calls the maths, writes outputs."""
+"""The file-level stages the workflow scripts call: each reads its inputs, calls the maths, writes outputs.
+The embed stage is in embed.py, so that only the embed rule's env needs the language models."""
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import anndata as ad
@@ -17,61 +17,6 @@ log = logging.getLogger(__name__)
 
 def dense(m) -> np.ndarray:
     return np.asarray(m.toarray() if hasattr(m, "toarray") else m, dtype=np.float64)
-
-
-# ---------------------------------------------------------------- embeddings (§2.2.2, §2.3.1)
-
-def gene_texts(adata: ad.AnnData) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Genes to embed (the matrix's, then the GGI training genes) and the GGI pairs by name (SynthSRT)."""
-    ggi = adata.uns["ggi"]
-    genes = pd.DataFrame({"gene": [*adata.var_names, *ggi["genes"]],
-                          "text": [*adata.var["description"], *ggi["descriptions"]],
-                          "in_matrix": [True] * adata.n_vars + [False] * len(ggi["genes"])})
-    names = np.asarray(ggi["genes"])
-    pairs = pd.DataFrame({"a": names[np.asarray(ggi["a"])], "b": names[np.asarray(ggi["b"])], "label": np.asarray(ggi["label"])})
-    return genes, pairs
-
-
-def embed_stage(proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, out_spots: str, out_genes: str, out_ggi: str) -> dict[str, Any]:
-    from paperflow.spaef import embed
-
-    adata = ad.read_h5ad(proc)
-    sent, _ = read_frame(sentences)
-    device = cfg["device"]
-    if cfg["spot_model"] == "minilm":
-        spots = embed.encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device)
-    else:
-        spots = embed.encode_omiclip(sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device)
-    if cfg["gene_model"] == "minilm":
-        genes, pairs = gene_texts(adata)
-        gene_emb = embed.encode_minilm(genes["text"].tolist(), cfg["batch_size"], device)
-        has = np.ones(len(genes), bool)
-    else:
-        files = {k: fetch_resource(v, cache, "genept") for k, v in cfg["genept"].items()}
-        pairs = read_ggi(files["ggi_text"], files["ggi_labels"])
-        extra = sorted(set(pairs.a) | set(pairs.b) - set(adata.var_names))
-        genes = pd.DataFrame({"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)})
-        gene_emb, has = embed.genept_lookup(genes["gene"].tolist(), files["embeddings"])
-        pairs = pairs[pairs.a.isin(genes.gene[has]) & pairs.b.isin(genes.gene[has])]
-    write_frame(out_spots, pd.DataFrame(spots, columns=[f"e{j}" for j in range(spots.shape[1])]).assign(spot=sent["spot"].to_numpy()),
-                {"model": cfg["spot_model"]})
-    emb_cols = pd.DataFrame(gene_emb, columns=[f"e{j}" for j in range(gene_emb.shape[1])])
-    write_frame(out_genes, pd.concat([genes[["gene", "in_matrix"]].assign(has_embedding=has), emb_cols], axis=1), {"model": cfg["gene_model"]})
-    write_frame(out_ggi, pairs.reset_index(drop=True))
-    return {"spot_dim": int(spots.shape[1]), "gene_dim": int(gene_emb.shape[1]), "n_ggi_pairs": int(len(pairs))}
-
-
-def fetch_resource(spec: Mapping[str, Any], cache: str, name: str) -> Path:
-    from paperflow.spaef.data import fetch_all
-
-    return fetch_all(name, {"file": dict(spec)}, cache)["file"]
-
-
-def read_ggi(text: Path, labels: Path) -> pd.DataFrame:
-    """GenePT's GGI split: one 'GENE_A GENE_B' pair per line of train_text.txt, 0/1 per line of train_label.txt."""
-    pairs = [line.split() for line in Path(text).read_text().splitlines() if line.strip()]
-    lab = [int(float(v)) for v in Path(labels).read_text().split()]
-    return pd.DataFrame({"a": [p[0] for p in pairs], "b": [p[1] for p in pairs], "label": lab})
 
 
 # ---------------------------------------------------------------- graphs (§2.2.3-5, §2.3)

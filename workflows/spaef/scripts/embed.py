@@ -1,5 +1,5 @@
 from paperflow.core.job import snakemake_job
-from paperflow.spaef.stages import embed_stage
+from paperflow.spaef.embed import embed_stage
 
 with snakemake_job(snakemake) as job:
     info = {}
