@@ -48,10 +48,10 @@ def smooth(a_hat: sp.spmatrix, x: np.ndarray, k: int) -> np.ndarray:
 
 
 def to_torch(a_hat: sp.spmatrix) -> torch.Tensor:
-    """A scipy sparse matrix as a float32 torch CSR tensor (sparse @ dense supports autograd on the dense side)."""
-    csr = sp.csr_matrix(a_hat, dtype=np.float32)
-    return torch.sparse_csr_tensor(torch.from_numpy(csr.indptr.astype(np.int64)), torch.from_numpy(csr.indices.astype(np.int64)),
-                                   torch.from_numpy(csr.data), size=csr.shape)
+    """A scipy sparse matrix as a coalesced float32 torch COO tensor (sparse @ dense supports autograd on the dense side)."""
+    coo = sp.coo_matrix(a_hat, dtype=np.float32)
+    index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    return torch.sparse_coo_tensor(index, torch.from_numpy(coo.data), size=coo.shape).coalesce()
 
 
 def propagate(a_hat: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:

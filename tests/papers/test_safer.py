@@ -1,0 +1,377 @@
+"""SAFER's acceptance checks (spec §10), claim negative controls, data and config errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import torch
+from sklearn.metrics import roc_auc_score, roc_curve
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.safer.backbone import SGC, grace_loss
+from paperflow.safer.claims import build_claims, limitations, seed_summary
+from paperflow.safer.evaluation import energy_routing, evaluate_states, expert_outputs, graph_groups, prototype_routing
+from paperflow.safer.experts import Fingerprint, fingerprint, free_energy, reshape, residual
+from paperflow.safer.graph import gcn_norm, propagate, smooth, to_torch
+from paperflow.safer.metrics import auroc, average_forgetting, fpr_at_tpr
+from paperflow.safer.prepare import acquire, digits_graph, pretrain
+from paperflow.safer.sources import save_graph
+from paperflow.safer.tasks import TEST, TRAIN, build_task_graph
+from paperflow.safer.training import expert_config, rebuild_backbone, sub_state, train_method
+
+TINY = load_paper_config("safer", "tiny")
+
+
+def train_cfg(cfg=TINY):
+    return {k: cfg[k] for k in ("backbone", "expert", "safer", "tpp", "class_il", "evaluation")}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    g = digits_graph("digits", 10, 0.0, 0)
+    return build_task_graph(g.features, g.labels, g.adjacency, name="digits", class_order=range(10), classes_per_task=2,
+                            holdout_fraction=0.0, split_fractions=[0.6, 0.2], split_seed=0)
+
+
+@pytest.fixture(scope="module")
+def backbone(digits):
+    nodes = digits.nodes(0)
+    from paperflow.safer.backbone import pretrain_grace
+    from paperflow.safer.graph import submatrix
+
+    encoder, _ = pretrain_grace(digits.features[nodes], submatrix(digits.adjacency, nodes), TINY["backbone"], seed=0)
+    return encoder
+
+
+@pytest.fixture(scope="module")
+def safer_state(digits, backbone):
+    return train_method("safer", digits, backbone, train_cfg(), seed=0)[0]
+
+
+# §10.1 energy closed form
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_energy_of_equal_logits_is_minus_l_minus_t_log_c(temperature):
+    for c, level in [(2, 0.3), (5, -1.7), (10, 4.0)]:
+        e = free_energy(torch.full((c,), level, dtype=torch.float64), temperature)
+        assert float(e) == pytest.approx(-level - temperature * np.log(c), abs=1e-12)
+    logits = torch.zeros(4, dtype=torch.float64)
+    raised = logits.clone()
+    raised[2] = 1.5
+    assert free_energy(raised, 1.0) < free_energy(logits, 1.0)
+
+
+# §10.2 Laplacian smoothing
+def random_graph(n=20, p=0.25, seed=0):
+    rng = np.random.default_rng(seed)
+    upper = np.triu(rng.random((n, n)) < p, 1)
+    return sp.csr_matrix((upper | upper.T).astype(np.float32))
+
+
+def test_sparse_smoothing_equals_the_dense_power():
+    adj = random_graph()
+    dense = adj.toarray() + np.eye(20)
+    d = dense.sum(1)
+    a_hat = dense / np.sqrt(np.outer(d, d))
+    x = np.random.default_rng(1).standard_normal((20, 5))
+    np.testing.assert_allclose(gcn_norm(adj).toarray(), a_hat, atol=1e-12)
+    for k in (1, 2, 3):
+        np.testing.assert_allclose(smooth(gcn_norm(adj), x, k), np.linalg.matrix_power(a_hat, k) @ x, atol=1e-10)
+        np.testing.assert_allclose(propagate(to_torch(gcn_norm(adj)), torch.as_tensor(x, dtype=torch.float32), k).numpy(),
+                                   np.linalg.matrix_power(a_hat, k) @ x, atol=1e-5)
+
+
+def test_normalised_adjacency_equals_torch_geometric():
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
+
+    adj = random_graph(seed=3).tocoo()
+    index = torch.as_tensor(np.vstack([adj.row, adj.col]), dtype=torch.long)
+    edge_index, weight = pyg_gcn_norm(index, num_nodes=20, add_self_loops=True)
+    theirs = sp.csr_matrix((weight.numpy(), (edge_index[0].numpy(), edge_index[1].numpy())), shape=(20, 20)).toarray()
+    np.testing.assert_allclose(gcn_norm(adj).toarray(), theirs, atol=1e-6)
+
+
+def test_smoothing_converges_to_the_degree_weighted_stationary_direction():
+    adj = random_graph(p=0.35, seed=2)
+    assert sp.csgraph.connected_components(adj)[0] == 1
+    x = np.random.default_rng(0).standard_normal((20, 4))
+    sqrt_deg = np.sqrt(np.asarray(adj.sum(1), dtype=np.float64).ravel() + 1)
+    u = sqrt_deg / np.linalg.norm(sqrt_deg)
+    limit = np.outer(u, u @ x)
+    errors = [np.abs(smooth(gcn_norm(adj), x, k) - limit).max() for k in (2, 8, 32, 256)]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 1e-8
+
+
+def test_task_fingerprints_stay_distinct_on_digits(digits):
+    a_hat = gcn_norm(digits.adjacency)
+    smoothed = smooth(a_hat, digits.features, TINY["tpp"]["prototype_k"])
+    protos = np.stack([smoothed[digits.nodes(t, TRAIN)].mean(0) for t in range(digits.learned)])
+    between = min(np.linalg.norm(protos[i] - protos[j]) for i in range(5) for j in range(i))
+    assert between > 1.0
+    route = prototype_routing(smoothed, protos, graph_groups(digits))
+    test = digits.split == TEST
+    assert np.array_equal(route[test], digits.task[test])  # TPP: every task's test graph is routed to its own task
+
+
+# §10.3 forget-free
+def test_earlier_experts_are_bit_identical_after_later_tasks(digits, backbone, safer_state):
+    two_tasks = dataclasses.replace(digits, learned=2)
+    early = train_method("safer", two_tasks, backbone, train_cfg(), seed=0)[0]
+    for key, value in early.items():
+        assert torch.equal(value, safer_state[key]), key
+    cfg = train_cfg()
+    out_early = expert_outputs(early, two_tasks, to_torch(gcn_norm(digits.adjacency)), cfg, "safer")
+    out_late = expert_outputs(safer_state, digits, to_torch(gcn_norm(digits.adjacency)), cfg, "safer")
+    assert torch.equal(out_early.logits[:2], out_late.logits[:2])
+
+
+def test_af_caused_by_experts_is_exactly_zero_under_oracle_routing(digits, safer_state):
+    out = expert_outputs(safer_state, digits, to_torch(gcn_norm(digits.adjacency)), train_cfg(), "safer")
+    acc = np.full((5, 5), np.nan)
+    for stage in range(5):
+        for j in range(stage + 1):
+            nodes = digits.nodes(j, TEST)
+            pred = digits.task_classes[j][out.logits[j, nodes].argmax(-1).numpy()]
+            acc[stage, j] = np.mean(pred == digits.labels[nodes])
+    assert average_forgetting(acc) == 0.0
+
+
+# §10.4 replay-free audit
+def test_saved_state_holds_only_backbone_prompts_heads_and_fingerprints(digits, safer_state):
+    allowed = ("prompt.", "head.", "fp_mean", "fp_basis", "fp_var", "rho_scale")
+    node_counts = {len(digits.nodes(t)) for t in range(digits.learned)} | {len(digits.nodes(t, TRAIN)) for t in range(digits.learned)}
+    for key, value in safer_state.items():
+        owner, _, name = key.partition(".")
+        assert owner == "backbone" or (owner.startswith("expert") and name.startswith(allowed)), key
+        assert not node_counts & set(value.shape), (key, value.shape)
+    d, h, r = digits.features.shape[1], TINY["backbone"]["hidden"], TINY["safer"]["max_rank"]
+    per_task = 2 * 3 * d + 3 + h * (r + 1) + r + 1 + (r + 1) * 2  # prompt, fingerprint, rho scale, head
+    assert sum(v.numel() for v in safer_state.values()) <= h * (d + 1) + digits.learned * per_task
+
+
+def test_class_il_state_is_one_network_per_stage(digits, backbone):
+    state, _ = train_method("finetune", dataclasses.replace(digits, learned=2), backbone,
+                            train_cfg() | {"class_il": TINY["class_il"] | {"epochs": 2}}, seed=0)
+    assert {k.split(".")[0] for k in state} == {"stage0", "stage1"}
+    assert {k.split(".", 1)[1] for k in state} == {"backbone.lin.weight", "backbone.lin.bias", "head.weight", "head.bias"}
+
+
+# §10.5 reduction: no reshaping, beta = 0, no regulariser -> TPP experts + energy routing
+def test_safer_without_reshaping_is_tpp_experts_with_energy_routing(digits, backbone):
+    off = train_cfg()
+    off["safer"] = off["safer"] | {"reshape": "none", "beta": 0.0,
+                                   "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0}}
+    safer_state, _ = train_method("safer", digits, backbone, off, seed=0)
+    tpp_state, _ = train_method("tpp", digits, backbone, off, seed=0)
+    a_hat = to_torch(gcn_norm(digits.adjacency))
+    safer = expert_outputs(safer_state, digits, a_hat, off, "safer")
+    bb = rebuild_backbone(sub_state(tpp_state, "backbone"), off["backbone"]["k"])
+    x = torch.as_tensor(digits.features)
+    for stage in range(digits.learned):
+        mine = energy_routing(digits, safer, stage)
+        logits = []  # TPP's experts, evaluated by hand: prompt, backbone, linear head on the raw embedding
+        for t in range(stage + 1):
+            s = sub_state(tpp_state, f"expert{t}")
+            prompted = x + torch.softmax(x @ s["prompt.attention.weight"].T + s["prompt.attention.bias"], -1) @ s["prompt.basis"]
+            logits.append(bb(a_hat, prompted) @ s["head.weight"].T + s["head.bias"])
+        logits = torch.stack(logits)
+        route = torch.logsumexp(logits, -1).argmax(0).numpy()
+        pred = digits.task_classes[route, logits[route, np.arange(len(route))].argmax(-1).numpy()]
+        assert np.array_equal(mine.route, route) and np.array_equal(mine.pred, pred)
+
+
+def test_reshaping_and_residual():
+    z = torch.randn(50, 6, dtype=torch.float64)
+    z[:, 4:] *= 1e-3
+    fp = fingerprint(z, 0.99, 8)
+    assert fp.rank == 4 and torch.allclose(fp.basis.T @ fp.basis, torch.eye(4, dtype=torch.float32), atol=1e-5)
+    white = reshape(z.float(), fp, "subspace")
+    assert torch.allclose(white.var(0, unbiased=False), torch.ones(4), atol=1e-3)
+    identity = Fingerprint(torch.zeros(6), torch.eye(6), torch.ones(6))
+    assert torch.equal(residual(z.float(), identity), torch.zeros(50))
+    assert torch.equal(reshape(z, identity, "none"), z)
+
+
+def test_grace_loss_prefers_aligned_views():
+    h = torch.randn(30, 8)
+    assert grace_loss(h, h, 0.5) < grace_loss(h, torch.randn(30, 8), 0.5)
+
+
+# §10.6 metrics against scikit-learn
+@pytest.mark.parametrize("seed", range(5))
+def test_auroc_and_fpr95_match_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    known = np.round(rng.normal(1, 1, 200), 1)  # rounded: ties across the two groups
+    unknown = np.round(rng.normal(0, 1, 150), 1)
+    y = np.r_[np.ones(200), np.zeros(150)]
+    s = np.r_[known, unknown]
+    assert auroc(known, unknown) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    fpr, tpr, _ = roc_curve(y, s)
+    assert fpr_at_tpr(known, unknown, 0.95) == pytest.approx(fpr[np.searchsorted(tpr, 0.95)], abs=1e-12)
+
+
+# claims and their negative controls
+def summary_of(values):
+    """A seed_summary-shaped frame from {variant: (auroc, aa, af)} for seeds 0, 1, 2."""
+    return pd.DataFrame([{"variant": v, "seed": s, "auroc": a, "aa": aa, "af": af, "fpr95": 0.1, "task_id_acc": 1.0}
+                         for v, (a, aa, af) in values.items() for s in (0, 1, 2)])
+
+
+WORKING = {"safer": (0.99, 0.95, 0.0), "tpp_msp": (0.90, 0.96, -0.02), "finetune_energy": (0.80, 0.50, -0.6),
+           "finetune_msp": (0.82, 0.50, -0.6)}
+
+
+def held(summary):
+    return {c.id.removeprefix("digits_"): c.held for c in build_claims(summary, "digits", [0, 1, 2], TINY["claims"], gated=True) if c.gated}
+
+
+def test_claims_hold_for_a_working_safer():
+    assert all(held(summary_of(WORKING)).values())
+
+
+def test_negative_control_tpp_in_safers_place():
+    result = held(summary_of(WORKING | {"safer": WORKING["tpp_msp"]}))
+    assert not result["auroc_safer_minus_tpp_msp"] and not result["af_safer"]
+
+
+def test_negative_control_finetune_in_safers_place_and_safer_in_finetunes():
+    result = held(summary_of(WORKING | {"safer": WORKING["finetune_msp"], "finetune_msp": WORKING["safer"]}))
+    assert not result["auroc_safer_minus_finetune_energy"] and not result["aa_safer_minus_tpp"]
+    assert not result["af_finetune"] and not result["af_safer"]
+
+
+def test_a_missing_seed_fails_the_claim():
+    summary = summary_of(WORKING)
+    result = held(summary[~((summary.variant == "safer") & (summary.seed == 2))])
+    assert not any(result[k] for k in ("auroc_safer_minus_tpp_msp", "aa_safer_minus_tpp", "af_safer"))
+
+
+def test_seed_summary_computes_aa_af_and_auroc_means():
+    acc = pd.DataFrame([{"variant": "safer", "seed": 0, "stage": t, "task": j, "acc": a, "task_id_acc": 1.0}
+                        for t, j, a in [(0, 0, 1.0), (1, 0, 0.5), (1, 1, 0.9)]])
+    opn = pd.DataFrame([{"variant": "safer", "seed": 0, "stage": 0, "auroc": 0.8, "fpr95": 0.4, "open_acc": 0.7, "open_macro_f1": 0.6}])
+    row = seed_summary(acc, opn).iloc[0]
+    assert row.aa == pytest.approx(0.7) and row.af == pytest.approx(-0.5) and row.auroc == pytest.approx(0.8)
+
+
+def test_limitations_follow_the_config():
+    smoke = load_paper_config("safer", "smoke")
+    assert f"{smoke['expert']['epochs']} expert epochs" in limitations(smoke, "smoke")[0]
+    assert not any("digits" in line for line in limitations(load_paper_config("safer", "paper"), "paper"))
+
+
+# evaluation end to end on the library (tiny settings)
+def test_evaluation_rows(digits, backbone, safer_state):
+    acc, opn = evaluate_states("safer", {0: safer_state}, digits, train_cfg())
+    assert sorted(acc.groupby("stage").size().tolist()) == [1, 2, 3, 4, 5]
+    assert opn.stage.tolist() == [0, 1, 2, 3]  # the last stage has no unknown task
+    assert (opn.n_known + opn.n_unknown == int((digits.split == TEST).sum())).all()
+    assert opn.auroc.between(0, 1).all() and acc.acc.between(0, 1).all()
+
+
+def test_held_out_classes_are_never_learned():
+    g = digits_graph("digits", 10, 0.0, 0)
+    tasks = build_task_graph(g.features, g.labels, g.adjacency, name="d", class_order=range(10), classes_per_task=2,
+                             holdout_fraction=0.2, split_fractions=[0.6, 0.2], split_seed=0)
+    assert tasks.learned == 4 and tasks.num_classes == 8 and tasks.task_classes[4].tolist() == [8, 9]
+    coo = tasks.adjacency.tocoo()
+    assert np.array_equal(tasks.task[coo.row], tasks.task[coo.col])  # no inter-task edge
+
+
+def test_split_fractions_per_class(digits):
+    for c in range(10):
+        codes = digits.split[digits.labels == c]
+        assert abs(np.mean(codes == TRAIN) - 0.6) < 0.01 and abs(np.mean(codes == TEST) - 0.2) < 0.01
+
+
+def test_pretrain_is_seeded(tmp_path, digits):
+    from paperflow.safer.tasks import save_task_graph
+
+    save_task_graph(digits, tmp_path / "t.npz")
+    cfg = TINY["backbone"] | {"epochs": 2}
+    a = pretrain(tmp_path / "t.npz", cfg, [0, 1], tmp_path / "a.safetensors", tmp_path / "a.csv")
+    b = pretrain(tmp_path / "t.npz", cfg, [0], tmp_path / "b.safetensors", tmp_path / "b.csv")
+    assert a[0] == b[0] and a[0] != a[1]
+
+
+# data: download over loopback, unpinned refusal
+@pytest.fixture
+def served_cora(tmp_path):
+    rng = np.random.default_rng(0)
+    adj = random_graph(12, 0.3, 4)
+    attr = sp.csr_matrix(rng.integers(0, 2, (12, 7)).astype(np.float32))
+    labels = np.repeat(np.arange(4), 3)
+    path = tmp_path / "cora.npz"
+    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape, attr_data=attr.data,
+             attr_indices=attr.indices, attr_indptr=attr.indptr, attr_shape=attr.shape, labels=labels)
+    payload = path.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/cora.npz", hashlib.sha256(payload).hexdigest(), attr.toarray(), labels
+    httpd.shutdown()
+
+
+def test_download_fetches_checks_and_drops_the_last_class(served_cora, tmp_path):
+    url, sha, features, labels = served_cora
+    graph = acquire("corafull", {"kind": "graph2gauss_npz", "url": url, "sha256": sha, "drop_classes": [3]}, tmp_path / "cache")
+    assert np.array_equal(graph.labels, labels[labels < 3]) and np.array_equal(graph.features, features[labels < 3])
+    with pytest.raises(Exception, match="sha256 mismatch"):
+        acquire("corafull", {"kind": "graph2gauss_npz", "url": url, "sha256": "0" * 64, "drop_classes": []}, tmp_path / "other")
+
+
+def test_unpinned_download_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="datasets.arxiv.sha256 is not set"):
+        acquire("arxiv", {"kind": "ogb_zip", "url": "http://127.0.0.1:9/arxiv.zip", "sha256": None, "drop_classes": []}, tmp_path)
+
+
+def test_digits_graph_round_trips(tmp_path):
+    from paperflow.safer.sources import load_graph
+
+    g = digits_graph("digitsnoisy", 10, 2.0, 0)
+    save_graph(g, tmp_path / "g.npz")
+    back = load_graph(tmp_path / "g.npz")
+    assert np.array_equal(back.features, g.features) and (back.adjacency != g.adjacency).nnz == 0
+    assert not np.array_equal(g.features, digits_graph("digits", 10, 0.0, 0).features)
+
+
+# config
+def test_config_errors_name_the_key(repo_copy):
+    import yaml
+
+    path = repo_copy / "config" / "safer.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["smoke"] = {"safer": {"reshap": "none"}}
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="unknown key 'smoke.safer.reshap' \\(did you mean 'reshape'\\?\\)"):
+        load_paper_config("safer", "smoke", repo_copy)
+    cfg["smoke"] = {"methods": ["safer", "tpp", "finetune"], "claims": {"auroc_rivals": ["ewc_energy"]}}
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="'ewc_energy', but its method 'ewc' is not in methods"):
+        load_paper_config("safer", "smoke", repo_copy)
+    cfg["smoke"] = {"safer": {"reshape": "whiten"}}
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="allowed values: 'subspace', 'none'"):
+        load_paper_config("safer", "smoke", repo_copy)
+
+
+def test_every_scale_resolves():
+    assert load_paper_config("safer", "paper")["resources"]["gpus"] >= 1
+    assert load_paper_config("safer", "smoke")["resources"]["gpus"] == 0
+    assert expert_config("tpp", load_paper_config("safer", "smoke"))["reshape"] == "none"
