@@ -42,3 +42,9 @@ def test_metrics_json_shape_and_summary(tmp_path):
     text = summary_markdown([path], "tiny")
     assert "| p | `a`: A | 1 | < 2 | **yes** | yes |" in text and "**NO**" in text
     assert "**NO**" in claims_table([bad])
+
+
+def test_claims_table_shows_every_seeds_value():
+    claim = compare_claim(id="c", statement="C", values=[0.5, 0.25, 1.0], threshold=0.1, seeds=[3, 4, 5], comparison=">")
+    row = claims_table([claim]).splitlines()[2]
+    assert "| 3: 0.5, 4: 0.25, 5: 1 |" in row and "0.5833" in row

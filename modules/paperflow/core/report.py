@@ -115,13 +115,14 @@ def fmt(x: float | None, digits: int = 4) -> str:
 
 def claims_table(claims: Iterable[Claim]) -> str:
     rows = [
-        "| claim | measured (mean ± std over seeds) | threshold | held | gated | paper |",
-        "|---|---|---|---|---|---|",
+        "| claim | measured (mean ± std over seeds) | per seed | threshold | held | gated | paper |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in claims:
         verdict = "**yes**" if c.held else "**NO**"
+        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c.seeds, c.values))
         rows.append(
-            f"| `{c.id}`: {c.statement} | {fmt(c.value)} ± {fmt(c.value_std, 2)} (seeds {', '.join(map(str, c.seeds))}) "
+            f"| `{c.id}`: {c.statement} | {fmt(c.value)} ± {fmt(c.value_std, 2)} | {per_seed} "
             f"| {c.comparison} {fmt(c.threshold)} | {verdict} | {'yes' if c.gated else 'no (reported)'} "
             f"| {c.paper_value or '–'} |"
         )
