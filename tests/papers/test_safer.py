@@ -15,7 +15,7 @@ import torch
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.safer.backbone import SGC, grace_loss
+from paperflow.safer.backbone import grace_loss
 from paperflow.safer.claims import build_claims, limitations, seed_summary
 from paperflow.safer.evaluation import energy_routing, evaluate_states, expert_outputs, graph_groups, prototype_routing
 from paperflow.safer.experts import Fingerprint, fingerprint, free_energy, reshape, residual

@@ -8,6 +8,8 @@ import scipy.sparse as sp
 import torch
 from sklearn.neighbors import NearestNeighbors
 
+from paperflow.safer.sources import symmetrise
+
 
 def knn_graph(x: np.ndarray, k: int) -> sp.csr_matrix:
     """Symmetric binary cosine kNN graph (i ~ j when either is among the other's k nearest), no self loops."""
@@ -15,11 +17,7 @@ def knn_graph(x: np.ndarray, k: int) -> sp.csr_matrix:
     _, idx = nn_index.kneighbors(x)
     rows = np.repeat(np.arange(len(x)), k)
     cols = idx[:, 1:].reshape(-1)  # column 0 is the point itself
-    adj = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(x), len(x)))
-    adj = ((adj + adj.T) > 0).astype(np.float32).tocsr()
-    adj.setdiag(0)
-    adj.eliminate_zeros()
-    return adj
+    return symmetrise(sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(x), len(x))))
 
 
 def within_groups(adj: sp.csr_matrix, group: np.ndarray) -> sp.csr_matrix:

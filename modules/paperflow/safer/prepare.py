@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
+import scipy.sparse as sp
 from sklearn.datasets import load_digits
 
 from paperflow.core.config import ConfigError
@@ -67,7 +67,8 @@ def preprocess(raw: str | Path, class_order: Sequence[int] | None, protocol: Map
     return info
 
 
-def first_task(tasks: TaskGraph) -> tuple[np.ndarray, object]:
+def first_task(tasks: TaskGraph) -> tuple[np.ndarray, sp.csr_matrix]:
+    """Features and adjacency of the first task's graph: the only data the backbone ever sees."""
     nodes = tasks.nodes(0)
     return tasks.features[nodes], submatrix(tasks.adjacency, nodes)
 
