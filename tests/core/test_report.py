@@ -48,3 +48,33 @@ def test_claims_table_shows_every_seeds_value():
     claim = compare_claim(id="c", statement="C", values=[0.5, 0.25, 1.0], threshold=0.1, seeds=[3, 4, 5], comparison=">")
     row = claims_table([claim]).splitlines()[2]
     assert "| 3: 0.5, 4: 0.25, 5: 1 |" in row and "0.5833" in row
+
+
+@pytest.mark.parametrize("aggregate, value, held", [("mean", 0.01, True), ("max", 0.025, False), ("min", 0.0, True)])
+def test_claim_aggregate_judges_the_chosen_statistic(aggregate, value, held):
+    # one seed of three violates `< 0.02`; only the worst-seed (max) verdict catches it
+    c = compare_claim(id="x", statement="s", values=[0.0, 0.005, 0.025], threshold=0.02, seeds=[0, 1, 2],
+                      comparison="<", aggregate=aggregate)
+    assert c.aggregate == aggregate and math.isclose(c.value, value) and c.held is held
+    assert math.isclose(c.value_std, 0.013228756555322952)
+
+
+def test_claim_aggregate_min_against_a_baseline_and_nan():
+    c = compare_claim(id="x", statement="s", values=[3.0, 1.0], threshold_values=[2.0, 2.0], seeds=[0, 1],
+                      comparison=">", aggregate="min")
+    assert c.value == 1.0 and c.threshold == 2.0 and not c.held
+    assert not compare_claim(id="x", statement="s", values=[float("nan"), 0.0], threshold=1.0, seeds=[0, 1],
+                             comparison="<", aggregate="max").held
+    with pytest.raises(ValueError, match="aggregate 'median'"):
+        compare_claim(id="x", statement="s", values=[1.0], threshold=1, seeds=[0], comparison="<", aggregate="median")
+
+
+def test_claim_aggregate_reaches_metrics_json_and_the_table(tmp_path):
+    worst = compare_claim(id="w", statement="W", values=[0.5, 2.0], threshold=1.0, seeds=[0, 1], comparison="<", aggregate="max")
+    mean = compare_claim(id="m", statement="M", values=[0.5, 1.0], threshold=1.0, seeds=[0, 1], comparison="<")
+    write_metrics(tmp_path / "metrics.json", paper="p", scale="tiny", claims=[worst, mean])
+    doc = json.loads((tmp_path / "metrics.json").read_text())
+    assert [c["aggregate"] for c in doc["claims"]] == ["max", "mean"] and doc["claims"][0]["value"] == 2.0
+    rows = claims_table([worst, mean]).splitlines()[2:]
+    assert "| 2 (max over seeds) |" in rows[0] and "**NO**" in rows[0]
+    assert "| 0.75 ± 0.35 |" in rows[1] and "over seeds)" not in rows[1]

@@ -1,7 +1,8 @@
 """Claims, `metrics.json` and the Markdown report of a paper.
 
-A claim compares measured values (one per seed) against a threshold; `held` is always computed
-here from the numbers, never set by hand. Every paper writes `metrics.json` with a top-level
+A claim compares an aggregate of measured values (one per seed; the mean by default, the worst seed
+for claims the spec states for every run) against a threshold; `held` is always computed here from
+the numbers, never set by hand. Every paper writes `metrics.json` with a top-level
 `claims` list in the same shape, so the cross-paper summary reads them all alike.
 """
 
@@ -23,6 +24,12 @@ COMPARATORS: dict[str, tuple[Callable[[float, float], bool], str]] = {
     ">=": (operator.ge, ">="),
 }
 
+AGGREGATES: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": lambda arr: float(arr.mean()),
+    "max": lambda arr: float(arr.max()),
+    "min": lambda arr: float(arr.min()),
+}
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -38,6 +45,7 @@ class Claim:
     seeds: list[int]
     values: list[float]
     value_std: float
+    aggregate: str = "mean"
     threshold_values: list[float] = field(default_factory=list)
     paper_value: str | None = None
     limitation: str | None = None
@@ -73,24 +81,31 @@ def compare_claim(
     gated: bool = True,
     paper_value: str | None = None,
     limitation: str | None = None,
+    aggregate: str = "mean",
 ) -> Claim:
-    """A claim that `mean(values) <comparison> threshold`, the threshold being a number or the mean of
-    `threshold_values` (e.g. a baseline's per-seed results). Any NaN makes the claim not held."""
+    """A claim that `aggregate(values) <comparison> threshold`, the threshold being a number or the mean
+    of `threshold_values` (e.g. a baseline's per-seed results). `aggregate` is "mean" (over seeds),
+    or "max" / "min" to judge the worst seed of a claim stated for every run. Any NaN makes the claim
+    not held. `value_std` is the std over seeds whatever the aggregate."""
     if comparison not in COMPARATORS:
         raise ValueError(f"comparison {comparison!r} not in {sorted(COMPARATORS)}")
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"aggregate {aggregate!r} not in {sorted(AGGREGATES)}")
     if (threshold is None) == (threshold_values is None):
         raise ValueError("give exactly one of threshold and threshold_values")
     if len(values) != len(seeds):
         raise ValueError(f"{len(values)} values for {len(seeds)} seeds")
-    value, std = mean_std(values)
+    arr = np.asarray(values, dtype=float)
+    value = math.nan if arr.size == 0 or np.isnan(arr).any() else AGGREGATES[aggregate](arr)
+    std = mean_std(values)[1]
     limit = float(threshold) if threshold is not None else mean_std(threshold_values)[0]
     fn, _ = COMPARATORS[comparison]
     held = bool(math.isfinite(value) and math.isfinite(limit) and fn(value, limit))
     return Claim(
         id=id, statement=statement, value=value, threshold=limit, comparison=comparison, held=held,
         gated=gated, seeds=list(seeds), values=[float(v) for v in values], value_std=std,
-        threshold_values=[float(v) for v in (threshold_values or [])], paper_value=paper_value,
-        limitation=limitation,
+        aggregate=aggregate, threshold_values=[float(v) for v in (threshold_values or [])],
+        paper_value=paper_value, limitation=limitation,
     )
 
 
@@ -113,16 +128,23 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def measured_cell(c: Claim) -> str:
+    """The measured value as judged: mean ± std, or e.g. "0.03 (max over seeds)" for a worst-seed claim."""
+    if c.aggregate == "mean":
+        return f"{fmt(c.value)} ± {fmt(c.value_std, 2)}"
+    return f"{fmt(c.value)} ({c.aggregate} over seeds)"
+
+
 def claims_table(claims: Iterable[Claim]) -> str:
     rows = [
-        "| claim | measured (mean ± std over seeds) | per seed | threshold | held | gated | paper |",
+        "| claim | measured (mean ± std over seeds, unless marked) | per seed | threshold | held | gated | paper |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in claims:
         verdict = "**yes**" if c.held else "**NO**"
         per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c.seeds, c.values))
         rows.append(
-            f"| `{c.id}`: {c.statement} | {fmt(c.value)} ± {fmt(c.value_std, 2)} | {per_seed} "
+            f"| `{c.id}`: {c.statement} | {measured_cell(c)} | {per_seed} "
             f"| {c.comparison} {fmt(c.threshold)} | {verdict} | {'yes' if c.gated else 'no (reported)'} "
             f"| {c.paper_value or '–'} |"
         )
