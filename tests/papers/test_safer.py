@@ -24,13 +24,13 @@ from paperflow.safer.metrics import auroc, average_forgetting, fpr_at_tpr
 from paperflow.safer.prepare import acquire, digits_graph, pretrain
 from paperflow.safer.sources import save_graph
 from paperflow.safer.tasks import TEST, TRAIN, build_task_graph
-from paperflow.safer.training import expert_config, rebuild_backbone, sub_state, train_method
+from paperflow.safer.training import expert_config, method_config, rebuild_backbone, sub_state, train_method
 
 TINY = load_paper_config("safer", "tiny")
 
 
-def train_cfg(cfg=TINY):
-    return {k: cfg[k] for k in ("backbone", "expert", "safer", "tpp", "class_il", "evaluation")}
+def mcfg(method, cfg=TINY):
+    return method_config(method, cfg)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def backbone(digits):
 
 @pytest.fixture(scope="module")
 def safer_state(digits, backbone):
-    return train_method("safer", digits, backbone, train_cfg(), seed=0)[0]
+    return train_method("safer", digits, backbone, mcfg("safer"), seed=0)[0]
 
 
 # §10.1 energy closed form
@@ -122,17 +122,17 @@ def test_task_fingerprints_stay_distinct_on_digits(digits):
 # §10.3 forget-free
 def test_earlier_experts_are_bit_identical_after_later_tasks(digits, backbone, safer_state):
     two_tasks = dataclasses.replace(digits, learned=2)
-    early = train_method("safer", two_tasks, backbone, train_cfg(), seed=0)[0]
+    early = train_method("safer", two_tasks, backbone, mcfg("safer"), seed=0)[0]
     for key, value in early.items():
         assert torch.equal(value, safer_state[key]), key
-    cfg = train_cfg()
+    cfg = mcfg("safer")
     out_early = expert_outputs(early, two_tasks, to_torch(gcn_norm(digits.adjacency)), cfg, "safer")
     out_late = expert_outputs(safer_state, digits, to_torch(gcn_norm(digits.adjacency)), cfg, "safer")
     assert torch.equal(out_early.logits[:2], out_late.logits[:2])
 
 
 def test_af_caused_by_experts_is_exactly_zero_under_oracle_routing(digits, safer_state):
-    out = expert_outputs(safer_state, digits, to_torch(gcn_norm(digits.adjacency)), train_cfg(), "safer")
+    out = expert_outputs(safer_state, digits, to_torch(gcn_norm(digits.adjacency)), mcfg("safer"), "safer")
     acc = np.full((5, 5), np.nan)
     for stage in range(5):
         for j in range(stage + 1):
@@ -157,21 +157,20 @@ def test_saved_state_holds_only_backbone_prompts_heads_and_fingerprints(digits, 
 
 def test_class_il_state_is_one_network_per_stage(digits, backbone):
     state, _ = train_method("finetune", dataclasses.replace(digits, learned=2), backbone,
-                            train_cfg() | {"class_il": TINY["class_il"] | {"epochs": 2}}, seed=0)
+                            mcfg("finetune", TINY | {"class_il": TINY["class_il"] | {"epochs": 2}}), seed=0)
     assert {k.split(".")[0] for k in state} == {"stage0", "stage1"}
     assert {k.split(".", 1)[1] for k in state} == {"backbone.lin.weight", "backbone.lin.bias", "head.weight", "head.bias"}
 
 
 # §10.5 reduction: no reshaping, beta = 0, no regulariser -> TPP experts + energy routing
 def test_safer_without_reshaping_is_tpp_experts_with_energy_routing(digits, backbone):
-    off = train_cfg()
-    off["safer"] = off["safer"] | {"reshape": "none", "beta": 0.0,
-                                   "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0}}
-    safer_state, _ = train_method("safer", digits, backbone, off, seed=0)
-    tpp_state, _ = train_method("tpp", digits, backbone, off, seed=0)
+    off = TINY | {"safer": TINY["safer"] | {"reshape": "none", "beta": 0.0,
+                                            "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0}}}
+    safer_state, _ = train_method("safer", digits, backbone, mcfg("safer", off), seed=0)
+    tpp_state, _ = train_method("tpp", digits, backbone, mcfg("tpp", off), seed=0)
     a_hat = to_torch(gcn_norm(digits.adjacency))
-    safer = expert_outputs(safer_state, digits, a_hat, off, "safer")
-    bb = rebuild_backbone(sub_state(tpp_state, "backbone"), off["backbone"]["k"])
+    safer = expert_outputs(safer_state, digits, a_hat, mcfg("safer", off), "safer")
+    bb = rebuild_backbone(sub_state(tpp_state, "backbone"), TINY["backbone"]["k"])
     x = torch.as_tensor(digits.features)
     for stage in range(digits.learned):
         mine = energy_routing(digits, safer, stage)
@@ -268,7 +267,7 @@ def test_limitations_follow_the_config():
 
 # evaluation end to end on the library (tiny settings)
 def test_evaluation_rows(digits, backbone, safer_state):
-    acc, opn = evaluate_states("safer", {0: safer_state}, digits, train_cfg())
+    acc, opn = evaluate_states("safer", {0: safer_state}, digits, mcfg("safer"), TINY["evaluation"]["tpr"])
     assert sorted(acc.groupby("stage").size().tolist()) == [1, 2, 3, 4, 5]
     assert opn.stage.tolist() == [0, 1, 2, 3]  # the last stage has no unknown task
     assert (opn.n_known + opn.n_unknown == int((digits.split == TEST).sum())).all()
@@ -374,4 +373,40 @@ def test_config_errors_name_the_key(repo_copy):
 def test_every_scale_resolves():
     assert load_paper_config("safer", "paper")["resources"]["gpus"] >= 1
     assert load_paper_config("safer", "smoke")["resources"]["gpus"] == 0
-    assert expert_config("tpp", load_paper_config("safer", "smoke"))["reshape"] == "none"
+    smoke = load_paper_config("safer", "smoke")
+    assert expert_config("tpp", smoke)["reshape"] == "none" and expert_config("safer", smoke)["reshape"] == "subspace"
+
+
+def test_each_method_sees_only_its_own_settings():
+    smoke = load_paper_config("safer", "smoke")
+    changed = smoke | {"safer": smoke["safer"] | {"beta": 2.5}}
+    assert method_config("safer", changed) != method_config("safer", smoke)
+    for method in ("tpp", "finetune", "ewc"):  # beta is SAFER's alone: their jobs keep their params
+        assert method_config(method, changed) == method_config(method, smoke)
+    ewc = smoke | {"class_il": smoke["class_il"] | {"ewc_strength": 1.0}}
+    assert method_config("ewc", ewc) != method_config("ewc", smoke)
+    assert all(method_config(m, ewc) == method_config(m, smoke) for m in ("safer", "tpp", "finetune"))
+
+
+# reruns follow changes: a real tiny run, then dry runs after config edits
+@pytest.mark.slow
+def test_a_changed_setting_reruns_only_the_jobs_that_read_it(tmp_path):
+    import yaml
+
+    from conftest import copy_repo, job_counts, run_snakemake
+
+    repo = copy_repo(tmp_path / "repo")
+    args = ("--cores", "2", "--config", "scale=tiny", "papers=[safer]")
+    run_snakemake(repo, *args)
+    path = repo / "config" / "safer.yaml"
+    original = yaml.safe_load(path.read_text())
+
+    def dry_run_after(tiny_block):
+        path.write_text(yaml.safe_dump(original | {"tiny": original["tiny"] | tiny_block}))
+        return job_counts(run_snakemake(repo, "-n", *args).stdout)
+
+    only_safer = {"safer_train": 1, "safer_evaluate": 1, "safer_report": 1, "summary": 1, "all": 1}
+    assert dry_run_after({"safer": original["tiny"]["safer"] | {"beta": 0.5}}) == only_safer
+    assert dry_run_after({"class_il": original["tiny"]["class_il"] | {"lr": 0.02}}) == only_safer | {"safer_train": 1}
+    backbone = dry_run_after({"backbone": original["tiny"]["backbone"] | {"epochs": 6}})
+    assert backbone == only_safer | {"safer_pretrain": 1, "safer_train": 3, "safer_evaluate": 3}

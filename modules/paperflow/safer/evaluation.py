@@ -27,7 +27,7 @@ from paperflow.safer.experts import free_energy
 from paperflow.safer.graph import gcn_norm, smooth, to_torch
 from paperflow.safer.metrics import auroc, fpr_at_tpr, known_threshold
 from paperflow.safer.tasks import TEST, VAL, TaskGraph, load_task_graph
-from paperflow.safer.training import (EXPERT_METHODS, expert_config, load_states, rebuild_backbone, rebuild_class_il,
+from paperflow.safer.training import (EXPERT_METHODS, load_states, rebuild_backbone, rebuild_class_il,
                                       rebuild_expert, sub_state)
 
 VARIANTS = {
@@ -64,8 +64,8 @@ class ExpertOutputs:
 def expert_outputs(state: Mapping[str, torch.Tensor], graph: TaskGraph, a_hat: torch.Tensor, cfg: Mapping[str, Any],
                    method: str) -> ExpertOutputs:
     """Every expert on every node, each node embedded inside its own task graph."""
-    backbone = rebuild_backbone(sub_state(state, "backbone"), cfg["backbone"]["k"])
-    ecfg = expert_config(method, cfg)
+    backbone = rebuild_backbone(sub_state(state, "backbone"), cfg["k"])
+    ecfg = cfg["expert"]
     x = torch.as_tensor(graph.features)
     logits, energy = [], []
     for t in range(graph.learned):
@@ -73,7 +73,7 @@ def expert_outputs(state: Mapping[str, torch.Tensor], graph: TaskGraph, a_hat: t
         z = expert.embed(backbone, a_hat, x)
         logits.append(expert.logits(z))
         energy.append(expert.energy(z, logits[-1]))
-    prop = cfg["safer"]["energy_propagation"]
+    prop = ecfg["energy_propagation"]
     return ExpertOutputs(torch.stack(logits), propagate_energy(torch.stack(energy), a_hat, prop["steps"], prop["alpha"]))
 
 
@@ -120,7 +120,7 @@ def expert_stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph: 
     stages = range(graph.learned)
     if method == "safer":
         return {"safer": [energy_routing(graph, out, s) for s in stages]}
-    smoothed = smooth(a_sp, graph.features, cfg["tpp"]["prototype_k"])
+    smoothed = smooth(a_sp, graph.features, cfg["prototype_k"])
     prototypes = np.stack([state[f"prototype{t}"].numpy() for t in range(graph.learned)])
     groups = graph_groups(graph)
     return {
@@ -138,10 +138,10 @@ def class_il_stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph
     msp, energy = [], []
     for s in range(graph.learned):
         seen = (s + 1) * graph.task_classes.shape[1]
-        logits = rebuild_class_il(sub_state(state, f"stage{s}"), cfg["backbone"]["k"])(a_hat, x, seen)
+        logits = rebuild_class_il(sub_state(state, f"stage{s}"), cfg["k"])(a_hat, x, seen)
         pred = order[logits.argmax(-1).numpy()]
         msp.append(StageOutput(pred, torch.softmax(logits, -1).max(-1).values.numpy(), no_route))
-        energy.append(StageOutput(pred, -free_energy(logits, cfg["safer"]["temperature"]).numpy(), no_route))
+        energy.append(StageOutput(pred, -free_energy(logits, cfg["class_il"]["energy_temperature"]).numpy(), no_route))
     return {f"{method}_msp": msp, f"{method}_energy": energy}
 
 
@@ -174,13 +174,14 @@ def stage_metrics(graph: TaskGraph, out: StageOutput, stage: int, tpr: float) ->
 
 
 def evaluate_states(method: str, states: Mapping[int, Mapping[str, torch.Tensor]], graph: TaskGraph,
-                    cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(accuracy rows, open-set rows) for every seed, evaluation variant and stage."""
+                    cfg: Mapping[str, Any], tpr: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(accuracy rows, open-set rows) for every seed, evaluation variant and stage; `cfg` is the
+    method's own config (`method_config`), `tpr` the true-positive rate of FPR@TPR and the threshold."""
     acc_rows, open_rows = [], []
     for seed, state in states.items():
         for variant, outputs in stage_outputs(method, state, graph, cfg).items():
             for stage, out in enumerate(outputs):
-                acc, opn = stage_metrics(graph, out, stage, cfg["evaluation"]["tpr"])
+                acc, opn = stage_metrics(graph, out, stage, tpr)
                 tags = {"method": method, "variant": variant, "seed": seed}
                 acc_rows += [tags | row for row in acc]
                 if opn is not None:
@@ -188,11 +189,11 @@ def evaluate_states(method: str, states: Mapping[int, Mapping[str, torch.Tensor]
     return pd.DataFrame(acc_rows), pd.DataFrame(open_rows)
 
 
-def run_evaluation(method: str, tasks_file: str | Path, states_file: str | Path, cfg: Mapping[str, Any],
+def run_evaluation(method: str, tasks_file: str | Path, states_file: str | Path, cfg: Mapping[str, Any], tpr: float,
                    acc_out: str | Path, open_out: str | Path) -> dict[str, Any]:
     graph = load_task_graph(tasks_file)
     states, _ = load_states(states_file)
-    acc, opn = evaluate_states(method, states, graph, cfg)
+    acc, opn = evaluate_states(method, states, graph, cfg, tpr)
     write_frame(acc_out, acc, {"dataset": graph.name, "method": method})
     write_frame(open_out, opn, {"dataset": graph.name, "method": method})
     return {"variants": sorted(acc.variant.unique()), "seeds": sorted(int(s) for s in acc.seed.unique())}

@@ -62,17 +62,30 @@ def expert_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     expert = dict(cfg["expert"])
     if method == "safer":
         return expert | dict(cfg["safer"])
-    return expert | {"reshape": "none", "beta": 0.0, "temperature": cfg["safer"]["temperature"],
-                     "energy_share": cfg["safer"]["energy_share"], "max_rank": cfg["safer"]["max_rank"],
+    safer = cfg["safer"]
+    return expert | {"reshape": "none", "beta": 0.0, "temperature": safer["temperature"], "energy_share": safer["energy_share"],
+                     "max_rank": safer["max_rank"], "energy_propagation": safer["energy_propagation"],
                      "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0}}
+
+
+def method_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Exactly the settings `method` reads in its train and evaluate stages (a rule's params), so that
+    a changed value reruns only the methods that use it: e.g. `safer.beta` reruns SAFER alone."""
+    if method in EXPERT_METHODS:
+        extra = {"prototype_k": cfg["tpp"]["prototype_k"]} if method == "tpp" else {}
+        return {"k": cfg["backbone"]["k"], "expert": expert_config(method, cfg)} | extra
+    if method in CLASS_IL_METHODS:
+        drop = () if method == "ewc" else ("ewc_strength",)
+        return {"k": cfg["backbone"]["k"], "class_il": {k: v for k, v in cfg["class_il"].items() if k not in drop}}
+    raise ValueError(f"method {method!r} is not known; known: {', '.join(METHODS)}")
 
 
 def train_experts(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int,
                   progress: bool = False) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """Experts 0..K-1 (and, for TPP, the task prototypes: the mean of Â^k X over each task's training nodes)."""
     a_hat = gcn_norm(graph.adjacency)
-    ecfg = expert_config(method, cfg)
-    smoothed = smooth(a_hat, graph.features, cfg["tpp"]["prototype_k"]) if method == "tpp" else None
+    ecfg = cfg["expert"]
+    smoothed = smooth(a_hat, graph.features, cfg["prototype_k"]) if method == "tpp" else None
     state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
     history = []
     for t in tqdm(range(graph.learned), desc=f"{method} seed {seed}", disable=not progress):
@@ -111,6 +124,7 @@ def train_class_il(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[st
 
 def train_method(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int,
                  progress: bool = False) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """`cfg` is the method's own config (`method_config`)."""
     if method in EXPERT_METHODS:
         return train_experts(method, graph, backbone, cfg, seed, progress)
     if method in CLASS_IL_METHODS:
@@ -166,7 +180,7 @@ def run_training(method: str, tasks_file: str | Path, backbones_file: str | Path
     backbones, _ = load_states(backbones_file)
     states, history = {}, []
     for seed in seeds:
-        states[seed], rows = train_method(method, graph, rebuild_backbone(backbones[seed], cfg["backbone"]["k"]), cfg, seed, progress)
+        states[seed], rows = train_method(method, graph, rebuild_backbone(backbones[seed], cfg["k"]), cfg, seed, progress)
         history += rows
     save_states(out, states, {"method": method, "learned": graph.learned})
     pd.DataFrame(history).to_csv(history_out, index=False)
