@@ -110,16 +110,21 @@ def figures(accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame],
     fig, axes = plots.subplots(len(variants), width=3.4, height=3.2)
     for ax, variant in zip(axes, variants):
         mats = [accuracy_matrix(g) for _, g in acc[acc.variant == variant].groupby("seed")]
-        image = ax.imshow(np.nanmean(mats, axis=0), vmin=0, vmax=1, cmap="viridis")
-        ax.set(xlabel="task j", ylabel="after stage t", title=LABELS[variant])
-    fig.colorbar(image, ax=axes, shrink=0.8, label="test accuracy (mean over seeds)")
+        mean = np.nanmean(mats, axis=0)
+        ax.imshow(mean, vmin=0, vmax=1, cmap="viridis")
+        for (t, j), value in np.ndenumerate(mean):
+            if np.isfinite(value):
+                ax.text(j, t, f"{value:.2f}", ha="center", va="center", fontsize=7, color="black" if value > 0.5 else "white")
+        ax.set(xlabel="task j", ylabel="after stage t", title=LABELS[variant], xticks=range(len(mean)), yticks=range(len(mean)))
+        ax.title.set_fontsize(9)
     plots.save(fig, out["matrix_figure"])
     fig, axes = plots.subplots(len(opens))
     for ax, (name, opn) in zip(axes, opens.items()):
         for variant, group in opn.groupby("variant", sort=False):
             curve = group.groupby("stage").auroc.agg(["mean", "std"])
             ax.errorbar(curve.index + 1, curve["mean"], yerr=curve["std"], marker="o", capsize=3, label=LABELS[variant])
-        ax.set(xlabel="stage (tasks learned)", ylabel="open-set AUROC (mean ± std over seeds)", title=name)
+        ax.set(xlabel="stage (tasks learned)", ylabel="open-set AUROC (mean ± std over seeds)", title=name,
+               xticks=sorted(opn.stage.unique() + 1))
         ax.legend(fontsize=7)
     plots.save(fig, out["auroc_figure"])
 
