@@ -14,7 +14,8 @@ METHODS = {
     "gene_only": {"graphs": "lm", "fusion": "gene"},
     "fixed_half": {"graphs": "lm", "fusion": "half"},
 }
-BASELINES = ("raw", "delaunay_smooth", "magic")
+BASELINES = ("raw", "delaunay_smooth", "magic", "magic_impute", "graphst")
+PUBLISHED_BASELINES = ("magic_impute", "graphst")  # run by the published packages magic-impute and graphst
 NEEDS = {"synthetic": ("n_rows", "n_cols", "n_domains"), "visium": ("files",)}
 
 

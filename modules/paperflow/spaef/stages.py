@@ -116,7 +116,7 @@ def baselines_stage(proc: str, names: Sequence[str], cfg: Mapping[str, Any], out
 
     adata = ad.read_h5ad(proc)
     result = ad.AnnData(X=np.zeros((adata.n_obs, adata.n_vars), np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
-    for name, value in run_baselines(dense(adata.X), adata.obsp["spatial_connectivities"], list(names), dict(cfg)).items():
+    for name, value in run_baselines(dense(adata.X), adata.obsp["spatial_connectivities"], adata.obsm["spatial"], list(names), dict(cfg)).items():
         result.layers[name] = value.astype(np.float32)
     result.write_h5ad(out)
 
