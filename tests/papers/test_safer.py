@@ -410,3 +410,12 @@ def test_a_changed_setting_reruns_only_the_jobs_that_read_it(tmp_path):
     assert dry_run_after({"class_il": original["tiny"]["class_il"] | {"lr": 0.02}}) == one_method  # fine-tune's alone
     backbone = dry_run_after({"backbone": original["tiny"]["backbone"] | {"epochs": 6}})
     assert backbone == one_method | {"safer_pretrain": 1, "safer_train": 3, "safer_evaluate": 3}
+
+
+def test_nearest_prototype_matches_the_brute_force_distance():
+    from paperflow.safer.evaluation import nearest_prototype
+
+    rng = np.random.default_rng(0)
+    rows, protos = rng.standard_normal((300, 6)), rng.standard_normal((7, 6))
+    brute = np.linalg.norm(rows[:, None] - protos[None], axis=-1).argmin(1)
+    assert np.array_equal(nearest_prototype(rows, protos), brute)

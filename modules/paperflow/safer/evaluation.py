@@ -95,7 +95,8 @@ def msp_of(graph: TaskGraph, out: ExpertOutputs, route: np.ndarray) -> StageOutp
 
 
 def nearest_prototype(rows: np.ndarray, prototypes: np.ndarray) -> np.ndarray:
-    return ((rows[:, None, :] - prototypes[None]) ** 2).sum(-1).argmin(1)
+    """Index of the nearest prototype (Euclidean) of each row, via ‖p‖² − 2 x·p (no (n, K, d) array)."""
+    return ((prototypes**2).sum(1)[None, :] - 2.0 * rows @ prototypes.T).argmin(1)
 
 
 def graph_groups(graph: TaskGraph) -> np.ndarray:
