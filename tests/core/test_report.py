@@ -78,3 +78,10 @@ def test_claim_aggregate_reaches_metrics_json_and_the_table(tmp_path):
     rows = claims_table([worst, mean]).splitlines()[2:]
     assert "| 2 (max over seeds) |" in rows[0] and "**NO**" in rows[0]
     assert "| 0.75 ± 0.35 |" in rows[1] and "over seeds)" not in rows[1]
+
+
+def test_summary_labels_a_worst_seed_claim(tmp_path):
+    worst = compare_claim(id="w", statement="W", values=[0.1, 0.3], threshold=0.2, seeds=[0, 1], comparison="<", aggregate="max")
+    path = tmp_path / "metrics.json"
+    write_metrics(path, paper="p", scale="smoke", claims=[worst])
+    assert "| p | `w`: W | 0.3 (max over seeds) | < 0.2 | **NO** | yes |" in summary_markdown([path], "smoke")

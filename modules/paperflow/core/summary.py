@@ -9,6 +9,12 @@ from typing import Iterable
 from paperflow.core.report import fmt
 
 
+def measured(claim: dict) -> str:
+    """The judged value; a worst-seed (or best-seed) claim says which aggregate it is."""
+    aggregate = claim.get("aggregate", "mean")
+    return fmt(claim["value"]) if aggregate == "mean" else f"{fmt(claim['value'])} ({aggregate} over seeds)"
+
+
 def summary_markdown(metrics_files: Iterable[str | Path], scale: str) -> str:
     rows = ["| paper | claim | measured | threshold | held | gated |", "|---|---|---|---|---|---|"]
     papers = []
@@ -17,7 +23,7 @@ def summary_markdown(metrics_files: Iterable[str | Path], scale: str) -> str:
         papers.append(doc)
         for c in doc["claims"]:
             rows.append(
-                f"| {doc['paper']} | `{c['id']}`: {c['statement']} | {fmt(c['value'])} | {c['comparison']} {fmt(c['threshold'])} "
+                f"| {doc['paper']} | `{c['id']}`: {c['statement']} | {measured(c)} | {c['comparison']} {fmt(c['threshold'])} "
                 f"| {'**yes**' if c['held'] else '**NO**'} | {'yes' if c['gated'] else 'no'} |"
             )
     held = sum(doc["all_gated_held"] for doc in papers)
