@@ -64,3 +64,36 @@ def repo_copy(tmp_path: Path) -> Path:
 def dry_repo(tmp_path_factory) -> Path:
     """A scratch copy for dry runs and lint: never sees the developer's own results/ or locks."""
     return copy_repo(tmp_path_factory.mktemp("dry") / "repo")
+
+
+@pytest.fixture
+def serve_bytes():
+    """A loopback HTTP server for download tests: `serve_bytes(payload)` serves `payload` at every path and
+    returns (base URL, list of requested paths); the servers stop when the test ends."""
+    import http.server
+    import threading
+
+    servers = []
+
+    def start(payload: bytes) -> tuple[str, list[str]]:
+        hits: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}", hits
+
+    yield start
+    for httpd in servers:
+        httpd.shutdown()

@@ -7,8 +7,6 @@ test_ph_vae_maths.py; data generators and tail metrics in test_ph_vae_data_metri
 from __future__ import annotations
 
 import hashlib
-import http.server
-import threading
 
 import numpy as np
 import pandas as pd
@@ -72,25 +70,8 @@ DANISH = b'"","X","dat"\n"1",1,1.68374816983895\n"2",2,2.09370424597365\n"3",3,2
 
 
 @pytest.fixture
-def server():
-    hits = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            hits.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(DANISH)))
-            self.end_headers()
-            self.wfile.write(DANISH)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", hits
-    httpd.shutdown()
+def server(serve_bytes):
+    return serve_bytes(DANISH)
 
 
 def test_danish_download_verifies_checksum_and_parses(server, tmp_path):

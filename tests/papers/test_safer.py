@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import http.server
-import threading
 
 import numpy as np
 import pandas as pd
@@ -301,7 +299,7 @@ def test_pretrain_is_seeded(tmp_path, digits):
 
 # data: download over loopback, unpinned refusal
 @pytest.fixture
-def served_cora(tmp_path):
+def served_cora(tmp_path, serve_bytes):
     rng = np.random.default_rng(0)
     adj = random_graph(12, 0.3, 4)
     attr = sp.csr_matrix(rng.integers(0, 2, (12, 7)).astype(np.float32))
@@ -309,22 +307,8 @@ def served_cora(tmp_path):
     path = tmp_path / "cora.npz"
     np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape, attr_data=attr.data,
              attr_indices=attr.indices, attr_indptr=attr.indptr, attr_shape=attr.shape, labels=labels)
-    payload = path.read_bytes()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/cora.npz", hashlib.sha256(payload).hexdigest(), attr.toarray(), labels
-    httpd.shutdown()
+    base, _ = serve_bytes(path.read_bytes())
+    return f"{base}/cora.npz", hashlib.sha256(path.read_bytes()).hexdigest(), attr.toarray(), labels
 
 
 def test_download_fetches_checks_and_drops_the_last_class(served_cora, tmp_path):
