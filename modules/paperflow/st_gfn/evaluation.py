@@ -8,10 +8,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 import torch
-from gfn.samplers import Sampler
 
 from paperflow.st_gfn.identities import identity_gaps
 from paperflow.st_gfn.models import make_gflownet
+from paperflow.st_gfn.sampling import make_sampler
 
 EVAL_SEED_OFFSET = 20_000  # fresh on-policy samples of seed s use torch seed s + this
 UNIFORM = "uniform"        # the uniform-policy sampler (every valid action equally likely)
@@ -47,7 +47,7 @@ def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
 def sample_terminal_states(env, pf, n: int, batch: int, epsilon: float, seed: int) -> np.ndarray:
     """Indices of n terminal states sampled with P_F (epsilon = 1: the uniform-policy sampler)."""
     torch.manual_seed(seed)
-    sampler = Sampler(estimator=pf)
+    sampler = make_sampler(env, pf)
     out = []
     with torch.no_grad():
         for start in range(0, n, batch):

@@ -10,6 +10,7 @@ L_ST = delta^T (I + lam D^T D)^(-1) delta, D the circular first difference (regu
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -57,8 +58,14 @@ def spectral_energy(delta: torch.Tensor, weight: Filter) -> torch.Tensor:
     """L_ST of each row of `delta` (batch, n), all of length n: (1/n) sum_k w(omega_k) |FFT(delta)_k|^2."""
     n = delta.shape[-1]
     spectrum = torch.fft.fft(delta, dim=-1)
-    w = weight(frequencies(n, dtype=delta.dtype, device=delta.device))
-    return (w * spectrum.abs() ** 2).sum(-1) / n
+    return (frequency_weights(weight, n, delta.dtype, delta.device) * spectrum.abs() ** 2).sum(-1) / n
+
+
+@functools.lru_cache(maxsize=1024)
+def frequency_weights(weight: Filter, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """w(omega_k), k = 0..n-1, computed once per filter, length, dtype and device (training calls the
+    loss with the same few lengths every iteration)."""
+    return weight(frequencies(n, dtype=dtype, device=device))
 
 
 def spectral_loss_per_trajectory(delta: torch.Tensor, lengths: torch.Tensor, weight: Filter,

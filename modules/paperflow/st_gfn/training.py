@@ -10,13 +10,13 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 import torch
-from gfn.samplers import Sampler
 from tqdm import tqdm
 
 from paperflow.st_gfn.envs import max_length, observed_log_reward
 from paperflow.st_gfn.intrinsic import annealed_beta, anticausal_credit, autocorrelation_kernel, lorentzian_psd, novelty
 from paperflow.st_gfn.models import batch_loss, make_gflownet, optimizer
 from paperflow.st_gfn.residuals import step_mask
+from paperflow.st_gfn.sampling import make_sampler
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def train_one(env, env_spec: Mapping[str, Any], method: Mapping[str, Any], model
     noise = torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET)
     gfn = make_gflownet(env, method, model)
     opt = optimizer(gfn, train["lr"], train["lr_logz"])
-    sampler = Sampler(estimator=gfn.pf)
+    sampler = make_sampler(env, gfn.pf)
     use_intrinsic = method["kind"] == "st_gfn" and method.get("intrinsic", False)
     counts = torch.zeros(env.n_states, dtype=torch.float64)
     rho = autocorrelation_kernel(lorentzian_psd(max_length(env), float(method.get("omega_r", 0.1))))
