@@ -1,6 +1,7 @@
 """st_gfn's tensor-loop HyperGrid sampler against torchgfn's own `Sampler` on the same seed and policy:
-the same trajectories (states, actions, lengths, rewards, masks), so swapping it in is semantically
-neutral; and the losses of torchgfn's TB on both batches agree."""
+the same trajectories (states, actions, lengths, rewards, masks) in both of its modes (policy tabulated
+on every state, or evaluated on each step's rows), so swapping it in is semantically neutral; and the
+losses of torchgfn's TB on both batches agree."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def test_same_trajectories_as_torchgfn_sampler_on_the_same_seed(grid, time_featu
     env = make_env(grid)
     torch.manual_seed(7)
     pf, _, _ = make_estimators(env, hidden=32, layers=2, time_features=time_features)
-    ours = batches(HyperGridSampler(env, pf), env, seed=3, epsilon=epsilon)
+    sampler = HyperGridSampler(env, pf)
+    assert sampler.tabulate(16) == (grid["ndim"] == 2)  # 64 states: policy tabulated; 512: per-step rows
+    ours = batches(sampler, env, seed=3, epsilon=epsilon)
     ref = batches(Sampler(estimator=pf), env, seed=3, epsilon=epsilon)
     for a, b in zip(ours, ref):
         assert torch.equal(a.states.tensor, b.states.tensor)

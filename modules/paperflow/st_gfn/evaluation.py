@@ -1,4 +1,5 @@
-"""Metrics of spec section 8 against the exact target pi = R / Z (enumerated by torchgfn's HyperGrid)."""
+"""Metrics of spec section 8: on enumerable envs (HyperGrid, gene sets) against the exact target pi = R / Z;
+on sequence envs (BitSequence) reference modes found, top-k reward and diversity."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from paperflow.st_gfn.envs import terminal_record
 from paperflow.st_gfn.identities import identity_gaps
 from paperflow.st_gfn.models import make_gflownet
 from paperflow.st_gfn.sampling import make_sampler
+from paperflow.st_gfn.sequences import sequence_metrics
+from paperflow.st_gfn.settings import ENUMERABLE
 
 EVAL_SEED_OFFSET = 20_000  # fresh on-policy samples of seed s use torch seed s + this
 UNIFORM = "uniform"        # the uniform-policy sampler (every valid action equally likely)
@@ -44,16 +48,21 @@ def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * kl(p, m) + 0.5 * kl(q, m)
 
 
-def sample_terminal_states(env, pf, n: int, batch: int, epsilon: float, seed: int) -> np.ndarray:
-    """Indices of n terminal states sampled with P_F (epsilon = 1: the uniform-policy sampler)."""
+def sample_terminal(env, pf, n: int, batch: int, epsilon: float, seed: int) -> pd.DataFrame:
+    """n terminal states sampled with P_F (epsilon = 1: the uniform-policy sampler), as `terminal_record` columns."""
     torch.manual_seed(seed)
     sampler = make_sampler(env, pf)
     out = []
     with torch.no_grad():
         for start in range(0, n, batch):
             trajectories = sampler.sample_trajectories(env, n=min(batch, n - start), epsilon=epsilon)
-            out.append(env.get_states_indices(trajectories.terminating_states).numpy())
-    return np.concatenate(out)
+            out.append(pd.DataFrame(terminal_record(env, trajectories.terminating_states)))
+    return pd.concat(out, ignore_index=True)
+
+
+def sample_terminal_states(env, pf, n: int, batch: int, epsilon: float, seed: int) -> np.ndarray:
+    """Indices of n terminal states of an enumerable env sampled with P_F."""
+    return sample_terminal(env, pf, n, batch, epsilon, seed)["state"].to_numpy()
 
 
 def sample_efficiency(visits: pd.DataFrame, pi: np.ndarray, window: int, threshold: float, stride: int) -> float:
@@ -83,39 +92,68 @@ def method_metrics(env, pi: np.ndarray, modes: np.ndarray, visits: pd.DataFrame,
     }
 
 
-def evaluate_env(env, target: pd.DataFrame, methods: Mapping[str, Mapping[str, Any]],
+def word_columns(frame: pd.DataFrame) -> np.ndarray:
+    return frame[[c for c in frame.columns if c.startswith("w") and c[1:].isdigit()]].to_numpy()
+
+
+def sequence_run_metrics(visits: pd.DataFrame, history: pd.DataFrame, modes: np.ndarray, spec: Mapping[str, Any],
+                         cfg: Mapping[str, Any]) -> dict[str, float]:
+    """Modes found, top-k reward and diversity over every visited sequence of training; loss std."""
+    losses = history.sort_values("iteration")["loss"].to_numpy()
+    values = sequence_metrics(word_columns(visits), modes, spec, cfg)
+    values["loss_std_last"] = float(np.std(losses[-int(cfg["loss_window"]):], ddof=1))
+    return values
+
+
+def evaluate_env(env, spec: Mapping[str, Any], target: pd.DataFrame, methods: Mapping[str, Mapping[str, Any]],
                  runs: Iterable[tuple[str, int, str, pd.DataFrame, pd.DataFrame]],
                  model: Mapping[str, Any], seeds: Iterable[int], cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Long metrics table (method, seed, metric, value) and the pmfs (exact, per method for the first seed).
-    `target` is the preprocessed exact target; `runs` yields (method, seed, checkpoint path, visits, history)."""
-    pi, modes = target["pi"].to_numpy(), target["is_mode"].to_numpy()
-    rows, pmfs = [], {"state": np.arange(pi.size), "exact": pi}
-    log_z_true = float(np.log(target["reward"].sum()))
-    first_seed = None
+    """Long metrics table (method, seed, metric, value) and the pmfs (exact, per method for the first seed; empty
+    for sequence envs). `target` is the preprocessed target (exact pmf, or the reference modes of a sequence
+    env); `runs` yields (method, seed, checkpoint path, visits, history). Every env also gets the uniform
+    sampler's rows and the same-batch loss identities."""
+    enumerable = spec["kind"] in ENUMERABLE
+    rows = []
+    pmfs: dict[str, Any] = {"state": np.arange(len(target)), "exact": target["pi"].to_numpy()} if enumerable else {}
+    seeds = list(seeds)
+    first_seed = seeds[0]
     for method, seed, ckpt, visits, history in runs:
-        first_seed = seed if first_seed is None else first_seed
         gfn = make_gflownet(env, methods[method], model)
         gfn.load_state_dict(torch.load(ckpt, map_location="cpu")[f"seed{seed}"])
-        values = method_metrics(env, pi, modes, visits, history, cfg)
-        fresh = sample_terminal_states(env, gfn.pf, int(cfg["n_eval_samples"]), int(cfg["eval_batch"]), 0.0,
-                                       seed + EVAL_SEED_OFFSET)
-        values["l1_on_policy"] = l1_mean(empirical_pmf(fresh, pi.size), pi)
-        if getattr(gfn, "logZ", None) is not None:
-            values["logz_abs_err"] = abs(float(gfn.logZ.detach()) - log_z_true)
+        if enumerable:
+            values = enumerable_metrics(env, target, gfn, visits, history, cfg, seed)
+            if seed == first_seed:
+                last = visits.sort_values("iteration", kind="stable")["state"].to_numpy()[-int(cfg["last_visited"]):]
+                pmfs[method] = empirical_pmf(last, len(target))
+        else:
+            values = sequence_run_metrics(visits, history, target.to_numpy(), spec, cfg)
         rows += [{"method": method, "seed": seed, "metric": k, "value": v} for k, v in values.items()]
-        if seed == first_seed:
-            pmfs[method] = empirical_pmf(visits.sort_values("iteration")["state"].to_numpy()[-int(cfg["last_visited"]):], pi.size)
     for seed in seeds:
-        any_method = next(iter(methods))
-        reference = make_gflownet(env, methods[any_method], model)
-        uniform = sample_terminal_states(env, reference.pf, int(cfg["last_visited"]), int(cfg["eval_batch"]), 1.0,
-                                         seed + EVAL_SEED_OFFSET)
-        p_u = empirical_pmf(uniform, pi.size)
-        rows += [{"method": UNIFORM, "seed": seed, "metric": "l1", "value": l1_mean(p_u, pi)},
-                 {"method": UNIFORM, "seed": seed, "metric": "tv", "value": total_variation(p_u, pi)}]
-        if seed == first_seed:
-            pmfs[UNIFORM] = p_u
+        reference = make_gflownet(env, methods[next(iter(methods))], model)
+        uniform = sample_terminal(env, reference.pf, int(cfg["last_visited"]), int(cfg["eval_batch"]), 1.0,
+                                  seed + EVAL_SEED_OFFSET)
+        if enumerable:
+            pi = target["pi"].to_numpy()
+            p_u = empirical_pmf(uniform["state"].to_numpy(), pi.size)
+            values = {"l1": l1_mean(p_u, pi), "tv": total_variation(p_u, pi)}
+            if seed == first_seed:
+                pmfs[UNIFORM] = p_u
+        else:
+            values = sequence_metrics(word_columns(uniform), target.to_numpy(), spec, cfg)
+        rows += [{"method": UNIFORM, "seed": seed, "metric": k, "value": v} for k, v in values.items()]
         gaps = identity_gaps(env, int(model["hidden"]), int(model["layers"]), IDENTITY_BATCH, seed + EVAL_SEED_OFFSET)
         rows += [{"method": IDENTITY, "seed": seed, "metric": k, "value": v} for k, v in gaps.items()]
     return pd.DataFrame(rows), pd.DataFrame(pmfs)
 
+
+def enumerable_metrics(env, target: pd.DataFrame, gfn, visits: pd.DataFrame, history: pd.DataFrame,
+                       cfg: Mapping[str, Any], seed: int) -> dict[str, float]:
+    """Spec 8 against the exact target, plus on-policy L1 from fresh samples and |log Z_hat - log Z|."""
+    pi, modes = target["pi"].to_numpy(), target["is_mode"].to_numpy()
+    values = method_metrics(env, pi, modes, visits, history, cfg)
+    fresh = sample_terminal_states(env, gfn.pf, int(cfg["n_eval_samples"]), int(cfg["eval_batch"]), 0.0,
+                                   seed + EVAL_SEED_OFFSET)
+    values["l1_on_policy"] = l1_mean(empirical_pmf(fresh, pi.size), pi)
+    if getattr(gfn, "logZ", None) is not None:
+        values["logz_abs_err"] = abs(float(gfn.logZ.detach()) - float(np.log(target["reward"].sum())))
+    return values

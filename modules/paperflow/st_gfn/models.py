@@ -69,11 +69,12 @@ def make_gflownet(env: HyperGrid, method: Mapping[str, Any], model: Mapping[str,
 
 
 def optimizer(gflownet: nn.Module, lr: float, lr_logz: float) -> torch.optim.Optimizer:
-    """Adam, with its own learning rate for log Z (spec 2.4)."""
+    """Adam, with its own learning rate for log Z (spec 2.4). The log Z group comes first, as log Z does in
+    `named_parameters()` (a module's own parameters precede its children's), so clipping over the optimizer's
+    parameters (Lightning) sums the gradient norms in the order `clip_grad_norm_(gflownet.parameters())` does."""
     logz = [p for n, p in gflownet.named_parameters() if n == "logZ"]
     rest = [p for n, p in gflownet.named_parameters() if n != "logZ"]
-    groups = [{"params": rest, "lr": lr}] + ([{"params": logz, "lr": lr_logz}] if logz else [])
-    return torch.optim.Adam(groups)
+    return torch.optim.Adam(([{"params": logz, "lr": lr_logz}] if logz else []) + [{"params": rest, "lr": lr}])
 
 
 def batch_loss(gflownet: nn.Module, env, trajectories: Trajectories, log_rewards: torch.Tensor,

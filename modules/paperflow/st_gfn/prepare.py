@@ -1,4 +1,4 @@
-"""Preprocess: the exact target pi = R / Z and the modes, from the enumerated states (no torch)."""
+"""Preprocess (no torch): the exact target pi = R / Z of enumerable envs, the reference modes of sequence envs."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Any, Mapping
 import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
+from paperflow.st_gfn import perturbation
 
 
 def target(raw: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
-    """pi = R / Z by enumeration; modes are the states with R >= R0 + R1 + R2 (spec section 8)."""
+    """HyperGrid: pi = R / Z by enumeration; modes are the states with R >= R0 + R1 + R2 (spec section 8)."""
     frame = raw.sort_values("state").reset_index(drop=True)
     frame["pi"] = frame["reward"] / frame["reward"].sum()
     frame["is_mode"] = frame["reward"] >= (spec["R0"] + spec["R1"] + spec["R2"]) * (1 - 1e-6)  # float32 rewards
@@ -19,4 +20,13 @@ def target(raw: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
 
 def preprocess(raw_path: str, spec: Mapping[str, Any], out: str) -> None:
     raw, meta = read_frame(raw_path)
-    write_frame(out, target(raw, spec), meta)
+    kind = spec["kind"]
+    if kind == "hypergrid":
+        write_frame(out, target(raw, spec), meta)
+    elif kind == "bitseq":  # the reference modes are the target
+        write_frame(out, raw, meta)
+    elif kind == "geneset":
+        frame, proxy = perturbation.target(raw, spec)
+        write_frame(out, frame, dict(meta, proxy=proxy))
+    else:
+        raise ValueError(f"unknown env kind {kind!r}")

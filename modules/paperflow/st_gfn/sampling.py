@@ -2,12 +2,17 @@
 
 torchgfn's `Sampler.sample_trajectories` spends most of a small run in per-step Python overhead
 (States/Actions containers, `Categorical` construction, the environment's masked step), about 70% of a
-smoke training job. `HyperGridSampler` does the same draws with plain tensors: the preprocessor is
-applied once to every state of the (enumerated) grid, and each step runs P_F's module on the active
-rows, the same epsilon-uniform mixture in log space as torchgfn's `DiscretePolicyEstimator`, the same
-`torch.multinomial` call (one draw per active row, in row order) and HyperGrid's step. With the same
-torch seed and policy it returns the same `gfn.containers.Trajectories` as torchgfn's sampler
-(tests/papers/test_st_gfn_sampling.py checks states, actions and lengths for equality).
+smoke training job. `HyperGridSampler` does the same draws with plain tensors: what depends on the state
+alone (encoding, mask, uniform log-probability) is tabulated once, and each step computes the same
+epsilon-uniform mixture in log space as torchgfn's `DiscretePolicyEstimator`, makes the same
+`torch.multinomial` call (one draw per active row, in row order) and HyperGrid's step. P_F's module runs
+on the active rows of each step, as in torchgfn, or, when the grid has fewer states than a batch's
+steps could visit, once per batch on every state (`tabulate`). With the same torch seed and policy it
+returns the same `gfn.containers.Trajectories` as torchgfn's sampler: tests/papers/test_st_gfn_sampling.py
+checks states, actions, lengths, masks and rewards for equality. In the tabulated mode that equality
+rests on the module's rows being the same whichever batch they are computed in; a last-bit difference
+(matrix kernels can differ between batch sizes) would change a draw only if its uniform number fell
+within that difference of a category boundary.
 """
 
 from __future__ import annotations

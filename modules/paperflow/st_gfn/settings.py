@@ -6,6 +6,14 @@ from typing import Any
 
 from paperflow.core.config import ConfigError, require_member
 
+ENV_NEEDS = {
+    "hypergrid": ("ndim", "height", "R0", "R1", "R2"),
+    "bitseq": ("word_size", "seq_size", "n_modes", "temperature", "mode_seed", "mode_distance"),
+    "geneset": ("source", "k", "min_cells", "n_response_genes", "target", "tau", "n_modes"),
+}
+SOURCE_NEEDS = {"geo": ("base_url", "sha256"), "synthetic_norman": ("synthetic_seed",)}
+ENUMERABLE = ("hypergrid", "geneset")  # envs with an exact target (L1 metrics)
+
 NEEDS = {
     "tb": (),
     "db": (),
@@ -15,7 +23,21 @@ NEEDS = {
 }
 
 
+def check_env(name: str, spec: dict[str, Any], source: str) -> None:
+    kind = spec["kind"]
+    needs = ENV_NEEDS[kind] + (SOURCE_NEEDS[spec["source"]] if kind == "geneset" and "source" in spec else ())
+    missing = [k for k in needs if k not in spec]
+    if missing:
+        raise ConfigError(f"{source}: envs.{name} (kind {kind}) is missing key(s) {', '.join(missing)}")
+    if kind == "bitseq" and spec["seq_size"] % spec["word_size"]:
+        raise ConfigError(f"{source}: envs.{name}.seq_size = {spec['seq_size']} is not a multiple of word_size = {spec['word_size']}")
+    if kind == "bitseq" and spec["mode_distance"] > spec["seq_size"]:
+        raise ConfigError(f"{source}: envs.{name}.mode_distance = {spec['mode_distance']} exceeds seq_size = {spec['seq_size']}")
+
+
 def check(cfg: dict[str, Any], source: str) -> None:
+    for name, spec in cfg["envs"].items():
+        check_env(name, spec, source)
     for name in cfg["run_envs"]:
         require_member(name, cfg["envs"], source, "run_envs[...]")
     if sorted(cfg["env_methods"]) != sorted(cfg["run_envs"]):
@@ -30,12 +52,21 @@ def check(cfg: dict[str, Any], source: str) -> None:
     claims = cfg["claims"]
     for key in ("noisy_env", "clean_env"):
         require_member(claims[key], cfg["run_envs"], source, f"claims.{key}")
+        if cfg["envs"][claims[key]]["kind"] not in ENUMERABLE:
+            raise ConfigError(f"{source}: claims.{key} = {claims[key]!r} is a {cfg['envs'][claims[key]]['kind']} env; the "
+                              f"claims compare L1 to an exact target, so it must be one of the kinds {', '.join(ENUMERABLE)}")
     noisy, clean = cfg["env_methods"][claims["noisy_env"]], cfg["env_methods"][claims["clean_env"]]
     require_member(claims["method"], noisy, source, f"claims.method (methods of {claims['noisy_env']})")
     require_member(claims["lam0_method"], clean, source, f"claims.lam0_method (methods of {claims['clean_env']})")
     for baseline in ("tb", "db"):
         require_member(baseline, noisy, source, f"the {baseline!r} baseline (methods of {claims['noisy_env']})")
     require_member("db", clean, source, f"the 'db' baseline (methods of {claims['clean_env']})")
+    for env in cfg["run_envs"]:
+        if env in (claims["noisy_env"], claims["clean_env"]):
+            continue
+        baselines = ("tb", "db") if cfg["envs"][env]["kind"] in ENUMERABLE else ("tb",)
+        for name in (claims["method"],) + baselines:  # the reported direction compares these (claims.task_claims)
+            require_member(name, cfg["env_methods"][env], source, f"{name!r} (methods of {env})")
     lam0 = cfg["methods"][claims["lam0_method"]]
     if lam0["kind"] != "st_gfn" or lam0["lam"] != 0 or lam0["filter"] != "tikhonov":
         raise ConfigError(f"{source}: claims.lam0_method = {claims['lam0_method']!r} must be an st_gfn method with filter tikhonov and lam 0")

@@ -1,6 +1,11 @@
-"""The training loop of spec 2.4: a plain torch loop over torchgfn samplers and losses (no Lightning:
-sampling-based training has no dataset/epoch structure, and Lightning's start-up would dominate
-runs of a few seconds)."""
+"""The training loop of spec 2.4. `TrainingRun` is one iteration's work (sample, observe the noisy reward,
+intrinsic reward, loss) and the records; two engines drive it with the same random streams:
+
+- `train_one`, a plain torch loop (tiny and smoke scale: runs of seconds, where Lightning's start-up and
+  per-step hooks would dominate);
+- `paperflow.st_gfn.lightning` (paper scale, `train.engine: lightning`): a LightningModule whose training
+  step is `TrainingRun.loss`, on whatever device the job was given.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from paperflow.st_gfn.envs import max_length, observed_log_reward
+from paperflow.st_gfn.envs import max_length, n_state_keys, observed_log_reward, state_keys, terminal_record
 from paperflow.st_gfn.intrinsic import annealed_beta, anticausal_credit, autocorrelation_kernel, lorentzian_psd, novelty
 from paperflow.st_gfn.models import batch_loss, make_gflownet, optimizer
 from paperflow.st_gfn.residuals import step_mask
@@ -27,50 +32,77 @@ def intrinsic_rewards(env, trajectories, counts: torch.Tensor, rho: torch.Tensor
     """r_int (T, B) = scale * sum_{l>=0} rho(l) nov(s_{t+1+l}) with nov from visit counts (spec 2.3);
     the exit step reaches the sink, whose novelty is 0. Updates `counts` with the visited states."""
     mask = step_mask(trajectories)
-    t_max = trajectories.max_length
-    states = trajectories.states[: t_max]
-    idx = env.get_states_indices(states.tensor.clamp_min(0))
-    nov = torch.where(mask, novelty(counts)[idx], torch.zeros(mask.shape, dtype=torch.float64))
+    states = trajectories.states[: trajectories.max_length]
+    idx = state_keys(env, states.tensor)
+    nov = torch.where(mask, novelty(counts)[idx], torch.zeros(mask.shape, dtype=torch.float64, device=mask.device))
     nov_next = torch.cat([nov[1:], torch.zeros_like(nov[:1])], dim=0)
-    lengths = trajectories.terminating_idx
-    credit = anticausal_credit(nov_next, lengths, rho)
+    credit = anticausal_credit(nov_next, trajectories.terminating_idx, rho)
     counts.index_put_((idx[mask],), torch.ones_like(idx[mask], dtype=counts.dtype), accumulate=True)
     return scale * credit
 
 
+class TrainingRun:
+    """One run's per-iteration work and records. Build it right after the GFlowNet (the torch seed set
+    before both), so that the plain loop and the Lightning module draw the same numbers."""
+
+    def __init__(self, env, env_spec: Mapping[str, Any], method: Mapping[str, Any], gflownet: torch.nn.Module,
+                 train: Mapping[str, Any], seed: int) -> None:
+        self.env, self.gflownet, self.seed = env, gflownet, seed
+        self.sigma, self.epsilon = float(env_spec["sigma"]), float(train["epsilon"])
+        self.batch, self.n_iterations = int(train["batch_size"]), int(train["iterations"])
+        self.method = method
+        self.noise = torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET)
+        self.sampler = make_sampler(env, gflownet.pf)
+        self.use_intrinsic = method["kind"] == "st_gfn" and method.get("intrinsic", False)
+        device = next(gflownet.parameters()).device
+        self.counts = torch.zeros(n_state_keys(env), dtype=torch.float64, device=device) if self.use_intrinsic else None
+        self.rho = autocorrelation_kernel(lorentzian_psd(max_length(env), float(method.get("omega_r", 0.1)))).to(device)
+        self.losses, self.betas = np.full(self.n_iterations, np.nan), np.zeros(self.n_iterations)
+        self.visited: list[dict[str, np.ndarray]] = []
+
+    def loss(self, it: int) -> torch.Tensor:
+        """Sample a batch with P_F (epsilon-greedy), observe the noisy log reward, add the annealed intrinsic
+        reward (st_gfn), return the method's loss; records the visited terminal states."""
+        with torch.no_grad():
+            trajectories = self.sampler.sample_trajectories(self.env, n=self.batch, epsilon=self.epsilon)
+        log_r = observed_log_reward(trajectories.log_rewards, self.sigma, self.noise)
+        intrinsic = None
+        if self.use_intrinsic:
+            self.betas[it] = annealed_beta(float(self.method["beta0"]), it, self.n_iterations,
+                                           float(self.method["anneal_fraction"]))
+            scale = self.betas[it] * float(torch.exp(log_r).mean())
+            r_int = intrinsic_rewards(self.env, trajectories, self.counts, self.rho, scale)
+            intrinsic = r_int if self.betas[it] > 0 else None
+        self.visited.append(terminal_record(self.env, trajectories.terminating_states))
+        return batch_loss(self.gflownet, self.env, trajectories, log_r, intrinsic)
+
+    def record_loss(self, it: int, loss: torch.Tensor) -> None:
+        self.losses[it] = float(loss.detach())
+
+    def history(self) -> pd.DataFrame:
+        return pd.DataFrame({"iteration": np.arange(self.n_iterations), "seed": self.seed, "loss": self.losses,
+                             "beta": self.betas})
+
+    def visits(self) -> pd.DataFrame:
+        columns = {k: np.concatenate([v[k] for v in self.visited]) for k in self.visited[0]}
+        frame = pd.DataFrame({"iteration": np.repeat(np.arange(len(self.visited)), self.batch), "seed": self.seed})
+        return pd.concat([frame, pd.DataFrame(columns)], axis=1)
+
+
 def train_one(env, env_spec: Mapping[str, Any], method: Mapping[str, Any], model: Mapping[str, Any],
               train: Mapping[str, Any], seed: int, progress: bool = True):
-    """Train one method on `env` (built from `env_spec`) with one seed.
-    Returns (state_dict, history, visited terminal indices)."""
+    """Train one method on `env` (built from `env_spec`) with one seed, in a plain torch loop.
+    Returns (state_dict, history, visited terminal states)."""
     torch.manual_seed(seed)
     np.random.seed(seed)
-    noise = torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET)
     gfn = make_gflownet(env, method, model)
     opt = optimizer(gfn, train["lr"], train["lr_logz"])
-    sampler = make_sampler(env, gfn.pf)
-    use_intrinsic = method["kind"] == "st_gfn" and method.get("intrinsic", False)
-    counts = torch.zeros(env.n_states, dtype=torch.float64)
-    rho = autocorrelation_kernel(lorentzian_psd(max_length(env), float(method.get("omega_r", 0.1))))
-    n_it, batch = int(train["iterations"]), int(train["batch_size"])
-    losses, visited, betas = np.empty(n_it), np.empty((n_it, batch), dtype=np.int64), np.zeros(n_it)
-    for it in tqdm(range(n_it), desc=f"{method['kind']} seed {seed}", disable=not progress, mininterval=5):
-        with torch.no_grad():
-            trajectories = sampler.sample_trajectories(env, n=batch, epsilon=float(train["epsilon"]))
-        log_r = observed_log_reward(trajectories.log_rewards, float(env_spec["sigma"]), noise)
-        intrinsic = None
-        if use_intrinsic:
-            betas[it] = annealed_beta(float(method["beta0"]), it, n_it, float(method["anneal_fraction"]))
-            scale = betas[it] * float(torch.exp(log_r).mean())
-            r_int = intrinsic_rewards(env, trajectories, counts, rho, scale)
-            intrinsic = r_int if betas[it] > 0 else None
-        loss = batch_loss(gfn, env, trajectories, log_r, intrinsic)
+    run = TrainingRun(env, env_spec, method, gfn, train, seed)
+    for it in tqdm(range(run.n_iterations), desc=f"{method['kind']} seed {seed}", disable=not progress, mininterval=5):
+        loss = run.loss(it)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(gfn.parameters(), float(train["grad_clip"]))
         opt.step()
-        losses[it] = float(loss.detach())
-        visited[it] = env.get_states_indices(trajectories.terminating_states).numpy()
-    history = pd.DataFrame({"iteration": np.arange(n_it), "seed": seed, "loss": losses, "beta": betas})
-    visits = pd.DataFrame({"iteration": np.repeat(np.arange(n_it), batch), "seed": seed,
-                           "state": visited.reshape(-1)})
-    return gfn.state_dict(), history, visits
+        run.record_loss(it, loss)
+    return gfn.state_dict(), run.history(), run.visits()

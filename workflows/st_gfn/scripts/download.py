@@ -1,7 +1,5 @@
-from paperflow.core.io import write_frame
 from paperflow.core.job import snakemake_job
-from paperflow.st_gfn.envs import enumerate_states
+from paperflow.st_gfn.sources import download
 
 with snakemake_job(snakemake) as job:
-    spec = dict(job.params.spec)
-    write_frame(job.output[0], enumerate_states(spec), {"env": job.wildcards.env, "spec": spec})
+    download(job.wildcards.env, dict(job.params.spec), job.params.cache, job.output[0])
