@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
 from paperflow.core.config import ConfigError, require_member
@@ -35,6 +36,23 @@ def units(cfg: dict[str, Any]) -> list[tuple[str, int]]:
 
 def seeds_of(cfg: dict[str, Any], sample: str) -> list[int]:
     return [s for name, s in units(cfg) if name == sample]
+
+
+def model_downloads(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The language-model files the embed stage reads (paper scale: the OmiCLIP checkpoint, GenePT's
+    embeddings and GGI split), as {cache folder: {key: {url, sha256}}}; none for the MiniLM stand-in."""
+    enc = cfg["embedding"]
+    out: dict[str, dict[str, Any]] = {}
+    if enc["spot_model"] == "omiclip":
+        out["omiclip"] = {"file": enc["omiclip"]}
+    if enc["gene_model"] == "genept":
+        out["genept"] = dict(enc["genept"])
+    return out
+
+
+def model_paths(cfg: dict[str, Any], cache: str) -> list[str]:
+    """Where model_downloads land in the cache (paperflow.spaef.data.fetch_all's layout)."""
+    return [f"{cache}/{name}/{PurePosixPath(spec['url']).name}" for name, files in model_downloads(cfg).items() for spec in files.values()]
 
 
 def dataset_of(cfg: dict[str, Any], sample: str) -> str:

@@ -87,23 +87,25 @@ def read_graph(path: str, name: str) -> np.ndarray:
 
 # ---------------------------------------------------------------- training (§2.4)
 
-def train_stage(proc: str, graphs: Sequence[str], method: str, seeds: Sequence[int], model: Mapping[str, Any], train: Mapping[str, Any],
+def train_stage(proc: str, graph: str, seed: int, methods: Sequence[str], model: Mapping[str, Any], train: Mapping[str, Any],
                 outs: Sequence[str], run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Train every method on one (sample, seed) graph file, one after the other in this process (each
+    from the same seed), writing method i's denoised .h5ad to outs[i]."""
     from paperflow.spaef.settings import METHODS
     from paperflow.spaef.training import fit_denoiser
 
-    spec = METHODS[method]
-    fusion = "entry" if spec["fusion"] == "learned" and model["gate"] == "entry" else spec["fusion"]
     adata = ad.read_h5ad(proc)
     x = dense(adata.X)
     histories, tracking = [], {}
-    for seed, graph, out in zip(seeds, graphs, outs):
-        mu, w, hist, tracking[f"seed{seed}"] = fit_denoiser(
+    for method, out in zip(methods, outs, strict=True):
+        spec = METHODS[method]
+        fusion = "entry" if spec["fusion"] == "learned" and model["gate"] == "entry" else spec["fusion"]
+        mu, w, hist, tracking[method] = fit_denoiser(
             x, read_graph(graph, f"spot_{spec['graphs']}"), read_graph(graph, f"gene_{spec['graphs']}"), model=model, train=train,
-            fusion=fusion, seed=seed, run_dir=run_dir, name=f"{method}_seed{seed}", wandb=wandb, tags=tags)
+            fusion=fusion, seed=seed, run_dir=run_dir, name=f"{method}_seed{seed}", wandb=wandb, tags=tags | {"method": method})
         result = ad.AnnData(X=mu.astype(np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
         result.obs["w"] = w.mean(1) if w.ndim == 2 else w
-        result.uns["method"] = {"name": method, "seed": seed, "fusion": fusion, **tracking[f"seed{seed}"]}
+        result.uns["method"] = {"name": method, "seed": seed, "fusion": fusion, **tracking[method]}
         result.write_h5ad(out)
         histories.append(hist.assign(method=method))
     return pd.concat(histories), tracking
