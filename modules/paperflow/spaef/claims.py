@@ -146,7 +146,8 @@ def limitations(scale: str, datasets: Mapping[str, Mapping[str, Any]], settings:
              f"{d['n_modules'] * d['genes_per_module'] + d['n_housekeeping']} genes), not the paper's Visium data; "
              "every number on it is about the synthetic benchmark." for name, d in datasets.items() if d["kind"] == "synthetic"]
     emb = settings["embedding"]
-    stand_ins = ([] if emb["spot_model"] != "minilm" else ["it embeds the spot sentences in place of OmiCLIP"]) + (
+    read = f" (their first {emb['sentence_tokens']} word pieces)" if emb["sentence_tokens"] else ""
+    stand_ins = ([] if emb["spot_model"] != "minilm" else [f"it embeds the spot sentences{read} in place of OmiCLIP"]) + (
         [] if emb["gene_model"] != "minilm" else
         ["it embeds one-line synthetic gene descriptions in place of GenePT, and the GGI labels are synthetic same-pathway pairs"])
     if stand_ins:

