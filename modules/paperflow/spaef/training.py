@@ -51,7 +51,7 @@ class AdjacencyModule(pl.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+        return torch.optim.Adam(self.parameters(), lr=self.lr, foreach=True)  # one multi-tensor update, the same numbers
 
 
 def fit_spot_latent(emb: np.ndarray, edges: np.ndarray, cfg: Mapping[str, Any], seed: int, run_dir: str | Path,
@@ -90,7 +90,7 @@ class DenoiserModule(pl.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        opt = torch.optim.Adam(self.parameters(), lr=self.train_cfg["lr"])
+        opt = torch.optim.Adam(self.parameters(), lr=self.train_cfg["lr"], foreach=True)  # see AdjacencyModule
         return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.ExponentialLR(opt, gamma=self.train_cfg["gamma"])}
 
 
