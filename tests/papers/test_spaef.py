@@ -98,6 +98,24 @@ def test_gat_dense_and_edge_paths_agree(concat):
     torch.testing.assert_close(layer._dense(h, a_s, a_d, edges), layer._edges(h, a_s, a_d, edges))
 
 
+
+@pytest.mark.parametrize("in_dim, out_dim", [(5, 3), (3, 7)])
+@pytest.mark.parametrize("dense", [True, False])
+def test_gat_forward_is_attention_over_the_projected_inputs(monkeypatch, in_dim, out_dim, dense):
+    """PyG's order (project every node, then attend) and ours (attend over x when it is narrower,
+    then project per head) give the same output, on either attention path."""
+    import paperflow.spaef.model as model
+
+    monkeypatch.setattr(model, "use_dense", lambda *_: dense)
+    torch.manual_seed(3)
+    layer = GATConv(in_dim, out_dim, heads=2, concat=False).eval()
+    x = torch.randn(40, in_dim)
+    edges = with_self_loops(torch.as_tensor(gr.knn_edges(gr.cosine_topk(x.numpy(), 4)).T.copy()), 40)
+    h = layer.lin(x).view(40, 2, out_dim)
+    a_s, a_d = (h * layer.att_src).sum(-1), (h * layer.att_dst).sum(-1)
+    reference = layer._edges(h, a_s, a_d, edges).mean(1) + layer.bias
+    torch.testing.assert_close(layer(x, edges), reference)
+
 # ---------------------------------------------------------------- §10.3 graphs
 
 def test_hex_grid_interior_nodes_have_delaunay_degree_six():
@@ -348,6 +366,26 @@ def test_schema_rejects_an_unknown_method(tmp_path, repo_root):
     with pytest.raises(ConfigError, match="spaef_nolmm.*allowed values"):
         load_paper_config("spaef", "tiny", tmp_path)
 
+
+def test_minilm_reads_a_sentence_up_to_its_token_limit():
+    from paperflow.spaef.embed import encode_minilm, minilm
+
+    words = " ".join(f"GENE_{i:03d}" for i in range(50))
+    ids = minilm()[0].tokenizer(words, add_special_tokens=False)["input_ids"]
+    head = minilm()[0].tokenizer.decode(ids[:15])  # the first 15 word pieces: [CLS] + 15 + [SEP] = 17 tokens
+    capped, cut, full = encode_minilm([words, head, words], 8, max_tokens=17)
+    np.testing.assert_allclose(capped, cut, atol=1e-5)
+    assert not np.allclose(capped, encode_minilm([words], 8)[0], atol=1e-3)
+    np.testing.assert_allclose(full, capped)  # one limit for the whole call
+    assert minilm().max_seq_length == 256  # the model's own limit is restored
+
+
+def test_model_downloads_only_for_the_paper_models():
+    from paperflow.spaef.settings import model_paths
+
+    assert model_paths(load_paper_config("spaef", "smoke"), "cache") == []
+    paths = model_paths(load_paper_config("spaef", "paper"), "cache")
+    assert paths[0] == "cache/omiclip/checkpoint.pt" and len(paths) == 4 and all(p.startswith("cache/genept/") for p in paths[1:])
 
 def test_paper_download_refuses_unpinned_data(tmp_path):
     from paperflow.spaef.data import fetch_all
