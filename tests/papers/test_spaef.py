@@ -319,7 +319,10 @@ def test_limitations_follow_the_config():
     assert "500 epochs at lr 0.0001" in edited[2]
     paper = " ".join(lines("paper"))
     assert "SynthSRT" not in paper and "MiniLM" not in paper and "Scale" not in paper
-    assert "only MAGIC (magic-impute), GraphST reconstruction (graphst) run here" in smoke[-1]
+    assert "only MAGIC (magic-impute) run here" in smoke[-1]  # GraphST is left out at smoke (config/spaef.yaml)
+    assert "only MAGIC (magic-impute), GraphST reconstruction (graphst) run here" in paper
+    assert "(their first 77 word pieces) in place of OmiCLIP" in smoke[1]
+    assert "first" not in lines("smoke", lambda cfg: cfg["embedding"].update(sentence_tokens=None))[1]
     in_project = lines("smoke", lambda cfg: cfg.update(baselines=["raw", "delaunay_smooth", "magic"]))
     assert "no published denoiser of spec §3 runs here" in in_project[-1]
 
