@@ -70,3 +70,12 @@ def test_the_sampler_refuses_what_it_cannot_sample():
     with pytest.raises(ValueError, match="another env"):
         HyperGridSampler(env, pf).sample_trajectories(make_env(GRID), n=2)
     assert isinstance(make_sampler(env, pf), HyperGridSampler)
+
+
+def test_the_runtime_benchmark_times_every_configured_run(capsys):
+    from paperflow.st_gfn.bench import main
+
+    main(["tiny"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 + 4 + 1 and lines[-1].startswith("total cpu")  # tiny: 3 noisy + 4 clean runs
+    assert all("final loss" in line for line in lines[:-1])

@@ -139,6 +139,14 @@ def test_a_file_that_is_not_matrix_market_is_refused(tmp_path, norman_files):
         perturbation.pseudobulk(dict(norman_files, matrix=broken), progress=False)
 
 
+def test_a_barcode_listed_twice_is_refused(tmp_path, norman_files):
+    frame = pd.read_csv(norman_files["identities"])
+    doubled = tmp_path / "identities.csv.gz"
+    pd.concat([frame, frame.iloc[:1]]).to_csv(doubled, index=False)
+    with pytest.raises(ValueError, match="listed more than once"):
+        perturbation.pseudobulk(dict(norman_files, identities=doubled), progress=False)
+
+
 def test_additive_proxy_and_exact_target(gene_target, norman_files):
     frame, meta = gene_target
     genes = meta["genes"]

@@ -95,6 +95,9 @@ def pseudobulk(files: Mapping[str, Path], chunk_entries: int = 5_000_000, progre
     genes = pd.read_csv(files["genes"], sep="\t", header=None).iloc[:, 1].astype(str).to_numpy()
     barcodes = pd.read_csv(files["barcodes"], sep="\t", header=None).iloc[:, 0].astype(str).to_numpy()
     identity = read_identities(files["identities"]).set_index("cell_barcode")["condition"]
+    if identity.index.has_duplicates:
+        raise ValueError(f"{files['identities']}: cell barcodes listed more than once, e.g. "
+                         f"{identity.index[identity.index.duplicated()][0]!r}")
     conditions = np.array(sorted(identity.unique()))
     code = {c: i for i, c in enumerate(conditions)}
     cell_condition = np.array([code.get(identity.get(b), -1) for b in barcodes], dtype=np.int64)
