@@ -23,6 +23,7 @@ import scipy.io
 import torch
 import yaml
 from conftest import run_snakemake
+from test_st_gfn import config_root
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import ChecksumMismatch
@@ -252,15 +253,6 @@ def test_unknown_target_names_the_available_doubles(norman_files):
     bulk = perturbation.pseudobulk(norman_files, progress=False)
     with pytest.raises(ConfigError, match=r"target = 'GENE0\+GENE9' is not a double.*available: GENE0\+GENE1"):
         perturbation.target(bulk, dict(GENESET, target="GENE0+GENE9"))
-
-
-def config_root(tmp_path: Path, edit) -> Path:
-    (tmp_path / "config" / "schemas").mkdir(parents=True)
-    shutil.copy(ROOT / "config" / "schemas" / "st_gfn.schema.yaml", tmp_path / "config" / "schemas")
-    doc = yaml.safe_load((ROOT / "config" / "st_gfn.yaml").read_text())
-    edit(doc)
-    (tmp_path / "config" / "st_gfn.yaml").write_text(yaml.safe_dump(doc))
-    return tmp_path
 
 
 @pytest.mark.parametrize("edit, message", [
