@@ -4,7 +4,8 @@
   by enumeration;
 - `bitseq`: torchgfn's `BitSequence` (noisy sequence generation, `paperflow.st_gfn.sequences`);
 - `geneset`: torchgfn's `SetAddition` with the single-cell perturbation proxy (`paperflow.st_gfn.perturbation`),
-  exact target by enumeration of the gene sets.
+  exact target by enumeration of the gene sets;
+- `tictactoe`, `connect4`: two-player games on the project's own engines (`paperflow.st_gfn.games`).
 
 Every env observes its reward through the log-space noise of spec section 4 (`observed_log_reward`).
 """
@@ -21,9 +22,10 @@ from gfn.gym import BitSequence, HyperGrid, SetAddition
 from gfn.preprocessors import KHotPreprocessor, Preprocessor
 
 from paperflow.st_gfn import sequences
+from paperflow.st_gfn.games import GAME_KINDS, make_game
 from paperflow.st_gfn.sequences import fourier_features, time_frequencies
 
-KINDS = ("hypergrid", "bitseq", "geneset")
+KINDS = ("hypergrid", "bitseq", "geneset") + GAME_KINDS
 HASHED_KEYS = 1 << 20                   # visit-count table size where states are not enumerated (bitseq)
 
 
@@ -36,6 +38,8 @@ def make_env(spec: Mapping[str, Any], target: pd.DataFrame | None = None, device
                          store_all_states=True, device=device)
     if kind == "bitseq":
         return sequences.make_bitseq(spec, device)
+    if kind in GAME_KINDS:  # the project's own engines (paperflow.st_gfn.games), not a torchgfn env
+        return make_game(spec)
     if kind == "geneset":
         if target is None:
             raise ValueError("a geneset env is built from its preprocessed target (the proxy's rewards)")

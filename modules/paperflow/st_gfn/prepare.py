@@ -1,4 +1,5 @@
-"""Preprocess (no torch): the exact target pi = R / Z of enumerable envs, the reference modes of sequence envs."""
+"""Preprocess: the exact target pi = R / Z of enumerable envs, the reference modes of sequence envs, the
+reference positions of games (optimal moves by the exact oracle or solver)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
 from paperflow.st_gfn import perturbation
+from paperflow.st_gfn.games import GAME_KINDS, reference_positions
 
 
 def target(raw: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
@@ -28,5 +30,8 @@ def preprocess(raw_path: str, spec: Mapping[str, Any], out: str) -> None:
     elif kind == "geneset":
         frame, proxy = perturbation.target(raw, spec)
         write_frame(out, frame, dict(meta, proxy=proxy))
+    elif kind in GAME_KINDS:  # the tic-tac-toe oracle or the solved Connect-4 test set
+        frame, about = reference_positions(spec)
+        write_frame(out, frame, dict(meta, **about))
     else:
         raise ValueError(f"unknown env kind {kind!r}")

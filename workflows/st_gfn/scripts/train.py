@@ -4,6 +4,8 @@ import torch
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.job import snakemake_job
 from paperflow.st_gfn.envs import make_env
+from paperflow.st_gfn.game_training import train_game
+from paperflow.st_gfn.games import GAME_KINDS
 from paperflow.st_gfn.training import NOISE_SEED_OFFSET, train_one
 
 with snakemake_job(snakemake) as job:
@@ -19,6 +21,8 @@ with snakemake_job(snakemake) as job:
                 spec, target, method, job.params.model, train, seed, run_dir=job.params.run_dir,
                 name=f"{job.wildcards.env}-{job.wildcards.method}-seed{seed}", wandb=job.params.wandb,
                 tags={"paper": "st_gfn", "rule": job.rule, "env": job.wildcards.env, "method": job.wildcards.method})
+        elif spec["kind"] in GAME_KINDS:
+            states[f"seed{seed}"], history, visited = train_game(spec, target, method, job.params.model, train, seed)
         else:
             states[f"seed{seed}"], history, visited = train_one(make_env(spec, target), spec, method, job.params.model,
                                                                 train, seed)
