@@ -1,5 +1,6 @@
 """Metrics of spec section 8: on enumerable envs (HyperGrid, gene sets) against the exact target pi = R / Z;
-on sequence envs (BitSequence) reference modes found, top-k reward and diversity."""
+on sequence envs (BitSequence) reference modes found, top-k reward and diversity; on games optimal moves and
+win / draw / loss rates (`paperflow.st_gfn.game_evaluation`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 import torch
 
 from paperflow.st_gfn.envs import terminal_record
+from paperflow.st_gfn.games import GAME_KINDS
 from paperflow.st_gfn.identities import identity_gaps
 from paperflow.st_gfn.models import make_gflownet
 from paperflow.st_gfn.sampling import make_sampler
@@ -111,7 +113,10 @@ def evaluate_env(env, spec: Mapping[str, Any], target: pd.DataFrame, methods: Ma
     """Long metrics table (method, seed, metric, value) and the pmfs (exact, per method for the first seed; empty
     for sequence envs). `target` is the preprocessed target (exact pmf, or the reference modes of a sequence
     env); `runs` yields (method, seed, checkpoint path, visits, history). Every env also gets the uniform
-    sampler's rows and the same-batch loss identities."""
+    sampler's rows and the same-batch loss identities. Game envs: `game_evaluation.evaluate_game`."""
+    if spec["kind"] in GAME_KINDS:
+        from paperflow.st_gfn.game_evaluation import evaluate_game  # imports this module's constants
+        return evaluate_game(env, spec, target, methods, runs, model, seeds, cfg)
     enumerable = spec["kind"] in ENUMERABLE
     rows = []
     pmfs: dict[str, Any] = {"state": np.arange(len(target)), "exact": target["pi"].to_numpy()} if enumerable else {}

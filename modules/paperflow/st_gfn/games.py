@@ -77,7 +77,7 @@ class Game:
         for kernel in kernels:
             if kernel.shape[-2] > self.rows or kernel.shape[-1] > self.cols:
                 continue
-            line = F.conv2d(x, kernel.to(x.device)).flatten(1)
+            line = F.conv2d(x, kernel.to(device=x.device, dtype=x.dtype)).flatten(1)
             best.append(line.amax(-1))
             worst.append(line.amin(-1))
         first = torch.stack(best).amax(0) >= k

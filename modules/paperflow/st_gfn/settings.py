@@ -10,9 +10,14 @@ ENV_NEEDS = {
     "hypergrid": ("ndim", "height", "R0", "R1", "R2"),
     "bitseq": ("word_size", "seq_size", "n_modes", "temperature", "mode_seed", "mode_distance"),
     "geneset": ("source", "k", "min_cells", "n_response_genes", "target", "tau", "n_modes"),
+    "tictactoe": ("lambd", "iterations", "batch_size", "eval_every", "eval_games"),
+    "connect4": ("lambd", "iterations", "batch_size", "eval_every", "eval_games", "test_positions", "test_empty", "test_seed"),
 }
 SOURCE_NEEDS = {"geo": ("base_url", "sha256"), "synthetic_norman": ("synthetic_seed",)}
 ENUMERABLE = ("hypergrid", "geneset")  # envs with an exact target (L1 metrics)
+GAMES = ("tictactoe", "connect4")      # two-player games (optimal-move and win-rate metrics)
+
+GAME_KEYS = set(ENV_NEEDS["connect4"])
 
 NEEDS = {
     "tb": (),
@@ -29,6 +34,10 @@ def check_env(name: str, spec: dict[str, Any], source: str) -> None:
     missing = [k for k in needs if k not in spec]
     if missing:
         raise ConfigError(f"{source}: envs.{name} (kind {kind}) is missing key(s) {', '.join(missing)}")
+    foreign = sorted(k for k in set(spec) & GAME_KEYS if k not in needs)
+    if foreign:
+        raise ConfigError(f"{source}: envs.{name} (kind {kind}) has game key(s) {', '.join(foreign)}; "
+                          f"a {kind} env takes only: {', '.join(('kind', 'sigma') + needs)}")
     if kind == "bitseq" and spec["seq_size"] % spec["word_size"]:
         raise ConfigError(f"{source}: envs.{name}.seq_size = {spec['seq_size']} is not a multiple of word_size = {spec['word_size']}")
     if kind == "bitseq" and spec["mode_distance"] > spec["seq_size"]:
