@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from paperflow.st_gfn.games import Game, board_string
 from paperflow.st_gfn.spectral import make_filter, reduce_trajectories, spectral_loss_per_trajectory
 
 OBJECTIVES = ("tb", "db", "subtb", "st_gfn")
@@ -119,12 +120,10 @@ def log_children(legal: torch.Tensor) -> torch.Tensor:
     return torch.log(legal.sum(-1).clamp_min(1).to(torch.get_default_dtype()))
 
 
-def exact_log_flows(game, lambd: float) -> dict[str, float]:
+def exact_log_flows(game: Game, lambd: float) -> dict[str, float]:
     """The unique zero-residual flows of a small game by recursion over its positions (tic-tac-toe: every
     reachable one): log F_1(x) = lambda * o(x) at the end of a game; at the first player's states the log of the
     arithmetic mean of the children's flows, at the second player's the log of their harmonic mean."""
-    from paperflow.st_gfn.games import board_string
-
     memo: dict[str, float] = {}
 
     def solve(board: torch.Tensor) -> float:

@@ -9,7 +9,6 @@ import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
 from paperflow.st_gfn import perturbation
-from paperflow.st_gfn.games import GAME_KINDS, reference_positions
 
 
 def target(raw: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
@@ -30,7 +29,9 @@ def preprocess(raw_path: str, spec: Mapping[str, Any], out: str) -> None:
     elif kind == "geneset":
         frame, proxy = perturbation.target(raw, spec)
         write_frame(out, frame, dict(meta, proxy=proxy))
-    elif kind in GAME_KINDS:  # the tic-tac-toe oracle or the solved Connect-4 test set
+    elif kind in ("tictactoe", "connect4"):  # the tic-tac-toe oracle or the solved Connect-4 test set
+        from paperflow.st_gfn.games import reference_positions  # torch: imported only for the games
+
         frame, about = reference_positions(spec)
         write_frame(out, frame, dict(meta, **about))
     else:
