@@ -99,6 +99,51 @@ def test_gat_dense_and_edge_paths_agree(concat):
 
 
 
+
+def test_gat_sparse_path_and_its_gradients_equal_the_edge_list_reference():
+    """The CSR path (one sparse product per head, SDDMM in backward) computes the edge-list sums and their
+    gradients, on a graph with uneven in-degrees."""
+    from paperflow.spaef.model import Adjacency
+
+    torch.manual_seed(4)
+    n = 30
+    layer = GATConv(6, 4, heads=3).eval()
+    edges = with_self_loops(torch.randint(0, n, (2, 90)), n)
+    adj = Adjacency(edges, n)
+    assert adj.n_edges == edges.shape[1] and adj.crow[-1] == adj.n_edges
+    assert torch.equal(torch.diff(adj.crow), torch.bincount(edges[1], minlength=n))  # in-degrees
+    h = torch.randn(n, 3, 4, requires_grad=True)
+    a_s, a_d = torch.randn(n, 3, requires_grad=True), torch.randn(n, 3, requires_grad=True)
+    weights = torch.randn(n, 3, 4)
+    outs, grads = [], []
+    for path, graph in ((layer._edges, edges), (layer._sparse, adj)):
+        out = path(h, a_s, a_d, graph)
+        outs.append(out)
+        grads.append(torch.autograd.grad((out * weights).sum(), (h, a_s, a_d)))
+    torch.testing.assert_close(outs[1], outs[0])
+    for mine, reference in zip(grads[1], grads[0]):
+        torch.testing.assert_close(mine, reference)
+
+
+@pytest.mark.parametrize("concat, in_dim, out_dim", [(True, 5, 3), (False, 5, 3), (True, 3, 7)])
+def test_gat_equals_torch_geometric(concat, in_dim, out_dim):
+    """Our GATConv with torch_geometric's GATConv's weights gives its output (PyG adds the self-loops)."""
+    from torch_geometric.nn import GATConv as PygGAT
+
+    torch.manual_seed(5)
+    n = 40
+    x = torch.randn(n, in_dim)
+    edges = torch.as_tensor(gr.knn_edges(gr.cosine_topk(x.numpy(), 4)).T.copy())
+    theirs = PygGAT(in_dim, out_dim, heads=2, concat=concat).eval()
+    torch.nn.init.normal_(theirs.bias)
+    ours = GATConv(in_dim, out_dim, heads=2, concat=concat).eval()
+    with torch.no_grad():
+        ours.lin.weight.copy_(theirs.lin.weight)
+        ours.att_src.copy_(theirs.att_src)
+        ours.att_dst.copy_(theirs.att_dst)
+        ours.bias.copy_(theirs.bias)
+    torch.testing.assert_close(ours(x, with_self_loops(edges, n)), theirs(x, edges), rtol=1e-5, atol=1e-5)
+
 @pytest.mark.parametrize("in_dim, out_dim", [(5, 3), (3, 7)])
 @pytest.mark.parametrize("dense", [True, False])
 def test_gat_forward_is_attention_over_the_projected_inputs(monkeypatch, in_dim, out_dim, dense):
@@ -277,6 +322,50 @@ def test_every_configured_baseline_runs_on_the_same_input(tiny_cfg, proc):
     assert list(out) == list(BASELINES) == tiny_cfg["baselines"]
     assert all(v.shape == x.shape and np.isfinite(v).all() for v in out.values())
     assert np.array_equal(out["raw"], x) and not np.allclose(out["magic_impute"], out["magic"])
+
+
+# ---------------------------------------------------------------- training engines
+
+def test_loop_and_lightning_engines_train_the_same_models(tmp_path, proc):
+    """train.engine: the plain loop (tiny/smoke) and the Lightning job (paper) draw the same dropout
+    masks and take the same steps: bit-identical denoised output, gate and spot latent on the CPU."""
+    from paperflow.spaef.training import fit_denoiser, fit_spot_latent
+
+    x = np.asarray(proc.X, dtype=np.float64)
+    spot = gr.symmetric(gr.upper(np.column_stack(proc.obsp["spatial_connectivities"].nonzero())))
+    gene = gr.symmetric(gr.knn_edges(gr.cosine_topk(x.T, 3)))
+    emb = np.random.default_rng(0).normal(size=(proc.n_obs, 12)).astype(np.float32)
+    model = {"hidden": [8, 4], "latent": 4, "heads": 2, "dropout": 0.2}
+    adj = {"hidden": 4, "heads": 2, "latent": 3, "dropout": 0.2, "lr": 0.01, "epochs": 6, "double_sigmoid": False}
+    out = {}
+    for engine in ("loop", "lightning"):
+        train = {"lr": 1e-2, "gamma": 0.9, "mu_penalty": 1e-3, "epochs": 6, "engine": engine}
+        mu, w, hist, track = fit_denoiser(x, spot, gene, model=model, train=train, fusion="learned", seed=2,
+                                          run_dir=tmp_path / engine, name="d", wandb=None, tags={})
+        z, zhist, _ = fit_spot_latent(emb, spot, adj, 1, tmp_path / engine, None, {}, engine)
+        out[engine] = mu, w, z, hist, zhist, track
+        assert track["engine"] == engine and list(hist.columns) == ["epoch", "loss", "w_mean", "seed"]
+    (mu, w, z, hist, zhist, track), (mu2, w2, z2, hist2, zhist2, track2) = out["loop"], out["lightning"]
+    assert np.array_equal(mu, mu2) and np.array_equal(w, w2) and np.array_equal(z, z2)
+    assert track["best_epoch"] == track2["best_epoch"] and track["best_loss"] == track2["best_loss"]
+    np.testing.assert_allclose(hist.to_numpy(float), hist2[hist.columns].to_numpy(float), rtol=1e-12)  # CSV round trip
+    np.testing.assert_allclose(zhist.to_numpy(float), zhist2[zhist.columns].to_numpy(float), rtol=1e-12)
+    assert hist.loss.iloc[-1] < hist.loss.iloc[0]  # it trained
+    # and the seed matters: another seed is another model
+    other, *_ = fit_denoiser(x, spot, gene, model=model, train={**train, "engine": "loop"}, fusion="learned", seed=3,
+                             run_dir=tmp_path, name="d", wandb=None, tags={})
+    assert not np.allclose(other, mu)
+
+
+def test_an_unknown_engine_is_refused_by_name(proc):
+    from paperflow.spaef.training import fit_denoiser
+
+    x = np.asarray(proc.X, dtype=np.float64)
+    edges = np.array([[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match=r"train.engine = 'keras': not one of \('loop', 'lightning'\)"):
+        fit_denoiser(x, edges, edges, model={"hidden": [4, 2], "latent": 2, "heads": 1, "dropout": 0.0},
+                     train={"lr": 1e-2, "gamma": 1.0, "mu_penalty": 0.0, "epochs": 1, "engine": "keras"},
+                     fusion="learned", seed=0, run_dir="unused", name="d", wandb=None, tags={})
 
 
 # ---------------------------------------------------------------- claims can fail

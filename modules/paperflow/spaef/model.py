@@ -4,20 +4,24 @@ gated spot/gene fusion with ZINB heads (§2.4), and the ZINB log-likelihood."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+# CSR products are what this module uses them for (fixed graphs, checked once in Adjacency), not a beta experiment
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
+
 DENSE_MAX_NODES = 2048  # above this size never the dense N x N attention path
 
 
 def use_dense(n_nodes: int, n_edges: int, width: int) -> bool:
     """Which attention path is cheaper (both give the same result): the dense one handles N^2 scores
-    per head, the edge one E messages of `width` numbers per head, and on CPU a message costs about
-    twice a dense score."""
-    return n_nodes <= DENSE_MAX_NODES and 2 * n_nodes ** 2 <= n_edges * width
+    per head, the sparse one E messages of `width` numbers per head through CSR products; on CPU the
+    sparse path wins unless the graph is nearly complete (measured in workflows/spaef/README.md, Runtime)."""
+    return n_nodes <= DENSE_MAX_NODES and 4 * n_nodes ** 2 <= n_edges * width
 
 
 def with_self_loops(edge_index: torch.Tensor, n: int) -> torch.Tensor:
@@ -27,10 +31,84 @@ def with_self_loops(edge_index: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([edge_index[:, keep], loops], dim=1)
 
 
+class Adjacency(nn.Module):
+    """A fixed graph in the layouts the attention paths need, built once per graph: the edges in CSR order
+    (sorted by target, then source) with their row pointers, the permutation that puts them in the
+    transpose's CSR order (sorted by source), and the dense target x source mask. Buffers, so the graph
+    moves with the model (`.to(device)`)."""
+
+    def __init__(self, edge_index: torch.Tensor, n: int):
+        super().__init__()
+        edge_index = torch.as_tensor(edge_index, dtype=torch.int64)
+        src, dst = edge_index
+        order = torch.argsort(dst * n + src)
+        src, dst = src[order], dst[order]
+        t_perm = torch.argsort(src * n + dst)
+        self.n, self.n_edges = n, int(src.numel())
+        self.register_buffer("src", src)
+        self.register_buffer("dst", dst)
+        self.register_buffer("crow", _row_pointers(dst, n))
+        self.register_buffer("t_perm", t_perm)
+        self.register_buffer("t_crow", _row_pointers(src[t_perm], n))
+        self.register_buffer("t_col", dst[t_perm])
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        return torch.stack([self.src, self.dst])
+
+    def mask(self) -> torch.Tensor:
+        mask = torch.zeros(self.n, self.n, dtype=torch.bool, device=self.src.device)
+        mask[self.dst, self.src] = True  # row = target, column = source
+        return mask
+
+
+def _row_pointers(rows: torch.Tensor, n: int) -> torch.Tensor:
+    crow = torch.zeros(n + 1, dtype=torch.int64, device=rows.device)
+    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=n), 0)
+    return crow
+
+
+def as_adjacency(graph: "Adjacency | torch.Tensor", n: int) -> Adjacency:
+    return graph if isinstance(graph, Adjacency) else Adjacency(graph, n)
+
+
+def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    n = crow.numel() - 1
+    return torch.sparse_csr_tensor(crow, col, values.contiguous(), (n, n), check_invariants=False)
+
+
+class _Aggregate(torch.autograd.Function):
+    """out[i, h] = sum_j alpha[(i <- j), h] v[j, h] as one CSR sparse x dense product per head; backward:
+    dv = A^T dout (the transpose's CSR) and dalpha = dout v^T sampled at the edges (SDDMM). The same sums
+    as gather + scatter-add over the edge list, without materialising the (E, H, D) messages."""
+
+    @staticmethod
+    def forward(ctx, alpha: torch.Tensor, v: torch.Tensor, adj: Adjacency) -> torch.Tensor:  # alpha (E, H) CSR order, v (N, H, D)
+        ctx.adj = adj
+        ctx.save_for_backward(alpha, v)
+        n = adj.n
+        return torch.stack([_csr(adj.crow, adj.src, alpha[:, k]) @ v[:, k].contiguous()
+                            for k in range(v.shape[1])], 1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        alpha, v = ctx.saved_tensors
+        adj, n, heads = ctx.adj, ctx.adj.n, v.shape[1]
+        d_alpha = d_v = None
+        if ctx.needs_input_grad[1]:
+            d_v = torch.stack([_csr(adj.t_crow, adj.t_col, alpha[adj.t_perm, k]) @ grad[:, k].contiguous()
+                               for k in range(heads)], 1)
+        if ctx.needs_input_grad[0]:
+            pattern = _csr(adj.crow, adj.src, torch.zeros(adj.n_edges, dtype=v.dtype, device=v.device))
+            d_alpha = torch.stack([torch.sparse.sampled_addmm(pattern, grad[:, k].contiguous(), v[:, k].T.contiguous(), beta=0.0).values()
+                                   for k in range(heads)], 1)
+        return d_alpha, d_v, None
+
+
 class GATConv(nn.Module):
     """Graph attention (Velickovic et al. 2018) as in PyG: messages flow source -> target,
-    softmax over each target's in-edges, heads concatenated or averaged. Expects self-loops in
-    `edge_index` (see with_self_loops)."""
+    softmax over each target's in-edges, heads concatenated or averaged. Expects self-loops in the
+    graph (see with_self_loops); the graph is an `Adjacency` or a (2, E) edge_index."""
 
     def __init__(self, in_dim: int, out_dim: int, heads: int = 1, concat: bool = True, dropout: float = 0.0):
         super().__init__()
@@ -43,8 +121,9 @@ class GATConv(nn.Module):
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, graph: Adjacency | torch.Tensor) -> torch.Tensor:
         n, in_dim = x.shape
+        adj = as_adjacency(graph, n)
         weight = self.lin.weight.view(self.heads, self.out_dim, in_dim)  # W_h
         # scores a_h . W_h x_j = (W_h^T a_h) . x_j, (N, H)
         a_src = x @ torch.einsum("hdi,hd->ih", weight, self.att_src[0])
@@ -52,30 +131,38 @@ class GATConv(nn.Module):
         # sum_j alpha_ij W_h x_j = W_h sum_j alpha_ij x_j: attend over whichever is narrower, x_j or W_h x_j
         project_first = self.out_dim <= in_dim
         values = self.lin(x).view(n, self.heads, self.out_dim) if project_first else x[:, None, :].expand(n, self.heads, in_dim)
-        attend = self._dense if use_dense(n, edge_index.shape[1], values.shape[-1]) else self._edges
-        out = attend(values, a_src, a_dst, edge_index)
+        attend = self._dense if use_dense(n, adj.n_edges, values.shape[-1]) else self._sparse
+        out = attend(values, a_src, a_dst, adj)
         if not project_first:
             out = torch.einsum("nhi,hdi->nhd", out, weight)
         out = out.reshape(n, -1) if self.concat else out.mean(1)
         return out + self.bias
 
-    def _edges(self, h, a_src, a_dst, edge_index):
-        """Edge-list attention: gather per edge, softmax per target, scatter-add (any graph size)."""
-        n = h.shape[0]
-        src, dst = edge_index
+    def _attention(self, a_src, a_dst, src, dst, n):
+        """Per-edge attention weights (E, H): leaky-ReLU scores, softmax over each target's in-edges."""
         score = F.leaky_relu(a_src[src] + a_dst[dst], 0.2)  # (E, H)
-        peak = torch.full((n, self.heads), -torch.inf, device=h.device, dtype=h.dtype)
+        peak = torch.full((n, self.heads), -torch.inf, device=score.device, dtype=score.dtype)
         peak = peak.scatter_reduce(0, dst[:, None].expand_as(score), score, reduce="amax", include_self=True)
         alpha = torch.exp(score - peak[dst])
         alpha = alpha / torch.zeros_like(peak).index_add_(0, dst, alpha)[dst]
-        alpha = F.dropout(alpha, self.dropout, self.training)
+        return F.dropout(alpha, self.dropout, self.training)
+
+    def _sparse(self, h, a_src, a_dst, adj: Adjacency):
+        """Sparse attention: weights per edge, then one CSR product per head (any graph size)."""
+        alpha = self._attention(a_src, a_dst, adj.src, adj.dst, adj.n)
+        return _Aggregate.apply(alpha, h, adj)
+
+    def _edges(self, h, a_src, a_dst, edge_index):
+        """Edge-list attention as PyG computes it: gather per edge, softmax per target, scatter-add. The
+        reference the other two paths are tested against."""
+        src, dst = edge_index.edge_index if isinstance(edge_index, Adjacency) else edge_index
+        alpha = self._attention(a_src, a_dst, src, dst, h.shape[0])
         return torch.zeros_like(h).index_add_(0, dst, h[src] * alpha[..., None])
 
-    def _dense(self, h, a_src, a_dst, edge_index):
-        """The same attention as a masked (H, N, N) softmax and one batched matmul (fast for small graphs)."""
+    def _dense(self, h, a_src, a_dst, adj: Adjacency | torch.Tensor):
+        """The same attention as a masked (H, N, N) softmax and one batched matmul (fast for dense graphs)."""
         n = h.shape[0]
-        mask = torch.zeros(n, n, dtype=torch.bool, device=h.device)
-        mask[edge_index[1], edge_index[0]] = True  # row = target, column = source
+        mask = as_adjacency(adj, n).mask()
         score = F.leaky_relu(a_dst.T[:, :, None] + a_src.T[:, None, :], 0.2).masked_fill(~mask, -torch.inf)
         alpha = F.dropout(torch.softmax(score, dim=-1), self.dropout, self.training)
         return torch.bmm(alpha, h.transpose(0, 1)).transpose(0, 1)
@@ -92,11 +179,12 @@ class AdjacencyAE(nn.Module):
         self.gat2 = GATConv(hidden * heads, latent, 1, concat=True)
         self.dropout, self.double_sigmoid = dropout, double_sigmoid
 
-    def encode(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, edge_index: Adjacency | torch.Tensor) -> torch.Tensor:
+        edge_index = as_adjacency(edge_index, x.shape[0])
         h = F.dropout(F.elu(self.gat1(x, edge_index)), self.dropout, self.training)
         return F.dropout(F.elu(self.gat2(h, edge_index)), self.dropout, self.training)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, edge_index: Adjacency | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.encode(x, edge_index)
         logits = z @ z.T
         return (torch.sigmoid(logits) if self.double_sigmoid else logits), z
@@ -115,7 +203,8 @@ class FeatAE(nn.Module):
                                   GATConv(h1, in_dim, heads, concat=False)])
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, edge_index: Adjacency | torch.Tensor) -> torch.Tensor:
+        edge_index = as_adjacency(edge_index, x.shape[0])
         layers = [*self.enc, *self.dec]
         for i, layer in enumerate(layers):
             x = layer(x, edge_index) if isinstance(layer, GATConv) else layer(x)

@@ -40,7 +40,7 @@ def graph_stats(adata: ad.AnnData, spot: np.ndarray, gene: np.ndarray) -> dict[s
 
 
 def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, Any], seeds: Sequence[int], outs: Sequence[str],
-                 run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+                 run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str], *, engine: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     from paperflow.spaef import graphs as gr
     from paperflow.spaef.training import fit_spot_latent
 
@@ -65,7 +65,7 @@ def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, 
     histories, stats = [], {"gene_candidates": int(len(candidates)), "ggi_train_accuracy": float(clf.score(
         all_emb[pairs.a.map(index)] + all_emb[pairs.b.map(index)], pairs.label.to_numpy()))}
     for seed, out in zip(seeds, outs):
-        z, hist, track = fit_spot_latent(spot_emb, ae_edges, sc, seed, run_dir, wandb, tags)
+        z, hist, track = fit_spot_latent(spot_emb, ae_edges, sc, seed, run_dir, wandb, tags, engine)
         lm_spot = gr.knn_edges(gr.cosine_topk(z, sc["k"]))
         sets = {"spot_lm": finish(lm_spot), "spot_nolm": finish(nolm_spot),
                 "gene_lm": gr.symmetric(gene_lm) if len(gene_lm) else gene_lm, "gene_nolm": gr.symmetric(candidates),

@@ -6,6 +6,7 @@ with snakemake_job(snakemake) as job:
     history, stats = graphs_stage(
         job.input.adata, job.input.spots, job.input.genes, job.input.ggi, job.params.graphs, [seed], [job.output.graphs],
         job.params.run_dir, job.params.wandb, {"paper": "spaef", "rule": job.rule, "sample": job.wildcards.sample},
+        engine=job.params.engine,
     )
     history.to_csv(job.output.history, index=False)
-    job.note(seeds=[seed], graphs=stats)
+    job.note(seeds=[seed], engine=job.params.engine, graphs=stats)

@@ -10,4 +10,4 @@ with snakemake_job(snakemake) as job:
     )
     for method, path in zip(methods, job.output.history, strict=True):
         history[history.method == method].to_csv(path, index=False)
-    job.note(seeds=[seed], tracking=tracking)
+    job.note(seeds=[seed], engine=job.params.train["engine"], tracking=tracking)
