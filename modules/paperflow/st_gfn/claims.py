@@ -239,6 +239,8 @@ def missing_tasks(env_specs: Mapping[str, Mapping[str, Any]]) -> str:
     missing = []
     if not kinds & set(GAMES):
         missing.append("the adversarial games (`tictactoe`, `connect4`, run at scale=paper)")
+    elif "connect4" not in kinds:
+        missing.append("Connect-4 (`connect4`, run at scale=paper)")
     if "bitseq" not in kinds:
         missing.append("noisy sequence generation (`bitseq`, run at scale=paper)")
     if not real_cells:
@@ -251,8 +253,11 @@ def limitations(scale: str, env_specs: Mapping[str, Mapping[str, Any]], train: M
     lines = ["The paper, its authors and its code were not found: the spectral loss, the time features and the "
              "Wiener-Khinchin intrinsic reward are the spec's reconstruction [R], not the authors' method."]
     if scale != "paper":
-        lines.append(f"Scale `{scale}` trains on {', '.join(env_text(n, s) for n, s in env_specs.items())} for "
-                     f"{train['iterations']} iterations of {train['batch_size']} trajectories, smaller than `scale=paper`.")
+        flows = [env_text(n, s) for n, s in env_specs.items() if s["kind"] not in GAMES]
+        games = [env_text(n, s) for n, s in env_specs.items() if s["kind"] in GAMES]
+        lines.append(f"Scale `{scale}` trains on {', '.join(flows)} for {train['iterations']} iterations of "
+                     f"{train['batch_size']} trajectories" + (f", and on {', '.join(games)}" if games else "")
+                     + ", smaller than `scale=paper`.")
     if any(s["kind"] == "geneset" for s in env_specs.values()):
         lines.append("The gene-set reward is a reconstructed proxy [R] (additive single-gene shifts against one measured "
                      "double perturbation); the paper's single-cell reward is unknown.")
@@ -302,7 +307,11 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], pmfs: Mapping[str, pd.Da
         title="ST-GFN: spectral time-dependent GFlowNets (reconstructed) vs TB, DB, SubTB",
         scale=params["scale"],
         summary=(f"torchgfn environments with log-space reward noise: "
-                 f"{'; '.join(env_text(n, s) for n, s in params['env_specs'].items())}. Methods per env {env_methods}; "
+                 f"{'; '.join(env_text(n, s) for n, s in params['env_specs'].items() if s['kind'] not in GAMES)}"
+                 + (f"; two-player games on the project's engines: "
+                    f"{'; '.join(env_text(n, s) for n, s in params['env_specs'].items() if s['kind'] in GAMES)}"
+                    if set(kinds.values()) & set(GAMES) else "")
+                 + f". Methods per env {env_methods}; "
                  f"seeds {', '.join(map(str, seeds))}. On enumerable envs L1 uses the last "
                  f"{params['evaluate']['last_visited']} visited terminal states against the exact pi = R / Z and "
                  f"`l1_on_policy` {params['evaluate']['n_eval_samples']} fresh samples of the trained sampler "
