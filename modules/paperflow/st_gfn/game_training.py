@@ -13,14 +13,13 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from paperflow.st_gfn.adversarial import GameLoss, first_player_flows, game_residuals, log_children, log_reward
 from paperflow.st_gfn.envs import observed_log_reward
 from paperflow.st_gfn.games import Game, bits_to_mask, boards_from_strings, make_game
 from paperflow.st_gfn.models import optimizer
 from paperflow.st_gfn.sequences import fourier_features, time_frequencies
-from paperflow.st_gfn.training import NOISE_SEED_OFFSET
+from paperflow.st_gfn.training import NOISE_SEED_OFFSET, run_loop
 
 NEG = -1e9
 
@@ -200,12 +199,5 @@ def train_game(spec: Mapping[str, Any], target: pd.DataFrame, method: Mapping[st
     net = make_game_net(game, method, model)
     opt = optimizer(net, train["lr"], train["lr_logz"])
     run = GameRun(game, spec, method, net, train, seed, target)
-    for it in tqdm(range(run.n_iterations), desc=f"{spec['kind']} {method['kind']} seed {seed}", disable=not progress,
-                   mininterval=5):
-        loss = run.loss(it)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), float(train["grad_clip"]))
-        opt.step()
-        run.record_loss(it, loss)
+    run_loop(run, net, opt, float(train["grad_clip"]), f"{spec['kind']} {method['kind']} seed {seed}", progress)
     return net.state_dict(), run.history(), run.visits()

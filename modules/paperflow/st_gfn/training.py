@@ -98,11 +98,17 @@ def train_one(env, env_spec: Mapping[str, Any], method: Mapping[str, Any], model
     gfn = make_gflownet(env, method, model)
     opt = optimizer(gfn, train["lr"], train["lr_logz"])
     run = TrainingRun(env, env_spec, method, gfn, train, seed)
-    for it in tqdm(range(run.n_iterations), desc=f"{method['kind']} seed {seed}", disable=not progress, mininterval=5):
+    run_loop(run, gfn, opt, float(train["grad_clip"]), f"{method['kind']} seed {seed}", progress)
+    return gfn.state_dict(), run.history(), run.visits()
+
+
+def run_loop(run, net: torch.nn.Module, opt: torch.optim.Optimizer, grad_clip: float, desc: str, progress: bool) -> None:
+    """The plain-loop engine: one `run.loss(it)` step per iteration, clipped, recorded (a `TrainingRun` or a
+    `game_training.GameRun`; Lightning drives the same runs at paper scale)."""
+    for it in tqdm(range(run.n_iterations), desc=desc, disable=not progress, mininterval=5):
         loss = run.loss(it)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(gfn.parameters(), float(train["grad_clip"]))
+        torch.nn.utils.clip_grad_norm_(net.parameters(), grad_clip)
         opt.step()
         run.record_loss(it, loss)
-    return gfn.state_dict(), run.history(), run.visits()
