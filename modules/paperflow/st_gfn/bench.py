@@ -15,6 +15,7 @@ import torch
 
 from paperflow.core.config import load_paper_config
 from paperflow.st_gfn.envs import make_env
+from paperflow.st_gfn.games import GAME_KINDS
 from paperflow.st_gfn.training import train_one
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,14 +31,26 @@ def main(argv: list[str] | None = None) -> None:
     total = 0.0
     for env_name in cfg["run_envs"]:
         spec = cfg["envs"][env_name]
-        env = make_env(spec)
+        game = spec["kind"] in GAME_KINDS
+        if game:  # self-play against the reference positions preprocess would write (not timed)
+            from paperflow.st_gfn.game_training import train_game
+            from paperflow.st_gfn.games import reference_positions
+
+            positions, _ = reference_positions(spec)
+        else:
+            env = make_env(spec)
         for method in cfg["env_methods"][env_name]:
             cpu, wall = time.process_time(), time.perf_counter()
-            _, history, _ = train_one(env, spec, cfg["methods"][method], cfg["model"], cfg["train"], args.seed, progress=False)
+            if game:
+                _, history, _ = train_game(spec, positions, cfg["methods"][method], cfg["model"], cfg["train"], args.seed,
+                                           progress=False)
+            else:
+                _, history, _ = train_one(env, spec, cfg["methods"][method], cfg["model"], cfg["train"], args.seed, progress=False)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             total += cpu
             print(f"{env_name:8s} {method:12s} cpu {cpu:6.2f} s  wall {wall:6.2f} s  final loss {history.loss.iloc[-1]:.6f}", flush=True)
-    print(f"total cpu {total:.1f} s ({cfg['train']['iterations']} iterations of {cfg['train']['batch_size']} per run, seed {args.seed})")
+    print(f"total cpu {total:.1f} s ({cfg['train']['iterations']} iterations of {cfg['train']['batch_size']} per run, games their own "
+          f"budget, seed {args.seed})")
 
 
 if __name__ == "__main__":
