@@ -33,9 +33,9 @@ def with_self_loops(edge_index: torch.Tensor, n: int) -> torch.Tensor:
 
 class Adjacency(nn.Module):
     """A fixed graph in the layouts the attention paths need, built once per graph: the edges in CSR order
-    (sorted by target, then source) with their row pointers, the permutation that puts them in the
-    transpose's CSR order (sorted by source), and the dense target x source mask. Buffers, so the graph
-    moves with the model (`.to(device)`)."""
+    (sorted by target, then source) with their row pointers, and the permutation that puts them in the
+    transpose's CSR order (sorted by source); `mask()` gives the dense target x source mask. Buffers, so
+    the graph moves with the model (`.to(device)`)."""
 
     def __init__(self, edge_index: torch.Tensor, n: int):
         super().__init__()
@@ -51,10 +51,6 @@ class Adjacency(nn.Module):
         self.register_buffer("t_perm", t_perm)
         self.register_buffer("t_crow", _row_pointers(src[t_perm], n))
         self.register_buffer("t_col", dst[t_perm])
-
-    @property
-    def edge_index(self) -> torch.Tensor:
-        return torch.stack([self.src, self.dst])
 
     def mask(self) -> torch.Tensor:
         mask = torch.zeros(self.n, self.n, dtype=torch.bool, device=self.src.device)
@@ -86,14 +82,13 @@ class _Aggregate(torch.autograd.Function):
     def forward(ctx, alpha: torch.Tensor, v: torch.Tensor, adj: Adjacency) -> torch.Tensor:  # alpha (E, H) CSR order, v (N, H, D)
         ctx.adj = adj
         ctx.save_for_backward(alpha, v)
-        n = adj.n
         return torch.stack([_csr(adj.crow, adj.src, alpha[:, k]) @ v[:, k].contiguous()
                             for k in range(v.shape[1])], 1)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         alpha, v = ctx.saved_tensors
-        adj, n, heads = ctx.adj, ctx.adj.n, v.shape[1]
+        adj, heads = ctx.adj, v.shape[1]
         d_alpha = d_v = None
         if ctx.needs_input_grad[1]:
             d_v = torch.stack([_csr(adj.t_crow, adj.t_col, alpha[adj.t_perm, k]) @ grad[:, k].contiguous()
@@ -155,7 +150,7 @@ class GATConv(nn.Module):
     def _edges(self, h, a_src, a_dst, edge_index):
         """Edge-list attention as PyG computes it: gather per edge, softmax per target, scatter-add. The
         reference the other two paths are tested against."""
-        src, dst = edge_index.edge_index if isinstance(edge_index, Adjacency) else edge_index
+        src, dst = edge_index
         alpha = self._attention(a_src, a_dst, src, dst, h.shape[0])
         return torch.zeros_like(h).index_add_(0, dst, h[src] * alpha[..., None])
 

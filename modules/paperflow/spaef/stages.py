@@ -79,8 +79,8 @@ def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, 
     return pd.concat(histories), stats
 
 
-def read_graph(path: str, name: str) -> np.ndarray:
-    frame, _ = read_frame(path)
+def graph_edges(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """The (E, 2) edges of graph `name` in a graphs file's frame."""
     part = frame[frame.graph == name]
     return part[["src", "dst"]].to_numpy(np.int64)
 
@@ -96,12 +96,13 @@ def train_stage(proc: str, graph: str, seed: int, methods: Sequence[str], model:
 
     adata = ad.read_h5ad(proc)
     x = dense(adata.X)
+    graphs, _ = read_frame(graph)  # once for every method
     histories, tracking = [], {}
     for method, out in zip(methods, outs, strict=True):
         spec = METHODS[method]
         fusion = "entry" if spec["fusion"] == "learned" and model["gate"] == "entry" else spec["fusion"]
         mu, w, hist, tracking[method] = fit_denoiser(
-            x, read_graph(graph, f"spot_{spec['graphs']}"), read_graph(graph, f"gene_{spec['graphs']}"), model=model, train=train,
+            x, graph_edges(graphs, f"spot_{spec['graphs']}"), graph_edges(graphs, f"gene_{spec['graphs']}"), model=model, train=train,
             fusion=fusion, seed=seed, run_dir=run_dir, name=f"{method}_seed{seed}", wandb=wandb, tags=tags | {"method": method})
         result = ad.AnnData(X=mu.astype(np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
         result.obs["w"] = w.mean(1) if w.ndim == 2 else w

@@ -4,16 +4,17 @@ training loss, as the released code does.
 
 The maths of a step lives in two torch-only tasks (`AdjacencyTask`, `DenoiserTask`); two engines drive
 them with the same random streams (`train.engine`):
-- `loop` (tiny/smoke scale): a plain torch loop in this module. A fit lasts seconds there, and importing
+- `loop` (smoke scale): a plain torch loop in this module. A fit lasts seconds there, and importing
   Lightning alone costs about 4 s of CPU per job, which the 3-minute smoke budget does not leave.
-- `lightning` (paper scale): `paperflow.spaef.lightning`, a LightningModule around the same task, fitted
-  by `paperflow.core.training.make_trainer` on the job's devices (CSV logging, wandb when enabled).
+- `lightning` (tiny and paper scale): `paperflow.spaef.lightning`, a LightningModule around the same task,
+  fitted by `paperflow.core.training.make_trainer` on the job's devices (CSV logging, wandb when enabled).
 On the CPU both give the same numbers bit for bit (tests check it)."""
 
 from __future__ import annotations
 
 import logging
 import random
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -108,7 +109,8 @@ def fit_loop(task: AdjacencyTask | DenoiserTask, epochs: int, name: str, progres
     opt, scheduler = task.optimizer()
     task.train()
     rows = []
-    bar = tqdm(range(epochs), desc=name, mininterval=5, disable=(not _on_terminal()) if progress is None else not progress)
+    show = sys.stderr.isatty() if progress is None else progress  # as make_trainer's progress bar: only on a terminal
+    bar = tqdm(range(epochs), desc=name, mininterval=5, disable=not show)
     for epoch in bar:
         loss, logs = task.step_loss(epoch)
         opt.zero_grad()
@@ -118,12 +120,6 @@ def fit_loop(task: AdjacencyTask | DenoiserTask, epochs: int, name: str, progres
             scheduler.step()
         rows.append({"epoch": epoch, **{k: float(v.detach()) for k, v in logs.items()}})
     return pd.DataFrame(rows)
-
-
-def _on_terminal() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
 
 
 def _fit(task, epochs: int, engine: str, run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None,
