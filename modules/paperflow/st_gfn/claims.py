@@ -232,6 +232,13 @@ def env_text(name: str, spec: Mapping[str, Any]) -> str:
     return f"`{name}` {spec['k']}-gene sets ({spec['source']} data)"
 
 
+def env_texts(env_specs: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """env_text of the GFlowNet envs and of the games, apart."""
+    flows = [env_text(n, s) for n, s in env_specs.items() if s["kind"] not in GAMES]
+    games = [env_text(n, s) for n, s in env_specs.items() if s["kind"] in GAMES]
+    return flows, games
+
+
 def missing_tasks(env_specs: Mapping[str, Mapping[str, Any]]) -> str:
     """Which of the paper's task families this run leaves out."""
     kinds = {s["kind"] for s in env_specs.values()}
@@ -253,8 +260,7 @@ def limitations(scale: str, env_specs: Mapping[str, Mapping[str, Any]], train: M
     lines = ["The paper, its authors and its code were not found: the spectral loss, the time features and the "
              "Wiener-Khinchin intrinsic reward are the spec's reconstruction [R], not the authors' method."]
     if scale != "paper":
-        flows = [env_text(n, s) for n, s in env_specs.items() if s["kind"] not in GAMES]
-        games = [env_text(n, s) for n, s in env_specs.items() if s["kind"] in GAMES]
+        flows, games = env_texts(env_specs)
         lines.append(f"Scale `{scale}` trains on {', '.join(flows)} for {train['iterations']} iterations of "
                      f"{train['batch_size']} trajectories" + (f", and on {', '.join(games)}" if games else "")
                      + ", smaller than `scale=paper`.")
@@ -303,14 +309,12 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], pmfs: Mapping[str, pd.Da
         ("Methods", "\n".join(f"- `{n}`: {spec}" for n, spec in params["method_specs"].items())),
     ]
     lims = limitations(params["scale"], params["env_specs"], params["train"])
+    flow_texts, game_texts = env_texts(params["env_specs"])
     text = render_report(
         title="ST-GFN: spectral time-dependent GFlowNets (reconstructed) vs TB, DB, SubTB",
         scale=params["scale"],
-        summary=(f"torchgfn environments with log-space reward noise: "
-                 f"{'; '.join(env_text(n, s) for n, s in params['env_specs'].items() if s['kind'] not in GAMES)}"
-                 + (f"; two-player games on the project's engines: "
-                    f"{'; '.join(env_text(n, s) for n, s in params['env_specs'].items() if s['kind'] in GAMES)}"
-                    if set(kinds.values()) & set(GAMES) else "")
+        summary=(f"torchgfn environments with log-space reward noise: {'; '.join(flow_texts)}"
+                 + (f"; two-player games on the project's engines: {'; '.join(game_texts)}" if game_texts else "")
                  + f". Methods per env {env_methods}; "
                  f"seeds {', '.join(map(str, seeds))}. On enumerable envs L1 uses the last "
                  f"{params['evaluate']['last_visited']} visited terminal states against the exact pi = R / Z and "

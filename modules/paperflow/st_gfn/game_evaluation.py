@@ -66,10 +66,7 @@ def play_match(game: Game, first: Agent, second: Agent, n: int) -> torch.Tensor:
     while not bool(done.all()):
         mover = game.to_move(boards)
         moves = torch.where(mover > 0, first(boards), second(boards))
-        boards = torch.where(done[:, None, None], boards, game.play(boards, torch.where(done, 0, moves)))
-        finished, result = game.status(boards)
-        outcome = torch.where(done, outcome, result)
-        done = done | finished
+        boards, done, outcome = game.advance(boards, moves, done, outcome)
     return outcome
 
 

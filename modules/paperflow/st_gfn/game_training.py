@@ -19,7 +19,7 @@ from paperflow.st_gfn.envs import observed_log_reward
 from paperflow.st_gfn.games import Game, bits_to_mask, boards_from_strings, make_game
 from paperflow.st_gfn.models import optimizer
 from paperflow.st_gfn.sequences import fourier_features, time_frequencies
-from paperflow.st_gfn.training import NOISE_SEED_OFFSET, run_loop
+from paperflow.st_gfn.training import NOISE_SEED_OFFSET, RunRecords, run_loop
 
 NEG = -1e9
 
@@ -104,11 +104,8 @@ def self_play(game: Game, net: GameNet, n: int, epsilon: float, device=None) -> 
             actions.append(move)
             legals.append(legal)
             movers.append(game.to_move(boards))
-            boards = torch.where(done[:, None, None], boards, game.play(boards, torch.where(done, 0, move)))
             lengths += (~done).long()
-            finished, result = game.status(boards)
-            outcomes = torch.where(done, outcomes, result)
-            done = done | finished
+            boards, done, outcomes = game.advance(boards, move, done, outcomes)
             if bool(done.all()):
                 break
     return Games(torch.stack(states), torch.stack(actions), torch.stack(legals), torch.stack(movers), lengths, outcomes)
@@ -148,7 +145,7 @@ def optimal_fractions(net: GameNet, positions: Positions) -> dict[str, float]:
                 "optimal_sampled": float((probs * positions.optimal).sum(-1).double().mean())}
 
 
-class GameRun:
+class GameRun(RunRecords):
     """One run's per-iteration work and records (the games' `TrainingRun`): self-play, the observed log
     reward lambda * o (+ log-space noise sigma), the loss; every `eval_every` iterations the optimal-move
     fractions on the reference positions. Build it right after the network (the torch seed set before both)."""
@@ -176,17 +173,9 @@ class GameRun:
         self.visited.append({"outcome": games.outcomes.cpu().numpy(), "length": games.lengths.cpu().numpy()})
         return self.objective(residuals_of(self.net, games, log_r), games.lengths)
 
-    def record_loss(self, it: int, loss: torch.Tensor) -> None:
-        self.losses[it] = float(loss.detach())
-
     def history(self) -> pd.DataFrame:
         return pd.DataFrame({"iteration": np.arange(self.n_iterations), "seed": self.seed, "loss": self.losses,
                              "beta": 0.0, **self.tracked})
-
-    def visits(self) -> pd.DataFrame:
-        columns = {k: np.concatenate([v[k] for v in self.visited]) for k in self.visited[0]}
-        frame = pd.DataFrame({"iteration": np.repeat(np.arange(len(self.visited)), self.batch), "seed": self.seed})
-        return pd.concat([frame, pd.DataFrame(columns)], axis=1)
 
 
 def train_game(spec: Mapping[str, Any], target: pd.DataFrame, method: Mapping[str, Any], model: Mapping[str, Any],

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-GAME_KINDS = ("tictactoe", "connect4")
+from paperflow.st_gfn.settings import GAMES as GAME_KINDS  # the config's game kinds, defined once (torch-free)
 SYMBOLS = {1: "x", -1: "o", 0: "."}
 
 
@@ -89,6 +89,14 @@ class Game:
         outcome = self.winner(boards)
         full = ~self.legal(boards).any(-1)
         return (outcome != 0) | full, outcome
+
+    def advance(self, boards: torch.Tensor, moves: torch.Tensor, done: torch.Tensor,
+                outcomes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One move in every unfinished game of a batch: (boards, done, outcomes) after `moves`; finished
+        games keep their board and outcome (their move is ignored)."""
+        boards = torch.where(done[:, None, None], boards, self.play(boards, torch.where(done, 0, moves)))
+        finished, result = self.status(boards)
+        return boards, done | finished, torch.where(done, outcomes, result)
 
 
 def make_game(spec: Mapping[str, Any]) -> Game:
@@ -175,6 +183,11 @@ TOP = [1 << (C4_ROWS - 1 + c * H1) for c in range(C4_COLS)]
 ORDER = [3, 2, 4, 1, 5, 0, 6]  # centre columns first
 
 
+def _drop(mask: int, col: int) -> int:
+    """The bit of the stone played in column `col` of the bitboard `mask` (its lowest empty cell)."""
+    return (mask + (1 << (col * H1))) & ~mask & (((1 << C4_ROWS) - 1) << (col * H1))
+
+
 def _aligned(bits: int) -> bool:
     for shift in (1, H1, H1 - 1, H1 + 1):  # vertical, horizontal, the two diagonals
         m = bits & (bits >> shift)
@@ -201,7 +214,7 @@ def to_bitboard(board: np.ndarray) -> tuple[int, int, int]:
 class Connect4Solver:
     """Game-theoretic value (+1 / 0 / -1 for the player to move) of a Connect-4 position by negamax with
     alpha-beta pruning on the three values and a transposition table. Exact, but pure Python: practical
-    for positions with up to about 14 empty cells (the test set's late-game positions), not the opening."""
+    for positions with up to about 20 empty cells (the test set's late-game positions), not the opening."""
 
     def __init__(self) -> None:
         self.table: dict[int, tuple[int, int]] = {}  # key -> (value, flag: 0 exact, 1 lower, -1 upper)
@@ -211,8 +224,7 @@ class Connect4Solver:
         self.nodes += 1
         playable = [c for c in ORDER if not mask & TOP[c]]
         for c in playable:  # an immediate win
-            move = (mask + (1 << (c * H1))) & ~mask & (((1 << C4_ROWS) - 1) << (c * H1))
-            if _aligned(current | move):
+            if _aligned(current | _drop(mask, c)):
                 return 1
         if moves >= C4_ROWS * C4_COLS - 1:  # the last stone cannot win (checked above): a draw
             return 0
@@ -223,8 +235,7 @@ class Connect4Solver:
                 return v
         a0, best = alpha, -2
         for c in playable:
-            move = (mask + (1 << (c * H1))) & ~mask & (((1 << C4_ROWS) - 1) << (c * H1))
-            v = -self.value(current ^ mask, mask | move, moves + 1, -beta, -alpha)
+            v = -self.value(current ^ mask, mask | _drop(mask, c), moves + 1, -beta, -alpha)
             best = max(best, v)
             alpha = max(alpha, v)
             if alpha >= beta:
@@ -239,7 +250,7 @@ class Connect4Solver:
         for c in range(C4_COLS):
             if mask & TOP[c]:
                 continue
-            move = (mask + (1 << (c * H1))) & ~mask & (((1 << C4_ROWS) - 1) << (c * H1))
+            move = _drop(mask, c)
             if _aligned(current | move):
                 out[c] = 1
             elif moves + 1 == C4_ROWS * C4_COLS:
@@ -280,10 +291,10 @@ def connect4_test_set(n: int, empty: int, seed: int) -> pd.DataFrame:
     solver = Connect4Solver()
     rows = []
     for board in random_late_positions(game, n, empty, seed):
-        values = solver.move_values(board)
+        values = solver.move_values(board)  # for the player to move
         best = max(values.values())
-        rows.append({"board": board_string(board), "to_move": 1 if (board != 0).sum() % 2 == 0 else -1,
-                     "value": best if (board != 0).sum() % 2 == 0 else -best, "terminal": False,
+        to_move = 1 if (board != 0).sum() % 2 == 0 else -1
+        rows.append({"board": board_string(board), "to_move": to_move, "value": to_move * best, "terminal": False,
                      "optimal": sum(1 << c for c, v in values.items() if v == best),
                      "legal": sum(1 << c for c in values),
                      "move_values": " ".join(f"{c}:{v}" for c, v in sorted(values.items()))})

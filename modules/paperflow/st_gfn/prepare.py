@@ -9,6 +9,7 @@ import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
 from paperflow.st_gfn import perturbation
+from paperflow.st_gfn.settings import GAMES
 
 
 def target(raw: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
@@ -29,7 +30,7 @@ def preprocess(raw_path: str, spec: Mapping[str, Any], out: str) -> None:
     elif kind == "geneset":
         frame, proxy = perturbation.target(raw, spec)
         write_frame(out, frame, dict(meta, proxy=proxy))
-    elif kind in ("tictactoe", "connect4"):  # the tic-tac-toe oracle or the solved Connect-4 test set
+    elif kind in GAMES:  # the tic-tac-toe oracle or the solved Connect-4 test set
         from paperflow.st_gfn.games import reference_positions  # torch: imported only for the games
 
         frame, about = reference_positions(spec)

@@ -41,7 +41,25 @@ def intrinsic_rewards(env, trajectories, counts: torch.Tensor, rho: torch.Tensor
     return scale * credit
 
 
-class TrainingRun:
+class RunRecords:
+    """The records every kind of run keeps (`TrainingRun` here, `game_training.GameRun`): the loss of each
+    iteration in `losses` and, per iteration, a dict of arrays over the batch in `visited`."""
+
+    losses: np.ndarray
+    visited: list[dict[str, np.ndarray]]
+    batch: int
+    seed: int
+
+    def record_loss(self, it: int, loss: torch.Tensor) -> None:
+        self.losses[it] = float(loss.detach())
+
+    def visits(self) -> pd.DataFrame:
+        columns = {k: np.concatenate([v[k] for v in self.visited]) for k in self.visited[0]}
+        frame = pd.DataFrame({"iteration": np.repeat(np.arange(len(self.visited)), self.batch), "seed": self.seed})
+        return pd.concat([frame, pd.DataFrame(columns)], axis=1)
+
+
+class TrainingRun(RunRecords):
     """One run's per-iteration work and records. Build it right after the GFlowNet (the torch seed set
     before both), so that the plain loop and the Lightning module draw the same numbers."""
 
@@ -76,17 +94,9 @@ class TrainingRun:
         self.visited.append(terminal_record(self.env, trajectories.terminating_states))
         return batch_loss(self.gflownet, self.env, trajectories, log_r, intrinsic)
 
-    def record_loss(self, it: int, loss: torch.Tensor) -> None:
-        self.losses[it] = float(loss.detach())
-
     def history(self) -> pd.DataFrame:
         return pd.DataFrame({"iteration": np.arange(self.n_iterations), "seed": self.seed, "loss": self.losses,
                              "beta": self.betas})
-
-    def visits(self) -> pd.DataFrame:
-        columns = {k: np.concatenate([v[k] for v in self.visited]) for k in self.visited[0]}
-        frame = pd.DataFrame({"iteration": np.repeat(np.arange(len(self.visited)), self.batch), "seed": self.seed})
-        return pd.concat([frame, pd.DataFrame(columns)], axis=1)
 
 
 def train_one(env, env_spec: Mapping[str, Any], method: Mapping[str, Any], model: Mapping[str, Any],
