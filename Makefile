@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: install smoke test test-fast report clean
+.PHONY: install lint smoke test test-fast report clean
 
 $(BIN)/.installed: pyproject.toml envs/no-deps.txt envs/pip-check-allowed.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ install: $(BIN)/.installed
 smoke: install
 	$(BIN)/snakemake --cores $(CORES)
 
-test: install
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check .
+
+test: install lint
 	$(BIN)/python -m pytest
 
 test-fast: install

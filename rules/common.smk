@@ -8,6 +8,7 @@ if str(PAPERFLOW_ROOT / "modules") not in sys.path:
     sys.path.insert(0, str(PAPERFLOW_ROOT / "modules"))
 
 from paperflow.core.codehash import code_hash
+from paperflow.core.keys import keyed
 from paperflow.core.config import load_run_config, prepare_job_environment
 
 prepare_job_environment(PAPERFLOW_ROOT)
@@ -40,11 +41,26 @@ def resources_of(klass, gpu=0, gpu_model=None, **overrides):
     return res
 
 
+def heavy_resources(klass, paper_cfg, stage=None):
+    """The resources of a heavy rule of class `klass` (a *_gpu class) from the paper's `resources`
+    config block: `gpus` and `gpu_model`, and for `stage` its `<stage>_runtime_min` and `<stage>_mem_mb`
+    where the block sets them (the class's sizes otherwise). The one way a rule asks for GPUs."""
+    res = paper_cfg["resources"]
+    overrides = {}
+    if stage is not None:
+        for key, name in (("runtime", f"{stage}_runtime_min"), ("mem_mb", f"{stage}_mem_mb")):
+            if name in res:
+                overrides[key] = res[name]
+    return resources_of(klass, gpu=res["gpus"], gpu_model=res["gpu_model"], **overrides)
+
+
 def env_file(stack):
     """Absolute path of envs/<stack>.yaml, for a rule's `conda:` directive."""
     path = PAPERFLOW_ROOT / "envs" / f"{stack}.yaml"
     if not path.is_file():
-        raise ValueError(f"no conda env {path}; available: {', '.join(p.stem for p in (PAPERFLOW_ROOT / 'envs').glob('*.yaml'))}")
+        raise ValueError(
+            f"no conda env {path}; available: {', '.join(p.stem for p in (PAPERFLOW_ROOT / 'envs').glob('*.yaml'))}"
+        )
     return str(path)
 
 
@@ -56,6 +72,7 @@ def code_param(stack, script):
         "hash": code_hash(PAPERFLOW_ROOT / script),
         "env": f"envs/{stack}.yaml",
         "script": script,
+        "scale": RUN.scale,
         "generated_roots": [RUN.results, RUN.resources],
     }
 
@@ -63,4 +80,7 @@ def code_param(stack, script):
 def seed_groups(seeds, per_job):
     """Seeds cut into groups of `per_job`, run one after the other in one job, keyed by the {group}
     wildcard ('s0-1-2'): process start dominates small runs, while one seed per job suits a cluster."""
-    return {"s" + "-".join(map(str, seeds[i : i + per_job])): list(seeds[i : i + per_job]) for i in range(0, len(seeds), per_job)}
+    return {
+        "s" + "-".join(map(str, seeds[i : i + per_job])): list(seeds[i : i + per_job])
+        for i in range(0, len(seeds), per_job)
+    }

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY_IGNORE = shutil.ignore_patterns(".venv", "results", "resources", ".snakemake", ".git", "__pycache__", "*.egg-info", ".pytest_cache", "report.html")
+COPY_IGNORE = shutil.ignore_patterns(
+    ".venv", "results", "resources", ".snakemake", ".git", "__pycache__", "*.egg-info", ".pytest_cache", "report.html"
+)
 
 
 def snakemake_bin() -> str:
@@ -23,9 +25,13 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 
     """Run the real Snakemake CLI in `workdir` (a checkout); return the completed process."""
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)  # the workflow itself must make paperflow importable for its jobs
-    proc = subprocess.run([snakemake_bin(), *args], cwd=workdir, capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run(
+        [snakemake_bin(), *args], cwd=workdir, capture_output=True, text=True, env=env, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 

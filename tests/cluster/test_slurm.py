@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_repo, job_counts, run_snakemake
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -82,7 +81,15 @@ def slurm_records(jobids: list[int], accounting: bool) -> dict[int, dict[str, st
     else:
         # without slurmdbd, tres-alloc lists gres/gpu only with AccountingStorageTRES=gres/gpu;
         # tres-per-job (gres:gpu:1) is what the job asked for and got
-        proc = _cmd("squeue", "-h", "--states=all", "-j", ids, "-O", "JobId:|,Partition:|,tres-alloc:|,Comment:|,State:|,tres-per-job:")
+        proc = _cmd(
+            "squeue",
+            "-h",
+            "--states=all",
+            "-j",
+            ids,
+            "-O",
+            "JobId:|,Partition:|,tres-alloc:|,Comment:|,State:|,tres-per-job:",
+        )
         fields = ("partition", "tres", "comment", "state", "tres_per_job")
     assert proc.returncode == 0, proc.stderr
     records = {}
@@ -103,7 +110,11 @@ def provenance(results: Path) -> list[dict]:
 def _cancel_leftovers(workdir: Path) -> None:
     """scancel jobs of this test still queued or running (after a timeout or a failure)."""
     proc = _cmd("squeue", "-h", "-o", "%i %Z")
-    ids = [line.split()[0] for line in proc.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].startswith(str(workdir))]
+    ids = [
+        line.split()[0]
+        for line in proc.stdout.splitlines()
+        if len(line.split()) == 2 and line.split()[1].startswith(str(workdir))
+    ]
     if ids:
         _cmd("scancel", *ids)
 
@@ -203,7 +214,9 @@ def test_hyperparameter_change_resubmits_only_downstream(slurm_run):
         _cancel_leftovers(repo)
     output = proc.stdout + proc.stderr
     second = submitted(output)
-    assert Counter(rule for _, rule in second) == Counter({r: n for r, n in before.items() if r in TRAIN_RERUN}), output[-3000:]
+    assert Counter(rule for _, rule in second) == Counter({r: n for r, n in before.items() if r in TRAIN_RERUN}), (
+        output[-3000:]
+    )
     assert not {j for j, _ in second} & {j for j, _ in first}
     # SLURM agrees: the new jobs exist and are these rules, GPUs on training only
     records = slurm_records([j for j, _ in second], slurm_run["accounting"])
@@ -211,7 +224,9 @@ def test_hyperparameter_change_resubmits_only_downstream(slurm_run):
     for jobid, rule in second:
         assert records[jobid]["any_gpu"] == records[jobid]["gpus"] == (rule in GPU_RULES), (jobid, rule, records[jobid])
     # download and preprocess outputs were not rewritten
-    assert {p.name: json.loads(p.read_text())["slurm"]["SLURM_JOB_ID"] for p in raw_prov.glob("*.prov.json")} == download_ids
+    assert {
+        p.name: json.loads(p.read_text())["slurm"]["SLURM_JOB_ID"] for p in raw_prov.glob("*.prov.json")
+    } == download_ids
     # and the new training run used the new learning rate
     train_prov = next((repo / "results" / "tiny" / "ph_vae" / "models").rglob("history.csv.prov.json"))
     rec = json.loads(train_prov.read_text())

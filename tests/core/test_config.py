@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_repo, run_snakemake
+
 from paperflow.core.config import ConfigError, deep_merge, load_paper_config, load_run_config
 
 GOOD = {"scale": "smoke", "papers": ["ph_vae"], "results": "results", "resources": "resources"}
@@ -35,7 +35,9 @@ def test_repository_config_resolves_at_every_scale(repo_root):
 
 
 def test_unknown_paper_slug_lists_available(repo_root):
-    with pytest.raises(ConfigError, match=r"unknown paper 'ph_vea' \(did you mean 'ph_vae'\?\); available papers: .*ph_vae"):
+    with pytest.raises(
+        ConfigError, match=r"unknown paper 'ph_vea' \(did you mean 'ph_vae'\?\); available papers: .*ph_vae"
+    ):
         load_run_config(GOOD | {"papers": ["ph_vea"]}, repo_root)
 
 
@@ -60,22 +62,29 @@ def test_unknown_global_key(repo_root):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda d: d["smoke"].update(train={"lrr": 0.1}),
-         r"config/ph_vae.yaml: unknown key 'smoke.train.lrr' \(did you mean 'lr'\?\); allowed keys here: batch_size, devices, epochs, grad_clip, lr, weight_decay"),
-        (lambda d: d["defaults"]["train"].update(epochs="ten"),
-         r"defaults.train.epochs = 'ten' has the wrong type; expected integer"),
-        (lambda d: d["smoke"].update(train={"lr": -0.1}),
-         r"smoke.train.lr = -0.1 is out of range; must be > 0"),
-        (lambda d: d["defaults"]["model"].update(likelihood="pade"),
-         r"defaults.model.likelihood = 'pade' is not allowed; allowed values: 'expm', 'uniformisation'"),
-        (lambda d: d["smoke"].update(decoders=["ph", "gaus"]),
-         r"smoke.decoders\[1\] = 'gaus' is not allowed; allowed values: 'gauss', 'student_t', 'gev', 'ph'"),
-        (lambda d: d["smoke"].update(run_datasets=["pareto1d", "pareto2d"]),
-         r"run_datasets\[...\] = 'pareto2d' is not allowed \(did you mean 'pareto1d'\?\)"),
-        (lambda d: d.update(smok={}),
-         r"unknown top-level key 'smok' \(did you mean 'smoke'\?\)"),
-        (lambda d: d["defaults"].pop("seeds"),
-         r"missing key\(s\) 'seeds'"),
+        (
+            lambda d: d["smoke"].update(train={"lrr": 0.1}),
+            r"config/ph_vae.yaml: unknown key 'smoke.train.lrr' \(did you mean 'lr'\?\); allowed keys here: batch_size, devices, epochs, grad_clip, lr, weight_decay",
+        ),
+        (
+            lambda d: d["defaults"]["train"].update(epochs="ten"),
+            r"defaults.train.epochs = 'ten' has the wrong type; expected integer",
+        ),
+        (lambda d: d["smoke"].update(train={"lr": -0.1}), r"smoke.train.lr = -0.1 is out of range; must be > 0"),
+        (
+            lambda d: d["defaults"]["model"].update(likelihood="pade"),
+            r"defaults.model.likelihood = 'pade' is not allowed; allowed values: 'expm', 'uniformisation'",
+        ),
+        (
+            lambda d: d["smoke"].update(decoders=["ph", "gaus"]),
+            r"smoke.decoders\[1\] = 'gaus' is not allowed; allowed values: 'gauss', 'student_t', 'gev', 'ph'",
+        ),
+        (
+            lambda d: d["smoke"].update(run_datasets=["pareto1d", "pareto2d"]),
+            r"run_datasets\[...\] = 'pareto2d' is not allowed \(did you mean 'pareto1d'\?\)",
+        ),
+        (lambda d: d.update(smok={}), r"unknown top-level key 'smok' \(did you mean 'smoke'\?\)"),
+        (lambda d: d["defaults"].pop("seeds"), r"missing key\(s\) 'seeds'"),
     ],
     ids=["misspelt-key", "wrong-type", "out-of-range", "enum", "list-item", "cross-reference", "top-level", "missing"],
 )

@@ -43,8 +43,7 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def url(self, path: str = "/data.bin") -> str:
         host, port = self._httpd.server_address[:2]
@@ -81,14 +80,13 @@ class ScriptedServer:
                     self.send_error(reply.status)
                     return
                 start = _range_start(self.headers.get("Range")) if reply.honour_range else None
-                body = PAYLOAD[start or 0:]
+                body = PAYLOAD[start or 0 :]
                 self.send_response(206 if start is not None else 200)
                 if start is not None:
-                    self.send_header("Content-Range",
-                                     f"bytes {start}-{len(PAYLOAD) - 1}/{len(PAYLOAD)}")
+                    self.send_header("Content-Range", f"bytes {start}-{len(PAYLOAD) - 1}/{len(PAYLOAD)}")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body[:reply.drop_after])
+                self.wfile.write(body[: reply.drop_after])
                 self.wfile.flush()
                 self.close_connection = True
 
@@ -239,7 +237,6 @@ def test_invalid_sha256_argument_is_rejected_before_any_request(server, tmp_path
 def test_progress_bar_only_when_forced_or_on_a_terminal(server, tmp_path, capsys, progress, shown):
     server.script = [Reply()]
 
-    fetch(server.url(), tmp_path / "data.bin", PAYLOAD_SHA256, backoff_s=0.01, timeout_s=5.0,
-          progress=progress)
+    fetch(server.url(), tmp_path / "data.bin", PAYLOAD_SHA256, backoff_s=0.01, timeout_s=5.0, progress=progress)
 
     assert ("data.bin" in capsys.readouterr().err) == shown

@@ -19,8 +19,11 @@ def test_only_listed_lines_are_accepted():
 
 
 def test_allow_list_names_only_the_no_deps_packages():
-    no_deps = {line.split("==")[0].strip() for line in (ROOT / "envs" / "no-deps.txt").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    no_deps = {
+        line.split("==")[0].strip()
+        for line in (ROOT / "envs" / "no-deps.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert no_deps == {"torchgfn", "dro"}
     for line in pip_check.allowed_lines():
         assert line.split()[0] in no_deps, line

@@ -19,8 +19,15 @@ def make_job(tmp: Path, rule: str, inputs: list[Path], outputs: dict[str, str]) 
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         paths.append(p)
-    rec = build_record(rule=rule, wildcards={"w": 1}, params={"lr": 0.1}, inputs=[str(i) for i in inputs],
-                       outputs=[str(p) for p in paths], generated_roots=[str(tmp / "results")], started=utc_now())
+    rec = build_record(
+        rule=rule,
+        wildcards={"w": 1},
+        params={"lr": 0.1},
+        inputs=[str(i) for i in inputs],
+        outputs=[str(p) for p in paths],
+        generated_roots=[str(tmp / "results")],
+        started=utc_now(),
+    )
     write_record(rec)
     return paths
 
@@ -40,7 +47,12 @@ def test_record_has_hashes_params_and_environment(chain):
     rec = read_record(chain["model"])
     assert rec["rule"] == "train" and rec["params"] == {"lr": 0.1} and rec["wildcards"] == {"w": 1}
     assert rec["outputs"][0]["sha256"] == hashlib.sha256(b"weights").hexdigest()
-    assert rec["inputs"][0] == {"path": str(chain["train"]), "sha256": hashlib.sha256(b"tr").hexdigest(), "bytes": 2, "source": False}
+    assert rec["inputs"][0] == {
+        "path": str(chain["train"]),
+        "sha256": hashlib.sha256(b"tr").hexdigest(),
+        "bytes": 2,
+        "source": False,
+    }
     assert rec["environment"]["python"] and "numpy" in rec["environment"]["packages"]
     assert rec["host"]["hostname"] and rec["started"] <= rec["ended"]
     # one job, two outputs: the same record beside each

@@ -12,7 +12,9 @@ from paperflow.core.summary import summary_markdown
 
 
 def test_claim_against_baseline_mean():
-    c = compare_claim(id="x", statement="s", values=[1.0, 2.0, 3.0], threshold_values=[2.5, 2.5, 2.6], seeds=[0, 1, 2], comparison="<")
+    c = compare_claim(
+        id="x", statement="s", values=[1.0, 2.0, 3.0], threshold_values=[2.5, 2.5, 2.6], seeds=[0, 1, 2], comparison="<"
+    )
     assert c.held and c.value == 2.0 and math.isclose(c.threshold, 2.5333333333333) and c.value_std == 1.0
 
 
@@ -32,7 +34,9 @@ def test_claim_arguments_are_checked():
 
 def test_metrics_json_shape_and_summary(tmp_path):
     ok = compare_claim(id="a", statement="A", values=[1.0], threshold=2.0, seeds=[0], comparison="<")
-    bad = compare_claim(id="b", statement="B", values=[float("nan")], threshold=2.0, seeds=[0], comparison="<", gated=False)
+    bad = compare_claim(
+        id="b", statement="B", values=[float("nan")], threshold=2.0, seeds=[0], comparison="<", gated=False
+    )
     path = tmp_path / "metrics.json"
     write_metrics(path, paper="p", scale="tiny", claims=[ok, bad])
     doc = json.loads(path.read_text())
@@ -45,7 +49,9 @@ def test_metrics_json_shape_and_summary(tmp_path):
 
 
 def test_claims_table_shows_every_seeds_value():
-    claim = compare_claim(id="c", statement="C", values=[0.5, 0.25, 1.0], threshold=0.1, seeds=[3, 4, 5], comparison=">")
+    claim = compare_claim(
+        id="c", statement="C", values=[0.5, 0.25, 1.0], threshold=0.1, seeds=[3, 4, 5], comparison=">"
+    )
     row = claims_table([claim]).splitlines()[2]
     assert "| 3: 0.5, 4: 0.25, 5: 1 |" in row and "0.5833" in row
 
@@ -53,24 +59,41 @@ def test_claims_table_shows_every_seeds_value():
 @pytest.mark.parametrize("aggregate, value, held", [("mean", 0.01, True), ("max", 0.025, False), ("min", 0.0, True)])
 def test_claim_aggregate_judges_the_chosen_statistic(aggregate, value, held):
     # one seed of three violates `< 0.02`; only the worst-seed (max) verdict catches it
-    c = compare_claim(id="x", statement="s", values=[0.0, 0.005, 0.025], threshold=0.02, seeds=[0, 1, 2],
-                      comparison="<", aggregate=aggregate)
+    c = compare_claim(
+        id="x",
+        statement="s",
+        values=[0.0, 0.005, 0.025],
+        threshold=0.02,
+        seeds=[0, 1, 2],
+        comparison="<",
+        aggregate=aggregate,
+    )
     assert c.aggregate == aggregate and math.isclose(c.value, value) and c.held is held
     assert math.isclose(c.value_std, 0.013228756555322952)
 
 
 def test_claim_aggregate_min_against_a_baseline_and_nan():
-    c = compare_claim(id="x", statement="s", values=[3.0, 1.0], threshold_values=[2.0, 2.0], seeds=[0, 1],
-                      comparison=">", aggregate="min")
+    c = compare_claim(
+        id="x",
+        statement="s",
+        values=[3.0, 1.0],
+        threshold_values=[2.0, 2.0],
+        seeds=[0, 1],
+        comparison=">",
+        aggregate="min",
+    )
     assert c.value == 1.0 and c.threshold == 2.0 and not c.held
-    assert not compare_claim(id="x", statement="s", values=[float("nan"), 0.0], threshold=1.0, seeds=[0, 1],
-                             comparison="<", aggregate="max").held
+    assert not compare_claim(
+        id="x", statement="s", values=[float("nan"), 0.0], threshold=1.0, seeds=[0, 1], comparison="<", aggregate="max"
+    ).held
     with pytest.raises(ValueError, match="aggregate 'median'"):
         compare_claim(id="x", statement="s", values=[1.0], threshold=1, seeds=[0], comparison="<", aggregate="median")
 
 
 def test_claim_aggregate_reaches_metrics_json_and_the_table(tmp_path):
-    worst = compare_claim(id="w", statement="W", values=[0.5, 2.0], threshold=1.0, seeds=[0, 1], comparison="<", aggregate="max")
+    worst = compare_claim(
+        id="w", statement="W", values=[0.5, 2.0], threshold=1.0, seeds=[0, 1], comparison="<", aggregate="max"
+    )
     mean = compare_claim(id="m", statement="M", values=[0.5, 1.0], threshold=1.0, seeds=[0, 1], comparison="<")
     write_metrics(tmp_path / "metrics.json", paper="p", scale="tiny", claims=[worst, mean])
     doc = json.loads((tmp_path / "metrics.json").read_text())
@@ -81,7 +104,9 @@ def test_claim_aggregate_reaches_metrics_json_and_the_table(tmp_path):
 
 
 def test_summary_labels_a_worst_seed_claim(tmp_path):
-    worst = compare_claim(id="w", statement="W", values=[0.1, 0.3], threshold=0.2, seeds=[0, 1], comparison="<", aggregate="max")
+    worst = compare_claim(
+        id="w", statement="W", values=[0.1, 0.3], threshold=0.2, seeds=[0, 1], comparison="<", aggregate="max"
+    )
     path = tmp_path / "metrics.json"
     write_metrics(path, paper="p", scale="smoke", claims=[worst])
     assert "| p | `w`: W | 0.3 (max over seeds) | < 0.2 | **NO** | yes |" in summary_markdown([path], "smoke")

@@ -11,7 +11,14 @@ from paperflow.core.training import make_trainer, tracking_ids
 from paperflow.ph_vae.checkpoint import load_vae
 from paperflow.ph_vae.training import fit
 
-MODEL = {"latent_dim": 2, "encoder_hidden": [8], "decoder_hidden": [8], "n_phases": 3, "beta": 1.0, "likelihood": "expm"}
+MODEL = {
+    "latent_dim": 2,
+    "encoder_hidden": [8],
+    "decoder_hidden": [8],
+    "n_phases": 3,
+    "beta": 1.0,
+    "likelihood": "expm",
+}
 TRAIN = {"epochs": 2, "batch_size": 64, "lr": 1e-2, "weight_decay": 0.0, "grad_clip": 1.0}
 
 
@@ -22,7 +29,15 @@ def data():
 def test_same_seed_same_weights_other_seed_differs(tmp_path):
     runs = {}
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
-        history, _ = fit(data(), decoder="ph", seed=seed, model=MODEL, train=TRAIN, run_dir=tmp_path / name, checkpoint=tmp_path / f"{name}.ckpt")
+        history, _ = fit(
+            data(),
+            decoder="ph",
+            seed=seed,
+            model=MODEL,
+            train=TRAIN,
+            run_dir=tmp_path / name,
+            checkpoint=tmp_path / f"{name}.ckpt",
+        )
         runs[name] = (history, load_vae(tmp_path / f"{name}.ckpt"))
     wa, wb, wc = (torch.cat([p.flatten() for p in runs[k][1].parameters()]) for k in "abc")
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
@@ -33,8 +48,13 @@ def test_same_seed_same_weights_other_seed_differs(tmp_path):
 def test_wandb_offline_writes_under_the_run_dir_and_reports_its_id(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    trainer = make_trainer(max_epochs=1, run_dir=tmp_path, name="t", wandb={"enabled": True, "mode": "offline", "project": "pf-test"},
-                           tags={"paper": "p", "rule": "r"})
+    trainer = make_trainer(
+        max_epochs=1,
+        run_dir=tmp_path,
+        name="t",
+        wandb={"enabled": True, "mode": "offline", "project": "pf-test"},
+        tags={"paper": "p", "rule": "r"},
+    )
     ids = tracking_ids(trainer)
     assert ids["wandb"]["offline"] is True and ids["wandb"]["id"]
     assert str(tmp_path) in ids["wandb"]["dir"]
@@ -51,8 +71,15 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path):
     train = TRAIN | {"epochs": 3, "batch_size": 128}
     results = {}
     for devices in (1, 2):
-        history, _ = fit(x, decoder="ph", seed=5, model=MODEL, train=train | {"devices": devices},
-                         run_dir=tmp_path / f"d{devices}", checkpoint=tmp_path / f"d{devices}.ckpt")
+        history, _ = fit(
+            x,
+            decoder="ph",
+            seed=5,
+            model=MODEL,
+            train=train | {"devices": devices},
+            run_dir=tmp_path / f"d{devices}",
+            checkpoint=tmp_path / f"d{devices}.ckpt",
+        )
         vae = load_vae(tmp_path / f"d{devices}.ckpt")
         torch.manual_seed(0)
         with torch.no_grad():

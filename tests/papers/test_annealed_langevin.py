@@ -19,20 +19,43 @@ from paperflow.annealed_langevin.imaging_data import UnpinnedDownload, fetch_pin
 from paperflow.annealed_langevin.paths import drift
 from paperflow.annealed_langevin.sampler import build_grid, sample_path
 from paperflow.annealed_langevin.settings import check
-from paperflow.core.config import ConfigError, load_paper_config, validate, read_yaml, repo_root
+from paperflow.core.config import ConfigError, load_paper_config, read_yaml, repo_root, validate
 
 SEEDS = [0, 1, 2]
-RUNS = {"gmm1d": {"paths": ["ula", "diffusion", "tempering", "dilation"], "horizons": ["1"], "n_particles": 1500,
-                  "t_max": 10, "metric": "density_1d"}}
+RUNS = {
+    "gmm1d": {
+        "paths": ["ula", "diffusion", "tempering", "dilation"],
+        "horizons": ["1"],
+        "n_particles": 1500,
+        "t_max": 10,
+        "metric": "density_1d",
+    }
+}
 
 
 def finals(kl: dict[str, list[float]], floor: float = 0.05) -> dict:
-    return {("gmm1d", p, "1"): pd.DataFrame({"seed": SEEDS, "kl": v, "tv": v, "floor_kl": [floor] * 3,
-                                             "floor_tv": [0.1] * 3, "iterations": [100] * 3, "t": [10.0] * 3})
-            for p, v in kl.items()}
+    return {
+        ("gmm1d", p, "1"): pd.DataFrame(
+            {
+                "seed": SEEDS,
+                "kl": v,
+                "tv": v,
+                "floor_kl": [floor] * 3,
+                "floor_tv": [0.1] * 3,
+                "iterations": [100] * 3,
+                "t": [10.0] * 3,
+            }
+        )
+        for p, v in kl.items()
+    }
 
 
-GOOD = {"ula": [1.22, 1.23, 1.21], "diffusion": [0.05, 0.06, 0.05], "tempering": [0.30, 0.31, 0.29], "dilation": [0.48, 0.47, 0.5]}
+GOOD = {
+    "ula": [1.22, 1.23, 1.21],
+    "diffusion": [0.05, 0.06, 0.05],
+    "tempering": [0.30, 0.31, 0.29],
+    "dilation": [0.48, 0.47, 0.5],
+}
 
 
 def gated(claims):
@@ -43,19 +66,25 @@ def test_claims_hold_on_the_expected_ordering():
     claims = build_claims(finals(GOOD), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
     assert all(gated(claims).values()) and len(gated(claims)) == 5
     first = next(c for c in claims if c.id == "diffusion_le_0.1_ula")
-    assert first.value == pytest.approx(np.mean(GOOD["diffusion"])) and first.threshold == pytest.approx(0.1 * np.mean(GOOD["ula"]))
+    assert first.value == pytest.approx(np.mean(GOOD["diffusion"])) and first.threshold == pytest.approx(
+        0.1 * np.mean(GOOD["ula"])
+    )
     paper = [c for c in claims if c.id.startswith("paper_value_")]
     assert paper and not any(c.gated for c in paper)  # only gated at paper scale
 
 
 def test_negative_control_ula_in_place_of_diffusion_and_tempering_is_not_held():
     control = dict(GOOD, diffusion=GOOD["ula"], tempering=GOOD["ula"])
-    held = gated(build_claims(finals(control), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke"))
+    held = gated(
+        build_claims(finals(control), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
+    )
     assert not any(held.values()), held
 
 
 def test_diffusion_above_twice_the_floor_fails_that_claim_only():
-    held = gated(build_claims(finals(GOOD, floor=0.02), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke"))
+    held = gated(
+        build_claims(finals(GOOD, floor=0.02), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
+    )
     assert held.pop("diffusion_le_2_floor") is False and all(held.values())
 
 
@@ -82,7 +111,9 @@ def test_sampler_and_evaluation_end_to_end_separate_diffusion_from_ula():
     out = {}
     for path in ("ula", "diffusion"):
         grid = build_grid(path, gmm, 1.0, 0.99, 4.0, 10**7)
-        snaps = sample_path(gmm, grid, drift(path, gmm), x0=-1.0, n_particles=400, seeds=[0], check_every=500, progress=False)
+        snaps = sample_path(
+            gmm, grid, drift(path, gmm), x0=-1.0, n_particles=400, seeds=[0], check_every=500, progress=False
+        )
         curve = curves(snaps, gmm, gt, spec)
         assert curve.it.min() == 0 and curve.t.max() >= 4.0 - 2e-3  # ULA: arange(0, t_max, h), as the official grid
         out[path] = final_values(curve).kl.iloc[0]
@@ -98,18 +129,23 @@ def bad(cfg_change, scale="smoke"):
 def test_config_typo_in_a_path_name_names_the_key_and_the_allowed_values():
     schema = read_yaml(repo_root() / "config" / "schemas" / "annealed_langevin.schema.yaml")
     cfg = bad(lambda c: c["targets"]["gmm1d"].update(paths=["ula", "difusion"]))
-    with pytest.raises(ConfigError, match=r"targets\.gmm1d\.paths\[1\] = 'difusion' is not allowed; allowed values: 'ula'"):
+    with pytest.raises(
+        ConfigError, match=r"targets\.gmm1d\.paths\[1\] = 'difusion' is not allowed; allowed values: 'ula'"
+    ):
         validate(cfg, schema, "config/annealed_langevin.yaml")
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda c: c["claim"].update(target="gmm2d"), "claim.target"),
-    (lambda c: c["claim"].update(T=5), "claim.T"),
-    (lambda c: c["targets"]["gmm1d"].update(paths=["ula", "diffusion"]), "the claim needs it"),
-    (lambda c: c["targets"]["gmm1d"].update(metric="density_2d", bins=[10, 10]), "needs dimension 2"),
-    (lambda c: c["targets"]["gmm1d"].update(weights=[0.5, 0.4, 0.3]), "sum to"),
-    (lambda c: c["targets"]["gmm10d"].update(means=[[0.0]] * 4, stds=[[1.0]] * 4), "not both"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["claim"].update(target="gmm2d"), "claim.target"),
+        (lambda c: c["claim"].update(T=5), "claim.T"),
+        (lambda c: c["targets"]["gmm1d"].update(paths=["ula", "diffusion"]), "the claim needs it"),
+        (lambda c: c["targets"]["gmm1d"].update(metric="density_2d", bins=[10, 10]), "needs dimension 2"),
+        (lambda c: c["targets"]["gmm1d"].update(weights=[0.5, 0.4, 0.3]), "sum to"),
+        (lambda c: c["targets"]["gmm10d"].update(means=[[0.0]] * 4, stds=[[1.0]] * 4), "not both"),
+    ],
+)
 def test_cross_field_config_errors(change, message):
     with pytest.raises(ConfigError, match=message):
         check(bad(change), "config/annealed_langevin.yaml")
@@ -135,7 +171,9 @@ def test_imaging_sampler_recovers_the_closed_form_gaussian_posterior():
     y = torch.linspace(-1, 1, 3 * 16 * 16, dtype=torch.float64).reshape(1, 3, 16, 16)
     mask = inpainting_mask(tuple(y.shape), 0.5, seed=0)
     taus = imaging_taus("diffusion", 0.5, 6000, step, 0.01)
-    mean, _ = posterior_langevin(y, mask, lambda x, s: x / (1 + s**2), taus, step, lam, burn_in=1000, seed=0, progress=False)
+    mean, _ = posterior_langevin(
+        y, mask, lambda x, s: x / (1 + s**2), taus, step, lam, burn_in=1000, seed=0, progress=False
+    )
     obs = mask.expand_as(y).bool()
     slope = lambda sel: float((mean[sel] * y[sel]).sum() / (y[sel] ** 2).sum())  # noqa: E731
     assert slope(obs) == pytest.approx(lam / (1 + lam), abs=0.05)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from paperflow.core.config import ConfigError, load_paper_config, repo_root
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg
@@ -75,10 +76,20 @@ def _newsvendor_frame(lv_like_saa: bool) -> pd.DataFrame:
     rows = []
     for seed in SEEDS:
         base = {"cont_mean": 60.0 + seed, "cont_std": 50.0, "clean_mean": 37.0}
-        rows += [{"seed": seed, "method": "saa", "param": 0.0, "chosen": True, "metric": k, "value": v} for k, v in base.items()]
+        rows += [
+            {"seed": seed, "method": "saa", "param": 0.0, "chosen": True, "metric": k, "value": v}
+            for k, v in base.items()
+        ]
         for eps in (0.0, 0.1, 0.2, 0.4):
-            vals = dict(base) if lv_like_saa else {"cont_mean": 60.0 + seed - 20 * eps, "cont_std": 50.0 - 60 * eps, "clean_mean": 37.0 + 30 * eps}
-            rows += [{"seed": seed, "method": "lv", "param": eps, "chosen": True, "metric": k, "value": v} for k, v in vals.items()]
+            vals = (
+                dict(base)
+                if lv_like_saa
+                else {"cont_mean": 60.0 + seed - 20 * eps, "cont_std": 50.0 - 60 * eps, "clean_mean": 37.0 + 30 * eps}
+            )
+            rows += [
+                {"seed": seed, "method": "lv", "param": eps, "chosen": True, "metric": k, "value": v}
+                for k, v in vals.items()
+            ]
     return pd.DataFrame(rows)
 
 
@@ -99,16 +110,22 @@ def test_clean_tolerance_and_monotonicity_claims_can_fail():
     frame = _newsvendor_frame(False)
     too_costly = frame.copy()
     rows = (too_costly.method == "lv") & (too_costly.metric == "clean_mean") & np.isclose(too_costly.param, 0.1)
-    too_costly.loc[rows, "value"] = 45.0                     # +22 % over SAA, and above the eps = 0.2 value
+    too_costly.loc[rows, "value"] = 45.0  # +22 % over SAA, and above the eps = 0.2 value
     claims = {c.id: c for c in newsvendor_claims(too_costly, NV_CFG, SEEDS)}
     assert not claims["nv_lv0.1_clean_within_0.1"].held
     assert not claims["nv_clean_mean_nondecreasing_in_eps"].held
 
 
 def test_text_claims_compare_worst_slices():
-    rows = [{"seed": s, "method": m, "param": 0.0, "chosen": True, "metric": "worst_slice_acc", "value": v}
-            for s in SEEDS for m, v in (("erm", 0.3), ("groupdro", 0.5), ("lv_group", 0.55))]
-    claims = {c.id: c for c in text_claims(pd.DataFrame(rows), {"methods": {"erm": [0], "groupdro": [0], "lv_group": [0.1]}}, SEEDS)}
+    rows = [
+        {"seed": s, "method": m, "param": 0.0, "chosen": True, "metric": "worst_slice_acc", "value": v}
+        for s in SEEDS
+        for m, v in (("erm", 0.3), ("groupdro", 0.5), ("lv_group", 0.55))
+    ]
+    claims = {
+        c.id: c
+        for c in text_claims(pd.DataFrame(rows), {"methods": {"erm": [0], "groupdro": [0], "lv_group": [0.1]}}, SEEDS)
+    }
     assert claims["text_lv_group_worst_ge_groupdro"].held and claims["text_erm_worst_lt_groupdro"].held
     assert not any(c.gated for c in claims.values())
 
@@ -123,7 +140,7 @@ def test_regression_metrics_and_empirical_cvar():
 
 def test_slice_accuracy_worst_slice():
     label, group = np.array([0, 0, 1, 1, 0, 1]), np.array([0, 0, 0, 0, 1, 1])
-    scores = np.array([-1, 1, 1, 1, -1, -1])   # slice (0, 0) half right, slice (1, 1) wrong
+    scores = np.array([-1, 1, 1, 1, -1, -1])  # slice (0, 0) half right, slice (1, 1) wrong
     acc = slice_accuracy(scores, label, group)
     assert acc["avg_acc"] == pytest.approx(4 / 6) and acc["worst_slice_acc"] == 0.0
 

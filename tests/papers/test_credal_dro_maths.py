@@ -9,6 +9,9 @@ import itertools
 import cvxpy as cp
 import numpy as np
 import pytest
+from scipy import stats
+from scipy.optimize import linprog
+
 from paperflow.core.refs import dro_linear_model
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg
@@ -27,8 +30,6 @@ from paperflow.credal_dro.lv import (
     upper_tail_mean,
 )
 from paperflow.credal_dro.solvers import solve
-from scipy import stats
-from scipy.optimize import linprog
 
 H, B = 1.0, 3.0
 
@@ -42,8 +43,10 @@ def random_bulk(rng: np.random.Generator, d: int, kind: str) -> Bulk:
         blocks = (Block("box", tuple(range(d)), mu, rng.uniform(0.2, 2, d), float(rng.uniform(0.5, 3))),)
     else:  # ellipsoid on the first d-1 coordinates x box on the last (the regression geometry)
         a = rng.normal(size=(d - 1, d - 1))
-        blocks = (Block("ellipsoid", tuple(range(d - 1)), mu[:-1], a @ a.T + 0.5 * np.eye(d - 1), float(rng.uniform(0.5, 3))),
-                  Block("box", (d - 1,), mu[-1:], rng.uniform(0.2, 2, 1), float(rng.uniform(0.5, 3))))
+        blocks = (
+            Block("ellipsoid", tuple(range(d - 1)), mu[:-1], a @ a.T + 0.5 * np.eye(d - 1), float(rng.uniform(0.5, 3))),
+            Block("box", (d - 1,), mu[-1:], rng.uniform(0.2, 2, 1), float(rng.uniform(0.5, 3))),
+        )
     return Bulk(blocks, gamma=0.1, delta=0.1, m_select=0)
 
 
@@ -62,22 +65,23 @@ def numerical_max(bulk: Bulk, a: np.ndarray, b: float) -> float:
 
 # §10.1 -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.35, 1.0])
 def test_thm21_lp_over_discretised_bulk_equals_mean_plus_sup(eps):
     rng = np.random.default_rng(1)
     lo, hi = np.full(3, 14.0), np.full(3, 26.0)
     corners = np.array(list(itertools.product(*zip(lo, hi))))
-    points = np.vstack([rng.uniform(lo, hi, size=(200, 3)), corners])      # K points covering the box bulk
+    points = np.vstack([rng.uniform(lo, hi, size=(200, 3)), corners])  # K points covering the box bulk
     x = np.array([19.0, 21.0, 23.5])
     f = nv.cost(x, points, H, B)
     p = np.zeros(len(points))
-    p[:150] = rng.dirichlet(np.ones(150))                                  # P_{c,Xi0}: on the bulk's interior points
+    p[:150] = rng.dirichlet(np.ones(150))  # P_{c,Xi0}: on the bulk's interior points
     # maximise sum_k ((1 - eps) p_k + eps R_k) f_k over R in the simplex
     res = linprog(-eps * f, A_eq=np.ones((1, len(f))), b_eq=[1.0], bounds=(0, None), method="highs")
     lp_value = (1 - eps) * p @ f - res.fun
     closed = (1 - eps) * p @ f + eps * nv.sup_cost_box(x, lo, hi, H, B)
     assert lp_value == pytest.approx(closed, abs=1e-8, rel=1e-10)
-    if eps > 0:                                                            # Cor 2.2: a point mass at the maximiser
+    if eps > 0:  # Cor 2.2: a point mass at the maximiser
         assert res.x.max() == pytest.approx(1.0) and f[np.argmax(res.x)] == pytest.approx(f.max())
     assert lv_value(f[:150], f.max(), eps) == pytest.approx((1 - eps) * f[:150].mean() + eps * f.max())
 
@@ -91,6 +95,7 @@ def test_newsvendor_box_sup_is_a_corner_maximum():
 
 
 # §10.2 -------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["ellipsoid", "box", "block"])
 def test_closed_form_sups_match_numerical_maxima(kind):
@@ -118,6 +123,7 @@ def test_relu_sup_is_zero_when_the_bulk_is_below_the_kink():
 
 # §10.3 -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("eps", [0.05, 0.3, 0.7])
 def test_reverse_lv_is_upper_tail_mean_and_tv_ball_is_mixture(eps):
     rng = np.random.default_rng(7)
@@ -130,7 +136,15 @@ def test_reverse_lv_is_upper_tail_mean_and_tv_ball_is_mixture(eps):
     c = np.concatenate([-f, np.zeros(n)])
     a_ub = np.block([[np.eye(n), -np.eye(n)], [-np.eye(n), -np.eye(n)], [np.zeros((1, n)), 0.5 * np.ones((1, n))]])
     b_ub = np.concatenate([p, -p, [eps]])
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=np.concatenate([np.ones(n), np.zeros(n)])[None], b_eq=[1.0], bounds=(0, None), method="highs")
+    res = linprog(
+        c,
+        A_ub=a_ub,
+        b_ub=b_ub,
+        A_eq=np.concatenate([np.ones(n), np.zeros(n)])[None],
+        b_eq=[1.0],
+        bounds=(0, None),
+        method="highs",
+    )
     assert -res.fun == pytest.approx(tv_ball_value(f, p, eps), rel=1e-9)
     assert tv_ball_value(f, p, eps) == pytest.approx((1 - eps) * upper_tail_mean(f, p, 1 - eps) + eps * f.max())
 
@@ -139,7 +153,9 @@ def test_rockafellar_uryasev_cvar_equals_upper_tail_mean():
     f = np.random.default_rng(8).exponential(size=50)
     for alpha in (0.1, 0.26, 1.0):
         value, cons = cvar_expr(cp.Constant(f), alpha)
-        assert solve(cp.Problem(cp.Minimize(value), cons), "CLARABEL") == pytest.approx(upper_tail_mean(f, np.full(50, 0.02), alpha), rel=1e-6)
+        assert solve(cp.Problem(cp.Minimize(value), cons), "CLARABEL") == pytest.approx(
+            upper_tail_mean(f, np.full(50, 0.02), alpha), rel=1e-6
+        )
 
 
 def test_forward_lv_set_is_the_lv_ball():
@@ -147,8 +163,11 @@ def test_forward_lv_set_is_the_lv_ball():
     that puts less than (1 - eps) of P's mass on an atom leaves the ball."""
     rng = np.random.default_rng(9)
     p = rng.dirichlet(np.ones(6))
-    lv = lambda q: max((p[list(s)].sum() - q[list(s)].sum()) / p[list(s)].sum()  # noqa: E731
-                       for r in range(1, 7) for s in itertools.combinations(range(6), r))
+    lv = lambda q: max(
+        (p[list(s)].sum() - q[list(s)].sum()) / p[list(s)].sum()  # noqa: E731
+        for r in range(1, 7)
+        for s in itertools.combinations(range(6), r)
+    )
     for eps in (0.1, 0.4):
         q = (1 - eps) * p + eps * rng.dirichlet(np.ones(6))
         assert lv(q) <= eps + 1e-12
@@ -159,6 +178,7 @@ def test_forward_lv_set_is_the_lv_ball():
 
 
 # §10.4 -------------------------------------------------------------------------------------------
+
 
 def _coverage_of_thresholds(scores: np.ndarray, truth_cdf, gamma: float, delta: float, radius: bool = True) -> float:
     if radius:
@@ -172,10 +192,10 @@ def _coverage_of_thresholds(scores: np.ndarray, truth_cdf, gamma: float, delta: 
 def test_dkw_certificate_coverage(geometry):
     rng = np.random.default_rng(10)
     d, m, gamma, delta = 3, 200, 0.2, 0.1
-    xi = rng.standard_normal((1000, m, d))                 # 1000 independent selection sets from N(0, I)
-    if geometry == "ellipsoid":                            # fitted centre 0, shape I: score = ||xi||, chi_3
+    xi = rng.standard_normal((1000, m, d))  # 1000 independent selection sets from N(0, I)
+    if geometry == "ellipsoid":  # fitted centre 0, shape I: score = ||xi||, chi_3
         scores, cdf = np.linalg.norm(xi, axis=2), lambda t: stats.chi.cdf(t, d)
-    else:                                                  # box, w = 1: score = max |xi_i|
+    else:  # box, w = 1: score = max |xi_i|
         scores, cdf = np.abs(xi).max(axis=2), lambda t: (2 * stats.norm.cdf(t) - 1) ** d
     assert _coverage_of_thresholds(scores, cdf, gamma, delta) >= 1 - delta
     assert _coverage_of_thresholds(scores, cdf, gamma, delta, radius=False) < 1 - delta  # without the band it fails
@@ -191,6 +211,7 @@ def test_dkw_threshold_is_the_kth_order_statistic_and_rejects_small_gamma():
 
 # §10.5 -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def newsvendor_case():
     rng = np.random.default_rng(11)
@@ -205,14 +226,16 @@ def test_eps0_is_truncated_saa(newsvendor_case):
     inside = central[bulk.contains(central)]
     x_lv, x_saa = nv.solve_lv(central, bulk, 0.0, H, B, "HIGHS"), nv.solve_saa(inside, H, B, "HIGHS")
     assert nv.cost(x_lv, inside, H, B).mean() == pytest.approx(nv.cost(x_saa, inside, H, B).mean(), rel=1e-7)
-    assert nv.cost(x_lv, central, H, B).mean() != pytest.approx(nv.cost(nv.solve_saa(central, H, B, "HIGHS"), central, H, B).mean(), rel=1e-3)
+    assert nv.cost(x_lv, central, H, B).mean() != pytest.approx(
+        nv.cost(nv.solve_saa(central, H, B, "HIGHS"), central, H, B).mean(), rel=1e-3
+    )
 
 
 def test_eps1_is_the_worst_case_over_the_bulk(newsvendor_case):
     central, bulk = newsvendor_case
     lo, hi = bulk.box_corners()
     x = nv.solve_lv(central, bulk, 1.0, H, B, "HIGHS")
-    np.testing.assert_allclose(x, (H * lo + B * hi) / (H + B), rtol=1e-6)   # minimiser of max(h(x - lo), b(hi - x))
+    np.testing.assert_allclose(x, (H * lo + B * hi) / (H + B), rtol=1e-6)  # minimiser of max(h(x - lo), b(hi - x))
 
 
 def test_regression_reductions():
@@ -225,7 +248,7 @@ def test_regression_reductions():
     th, th0 = rg.lv_lad(central, bulk, 0.0, "CLARABEL")
     eth, eth0 = rg.erm_lad(inside, "CLARABEL")
     assert rg.abs_errors(th, th0, inside).mean() == pytest.approx(rg.abs_errors(eth, eth0, inside).mean(), rel=1e-6)
-    th, th0 = rg.lv_lad(central, bulk, 1.0, "CLARABEL")       # sup only: theta = 0, theta0 = mu_y
+    th, th0 = rg.lv_lad(central, bulk, 1.0, "CLARABEL")  # sup only: theta = 0, theta0 = mu_y
     np.testing.assert_allclose(th, 0.0, atol=1e-6)
     assert th0 == pytest.approx(bulk.mu[-1], abs=1e-6)
 
@@ -242,6 +265,7 @@ def test_small_gamma_on_bounded_data_recovers_the_support():
 
 
 # baselines against `dro` on the same data ----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def lad_data():
@@ -279,7 +303,7 @@ def test_wasserstein_baseline_at_zero_radius_is_erm_lad(lad_data):
     eth, eth0 = rg.erm_lad(xy, "CLARABEL")
     assert rg.abs_errors(th, th0, xy).mean() == pytest.approx(rg.abs_errors(eth, eth0, xy).mean(), rel=1e-6)
     th, th0 = rg.dro_baseline("wass", xy, 0.5, "CLARABEL")
-    assert np.abs(th).max() < np.abs(eth).max()          # the radius shrinks the coefficients
+    assert np.abs(th).max() < np.abs(eth).max()  # the radius shrinks the coefficients
 
 
 def test_commercial_or_missing_solvers_fail_clearly():

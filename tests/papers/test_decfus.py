@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
 import tarfile
 
 import numpy as np
@@ -19,13 +18,26 @@ from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.decfus.claims import build_claims, limitations
 from paperflow.decfus.clients import BatchedMLP, ModuleClients, batch_plan, local_round, stack_states
 from paperflow.decfus.data import dirichlet_partition, iid_partition, read_cifar_binary, read_svhn_mat
-from paperflow.decfus.fusion import (constant_fusion, cosine_matrix, decfus_fusion, fused_keys, least_similar_neighbours,
-                                     round_fusion)
+from paperflow.decfus.fusion import (
+    constant_fusion,
+    cosine_matrix,
+    decfus_fusion,
+    fused_keys,
+    least_similar_neighbours,
+    round_fusion,
+)
 from paperflow.decfus.nets import VGG16BN, GroupedResNet50, mlp
 from paperflow.decfus.prepare import acquire
 from paperflow.decfus.schedule import DetectorSteps, StabilityDetector, client_threshold, sigmoid, threshold_at
-from paperflow.decfus.topology import (adjacency, check_topology, diameter, metropolis_mixing, paper_topology,
-                                       sample_weighted_mixing, uniform_mixing)
+from paperflow.decfus.topology import (
+    adjacency,
+    check_topology,
+    diameter,
+    metropolis_mixing,
+    paper_topology,
+    sample_weighted_mixing,
+    uniform_mixing,
+)
 
 NB = paper_topology()
 M = len(NB)
@@ -38,6 +50,8 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
 SCHEDULE = dict(theta0=0.75, theta1=0.25, steepness=20.0, midpoint=0.4)
 
 
@@ -47,7 +61,9 @@ def random_states(seed: int = 0, shapes=((5, 4), (5,), (3, 5), (3,), (2, 3), (2,
 
 
 # §10.1 threshold closed form
-@pytest.mark.parametrize("p, expected", [(0.4, 0.5), (0.0, 0.75 - 0.5 * sigmoid(-8.0)), (1.0, 0.75 - 0.5 * sigmoid(12.0))])
+@pytest.mark.parametrize(
+    "p, expected", [(0.4, 0.5), (0.0, 0.75 - 0.5 * sigmoid(-8.0)), (1.0, 0.75 - 0.5 * sigmoid(12.0))]
+)
 def test_threshold_closed_form(p, expected):
     assert threshold_at(p, **SCHEDULE) == pytest.approx(expected, abs=1e-12)
 
@@ -55,7 +71,9 @@ def test_threshold_closed_form(p, expected):
 def test_threshold_values_named_in_the_spec():
     assert threshold_at(0.0, **SCHEDULE) == pytest.approx(0.74983, abs=5e-6)
     assert threshold_at(1.0, **SCHEDULE) == pytest.approx(0.250003, abs=5e-7)
-    assert 0.25 <= threshold_at(1.5, **SCHEDULE) < threshold_at(1.0, **SCHEDULE)  # p is not clipped: θ keeps falling to θ1
+    assert (
+        0.25 <= threshold_at(1.5, **SCHEDULE) < threshold_at(1.0, **SCHEDULE)
+    )  # p is not clipped: θ keeps falling to θ1
 
 
 # §10.2 aggregation matrix
@@ -132,7 +150,9 @@ def test_baseline_fusions():
     assert (mr.mixing * (1 - (adjacency(NB) + np.eye(M)))[None] == 0).all()  # copies only from {i} ∪ N(i)
     fed = round_fusion("fedavg", states, NB, n, [0.75] * M, 0.4, rng).apply(states)
     for key in states:
-        mean = (torch.tensor(n, dtype=torch.float64).view(-1, *[1] * (states[key].dim() - 1)) * states[key]).sum(0) / sum(n)
+        mean = (torch.tensor(n, dtype=torch.float64).view(-1, *[1] * (states[key].dim() - 1)) * states[key]).sum(
+            0
+        ) / sum(n)
         assert torch.allclose(fed[key], mean.expand_as(fed[key]))
     assert round_fusion("dpsgd", states, NB, n, [0.75] * M, 0.4, rng) is None
     w = metropolis_mixing(NB)
@@ -169,7 +189,7 @@ def test_constant_variance_fires_at_the_first_step_past_protection_with_a_refere
 
 
 def test_variance_that_becomes_constant_fires_once_the_window_is_constant():
-    values = [2.0 ** u for u in range(30)] + [2.0 ** 30] * 20
+    values = [2.0**u for u in range(30)] + [2.0**30] * 20
     det = feed(values)
     assert det.stable_step == 34  # window = steps 30..34, the first with five equal values
     assert feed(values[:34]).stable_step is None
@@ -238,8 +258,13 @@ def test_local_round_matches_torch_sgd_per_client(backend):
 
 def small_cnn() -> torch.nn.Module:
     torch.manual_seed(3)
-    return torch.nn.Sequential(torch.nn.Conv2d(1, 3, 3), torch.nn.BatchNorm2d(3), torch.nn.ReLU(), torch.nn.Flatten(),
-                               torch.nn.Linear(3 * 4 * 4, 4))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 3, 3),
+        torch.nn.BatchNorm2d(3),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(3 * 4 * 4, 4),
+    )
 
 
 def test_looped_clients_with_batchnorm_match_torch_per_client():
@@ -248,7 +273,9 @@ def test_looped_clients_with_batchnorm_match_torch_per_client():
     x, y = torch.randn(120, 1, 6, 6), torch.randint(0, 4, (120,))
     parts = [np.arange(12 * i, 12 * i + 12) for i in range(M)]
     net = small_cnn()
-    states = {k: v + (0.01 * torch.randn_like(v) if v.is_floating_point() else 0) for k, v in stack_states(net, M).items()}
+    states = {
+        k: v + (0.01 * torch.randn_like(v) if v.is_floating_point() else 0) for k, v in stack_states(net, M).items()
+    }
     plan = batch_plan(parts, 5, 2, np.random.default_rng(1))
     out = local_round(ModuleClients(net), states, x, y, plan, lr=0.1, momentum=0.5)
     for i in (0, 4, 9):
@@ -287,13 +314,23 @@ def test_paper_networks_build_and_run():
 
 # claims: they can fail
 SEEDS = [0, 1, 2]
-CLAIMS_CFG = {"noniid_partitions": ["dir05"], "iid_partition": "iid", "tail": 5, "iid_tolerance": 0.01, "theta_near": 0.30,
-              "averaged_start_max": 0.30, "averaged_end_min": 0.70}
+CLAIMS_CFG = {
+    "noniid_partitions": ["dir05"],
+    "iid_partition": "iid",
+    "tail": 5,
+    "iid_tolerance": 0.01,
+    "theta_near": 0.30,
+    "averaged_start_max": 0.30,
+    "averaged_end_min": 0.70,
+}
 
 
 def eval_frame(acc: dict[str, list[float]], schedule: dict[str, float]) -> pd.DataFrame:
-    rows = [{"method": m, "seed": s, "final_acc": a, **(schedule if m == "decfus" else {})}
-            for m, vals in acc.items() for s, a in zip(SEEDS, vals)]
+    rows = [
+        {"method": m, "seed": s, "final_acc": a, **(schedule if m == "decfus" else {})}
+        for m, vals in acc.items()
+        for s, a in zip(SEEDS, vals)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -306,15 +343,19 @@ def gated(frames):
 
 
 def test_claims_hold_for_a_working_decfus():
-    frames = {"dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
-              "iid": eval_frame({"decfus": [0.92, 0.93, 0.92], "dflavg": [0.921, 0.925, 0.925]}, WORKING)}
+    frames = {
+        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
+        "iid": eval_frame({"decfus": [0.92, 0.93, 0.92], "dflavg": [0.921, 0.925, 0.925]}, WORKING),
+    }
     assert all(gated(frames).values()) and len(gated(frames)) == 11
 
 
 def test_negative_control_dflavg_in_decfus_place_and_detector_off():
     base = [0.80, 0.81, 0.79]
-    frames = {"dir05": eval_frame({"decfus": base, "dflavg": base}, NO_DETECTOR),
-              "iid": eval_frame({"decfus": [0.90] * 3, "dflavg": [0.93] * 3}, NO_DETECTOR)}
+    frames = {
+        "dir05": eval_frame({"decfus": base, "dflavg": base}, NO_DETECTOR),
+        "iid": eval_frame({"decfus": [0.90] * 3, "dflavg": [0.93] * 3}, NO_DETECTOR),
+    }
     held = gated(frames)
     assert not held["decfus_gt_dflavg_dir05"] and not held["decfus_not_below_dflavg_iid"]
     for part in ("dir05", "iid"):
@@ -326,15 +367,23 @@ def test_negative_control_averaging_from_round_zero_and_decfus_far_above_dflavg_
     # θ starts low instead of at θ0 = 0.75 (most tensors averaged from round 0), and on IID DecFus beats
     # DFLAvg by 3 points, outside the 1-point band; every other gated claim is fed good numbers
     averages_early = WORKING | {"averaged_first": 0.75}
-    frames = {"dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, averages_early),
-              "iid": eval_frame({"decfus": [0.95] * 3, "dflavg": [0.92] * 3}, averages_early)}
+    frames = {
+        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, averages_early),
+        "iid": eval_frame({"decfus": [0.95] * 3, "dflavg": [0.92] * 3}, averages_early),
+    }
     failed = {k for k, v in gated(frames).items() if not v}
-    assert failed == {"averaged_fraction_starts_low_dir05", "averaged_fraction_starts_low_iid", "decfus_not_above_dflavg_iid"}
+    assert failed == {
+        "averaged_fraction_starts_low_dir05",
+        "averaged_fraction_starts_low_iid",
+        "decfus_not_above_dflavg_iid",
+    }
 
 
 def test_a_missing_seed_fails_the_claim():
-    frames = {"dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
-              "iid": eval_frame({"decfus": [0.92] * 3, "dflavg": [0.92] * 3}, WORKING)}
+    frames = {
+        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
+        "iid": eval_frame({"decfus": [0.92] * 3, "dflavg": [0.92] * 3}, WORKING),
+    }
     frames["dir05"] = frames["dir05"][~((frames["dir05"].method == "decfus") & (frames["dir05"].seed == 2))]
     assert not gated(frames)["decfus_gt_dflavg_dir05"]
 
@@ -355,7 +404,10 @@ def test_limitations_follow_the_config():
 # data and partitions
 def test_partitions():
     labels = np.random.default_rng(0).integers(0, 10, 1437)
-    for parts in (dirichlet_partition(labels, M, 0.1, np.random.default_rng(1)), iid_partition(len(labels), M, np.random.default_rng(1))):
+    for parts in (
+        dirichlet_partition(labels, M, 0.1, np.random.default_rng(1)),
+        iid_partition(len(labels), M, np.random.default_rng(1)),
+    ):
         flat = np.concatenate(parts)
         assert len(flat) == len(set(flat.tolist())) and min(len(p) for p in parts) >= 10
     assert {len(p) for p in iid_partition(1437, M, np.random.default_rng(0))} == {143}
@@ -442,10 +494,23 @@ def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
             partition(tmp_path / "train.parquet", M, cfg["partitions"][part], seed, tmp_path / f"{part}{seed}.json")
             parts = read_partition(tmp_path / f"{part}{seed}.json")
             for method in ("decfus", "dflavg"):
-                run = simulate(method=method, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, parts=parts,
-                               neighbours=NB, classes=meta["classes"], model=cfg["model"], train=cfg["train"],
-                               decfus=cfg["decfus"], seed=seed)
-                rows.append({"method": method, "seed": seed, **curve_metrics(run.curves, run.clients, cfg["claims"]["tail"])})
+                run = simulate(
+                    method=method,
+                    x_train=x_train,
+                    y_train=y_train,
+                    x_test=x_test,
+                    y_test=y_test,
+                    parts=parts,
+                    neighbours=NB,
+                    classes=meta["classes"],
+                    model=cfg["model"],
+                    train=cfg["train"],
+                    decfus=cfg["decfus"],
+                    seed=seed,
+                )
+                rows.append(
+                    {"method": method, "seed": seed, **curve_metrics(run.curves, run.clients, cfg["claims"]["tail"])}
+                )
                 if method == "decfus":
                     theta = run.clients.pivot(index="round", columns="client", values="theta")
                     assert (theta.diff().dropna() <= 1e-12).all().all() and (theta >= 0.25).all().all()
@@ -457,4 +522,6 @@ def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
     assert claims["decfus_not_below_dflavg_iid"].held and claims["decfus_not_above_dflavg_iid"].held
     for part in ("iid", "dir05"):
         assert claims[f"all_clients_stable_{part}"].held and claims[f"averaged_fraction_starts_low_{part}"].held
-        assert claims[f"averaged_fraction_ends_high_{part}"].value > claims[f"averaged_fraction_starts_low_{part}"].value
+        assert (
+            claims[f"averaged_fraction_ends_high_{part}"].value > claims[f"averaged_fraction_starts_low_{part}"].value
+        )

@@ -19,11 +19,21 @@ from paperflow.dro_flow.claims import build_claims, limitations
 from paperflow.dro_flow.data import circle, two_moons, uls_matrices, uncertain_least_squares
 from paperflow.dro_flow.problems import Problem, mlp
 from paperflow.dro_flow.samplers import (
-    SamplerConfig, birth_death, dual, dual_objective, dual_weights, fisher_rao_reweighting, fisher_rao_step,
-    penalised, rgo, svgd, wfr, wgf, wrm,
+    SamplerConfig,
+    birth_death,
+    dual,
+    dual_objective,
+    dual_weights,
+    fisher_rao_reweighting,
+    fisher_rao_step,
+    penalised,
+    rgo,
+    svgd,
+    wfr,
+    wgf,
+    wrm,
 )
 from paperflow.dro_flow.training import batch_objective
-
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +46,7 @@ def float64_default():
 
 
 def quadratic(a: float):
-    return lambda z: a * (z ** 2).sum(-1)
+    return lambda z: a * (z**2).sum(-1)
 
 
 def gibbs_moments(a: float, lam: float, eps: float, x: float) -> tuple[float, float]:
@@ -47,10 +57,13 @@ def gibbs_moments(a: float, lam: float, eps: float, x: float) -> tuple[float, fl
 def within_mc(z: torch.Tensor, mean: float, var: float, n_se: float = 3.0) -> None:
     n = z.numel()
     assert abs(float(z.mean()) - mean) < n_se * math.sqrt(var / n), (float(z.mean()), mean)
-    assert abs(float(z.var()) - var) < n_se * var * math.sqrt(2 / n) + 0.01 * var  # + the ULA step bias, (float(z.var()), var)
+    assert (
+        abs(float(z.var()) - var) < n_se * var * math.sqrt(2 / n) + 0.01 * var
+    )  # + the ULA step bias, (float(z.var()), var)
 
 
 # 1. Langevin stationary law ------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_wgf_particles_have_the_closed_form_gibbs_law():
@@ -75,6 +88,7 @@ def test_rgo_refuses_a_negative_proposal_variance():
 
 # 2. Fisher-Rao weight fixed points and the pure-reweighting reduction to the dual estimator -----
 
+
 def frozen_particles(seed: int = 0, b: int = 3, m: int = 16, d: int = 2, eps: float = 0.5):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn((b, 1, d), generator=gen)
@@ -82,7 +96,7 @@ def frozen_particles(seed: int = 0, b: int = 3, m: int = 16, d: int = 2, eps: fl
 
 
 def smooth_loss(z: torch.Tensor) -> torch.Tensor:
-    return torch.sin(3 * z).sum(-1) + 0.5 * (z ** 2).sum(-1)
+    return torch.sin(3 * z).sum(-1) + 0.5 * (z**2).sum(-1)
 
 
 @pytest.mark.parametrize("energy_kind", ["penalised", "loss"])
@@ -123,6 +137,7 @@ def test_pure_reweighting_flow_gives_the_dual_estimators_theta_gradient():
 
 # 3. WRM reduction ---------------------------------------------------------------------------
 
+
 def classifier_problem(seed: int = 0, n: int = 12):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn((n, 2), generator=gen)
@@ -143,7 +158,9 @@ def test_wgf_at_zero_entropy_with_one_particle_is_wrm():
     grads = {}
     for method in ("wgf", "wrm"):
         model.zero_grad()
-        batch_objective(problem, model, method, problem.x, problem.y, cfg, torch.Generator().manual_seed(2))[0].backward()
+        batch_objective(problem, model, method, problem.x, problem.y, cfg, torch.Generator().manual_seed(2))[
+            0
+        ].backward()
         grads[method] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert torch.allclose(grads["wgf"], grads["wrm"], atol=1e-14, rtol=0)
     noisy = SamplerConfig(lam=1.0, eps=0.1, particles=1, steps=15, lr=0.05)
@@ -152,6 +169,7 @@ def test_wgf_at_zero_entropy_with_one_particle_is_wrm():
 
 # 4. Dual objective closed form ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("noise,var_factor", [("official", 1.0), ("gibbs", 0.5)])
 def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
     lam, eps = 1.0, 0.5
@@ -159,8 +177,12 @@ def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
     x = torch.tensor([[[1.0, 0.5, -1.0]], [[-0.2, 0.0, 0.4]]])
     gen = torch.Generator().manual_seed(4)
     # the dual sampler's reference noise: variance eps (official) or eps/2 (gibbs) per coordinate
-    z1 = dual(lambda z: z.sum(-1), x[:1].expand(50_000, 1, 3),
-              SamplerConfig(lam=lam, eps=eps, dual_max_level=0, dual_noise=noise), gen).z
+    z1 = dual(
+        lambda z: z.sum(-1),
+        x[:1].expand(50_000, 1, 3),
+        SamplerConfig(lam=lam, eps=eps, dual_max_level=0, dual_noise=noise),
+        gen,
+    ).z
     s2 = float(z1[:, 0, 0].var())
     assert abs(s2 - var_factor * eps) < 0.03 * var_factor * eps
     s2 = var_factor * eps
@@ -171,6 +193,7 @@ def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
 
 
 # 5. SVGD sanity ---------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_svgd_recovers_the_gaussian_base_without_a_loss():
@@ -183,6 +206,7 @@ def test_svgd_recovers_the_gaussian_base_without_a_loss():
 
 
 # WFR birth-death ------------------------------------------------------------------------------
+
 
 def test_birth_death_moves_dead_particles_and_conserves_mass():
     z = torch.arange(8.0).reshape(2, 4, 1)
@@ -198,7 +222,9 @@ def test_birth_death_moves_dead_particles_and_conserves_mass():
 def test_wfr_weights_sum_to_one_and_favour_high_loss():
     problem, model = classifier_problem(1)
     cfg = SamplerConfig(lam=1.0, eps=0.5, particles=6, steps=30, lr=0.05, weight_lr=0.5)
-    parts = wfr(lambda z: problem.loss(model, z, problem.y), problem.x[:, None, :], cfg, torch.Generator().manual_seed(0))
+    parts = wfr(
+        lambda z: problem.loss(model, z, problem.y), problem.x[:, None, :], cfg, torch.Generator().manual_seed(0)
+    )
     assert torch.allclose(parts.w.sum(1), torch.ones(len(problem.x)))
     loss = problem.loss(model, parts.z, problem.y)
     f = penalised(loss, parts.z, problem.x[:, None, :], cfg.lam)
@@ -208,8 +234,10 @@ def test_wfr_weights_sum_to_one_and_favour_high_loss():
 
 # 6. Cross-check of the dual estimator against the `dro` package's Sinkhorn-DRO ----------------
 
+
 def dro_sinkhorn():
     from paperflow.core.refs import dro_linear_model
+
     return dro_linear_model().SinkhornLinearDRO
 
 
@@ -237,23 +265,39 @@ def test_dual_objective_agrees_with_dro_packages_robust_objective_on_a_linear_mo
     torch.manual_seed(0)
     reference = model._estimate_robust_objective(model._create_dataloader(X, y))
     x = torch.as_tensor(X, dtype=torch.float64)[:, None, :]
-    z = x + math.sqrt(eps) * torch.randn((256, 2 ** level, 3), generator=torch.Generator().manual_seed(8))
-    loss = (z @ torch.as_tensor(theta, dtype=torch.float64) + float(bias) - torch.as_tensor(y, dtype=torch.float64)[:, None]) ** 2
+    z = x + math.sqrt(eps) * torch.randn((256, 2**level, 3), generator=torch.Generator().manual_seed(8))
+    loss = (
+        z @ torch.as_tensor(theta, dtype=torch.float64) + float(bias) - torch.as_tensor(y, dtype=torch.float64)[:, None]
+    ) ** 2
     assert float(dual_objective(loss, lam, eps)) == pytest.approx(reference, rel=0.02)
 
 
 # Claims: the gated ones can fail ---------------------------------------------------------------
 
 SEEDS = [0, 1, 2]
-CLAIM = {"dataset": "uls", "dro_methods": ["wgf", "wfr", "dual"], "ratio": 0.5, "large_window": [5.0, 10.0],
-         "small_window": [0.0, 0.8], "attack_dataset": None, "attack_radius": 0.3, "attack_slack": 0.02}
+CLAIM = {
+    "dataset": "uls",
+    "dro_methods": ["wgf", "wfr", "dual"],
+    "ratio": 0.5,
+    "large_window": [5.0, 10.0],
+    "small_window": [0.0, 0.8],
+    "attack_dataset": None,
+    "attack_radius": 0.3,
+    "attack_slack": 0.02,
+}
 SPECS = {"uls": {"methods": ["erm", "wgf", "wfr", "dual"], "evaluate": {"kind": "shift"}}}
 
 
 def shift_frame(curves: dict[str, np.ndarray]) -> pd.DataFrame:
     deltas = np.linspace(0, 10, 11)
-    return pd.DataFrame([{"method": m, "seed": s, "metric": "test_loss", "level": d, "value": v + 0.01 * s}
-                         for m, c in curves.items() for s in SEEDS for d, v in zip(deltas, c)])
+    return pd.DataFrame(
+        [
+            {"method": m, "seed": s, "metric": "test_loss", "level": d, "value": v + 0.01 * s}
+            for m, c in curves.items()
+            for s in SEEDS
+            for d, v in zip(deltas, c)
+        ]
+    )
 
 
 ERM = 0.2 + 0.1 * np.linspace(0, 10, 11) ** 2
@@ -299,6 +343,7 @@ def test_limitations_follow_the_configured_epochs():
 
 # Config errors ----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def config_root(tmp_path):
     shutil.copytree(repo_root() / "config", tmp_path / "config")
@@ -338,6 +383,7 @@ def test_every_scale_resolves():
 
 # Data -------------------------------------------------------------------------------------------
 
+
 def test_uls_official_stream_reproduces_the_official_scripts_draws():
     spec = {"dim": 10, "n_train": 20, "n_test": 50, "matrix_seed": 219, "stream": "official"}
     data, meta = uncertain_least_squares(spec, 0)
@@ -368,13 +414,21 @@ def test_two_moons_training_set_is_imbalanced():
 
 # CIFAR-10 features without torchvision ----------------------------------------------------------
 
+
 def test_resnet50_has_torchvisions_parameter_names_and_a_512d_head():
     from paperflow.dro_flow.features import feature_extractor, preprocess_images
 
     model = feature_extractor(None, head_seed=0).float()
     keys = set(model.state_dict())
-    assert {"conv1.weight", "bn1.running_var", "layer1.0.downsample.0.weight", "layer4.2.bn3.num_batches_tracked"} <= keys
-    assert sum(p.numel() for n, p in model.named_parameters() if not n.startswith("fc")) == 23_508_032  # resnet50 without fc
+    assert {
+        "conv1.weight",
+        "bn1.running_var",
+        "layer1.0.downsample.0.weight",
+        "layer4.2.bn3.num_batches_tracked",
+    } <= keys
+    assert (
+        sum(p.numel() for n, p in model.named_parameters() if not n.startswith("fc")) == 23_508_032
+    )  # resnet50 without fc
     images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     with torch.no_grad():
         feats = model(preprocess_images(images)[:, :, :64, :64].float())

@@ -15,14 +15,36 @@ from paperflow.mtbl_wc.claims import cleaning_claims, concave_claims, quadratic_
 from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d
 from paperflow.mtbl_wc.kkt import kkt_measure
 from paperflow.mtbl_wc.prepare import preference_matrix
-from paperflow.mtbl_wc.problems import QuadraticECMO, penalty_grad_autograd, constraint_autograd
+from paperflow.mtbl_wc.problems import QuadraticECMO, constraint_autograd, penalty_grad_autograd
 from paperflow.mtbl_wc.qp import min_norm_weights
 
-QSPEC = {"n_obj": 2, "dim_x": 5, "dim_y": 10, "rows": 8, "rank": 6, "sv_range": [1.0, 1.5], "b_scale": 0.3, "c_scale": 1.5}
+QSPEC = {
+    "n_obj": 2,
+    "dim_x": 5,
+    "dim_y": 10,
+    "rows": 8,
+    "rank": 6,
+    "sv_range": [1.0, 1.5],
+    "b_scale": 0.3,
+    "c_scale": 1.5,
+}
 PREFS = preference_matrix([0.2, 0.35, 0.5, 0.65, 0.8])
-SOLVER = {"steps": 20000, "rho0": 10.0, "rho_max": 100.0, "ramp": 2000, "tau": 0.01, "eta0": 1.0, "x_step": 1.0,
-          "eval_every": 200, "chebyshev": "smooth", "penalty_grad": "analytic", "f_ref": "ideal", "output": "best",
-          "noise_std": 0.1, "decay_steps": 2000}
+SOLVER = {
+    "steps": 20000,
+    "rho0": 10.0,
+    "rho_max": 100.0,
+    "ramp": 2000,
+    "tau": 0.01,
+    "eta0": 1.0,
+    "x_step": 1.0,
+    "eval_every": 200,
+    "chebyshev": "smooth",
+    "penalty_grad": "analytic",
+    "f_ref": "ideal",
+    "output": "best",
+    "noise_std": 0.1,
+    "decay_steps": 2000,
+}
 
 
 def quadratic(seed=0):
@@ -32,7 +54,9 @@ def quadratic(seed=0):
 
 def measure_at(problem, z):
     zt = torch.as_tensor(z, dtype=torch.float64)
-    return kkt_measure(problem.objective_grads(zt).numpy(), problem.jacobian(zt).numpy(), problem.constraint(zt).numpy())
+    return kkt_measure(
+        problem.objective_grads(zt).numpy(), problem.jacobian(zt).numpy(), problem.constraint(zt).numpy()
+    )
 
 
 # §10.1 closed form: K = 0 on the front, > 0 off it; WC points equalise the weighted gaps
@@ -42,7 +66,9 @@ def test_kkt_is_zero_at_exact_weighted_sum_solutions_and_positive_off_the_front(
     lam = np.random.default_rng(1).dirichlet([1.0, 1.0], size=20)
     on = measure_at(problem, fronts.quadratic_weighted_sum(inst, lam))
     assert np.max(on.value) < 1e-10
-    feasible_off = fronts.quadratic_weighted_sum(inst, lam) + 0.3 * fronts.null_space(fronts.quadratic_jacobian(inst))[:, 0]
+    feasible_off = (
+        fronts.quadratic_weighted_sum(inst, lam) + 0.3 * fronts.null_space(fronts.quadratic_jacobian(inst))[:, 0]
+    )
     off = measure_at(problem, feasible_off)
     assert np.all(off.value > 1e-4) and np.max(off.feasibility) < 1e-20
     gaps = PREFS * (exact["f_wc"] - exact["ideal"])
@@ -56,8 +82,13 @@ def test_single_objective_strongly_convex_reduction():
     a, bm, b = rng.normal(size=(6, dy)) / 2, rng.normal(size=(6, dx)) / 2, rng.normal(size=6)
     c, e = rng.normal(size=(1, dy)), rng.normal(size=(1, dx))
     # ridge: g = 0.5||A y - B x - b||^2 + 0.5 ridge ||y||^2 written as a stacked least squares
-    inst = {"A": np.vstack([a, np.sqrt(ridge) * np.eye(dy)]), "B": np.vstack([bm, np.zeros((dy, dx))]),
-            "b": np.concatenate([b, np.zeros(dy)]), "c": c, "e": e}
+    inst = {
+        "A": np.vstack([a, np.sqrt(ridge) * np.eye(dy)]),
+        "B": np.vstack([bm, np.zeros((dy, dx))]),
+        "b": np.concatenate([b, np.zeros(dy)]),
+        "c": c,
+        "e": e,
+    }
     problem = QuadraticECMO.from_arrays(inst)
     # implicit function: y*(x) = H^{-1} A^T (B x + b); minimise F(x) = f(x, y*(x)) (a linear least squares)
     hinv_at = np.linalg.solve(inst["A"].T @ inst["A"], inst["A"].T)
@@ -86,8 +117,13 @@ def small_cleaning(seed=0):
     pixels, labels = data.load_digits_arrays()
     feats = data.whitened_features(pixels, 3)
     split = data.split_and_corrupt(labels, {"n_train": 80, "n_val": 60, "noise": 0.4}, seed)
-    inst = {"phi_train": feats[split["train"]], "noisy_labels": split["noisy_labels"], "phi_val": feats[split["val"]],
-            "labels_val": labels[split["val"]], "groups": np.array([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]])}
+    inst = {
+        "phi_train": feats[split["train"]],
+        "noisy_labels": split["noisy_labels"],
+        "phi_val": feats[split["val"]],
+        "labels_val": labels[split["val"]],
+        "groups": np.array([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]),
+    }
     return build_problem("digits", inst)
 
 
@@ -169,16 +205,26 @@ def test_angle_and_hypervolume_closed_forms():
 
 # claims: they hold on good numbers and fail on negative controls
 def long_frame(rows):
-    return pd.DataFrame([{"method": m, "seed": s, "pref": i, "r1": r, "metric": k, "value": v} for m, s, i, r, k, v in rows])
+    return pd.DataFrame(
+        [{"method": m, "seed": s, "pref": i, "r1": r, "metric": k, "value": v} for m, s, i, r, k, v in rows]
+    )
 
 
 def quad_frame(wc_dist, ls_angle, wc_k_late=2e-3):
     rows = []
     for s in (0, 1):
         for i, r in enumerate([0.2, 0.5, 0.8]):
-            for m, dist, ang, h, k_late in (("wc", wc_dist, 0.1, 5e-3, wc_k_late), ("ls", 0.2, ls_angle if r != 0.5 else 0.0, 0.02, 2e-3)):
-                rows += [(m, s, i, r, "rel_dist_wc", dist), (m, s, i, r, "angle_deg", ang), (m, s, i, r, "h_norm", h),
-                         (m, s, i, r, "K_best@100", 1e-2), (m, s, i, r, "K_best@400", k_late)]
+            for m, dist, ang, h, k_late in (
+                ("wc", wc_dist, 0.1, 5e-3, wc_k_late),
+                ("ls", 0.2, ls_angle if r != 0.5 else 0.0, 0.02, 2e-3),
+            ):
+                rows += [
+                    (m, s, i, r, "rel_dist_wc", dist),
+                    (m, s, i, r, "angle_deg", ang),
+                    (m, s, i, r, "h_norm", h),
+                    (m, s, i, r, "K_best@100", 1e-2),
+                    (m, s, i, r, "K_best@400", k_late),
+                ]
     return long_frame(rows)
 
 
@@ -187,10 +233,14 @@ def test_quadratic_claims_hold_and_negative_control_fails():
     good = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1]) if c.gated}
     assert all(good.values()), good
     # LS in WC's place: far from the WC points and off the ray
-    control = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], wc="ls") if c.gated}
+    control = {
+        c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], wc="ls") if c.gated
+    }
     assert not control["quad_wc_within_2pct"] and not control["quad_wc_on_ray"] and not control["quad_wc_feasible"]
     # WC in LS's place: on the ray, so the LS claim fails
-    assert not {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], ls="wc")}["quad_ls_off_ray"]
+    assert not {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], ls="wc")}[
+        "quad_ls_off_ray"
+    ]
 
 
 def test_every_run_claims_are_judged_on_the_worst_seed():
@@ -212,7 +262,11 @@ def test_every_run_claims_are_judged_on_the_worst_seed():
 def test_quadratic_rate_claim_fails_when_k_stalls():
     curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
     # WC's K falls only 1.25x from T = 100 to T = 400 (the O(T^-1/2) rate needs 2x); everything else is good
-    held = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0, wc_k_late=8e-3), curves, [100, 400], [0, 1]) if c.gated}
+    held = {
+        c.id: c.held
+        for c in quadratic_claims(quad_frame(0.002, 11.0, wc_k_late=8e-3), curves, [100, 400], [0, 1])
+        if c.gated
+    }
     assert [k for k, v in held.items() if not v] == ["quad_k_rate_ratio"]
 
 
@@ -220,11 +274,22 @@ def test_concave_and_cleaning_claims_negative_controls():
     rows = []
     for s in (0, 1):
         for i, r in enumerate([0.2, 0.5, 0.8]):
-            rows += [("wc", s, i, r, "rel_dist_wc_f", 0.001), ("wc", s, i, r, "min_f_rel", 0.6),
-                     ("ls", s, i, r, "rel_dist_wc_f", 0.5), ("ls", s, i, r, "min_f_rel", 0.0)]
-            rows += [("uniform", s, i, r, "max_f", 0.5), ("uniform", s, i, r, "f1", 0.45), ("uniform", s, i, r, "detect_f1", 0.0),
-                     ("uniform", s, i, r, "test_acc", 0.8), ("wc", s, i, r, "max_f", 0.45), ("wc", s, i, r, "f1", 0.6 - 0.3 * r),
-                     ("wc", s, i, r, "detect_f1", 0.6), ("wc", s, i, r, "test_acc", 0.81)]
+            rows += [
+                ("wc", s, i, r, "rel_dist_wc_f", 0.001),
+                ("wc", s, i, r, "min_f_rel", 0.6),
+                ("ls", s, i, r, "rel_dist_wc_f", 0.5),
+                ("ls", s, i, r, "min_f_rel", 0.0),
+            ]
+            rows += [
+                ("uniform", s, i, r, "max_f", 0.5),
+                ("uniform", s, i, r, "f1", 0.45),
+                ("uniform", s, i, r, "detect_f1", 0.0),
+                ("uniform", s, i, r, "test_acc", 0.8),
+                ("wc", s, i, r, "max_f", 0.45),
+                ("wc", s, i, r, "f1", 0.6 - 0.3 * r),
+                ("wc", s, i, r, "detect_f1", 0.6),
+                ("wc", s, i, r, "test_acc", 0.81),
+            ]
     frame = long_frame(rows)
     assert all(c.held for c in concave_claims(frame, [0, 1]))
     assert not any(c.held for c in concave_claims(frame, [0, 1], wc="ls", ls="wc"))
@@ -234,8 +299,10 @@ def test_concave_and_cleaning_claims_negative_controls():
 
 
 def test_config_errors_name_the_key(tmp_path, monkeypatch):
-    from paperflow.core.config import repo_root
     import shutil
+
+    from paperflow.core.config import repo_root
+
     root = tmp_path / "repo"
     shutil.copytree(repo_root() / "config", root / "config")
     text = (root / "config" / "mtbl_wc.yaml").read_text()

@@ -23,7 +23,9 @@ SEEDS = [0, 1, 2]
 def frame(values: dict[str, dict[str, list[float]]], dim: int = 0) -> pd.DataFrame:
     rows = [
         {"decoder": dec, "seed": s, "dim": dim, "metric": metric, "value": v}
-        for dec, metrics in values.items() for metric, vs in metrics.items() for s, v in zip(SEEDS, vs)
+        for dec, metrics in values.items()
+        for metric, vs in metrics.items()
+        for s, v in zip(SEEDS, vs)
     ]
     return pd.DataFrame(rows)
 
@@ -59,11 +61,19 @@ def test_a_missing_seed_makes_the_claim_fail_not_pass():
 
 def test_other_datasets_are_reported_not_gated():
     joint = frame({"gauss": {"coexc_abs_err@0.95": [0.01] * 3}, "ph": {"coexc_abs_err@0.95": [0.02] * 3}}, dim=-1)
-    claims = build_claims({"pareto1d": frame(GOOD), "weibull1d": frame(GOOD), "tcopula2d": joint},
-                          "pareto1d", ["gauss", "ph"], SEEDS, 0.95)
+    claims = build_claims(
+        {"pareto1d": frame(GOOD), "weibull1d": frame(GOOD), "tcopula2d": joint},
+        "pareto1d",
+        ["gauss", "ph"],
+        SEEDS,
+        0.95,
+    )
     reported = {c.id: c.held for c in claims if not c.gated}
-    assert reported == {"ks_tail_ph_lt_gauss_weibull1d": True, "q99_rel_ph_lt_gauss_weibull1d": True,
-                        "coexc_ph_lt_gauss_tcopula2d": False}
+    assert reported == {
+        "ks_tail_ph_lt_gauss_weibull1d": True,
+        "q99_rel_ph_lt_gauss_weibull1d": True,
+        "coexc_ph_lt_gauss_tcopula2d": False,
+    }
 
 
 DANISH = b'"","X","dat"\n"1",1,1.68374816983895\n"2",2,2.09370424597365\n"3",3,263.250366032211\n'
@@ -88,4 +98,9 @@ def test_danish_download_verifies_checksum_and_parses(server, tmp_path):
 
 def test_unpinned_download_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="datasets.danish.sha256 is not set"):
-        acquire("danish", {"kind": "download", "url": "http://127.0.0.1:9/x.csv", "sha256": None}, seed=0, cache_dir=tmp_path)
+        acquire(
+            "danish",
+            {"kind": "download", "url": "http://127.0.0.1:9/x.csv", "sha256": None},
+            seed=0,
+            cache_dir=tmp_path,
+        )

@@ -228,8 +228,10 @@ def test_dependence_metrics_match_direct_formulas_in_3d() -> None:
     corr_err = np.corrcoef(np.log1p(real), rowvar=False) - np.corrcoef(np.log1p(gen), rowvar=False)
     thresholds = np.quantile(real, 0.97, axis=0)
     coexc_err = [
-        abs(np.mean((gen[:, i] > thresholds[i]) & (gen[:, j] > thresholds[j]))
-            - np.mean((real[:, i] > thresholds[i]) & (real[:, j] > thresholds[j])))
+        abs(
+            np.mean((gen[:, i] > thresholds[i]) & (gen[:, j] > thresholds[j]))
+            - np.mean((real[:, i] > thresholds[i]) & (real[:, j] > thresholds[j]))
+        )
         for i, j in pairs
     ]
     got = metrics.dependence_metrics(real, gen)

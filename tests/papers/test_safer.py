@@ -34,8 +34,17 @@ def mcfg(method, cfg=TINY):
 @pytest.fixture(scope="module")
 def digits():
     g = digits_graph("digits", 10, 0.0, 0)
-    return build_task_graph(g.features, g.labels, g.adjacency, name="digits", class_order=range(10), classes_per_task=2,
-                            holdout_fraction=0.0, split_fractions=[0.6, 0.2], split_seed=0)
+    return build_task_graph(
+        g.features,
+        g.labels,
+        g.adjacency,
+        name="digits",
+        class_order=range(10),
+        classes_per_task=2,
+        holdout_fraction=0.0,
+        split_fractions=[0.6, 0.2],
+        split_seed=0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +90,11 @@ def test_sparse_smoothing_equals_the_dense_power():
     np.testing.assert_allclose(gcn_norm(adj).toarray(), a_hat, atol=1e-12)
     for k in (1, 2, 3):
         np.testing.assert_allclose(smooth(gcn_norm(adj), x, k), np.linalg.matrix_power(a_hat, k) @ x, atol=1e-10)
-        np.testing.assert_allclose(propagate(to_torch(gcn_norm(adj)), torch.as_tensor(x, dtype=torch.float32), k).numpy(),
-                                   np.linalg.matrix_power(a_hat, k) @ x, atol=1e-5)
+        np.testing.assert_allclose(
+            propagate(to_torch(gcn_norm(adj)), torch.as_tensor(x, dtype=torch.float32), k).numpy(),
+            np.linalg.matrix_power(a_hat, k) @ x,
+            atol=1e-5,
+        )
 
 
 def test_normalised_adjacency_equals_torch_geometric():
@@ -143,7 +155,9 @@ def test_af_caused_by_experts_is_exactly_zero_under_oracle_routing(digits, safer
 # §10.4 replay-free audit
 def test_saved_state_holds_only_backbone_prompts_heads_and_fingerprints(digits, safer_state):
     allowed = ("prompt.", "head.", "fp_mean", "fp_basis", "fp_var", "rho_scale")
-    node_counts = {len(digits.nodes(t)) for t in range(digits.learned)} | {len(digits.nodes(t, TRAIN)) for t in range(digits.learned)}
+    node_counts = {len(digits.nodes(t)) for t in range(digits.learned)} | {
+        len(digits.nodes(t, TRAIN)) for t in range(digits.learned)
+    }
     for key, value in safer_state.items():
         owner, _, name = key.partition(".")
         assert owner == "backbone" or (owner.startswith("expert") and name.startswith(allowed)), key
@@ -154,16 +168,32 @@ def test_saved_state_holds_only_backbone_prompts_heads_and_fingerprints(digits, 
 
 
 def test_class_il_state_is_one_network_per_stage(digits, backbone):
-    state, _ = train_method("finetune", dataclasses.replace(digits, learned=2), backbone,
-                            mcfg("finetune", TINY | {"class_il": TINY["class_il"] | {"epochs": 2}}), seed=0)
+    state, _ = train_method(
+        "finetune",
+        dataclasses.replace(digits, learned=2),
+        backbone,
+        mcfg("finetune", TINY | {"class_il": TINY["class_il"] | {"epochs": 2}}),
+        seed=0,
+    )
     assert {k.split(".")[0] for k in state} == {"stage0", "stage1"}
-    assert {k.split(".", 1)[1] for k in state} == {"backbone.lin.weight", "backbone.lin.bias", "head.weight", "head.bias"}
+    assert {k.split(".", 1)[1] for k in state} == {
+        "backbone.lin.weight",
+        "backbone.lin.bias",
+        "head.weight",
+        "head.bias",
+    }
 
 
 # §10.5 reduction: no reshaping, beta = 0, no regulariser -> TPP experts + energy routing
 def test_safer_without_reshaping_is_tpp_experts_with_energy_routing(digits, backbone):
-    off = TINY | {"safer": TINY["safer"] | {"reshape": "none", "beta": 0.0,
-                                            "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0}}}
+    off = TINY | {
+        "safer": TINY["safer"]
+        | {
+            "reshape": "none",
+            "beta": 0.0,
+            "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0},
+        }
+    }
     safer_state, _ = train_method("safer", digits, backbone, mcfg("safer", off), seed=0)
     tpp_state, _ = train_method("tpp", digits, backbone, mcfg("tpp", off), seed=0)
     a_hat = to_torch(gcn_norm(digits.adjacency))
@@ -175,7 +205,10 @@ def test_safer_without_reshaping_is_tpp_experts_with_energy_routing(digits, back
         logits = []  # TPP's experts, evaluated by hand: prompt, backbone, linear head on the raw embedding
         for t in range(stage + 1):
             s = sub_state(tpp_state, f"expert{t}")
-            prompted = x + torch.softmax(x @ s["prompt.attention.weight"].T + s["prompt.attention.bias"], -1) @ s["prompt.basis"]
+            prompted = (
+                x
+                + torch.softmax(x @ s["prompt.attention.weight"].T + s["prompt.attention.bias"], -1) @ s["prompt.basis"]
+            )
             logits.append(bb(a_hat, prompted) @ s["head.weight"].T + s["head.bias"])
         logits = torch.stack(logits)
         route = torch.logsumexp(logits, -1).argmax(0).numpy()
@@ -216,16 +249,29 @@ def test_auroc_and_fpr95_match_sklearn(seed):
 # claims and their negative controls
 def summary_of(values):
     """A seed_summary-shaped frame from {variant: (auroc, aa, af)} for seeds 0, 1, 2."""
-    return pd.DataFrame([{"variant": v, "seed": s, "auroc": a, "aa": aa, "af": af, "fpr95": 0.1, "task_id_acc": 1.0}
-                         for v, (a, aa, af) in values.items() for s in (0, 1, 2)])
+    return pd.DataFrame(
+        [
+            {"variant": v, "seed": s, "auroc": a, "aa": aa, "af": af, "fpr95": 0.1, "task_id_acc": 1.0}
+            for v, (a, aa, af) in values.items()
+            for s in (0, 1, 2)
+        ]
+    )
 
 
-WORKING = {"safer": (0.99, 0.95, 0.0), "tpp_msp": (0.90, 0.96, -0.02), "finetune_energy": (0.80, 0.50, -0.6),
-           "finetune_msp": (0.82, 0.50, -0.6)}
+WORKING = {
+    "safer": (0.99, 0.95, 0.0),
+    "tpp_msp": (0.90, 0.96, -0.02),
+    "finetune_energy": (0.80, 0.50, -0.6),
+    "finetune_msp": (0.82, 0.50, -0.6),
+}
 
 
 def held(summary):
-    return {c.id.removeprefix("digits_"): c.held for c in build_claims(summary, "digits", [0, 1, 2], TINY["claims"], gated=True) if c.gated}
+    return {
+        c.id.removeprefix("digits_"): c.held
+        for c in build_claims(summary, "digits", [0, 1, 2], TINY["claims"], gated=True)
+        if c.gated
+    }
 
 
 def test_claims_hold_for_a_working_safer():
@@ -250,9 +296,15 @@ def test_a_missing_seed_fails_the_claim():
 
 
 def test_seed_summary_computes_aa_af_and_auroc_means():
-    acc = pd.DataFrame([{"variant": "safer", "seed": 0, "stage": t, "task": j, "acc": a, "task_id_acc": 1.0}
-                        for t, j, a in [(0, 0, 1.0), (1, 0, 0.5), (1, 1, 0.9)]])
-    opn = pd.DataFrame([{"variant": "safer", "seed": 0, "stage": 0, "auroc": 0.8, "fpr95": 0.4, "open_acc": 0.7, "open_macro_f1": 0.6}])
+    acc = pd.DataFrame(
+        [
+            {"variant": "safer", "seed": 0, "stage": t, "task": j, "acc": a, "task_id_acc": 1.0}
+            for t, j, a in [(0, 0, 1.0), (1, 0, 0.5), (1, 1, 0.9)]
+        ]
+    )
+    opn = pd.DataFrame(
+        [{"variant": "safer", "seed": 0, "stage": 0, "auroc": 0.8, "fpr95": 0.4, "open_acc": 0.7, "open_macro_f1": 0.6}]
+    )
     row = seed_summary(acc, opn).iloc[0]
     assert row.aa == pytest.approx(0.7) and row.af == pytest.approx(-0.5) and row.auroc == pytest.approx(0.8)
 
@@ -274,8 +326,17 @@ def test_evaluation_rows(digits, backbone, safer_state):
 
 def test_held_out_classes_are_never_learned():
     g = digits_graph("digits", 10, 0.0, 0)
-    tasks = build_task_graph(g.features, g.labels, g.adjacency, name="d", class_order=range(10), classes_per_task=2,
-                             holdout_fraction=0.2, split_fractions=[0.6, 0.2], split_seed=0)
+    tasks = build_task_graph(
+        g.features,
+        g.labels,
+        g.adjacency,
+        name="d",
+        class_order=range(10),
+        classes_per_task=2,
+        holdout_fraction=0.2,
+        split_fractions=[0.6, 0.2],
+        split_seed=0,
+    )
     assert tasks.learned == 4 and tasks.num_classes == 8 and tasks.task_classes[4].tolist() == [8, 9]
     coo = tasks.adjacency.tocoo()
     assert np.array_equal(tasks.task[coo.row], tasks.task[coo.col])  # no inter-task edge
@@ -305,23 +366,43 @@ def served_cora(tmp_path, serve_bytes):
     attr = sp.csr_matrix(rng.integers(0, 2, (12, 7)).astype(np.float32))
     labels = np.repeat(np.arange(4), 3)
     path = tmp_path / "cora.npz"
-    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape, attr_data=attr.data,
-             attr_indices=attr.indices, attr_indptr=attr.indptr, attr_shape=attr.shape, labels=labels)
+    np.savez(
+        path,
+        adj_data=adj.data,
+        adj_indices=adj.indices,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_data=attr.data,
+        attr_indices=attr.indices,
+        attr_indptr=attr.indptr,
+        attr_shape=attr.shape,
+        labels=labels,
+    )
     base, _ = serve_bytes(path.read_bytes())
     return f"{base}/cora.npz", hashlib.sha256(path.read_bytes()).hexdigest(), attr.toarray(), labels
 
 
 def test_download_fetches_checks_and_drops_the_last_class(served_cora, tmp_path):
     url, sha, features, labels = served_cora
-    graph = acquire("corafull", {"kind": "graph2gauss_npz", "url": url, "sha256": sha, "drop_classes": [3]}, tmp_path / "cache")
+    graph = acquire(
+        "corafull", {"kind": "graph2gauss_npz", "url": url, "sha256": sha, "drop_classes": [3]}, tmp_path / "cache"
+    )
     assert np.array_equal(graph.labels, labels[labels < 3]) and np.array_equal(graph.features, features[labels < 3])
     with pytest.raises(Exception, match="sha256 mismatch"):
-        acquire("corafull", {"kind": "graph2gauss_npz", "url": url, "sha256": "0" * 64, "drop_classes": []}, tmp_path / "other")
+        acquire(
+            "corafull",
+            {"kind": "graph2gauss_npz", "url": url, "sha256": "0" * 64, "drop_classes": []},
+            tmp_path / "other",
+        )
 
 
 def test_unpinned_download_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="datasets.arxiv.sha256 is not set"):
-        acquire("arxiv", {"kind": "ogb_zip", "url": "http://127.0.0.1:9/arxiv.zip", "sha256": None, "drop_classes": []}, tmp_path)
+        acquire(
+            "arxiv",
+            {"kind": "ogb_zip", "url": "http://127.0.0.1:9/arxiv.zip", "sha256": None, "drop_classes": []},
+            tmp_path,
+        )
 
 
 def test_digits_graph_round_trips(tmp_path):
@@ -376,7 +457,6 @@ def test_each_method_sees_only_its_own_settings():
 @pytest.mark.slow
 def test_a_changed_setting_reruns_only_the_jobs_that_read_it(tmp_path):
     import yaml
-
     from conftest import copy_repo, job_counts, run_snakemake
 
     repo = copy_repo(tmp_path / "repo")

@@ -11,8 +11,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from paperflow.safer.sources import (Graph, drop_classes, load_graph, read_dgl_reddit_zip, read_graph2gauss_npz,
-                                     read_ogb_zip, read_source, save_graph, symmetrise)
+from paperflow.safer.sources import (
+    Graph,
+    drop_classes,
+    load_graph,
+    read_dgl_reddit_zip,
+    read_graph2gauss_npz,
+    read_ogb_zip,
+    read_source,
+    save_graph,
+    symmetrise,
+)
 
 N = 7
 # directed source edges with a duplicate (0->1 twice), a reverse pair (2->3, 3->2) and a self loop (4->4)
@@ -51,10 +60,19 @@ def assert_graph(graph: Graph, features=FEATURES, labels=LABELS, dense=None) -> 
 def write_g2g(path, drop: str | None = None) -> None:
     adj = source_adjacency()
     attr = sp.csr_matrix(FEATURES)
-    arrays = dict(adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=np.array(adj.shape),
-                  attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
-                  attr_shape=np.array(attr.shape), labels=LABELS, class_names=np.array(["a", "b", "c"]),
-                  idx_to_node=np.array([{0: "x"}], dtype=object))  # a pickled extra key, never read
+    arrays = dict(
+        adj_data=adj.data,
+        adj_indices=adj.indices,
+        adj_indptr=adj.indptr,
+        adj_shape=np.array(adj.shape),
+        attr_data=attr.data,
+        attr_indices=attr.indices,
+        attr_indptr=attr.indptr,
+        attr_shape=np.array(attr.shape),
+        labels=LABELS,
+        class_names=np.array(["a", "b", "c"]),
+        idx_to_node=np.array([{0: "x"}], dtype=object),
+    )  # a pickled extra key, never read
     arrays.pop(drop, None)
     np.savez(path, **arrays)
 
@@ -64,8 +82,12 @@ def gz_csv(rows: np.ndarray, fmt: str) -> bytes:
 
 
 def write_ogb(path, folder: str = "arxiv", skip: str | None = None, labels=LABELS) -> None:
-    members = {"edge": gz_csv(EDGES, "%d"), "node-feat": gz_csv(FEATURES, "%.6f"), "node-label": gz_csv(labels, "%d"),
-               "node_year": gz_csv(np.full(N, 2020), "%d")}
+    members = {
+        "edge": gz_csv(EDGES, "%d"),
+        "node-feat": gz_csv(FEATURES, "%.6f"),
+        "node-label": gz_csv(labels, "%d"),
+        "node_year": gz_csv(np.full(N, 2020), "%d"),
+    }
     with zipfile.ZipFile(path, "w") as zf:
         for part, blob in members.items():
             if part != skip:
@@ -85,7 +107,9 @@ def write_reddit(path, data_keys=("feature", "label", "node_types")) -> None:
 
 def test_symmetrise_or_binary_no_loops_no_zeros():
     # weights 2, 3, 5 count as edges; the stored zero at (1, 2) does not; the loop at (2, 2) goes
-    a = sp.csr_matrix((np.array([2.0, 3.0, 0.0, 5.0, 1.0]), np.array([0, 1, 2, 0, 2]), np.array([0, 2, 3, 5])), shape=(3, 3))
+    a = sp.csr_matrix(
+        (np.array([2.0, 3.0, 0.0, 5.0, 1.0]), np.array([0, 1, 2, 0, 2]), np.array([0, 2, 3, 5])), shape=(3, 3)
+    )
     out = symmetrise(a)
     assert np.array_equal(out.toarray(), [[0, 1, 1], [1, 0, 0], [1, 0, 0]])
     assert out.dtype == np.float32 and out.nnz == 4 and out.has_canonical_format

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from scipy import sparse, stats
+from scipy import stats
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.spaef import graphs as gr
@@ -33,6 +33,7 @@ def synth(tiny_cfg):
 
 
 # ---------------------------------------------------------------- §10.1 ZINB closed form
+
 
 def test_zinb_nonzero_matches_scipy_nbinom():
     x = torch.tensor([1.0, 2.0, 5.0, 17.0, 40.0], dtype=torch.float64)
@@ -56,6 +57,7 @@ def test_zinb_zero_matches_closed_form():
 
 
 # ---------------------------------------------------------------- §10.2 fusion reductions
+
 
 @pytest.mark.parametrize("force, reduced", [(1.0, "spot"), (0.0, "gene")])
 def test_forcing_the_gate_gives_the_single_branch_model(force, reduced):
@@ -96,8 +98,6 @@ def test_gat_dense_and_edge_paths_agree(concat):
     h = layer.lin(x).view(40, 2, 3)
     a_s, a_d = (h * layer.att_src).sum(-1), (h * layer.att_dst).sum(-1)
     torch.testing.assert_close(layer._dense(h, a_s, a_d, edges), layer._edges(h, a_s, a_d, edges))
-
-
 
 
 def test_gat_sparse_path_and_its_gradients_equal_the_edge_list_reference():
@@ -144,6 +144,7 @@ def test_gat_equals_torch_geometric(concat, in_dim, out_dim):
         ours.bias.copy_(theirs.bias)
     torch.testing.assert_close(ours(x, with_self_loops(edges, n)), theirs(x, edges), rtol=1e-5, atol=1e-5)
 
+
 @pytest.mark.parametrize("in_dim, out_dim", [(5, 3), (3, 7)])
 @pytest.mark.parametrize("dense", [True, False])
 def test_gat_forward_is_attention_over_the_projected_inputs(monkeypatch, in_dim, out_dim, dense):
@@ -161,7 +162,9 @@ def test_gat_forward_is_attention_over_the_projected_inputs(monkeypatch, in_dim,
     reference = layer._edges(h, a_s, a_d, edges).mean(1) + layer.bias
     torch.testing.assert_close(layer(x, edges), reference)
 
+
 # ---------------------------------------------------------------- §10.3 graphs
+
 
 def test_hex_grid_interior_nodes_have_delaunay_degree_six():
     coords = hex_grid(8, 8)
@@ -212,8 +215,10 @@ def test_gene_edges_are_a_subset_of_the_correlation_candidates(synth):
 
 # ---------------------------------------------------------------- §10.4 preprocessing and sentences
 
+
 def test_preprocessing_equals_scanpy(synth):
     import scanpy as sc
+
     from paperflow.spaef.preprocess import cpm_log1p, filter_counts, preprocess
 
     filtered = filter_counts(synth, 0.01, 0.01)
@@ -254,6 +259,7 @@ def test_sentences_match_pandas_nlargest_and_are_scale_invariant():
 
 # ---------------------------------------------------------------- metrics
 
+
 def test_morans_i_equals_squidpy(synth):
     import squidpy as sq
 
@@ -276,6 +282,7 @@ def test_genewise_pcc_is_one_on_truth_and_ignores_constant_genes():
 
 
 # ---------------------------------------------------------------- published baselines (spec §3)
+
 
 @pytest.fixture(scope="module")
 def proc(synth):
@@ -310,7 +317,9 @@ def test_graphst_reconstruction_is_seeded_and_on_the_input_scale(proc):
     np.testing.assert_allclose(graphst_reconstruction(x, coords, **kw, seed=0), rec)
     assert not np.allclose(graphst_reconstruction(x, coords, **kw, seed=1), rec, atol=1e-4)
     # GraphST is fed x / std(x) per gene and its output is multiplied back: scaling x scales the result
-    np.testing.assert_allclose(graphst_reconstruction(3.0 * x, coords, **kw, seed=0), 3.0 * rec, rtol=1e-4, atol=1e-4)  # float32 inside
+    np.testing.assert_allclose(
+        graphst_reconstruction(3.0 * x, coords, **kw, seed=0), 3.0 * rec, rtol=1e-4, atol=1e-4
+    )  # float32 inside
 
 
 def test_every_configured_baseline_runs_on_the_same_input(tiny_cfg, proc):
@@ -318,13 +327,16 @@ def test_every_configured_baseline_runs_on_the_same_input(tiny_cfg, proc):
     from paperflow.spaef.settings import BASELINES
 
     x = np.asarray(proc.X, dtype=np.float64)
-    out = run_baselines(x, proc.obsp["spatial_connectivities"], proc.obsm["spatial"], list(BASELINES), tiny_cfg["baseline"])
+    out = run_baselines(
+        x, proc.obsp["spatial_connectivities"], proc.obsm["spatial"], list(BASELINES), tiny_cfg["baseline"]
+    )
     assert list(out) == list(BASELINES) == tiny_cfg["baselines"]
     assert all(v.shape == x.shape and np.isfinite(v).all() for v in out.values())
     assert np.array_equal(out["raw"], x) and not np.allclose(out["magic_impute"], out["magic"])
 
 
 # ---------------------------------------------------------------- training engines
+
 
 def test_loop_and_lightning_engines_train_the_same_models(tmp_path, proc):
     """train.engine: the plain loop (tiny/smoke) and the Lightning job (paper) draw the same dropout
@@ -340,8 +352,19 @@ def test_loop_and_lightning_engines_train_the_same_models(tmp_path, proc):
     out = {}
     for engine in ("loop", "lightning"):
         train = {"lr": 1e-2, "gamma": 0.9, "mu_penalty": 1e-3, "epochs": 6, "engine": engine}
-        mu, w, hist, track = fit_denoiser(x, spot, gene, model=model, train=train, fusion="learned", seed=2,
-                                          run_dir=tmp_path / engine, name="d", wandb=None, tags={})
+        mu, w, hist, track = fit_denoiser(
+            x,
+            spot,
+            gene,
+            model=model,
+            train=train,
+            fusion="learned",
+            seed=2,
+            run_dir=tmp_path / engine,
+            name="d",
+            wandb=None,
+            tags={},
+        )
         z, zhist, _ = fit_spot_latent(emb, spot, adj, 1, tmp_path / engine, None, {}, engine)
         out[engine] = mu, w, z, hist, zhist, track
         assert track["engine"] == engine and list(hist.columns) == ["epoch", "loss", "w_mean", "seed"]
@@ -352,8 +375,19 @@ def test_loop_and_lightning_engines_train_the_same_models(tmp_path, proc):
     np.testing.assert_allclose(zhist.to_numpy(float), zhist2[zhist.columns].to_numpy(float), rtol=1e-12)
     assert hist.loss.iloc[-1] < hist.loss.iloc[0]  # it trained
     # and the seed matters: another seed is another model
-    other, *_ = fit_denoiser(x, spot, gene, model=model, train={**train, "engine": "loop"}, fusion="learned", seed=3,
-                             run_dir=tmp_path, name="d", wandb=None, tags={})
+    other, *_ = fit_denoiser(
+        x,
+        spot,
+        gene,
+        model=model,
+        train={**train, "engine": "loop"},
+        fusion="learned",
+        seed=3,
+        run_dir=tmp_path,
+        name="d",
+        wandb=None,
+        tags={},
+    )
     assert not np.allclose(other, mu)
 
 
@@ -363,19 +397,32 @@ def test_an_unknown_engine_is_refused_by_name(proc):
     x = np.asarray(proc.X, dtype=np.float64)
     edges = np.array([[0, 1], [1, 0]])
     with pytest.raises(ValueError, match=r"train.engine = 'keras': not one of \('loop', 'lightning'\)"):
-        fit_denoiser(x, edges, edges, model={"hidden": [4, 2], "latent": 2, "heads": 1, "dropout": 0.0},
-                     train={"lr": 1e-2, "gamma": 1.0, "mu_penalty": 0.0, "epochs": 1, "engine": "keras"},
-                     fusion="learned", seed=0, run_dir="unused", name="d", wandb=None, tags={})
+        fit_denoiser(
+            x,
+            edges,
+            edges,
+            model={"hidden": [4, 2], "latent": 2, "heads": 1, "dropout": 0.0},
+            train={"lr": 1e-2, "gamma": 1.0, "mu_penalty": 0.0, "epochs": 1, "engine": "keras"},
+            fusion="learned",
+            seed=0,
+            run_dir="unused",
+            name="d",
+            wandb=None,
+            tags={},
+        )
 
 
 # ---------------------------------------------------------------- claims can fail
+
 
 def fake_metrics(values: dict[str, float], seeds=(0, 1, 2)) -> pd.DataFrame:
     rows = []
     for method, v in values.items():
         for s in seeds:
             for metric in ("pcc", "ari_gmm"):
-                rows.append({"sample": f"synth_s{s}", "seed": s, "method": method, "metric": metric, "value": v + 0.01 * s})
+                rows.append(
+                    {"sample": f"synth_s{s}", "seed": s, "method": method, "metric": metric, "value": v + 0.01 * s}
+                )
     return pd.DataFrame(rows)
 
 
@@ -403,7 +450,9 @@ def test_limitations_follow_the_config():
 
     smoke = lines("smoke")
     assert smoke[0].startswith("`synth` is SynthSRT (576 synthetic spots, 120 genes)")
-    assert "FeatAE (64, 32), latent 16, heads 2, 300 epochs at lr 0.001, and the adjacency AE for 200 epochs" in smoke[2]
+    assert (
+        "FeatAE (64, 32), latent 16, heads 2, 300 epochs at lr 0.001, and the adjacency AE for 200 epochs" in smoke[2]
+    )
     edited = lines("smoke", lambda cfg: cfg["train"].update(epochs=500, lr=1e-4))
     assert "500 epochs at lr 0.0001" in edited[2]
     paper = " ".join(lines("paper"))
@@ -417,6 +466,7 @@ def test_limitations_follow_the_config():
 
 
 # ---------------------------------------------------------------- generator and config
+
 
 def test_synth_is_seeded_and_has_its_structure(tiny_cfg, synth):
     again = generate(tiny_cfg["datasets"]["synth"], 0)
@@ -435,12 +485,15 @@ def test_units_pair_one_synthetic_instance_with_each_seed(tiny_cfg):
     assert units(tiny_cfg) == [("synth_s0", 0), ("synth_s1", 1)]
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c["methods"].remove("spaef_nolm"), "methods must contain 'spaef_nolm'"),
-    (lambda c: c.update(claim_dataset="nope"), "claim_dataset = 'nope' is not allowed"),
-    (lambda c: c["embedding"].update(device="cuda"), "resources.gpus = 0"),
-    (lambda c: c["embedding"].update(gene_model="genept"), "needs embedding.genept"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["methods"].remove("spaef_nolm"), "methods must contain 'spaef_nolm'"),
+        (lambda c: c.update(claim_dataset="nope"), "claim_dataset = 'nope' is not allowed"),
+        (lambda c: c["embedding"].update(device="cuda"), "resources.gpus = 0"),
+        (lambda c: c["embedding"].update(gene_model="genept"), "needs embedding.genept"),
+    ],
+)
 def test_config_cross_checks_name_the_key(tiny_cfg, edit, message):
     cfg = copy.deepcopy(tiny_cfg)
     edit(cfg)
@@ -477,7 +530,12 @@ def test_model_downloads_only_for_the_paper_models():
 
     assert model_paths(load_paper_config("spaef", "smoke"), "cache") == []
     paths = model_paths(load_paper_config("spaef", "paper"), "cache")
-    assert paths[0] == "cache/omiclip/checkpoint.pt" and len(paths) == 4 and all(p.startswith("cache/genept/") for p in paths[1:])
+    assert (
+        paths[0] == "cache/omiclip/checkpoint.pt"
+        and len(paths) == 4
+        and all(p.startswith("cache/genept/") for p in paths[1:])
+    )
+
 
 def test_paper_download_refuses_unpinned_data(tmp_path):
     from paperflow.spaef.data import fetch_all

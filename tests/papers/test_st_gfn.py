@@ -23,18 +23,31 @@ from paperflow.st_gfn.training import train_one
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [0, 1, 2]
 ENV_METHODS = {"noisy": ["tb", "db", "subtb", "st_gfn"], "clean": ["tb", "db", "subtb", "st_gfn", "st_gfn_lam0"]}
-CLAIMS = {"noisy_env": "noisy", "clean_env": "clean", "method": "st_gfn", "lam0_method": "st_gfn_lam0",
-          "seed_noise_factor": 2.0}
+CLAIMS = {
+    "noisy_env": "noisy",
+    "clean_env": "clean",
+    "method": "st_gfn",
+    "lam0_method": "st_gfn_lam0",
+    "seed_noise_factor": 2.0,
+}
 
 
 def frame(values: dict[str, dict[str, list[float]]]) -> pd.DataFrame:
-    return pd.DataFrame([{"method": m, "seed": s, "metric": k, "value": v}
-                         for m, metrics in values.items() for k, vs in metrics.items() for s, v in zip(SEEDS, vs)])
+    return pd.DataFrame(
+        [
+            {"method": m, "seed": s, "metric": k, "value": v}
+            for m, metrics in values.items()
+            for k, vs in metrics.items()
+            for s, v in zip(SEEDS, vs)
+        ]
+    )
 
 
 def good(env: str) -> dict[str, dict[str, list[float]]]:
-    out = {m: {"l1": [0.010, 0.011, 0.012], "loss_std_last": [1.0, 1.1, 0.9], "modes_found": [4, 4, 4]}
-           for m in ENV_METHODS[env]}
+    out = {
+        m: {"l1": [0.010, 0.011, 0.012], "loss_std_last": [1.0, 1.1, 0.9], "modes_found": [4, 4, 4]}
+        for m in ENV_METHODS[env]
+    }
     out["st_gfn"] = {"l1": [0.008, 0.009, 0.0085], "loss_std_last": [0.3, 0.4, 0.35], "modes_found": [4, 4, 4]}
     out["uniform"] = {"l1": [0.02, 0.021, 0.019]}
     out["identity"] = {"lam0_db_gap": [1e-15, 0.0, 2e-15], "dc_tb_gap": [0.0, 1e-16, 0.0]}
@@ -63,7 +76,7 @@ def test_negative_control_uniform_in_place_of_a_method_is_not_held():
 
 def test_negative_control_broken_identity_and_far_lam0_run_are_not_held():
     values = good("clean")
-    values["identity"]["lam0_db_gap"] = [1e-3, 1e-3, 1e-3]            # e.g. the exit step dropped
+    values["identity"]["lam0_db_gap"] = [1e-3, 1e-3, 1e-3]  # e.g. the exit step dropped
     values["st_gfn_lam0"] = dict(values["st_gfn_lam0"], l1=[0.05, 0.051, 0.052])  # far outside DB's seed noise
     claims = gated(build_claims({"noisy": frame(good("noisy")), "clean": frame(values)}, ENV_METHODS, CLAIMS, SEEDS))
     assert claims["identity_lam0_db_gap_clean"] is False
@@ -90,6 +103,7 @@ def test_a_missing_seed_makes_a_claim_fail_not_pass():
 
 # --- metrics ---------------------------------------------------------------------------------------
 
+
 def test_l1_conventions_and_exact_target_from_torchgfn():
     env = make_env({"kind": "hypergrid", "ndim": 2, "height": 8, "R0": 0.1, "R1": 0.5, "R2": 2.0, "sigma": 0.0})
     rewards = env.reward(env.all_states).double().numpy()
@@ -112,6 +126,7 @@ def test_log_space_noise_is_unbiased_and_zero_sigma_is_the_identity():
 
 # --- config errors ---------------------------------------------------------------------------------
 
+
 def config_root(tmp_path: Path, edit) -> Path:
     (tmp_path / "config" / "schemas").mkdir(parents=True)
     shutil.copy(ROOT / "config" / "schemas" / "st_gfn.schema.yaml", tmp_path / "config" / "schemas")
@@ -121,20 +136,38 @@ def config_root(tmp_path: Path, edit) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["defaults"]["methods"]["tb"].update(kind="tbb"),
-     r"defaults.methods.tb.kind = 'tbb' is not allowed; allowed values: 'tb', 'db', 'subtb', 'st_gfn'"),
-    (lambda d: d["defaults"]["methods"]["st_gfn"].update(filter="gauss"),
-     r"allowed values: 'tikhonov', 'butterworth', 'dc'"),
-    (lambda d: d["smoke"].update(env_methods={"noisy": ["tb", "db", "st_gnf"], "clean": ["tb", "db", "st_gfn", "st_gfn_lam0"]}),
-     r"env_methods.noisy\[...\] = 'st_gnf' is not allowed \(did you mean 'st_gfn'\?\)"),
-    (lambda d: d["defaults"]["methods"]["st_gfn_lam0"].update(lam=1.0),
-     r"claims.lam0_method = 'st_gfn_lam0' must be an st_gfn method with filter tikhonov and lam 0"),
-    (lambda d: d["defaults"]["methods"]["subtb"].pop("lamda"),
-     r"methods.subtb \(kind subtb\) is missing key\(s\) lamda"),
-    (lambda d: d["smoke"].update(evaluate={"last_visited": 10**6}),
-     r"evaluate.last_visited = 1000000 exceeds the 12800 trajectories of training"),
-], ids=["kind", "filter", "method-typo", "lam0-control", "missing-key", "window"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d["defaults"]["methods"]["tb"].update(kind="tbb"),
+            r"defaults.methods.tb.kind = 'tbb' is not allowed; allowed values: 'tb', 'db', 'subtb', 'st_gfn'",
+        ),
+        (
+            lambda d: d["defaults"]["methods"]["st_gfn"].update(filter="gauss"),
+            r"allowed values: 'tikhonov', 'butterworth', 'dc'",
+        ),
+        (
+            lambda d: d["smoke"].update(
+                env_methods={"noisy": ["tb", "db", "st_gnf"], "clean": ["tb", "db", "st_gfn", "st_gfn_lam0"]}
+            ),
+            r"env_methods.noisy\[...\] = 'st_gnf' is not allowed \(did you mean 'st_gfn'\?\)",
+        ),
+        (
+            lambda d: d["defaults"]["methods"]["st_gfn_lam0"].update(lam=1.0),
+            r"claims.lam0_method = 'st_gfn_lam0' must be an st_gfn method with filter tikhonov and lam 0",
+        ),
+        (
+            lambda d: d["defaults"]["methods"]["subtb"].pop("lamda"),
+            r"methods.subtb \(kind subtb\) is missing key\(s\) lamda",
+        ),
+        (
+            lambda d: d["smoke"].update(evaluate={"last_visited": 10**6}),
+            r"evaluate.last_visited = 1000000 exceeds the 12800 trajectories of training",
+        ),
+    ],
+    ids=["kind", "filter", "method-typo", "lam0-control", "missing-key", "window"],
+)
 def test_config_errors_name_the_key_and_the_allowed_values(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
         load_paper_config("st_gfn", "smoke", config_root(tmp_path, edit))
@@ -152,8 +185,10 @@ def test_limitations_follow_the_configured_grid_and_budget():
         return [line for line in limitations(scale, envs, cfg["train"]) if line.startswith("Scale")]
 
     cfg = load_paper_config("st_gfn", "smoke", ROOT)
-    assert scale_line("smoke", cfg) == ["Scale `smoke` trains on `noisy` a 2-D HyperGrid of 64 states, `clean` a 2-D HyperGrid "
-                                        "of 64 states for 800 iterations of 16 trajectories, smaller than `scale=paper`."]
+    assert scale_line("smoke", cfg) == [
+        "Scale `smoke` trains on `noisy` a 2-D HyperGrid of 64 states, `clean` a 2-D HyperGrid "
+        "of 64 states for 800 iterations of 16 trajectories, smaller than `scale=paper`."
+    ]
     cfg["train"]["iterations"], cfg["envs"]["clean"]["height"] = 1200, 10
     assert "`clean` a 2-D HyperGrid of 100 states for 1200 iterations" in scale_line("smoke", cfg)[0]
     assert scale_line("paper", load_paper_config("st_gfn", "paper", ROOT)) == []
@@ -191,11 +226,13 @@ def test_noiseless_8x8_every_method_beats_the_uniform_sampler():
     uniform_pf = None
     results = {}
     for name in ("tb", "db", "subtb", "st_gfn"):
-        state, history, visits = train_one(env, CLEAN8, specs[name], MODEL, dict(train, iterations=400), seed=0,
-                                           progress=False)
+        state, history, visits = train_one(
+            env, CLEAN8, specs[name], MODEL, dict(train, iterations=400), seed=0, progress=False
+        )
         results[name] = l1_mean(empirical_pmf(visits.state.to_numpy()[-3200:], pi.size), pi)
         if uniform_pf is None:
             from paperflow.st_gfn.models import make_gflownet
+
             uniform_pf = make_gflownet(env, specs[name], MODEL).pf
     uniform = l1_mean(empirical_pmf(sample_terminal_states(env, uniform_pf, 3200, 800, 1.0, 0), pi.size), pi)
     assert all(v < uniform for v in results.values()), (results, uniform)

@@ -6,7 +6,6 @@ engine reproducing the plain loop, config errors, and the paper-scale DAG listin
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 
 import numpy as np
@@ -17,20 +16,49 @@ from conftest import job_counts, run_snakemake
 from test_st_gfn import config_root
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.st_gfn.adversarial import (GameLoss, edb_loss, exact_log_flows, game_residuals, log_children,
-                                          subtb_loss, tb_loss)
+from paperflow.st_gfn.adversarial import (
+    GameLoss,
+    edb_loss,
+    exact_log_flows,
+    game_residuals,
+    log_children,
+    subtb_loss,
+    tb_loss,
+)
 from paperflow.st_gfn.game_evaluation import evaluate_game, game_identity_gaps
-from paperflow.st_gfn.game_training import optimal_fractions, Positions, make_game_net, train_game
-from paperflow.st_gfn.games import (Connect4Solver, board_string, boards_from_strings, connect4_test_set, make_game,
-                                    random_late_positions, tictactoe_oracle)
+from paperflow.st_gfn.game_training import Positions, make_game_net, optimal_fractions, train_game
+from paperflow.st_gfn.games import (
+    Connect4Solver,
+    board_string,
+    boards_from_strings,
+    connect4_test_set,
+    make_game,
+    random_late_positions,
+    tictactoe_oracle,
+)
 from paperflow.st_gfn.spectral import dc_only, spectral_loss_per_trajectory, tikhonov
 
 ROOT = Path(__file__).resolve().parents[2]
 TTT, C4 = make_game({"kind": "tictactoe"}), make_game({"kind": "connect4"})
 MODEL = {"hidden": 32, "layers": 2}
-TRAIN = {"lr": 1e-3, "lr_logz": 0.1, "epsilon": 0.1, "grad_clip": 1.0, "iterations": 1, "batch_size": 1, "engine": "loop"}
-TTT_SPEC = {"kind": "tictactoe", "lambd": 10.0, "sigma": 0.0, "iterations": 150, "batch_size": 64, "eval_every": 50,
-            "eval_games": 200}
+TRAIN = {
+    "lr": 1e-3,
+    "lr_logz": 0.1,
+    "epsilon": 0.1,
+    "grad_clip": 1.0,
+    "iterations": 1,
+    "batch_size": 1,
+    "engine": "loop",
+}
+TTT_SPEC = {
+    "kind": "tictactoe",
+    "lambd": 10.0,
+    "sigma": 0.0,
+    "iterations": 150,
+    "batch_size": 64,
+    "eval_every": 50,
+    "eval_games": 200,
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +72,7 @@ def methods():
 
 # --- engines ------------------------------------------------------------------------------------------------
 
+
 def play(game, moves):
     board = game.initial(1)
     for m in moves:
@@ -51,14 +80,17 @@ def play(game, moves):
     return board
 
 
-@pytest.mark.parametrize("moves, winner", [
-    ([0, 0, 1, 1, 2, 2, 3], 1),            # horizontal, bottom row
-    ([3, 4, 3, 4, 3, 4, 3], 1),            # vertical
-    ([0, 1, 1, 2, 2, 3, 2, 3, 3, 6, 3], 1),  # diagonal rising to the right
-    ([6, 5, 5, 4, 4, 3, 4, 3, 3, 0, 3], 1),  # diagonal rising to the left
-    ([6, 0, 6, 1, 5, 2, 5, 3], -1),          # the second player, horizontal
-    ([0, 0, 1, 1, 2, 2], 0),                 # three in a row: no win yet
-])
+@pytest.mark.parametrize(
+    "moves, winner",
+    [
+        ([0, 0, 1, 1, 2, 2, 3], 1),  # horizontal, bottom row
+        ([3, 4, 3, 4, 3, 4, 3], 1),  # vertical
+        ([0, 1, 1, 2, 2, 3, 2, 3, 3, 6, 3], 1),  # diagonal rising to the right
+        ([6, 5, 5, 4, 4, 3, 4, 3, 3, 0, 3], 1),  # diagonal rising to the left
+        ([6, 0, 6, 1, 5, 2, 5, 3], -1),  # the second player, horizontal
+        ([0, 0, 1, 1, 2, 2], 0),  # three in a row: no win yet
+    ],
+)
 def test_connect4_win_detection_in_all_four_directions(moves, winner):
     board = play(C4, moves)
     assert int(C4.winner(board)[0]) == winner
@@ -74,13 +106,14 @@ def test_connect4_gravity_and_legal_moves():
 
 def test_tictactoe_engine_batched_and_draw():
     draw = play(TTT, [0, 1, 2, 4, 3, 5, 7, 6, 8])  # x o x / x o o / o x x
-    wins = play(TTT, [0, 3, 4, 5, 8])               # x on the main diagonal
+    wins = play(TTT, [0, 3, 4, 5, 8])  # x on the main diagonal
     both = torch.cat([draw, wins])
     done, outcome = TTT.status(both)
     assert done.tolist() == [True, True] and outcome.tolist() == [0, 1]
 
 
 # --- tic-tac-toe oracle ---------------------------------------------------------------------------------------
+
 
 def test_tictactoe_oracle_counts_5478_positions_and_the_empty_board_is_a_draw(oracle):
     assert len(oracle) == 5478 and oracle["board"].is_unique
@@ -91,17 +124,21 @@ def test_tictactoe_oracle_counts_5478_positions_and_the_empty_board_is_a_draw(or
     assert ends == {1: 626, -1: 316, 0: 16}  # the 958 final positions: x wins, o wins, full-board draws
 
 
-@pytest.mark.parametrize("board, optimal, value", [
-    ("xx.oo....", {2}, 1),               # x completes the top row
-    ("x...o...x", {1, 3, 5, 7}, 0),      # o must play an edge: a corner loses to the fork
-    ("....x....", {0, 2, 6, 8}, 0),      # against the centre, o must take a corner: an edge loses
-])
+@pytest.mark.parametrize(
+    "board, optimal, value",
+    [
+        ("xx.oo....", {2}, 1),  # x completes the top row
+        ("x...o...x", {1, 3, 5, 7}, 0),  # o must play an edge: a corner loses to the fork
+        ("....x....", {0, 2, 6, 8}, 0),  # against the centre, o must take a corner: an edge loses
+    ],
+)
 def test_known_positions_have_the_expected_optimal_moves(oracle, board, optimal, value):
     row = oracle.set_index("board").loc[board]
     assert {a for a in range(9) if row["optimal"] >> a & 1} == optimal and row["value"] == value
 
 
 # --- Connect-4 solver against brute force ---------------------------------------------------------------------
+
 
 def brute_force(board: list[list[int]], mover: int) -> int:
     """Independent plain negamax (no pruning, no table) on a list-of-lists board: value for `mover`."""
@@ -153,6 +190,7 @@ def test_connect4_solver_agrees_with_brute_force_negamax():
 
 # --- the AFlowNet objective -----------------------------------------------------------------------------------
 
+
 def exact_policy_residuals(oracle, lambd, perturb=0.0, seed=0):
     """The residual of every (position, move) pair of tic-tac-toe under the closed-form flows and the policies
     they define (optionally with noise on the children's log flows): one-move games s -> s' with F(s') as target."""
@@ -163,18 +201,23 @@ def exact_policy_residuals(oracle, lambd, perturb=0.0, seed=0):
     legal = TTT.legal(boards)
     deltas = []
     for i, key in enumerate(live["board"]):
-        board = boards[i:i + 1]
+        board = boards[i : i + 1]
         mover = int(TTT.to_move(board)[0])
         moves = legal[i].nonzero().flatten()
-        child = torch.tensor([flows[board_string(TTT.play(board, m.reshape(1))[0].numpy())] for m in moves], dtype=torch.float64)
+        child = torch.tensor(
+            [flows[board_string(TTT.play(board, m.reshape(1))[0].numpy())] for m in moves], dtype=torch.float64
+        )
         child = child + perturb * torch.as_tensor(rng.standard_normal(len(moves)))
         log_p = torch.log_softmax(mover * child, 0)  # P_1 proportional to F(child); P_2 to 1 / F(child)
         log_f = torch.full((len(moves),), flows[key], dtype=torch.float64)
         log_n = torch.full_like(log_f, math.log(len(moves)))
         m = torch.full((len(moves),), mover)
         # one-step "games" from s to each child, with the child's flow as the terminal target
-        deltas.append(game_residuals(log_p[None], log_n[None], m[None], log_f[None], torch.ones(len(moves), dtype=torch.long),
-                                     child)[0])
+        deltas.append(
+            game_residuals(
+                log_p[None], log_n[None], m[None], log_f[None], torch.ones(len(moves), dtype=torch.long), child
+            )[0]
+        )
     return torch.cat(deltas)
 
 
@@ -199,12 +242,26 @@ def test_closed_form_on_a_two_move_tree():
             log_n = torch.full((2, 1), math.log(2), dtype=torch.float64)
             movers = torch.tensor([[1], [-1]])
             flows = torch.tensor([[0.0], [f[k]]], dtype=torch.float64)
-            delta = game_residuals(log_pf, log_n, movers, flows, torch.tensor([2]), torch.tensor([end], dtype=torch.float64),
-                                   torch.tensor(log_z, dtype=torch.float64))
+            delta = game_residuals(
+                log_pf,
+                log_n,
+                movers,
+                flows,
+                torch.tensor([2]),
+                torch.tensor([end], dtype=torch.float64),
+                torch.tensor(log_z, dtype=torch.float64),
+            )
             assert delta.abs().max() < 1e-12
             assert tb_loss(delta) < 1e-24 and subtb_loss(delta, torch.tensor([2]), 0.9) < 1e-24
-            bad = game_residuals(log_pf, log_n, movers, flows, torch.tensor([2]), torch.tensor([end + 0.3], dtype=torch.float64),
-                                 torch.tensor(log_z, dtype=torch.float64))
+            bad = game_residuals(
+                log_pf,
+                log_n,
+                movers,
+                flows,
+                torch.tensor([2]),
+                torch.tensor([end + 0.3], dtype=torch.float64),
+                torch.tensor(log_z, dtype=torch.float64),
+            )
             assert tb_loss(bad) == pytest.approx(0.09)
 
 
@@ -232,7 +289,7 @@ def test_spectral_loss_at_lam0_is_edb_and_dc_is_tb_on_self_play_residuals():
     assert float(GameLoss({"kind": "db"})(delta, lengths)) == float(edb_loss(delta))
     dc = spectral_loss_per_trajectory(delta, lengths, dc_only()) * lengths
     assert torch.allclose(dc, delta.sum(0) ** 2)
-    assert spectral_loss_per_trajectory(delta, lengths, tikhonov(2.0)).sum() < (delta ** 2).sum()
+    assert spectral_loss_per_trajectory(delta, lengths, tikhonov(2.0)).sum() < (delta**2).sum()
 
 
 def test_log_children_and_unknown_method_kind():
@@ -243,6 +300,7 @@ def test_log_children_and_unknown_method_kind():
 
 
 # --- training -----------------------------------------------------------------------------------------------
+
 
 def test_short_self_play_improves_the_optimal_move_fraction(oracle):
     """150 iterations of 64 games (seconds): tb and st_gfn raise the argmax optimal-move fraction over the
@@ -261,8 +319,9 @@ def test_lightning_game_job_reproduces_the_plain_loop_on_cpu(tmp_path, oracle):
     spec = dict(TTT_SPEC, iterations=6, batch_size=8, eval_every=3)
     method = methods()["st_gfn"]
     state, history, visits = train_game(spec, oracle, method, MODEL, TRAIN, seed=1, progress=False)
-    l_state, l_history, l_visits, tracking = fit_one(spec, oracle, method, MODEL, dict(TRAIN, engine="lightning"), 1,
-                                                     run_dir=tmp_path, name="ttt-st_gfn")
+    l_state, l_history, l_visits, tracking = fit_one(
+        spec, oracle, method, MODEL, dict(TRAIN, engine="lightning"), 1, run_dir=tmp_path, name="ttt-st_gfn"
+    )
     pd.testing.assert_frame_equal(history, l_history)
     pd.testing.assert_frame_equal(visits, l_visits)
     assert all(torch.equal(state[k], l_state[k]) for k in state) and "csv" in tracking
@@ -272,8 +331,16 @@ def test_evaluation_rows_for_a_trained_run(tmp_path, oracle):
     spec = dict(TTT_SPEC, iterations=5, batch_size=8, eval_games=20)
     state, history, visits = train_game(spec, oracle, methods()["tb"], MODEL, TRAIN, seed=0, progress=False)
     torch.save({"seed0": state}, tmp_path / "tb.pt")
-    metrics, pmfs = evaluate_game(TTT, spec, oracle, {"tb": methods()["tb"]}, [("tb", 0, tmp_path / "tb.pt", visits, history)],
-                                  MODEL, [0], {"loss_window": 3})
+    metrics, pmfs = evaluate_game(
+        TTT,
+        spec,
+        oracle,
+        {"tb": methods()["tb"]},
+        [("tb", 0, tmp_path / "tb.pt", visits, history)],
+        MODEL,
+        [0],
+        {"loss_window": 3},
+    )
     got = metrics.pivot_table(index="metric", columns="method", values="value")
     for name in ("random", "minimax"):
         rates = got.loc[[f"win_rate_vs_{name}", f"draw_rate_vs_{name}", f"loss_rate_vs_{name}"], "tb"]
@@ -295,15 +362,27 @@ def test_uniform_network_matches_the_uniform_optimal_fraction(oracle):
 
 # --- config and DAG -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["defaults"]["envs"]["tictactoe"].update(kind="chess"),
-     r"allowed values: 'hypergrid', 'bitseq', 'geneset', 'tictactoe', 'connect4'"),
-    (lambda d: d["defaults"]["envs"]["tictactoe"].update(lambda_=1.0), r"lambda_"),
-    (lambda d: d["defaults"]["envs"]["connect4"].pop("test_empty"), r"envs.connect4 \(kind connect4\) is missing key\(s\) test_empty"),
-    (lambda d: d["defaults"]["envs"]["tictactoe"].update(test_empty=10),
-     r"envs.tictactoe \(kind tictactoe\) has game key\(s\) test_empty; a tictactoe env takes only: kind, sigma, lambd"),
-    (lambda d: d["paper"]["env_methods"].update(connect4=["db", "st_gfn"]), r"'tb' \(methods of connect4\)"),
-], ids=["kind", "unknown-key", "missing", "foreign", "baseline"])
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d["defaults"]["envs"]["tictactoe"].update(kind="chess"),
+            r"allowed values: 'hypergrid', 'bitseq', 'geneset', 'tictactoe', 'connect4'",
+        ),
+        (lambda d: d["defaults"]["envs"]["tictactoe"].update(lambda_=1.0), r"lambda_"),
+        (
+            lambda d: d["defaults"]["envs"]["connect4"].pop("test_empty"),
+            r"envs.connect4 \(kind connect4\) is missing key\(s\) test_empty",
+        ),
+        (
+            lambda d: d["defaults"]["envs"]["tictactoe"].update(test_empty=10),
+            r"envs.tictactoe \(kind tictactoe\) has game key\(s\) test_empty; a tictactoe env takes only: kind, sigma, lambd",
+        ),
+        (lambda d: d["paper"]["env_methods"].update(connect4=["db", "st_gfn"]), r"'tb' \(methods of connect4\)"),
+    ],
+    ids=["kind", "unknown-key", "missing", "foreign", "baseline"],
+)
 def test_game_config_errors_name_the_key_and_the_allowed_values(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
         load_paper_config("st_gfn", "paper", config_root(tmp_path, edit))
@@ -327,7 +406,9 @@ def test_paper_dry_run_lists_the_game_jobs(dry_repo):
         for m in methods_:
             assert f"results/paper/st_gfn/models/{env}/{m}.pt" in proc.stdout
         assert f"results/paper/st_gfn/eval/{env}/metrics.parquet" in proc.stdout
-    train_blocks = [b for b in proc.stdout.split("\nrule ")[1:] if b.startswith("st_gfn_train") and "models/connect4" in b]
+    train_blocks = [
+        b for b in proc.stdout.split("\nrule ")[1:] if b.startswith("st_gfn_train") and "models/connect4" in b
+    ]
     assert train_blocks and all("gpu=1" in b for b in train_blocks)
     smoke = job_counts(run_snakemake(dry_repo, "-n", "--config", "scale=smoke", "papers=[st_gfn]").stdout)
     smoke_cfg = load_paper_config("st_gfn", "smoke", ROOT)

@@ -30,10 +30,11 @@ def masked(delta: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
 
 # --- 10.1 Parseval / DB ---------------------------------------------------------------------------
 
+
 def test_lam0_is_the_sum_of_squared_residuals_per_trajectory():
     delta, lengths = random_batch(0)
     got = spectral.spectral_loss_per_trajectory(delta, lengths, spectral.tikhonov(0.0))
-    want = torch.stack([(d ** 2).sum() for d in masked(delta, lengths)])
+    want = torch.stack([(d**2).sum() for d in masked(delta, lengths)])
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
@@ -43,8 +44,10 @@ def test_padding_beyond_a_trajectory_never_leaks_into_its_loss():
     steps = torch.arange(delta.shape[0])[:, None]
     noisy[steps >= lengths[None, :]] = 1e3
     for weight in (spectral.tikhonov(2.0), spectral.dc_only(), spectral.butterworth(0.2)):
-        torch.testing.assert_close(spectral.spectral_loss_per_trajectory(noisy, lengths, weight),
-                                   spectral.spectral_loss_per_trajectory(delta, lengths, weight))
+        torch.testing.assert_close(
+            spectral.spectral_loss_per_trajectory(noisy, lengths, weight),
+            spectral.spectral_loss_per_trajectory(delta, lengths, weight),
+        )
 
 
 @pytest.mark.parametrize("time_features", [0, 4])
@@ -58,6 +61,7 @@ def test_lam0_equals_torchgfn_db_and_dc_equals_torchgfn_tb_on_the_same_batch(tim
 
 
 # --- 10.2 TB limit ---------------------------------------------------------------------------------
+
 
 def test_dc_only_times_n_is_the_squared_sum_of_residuals():
     delta, lengths = random_batch(2)
@@ -76,13 +80,16 @@ def test_huge_lam_tikhonov_agrees_with_dc_only():
 
 def test_intermediate_lam_lies_between_the_limits_and_decreases():
     delta, lengths = random_batch(4)
-    values = [spectral.spectral_loss_per_trajectory(delta, lengths, spectral.tikhonov(lam)).sum()
-              for lam in (0.0, 0.5, 2.0, 8.0, 1e10)]
+    values = [
+        spectral.spectral_loss_per_trajectory(delta, lengths, spectral.tikhonov(lam)).sum()
+        for lam in (0.0, 0.5, 2.0, 8.0, 1e10)
+    ]
     assert all(a >= b - 1e-12 for a, b in zip(values, values[1:]))
     assert values[0] > values[2] > values[-1]
 
 
 # --- 10.3 regularised value iteration ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n,lam", [(1, 2.0), (5, 0.5), (8, 2.0), (15, 8.0)])
 def test_tikhonov_loss_is_the_quadratic_form_of_the_smoother(n, lam):
@@ -104,8 +111,9 @@ def test_circular_difference_spectrum_and_the_averaging_limit():
     eig = torch.linalg.eigvalsh(d.T @ d)
     want = torch.sort(4 * torch.sin(math.pi * spectral.frequencies(n)) ** 2).values
     torch.testing.assert_close(eig, want, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(spectral.tikhonov_operator(n, 1e9), torch.full((n, n), 1.0 / n, dtype=torch.float64),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        spectral.tikhonov_operator(n, 1e9), torch.full((n, n), 1.0 / n, dtype=torch.float64), rtol=0, atol=1e-6
+    )
 
 
 def test_pad_to_max_uses_one_fft_of_the_padded_length():
@@ -118,7 +126,7 @@ def test_pad_to_max_uses_one_fft_of_the_padded_length():
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
     # at lam = 0 padding changes nothing (Parseval), at lam > 0 it does
     zero = spectral.spectral_loss_per_trajectory(delta, lengths, spectral.tikhonov(0.0), pad_to_max=True)
-    torch.testing.assert_close(zero, (padded ** 2).sum(0))
+    torch.testing.assert_close(zero, (padded**2).sum(0))
     assert not torch.allclose(got, spectral.spectral_loss_per_trajectory(delta, lengths, spectral.tikhonov(2.0)))
 
 
@@ -138,6 +146,7 @@ def test_filters_reject_bad_parameters():
 
 
 # --- 10.4 Wiener-Khinchin ---------------------------------------------------------------------------
+
 
 def test_autocorrelation_by_fft_equals_the_direct_circular_sum():
     rng = np.random.default_rng(0)
@@ -191,10 +200,10 @@ TOY_R = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
 
 def toy_residuals(p: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """Per-step residuals (exit included) of the five complete trajectories of the toy DAG."""
-    lpa = torch.log_softmax(p["pf_a"], 0)     # A -> B, A -> C, A exit
-    lpb = torch.log_softmax(p["pf_b"], 0)     # B -> D, B exit
-    lpc = torch.log_softmax(p["pf_c"], 0)     # C -> D, C exit
-    lpd = torch.log_softmax(p["pb_d"], 0)     # P_B(B | D), P_B(C | D)
+    lpa = torch.log_softmax(p["pf_a"], 0)  # A -> B, A -> C, A exit
+    lpb = torch.log_softmax(p["pf_b"], 0)  # B -> D, B exit
+    lpc = torch.log_softmax(p["pf_c"], 0)  # C -> D, C exit
+    lpd = torch.log_softmax(p["pb_d"], 0)  # P_B(B | D), P_B(C | D)
     z, fb, fc, fd = p["log_z"], p["log_f"][0], p["log_f"][1], p["log_f"][2]
     lr = torch.log(TOY_R)
     return [
@@ -211,16 +220,30 @@ def toy_terminal_pmf(p: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.stack([pa[2], pa[0] * pb[1], pa[1] * pc[1], pa[0] * pb[0] + pa[1] * pc[0]])
 
 
-@pytest.mark.parametrize("weight", [spectral.tikhonov(0.0), spectral.tikhonov(2.0), spectral.tikhonov(8.0),
-                                    spectral.butterworth(0.25), spectral.dc_only()],
-                         ids=["lam0", "lam2", "lam8", "butterworth", "dc"])
+@pytest.mark.parametrize(
+    "weight",
+    [
+        spectral.tikhonov(0.0),
+        spectral.tikhonov(2.0),
+        spectral.tikhonov(8.0),
+        spectral.butterworth(0.25),
+        spectral.dc_only(),
+    ],
+    ids=["lam0", "lam2", "lam8", "butterworth", "dc"],
+)
 def test_exact_minimiser_of_the_spectral_loss_samples_r_over_z(weight):
     g = torch.Generator().manual_seed(0)
     shapes = {"pf_a": 3, "pf_b": 2, "pf_c": 2, "pb_d": 2, "log_f": 3, "log_z": 1}
     p = {k: torch.randn(n, dtype=torch.float64, generator=g).requires_grad_() for k, n in shapes.items()}
     p["log_z"] = p["log_z"][0].detach().requires_grad_()
-    opt = torch.optim.LBFGS(list(p.values()), lr=1.0, max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16,
-                            line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        list(p.values()),
+        lr=1.0,
+        max_iter=500,
+        tolerance_grad=1e-14,
+        tolerance_change=1e-16,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure():
         opt.zero_grad()

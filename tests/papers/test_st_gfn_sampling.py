@@ -77,6 +77,8 @@ def test_the_runtime_benchmark_times_every_configured_run(capsys):
 
     main(["tiny"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 3 + 4 + 2 + 1 and lines[-1].startswith("total cpu")  # tiny: 3 noisy + 4 clean + 2 tic-tac-toe runs
+    assert len(lines) == 3 + 4 + 2 + 1 and lines[-1].startswith(
+        "total cpu"
+    )  # tiny: 3 noisy + 4 clean + 2 tic-tac-toe runs
     assert [line.split()[0] for line in lines[:-1]] == ["noisy"] * 3 + ["clean"] * 4 + ["tictactoe"] * 2
     assert all("final loss" in line for line in lines[:-1])

@@ -35,12 +35,38 @@ from paperflow.st_gfn.identities import identity_gaps
 from paperflow.st_gfn.training import train_one
 
 ROOT = Path(__file__).resolve().parents[2]
-BITS = {"kind": "bitseq", "word_size": 2, "seq_size": 8, "n_modes": 4, "temperature": 1.0, "mode_seed": 0,
-        "mode_distance": 1, "sigma": 1.0}
-GENESET = {"kind": "geneset", "source": "synthetic_norman", "synthetic_seed": 0, "k": 2, "min_cells": 10,
-           "n_response_genes": 20, "target": None, "tau": 1.0, "n_modes": 3, "sigma": 0.5}
+BITS = {
+    "kind": "bitseq",
+    "word_size": 2,
+    "seq_size": 8,
+    "n_modes": 4,
+    "temperature": 1.0,
+    "mode_seed": 0,
+    "mode_distance": 1,
+    "sigma": 1.0,
+}
+GENESET = {
+    "kind": "geneset",
+    "source": "synthetic_norman",
+    "synthetic_seed": 0,
+    "k": 2,
+    "min_cells": 10,
+    "n_response_genes": 20,
+    "target": None,
+    "tau": 1.0,
+    "n_modes": 3,
+    "sigma": 0.5,
+}
 MODEL = {"hidden": 32, "layers": 2}
-TRAIN = {"iterations": 12, "batch_size": 16, "lr": 1e-3, "lr_logz": 0.1, "epsilon": 0.05, "grad_clip": 1.0, "engine": "loop"}
+TRAIN = {
+    "iterations": 12,
+    "batch_size": 16,
+    "lr": 1e-3,
+    "lr_logz": 0.1,
+    "epsilon": 0.05,
+    "grad_clip": 1.0,
+    "engine": "loop",
+}
 
 
 def methods():
@@ -59,6 +85,7 @@ def gene_target(norman_files) -> tuple[pd.DataFrame, dict]:
 
 # --- noisy sequence generation (torchgfn BitSequence) ----------------------------------------------------
 
+
 def test_bitseq_identities_hold_on_real_torchgfn_trajectories():
     """Spec 10.1-10.2 on BitSequence: sum L_ST(0) = torchgfn's DB loss, n L_ST(DC) = torchgfn's TB loss."""
     env = make_env(BITS)
@@ -70,7 +97,7 @@ def test_bitseq_identities_hold_on_real_torchgfn_trajectories():
 
 def test_sequence_distances_agree_with_torchgfn_rewards():
     env = make_env(dict(BITS, seq_size=16, word_size=4, n_modes=6, temperature=2.0))
-    states = env.terminating_states[torch.randperm(2 ** 16, generator=torch.Generator().manual_seed(0))[:200]]
+    states = env.terminating_states[torch.randperm(2**16, generator=torch.Generator().manual_seed(0))[:200]]
     bits = sequences.words_to_bits(states.tensor.numpy(), 4)
     np.testing.assert_array_equal(bits, env.integers_to_binary(states.tensor, 4).numpy())
     modes = sequences.reference_modes(env).to_numpy()
@@ -92,8 +119,8 @@ def test_bitseq_preprocessor_codes_slots_and_time():
     pre = make_preprocessor(env, time_features=4)
     states = env.reset(batch_shape=(3,))
     x = pre(states)
-    assert x.shape == (3, env.words_per_seq * (2 ** 2 + 2) + 8)
-    assert torch.equal(x[:, : 2 ** 2 + 2].argmax(-1), torch.zeros(3, dtype=torch.long))  # empty slot = value -1
+    assert x.shape == (3, env.words_per_seq * (2**2 + 2) + 8)
+    assert torch.equal(x[:, : 2**2 + 2].argmax(-1), torch.zeros(3, dtype=torch.long))  # empty slot = value -1
 
 
 @pytest.mark.parametrize("name", ["tb", "db", "subtb", "st_gfn"])
@@ -114,9 +141,16 @@ def test_hashed_visit_keys_are_deterministic_and_spread():
 
 # --- single-cell perturbation (GSE133344 format, proxy, SetAddition) ---------------------------------------
 
-@pytest.mark.parametrize("guide, condition", [("AHR_KLF1__AHR_KLF1", "AHR+KLF1"), ("KLF1_AHR__KLF1_AHR", "AHR+KLF1"),
-                                              ("CEBPE_NegCtrl0__CEBPE_NegCtrl0", "CEBPE"),
-                                              ("NegCtrl10_NegCtrl0__NegCtrl10_NegCtrl0", "ctrl")])
+
+@pytest.mark.parametrize(
+    "guide, condition",
+    [
+        ("AHR_KLF1__AHR_KLF1", "AHR+KLF1"),
+        ("KLF1_AHR__KLF1_AHR", "AHR+KLF1"),
+        ("CEBPE_NegCtrl0__CEBPE_NegCtrl0", "CEBPE"),
+        ("NegCtrl10_NegCtrl0__NegCtrl10_NegCtrl0", "ctrl"),
+    ],
+)
 def test_guide_identities_become_conditions(guide, condition):
     assert perturbation.condition_of(guide) == condition
 
@@ -158,7 +192,7 @@ def test_additive_proxy_and_exact_target(gene_target, norman_files):
     profiles = perturbation.log_profiles(perturbation.pseudobulk(norman_files, progress=False))
     shift = (profiles - profiles.loc["ctrl"])[meta["response_genes"]]
     predicted, target = shift.loc["GENE0"] + shift.loc["GENE2"], shift.loc["GENE4+GENE5"]
-    want = -((predicted - target) ** 2).sum() / float((target ** 2).sum())
+    want = -((predicted - target) ** 2).sum() / float((target**2).sum())
     assert frame.set_index("genes").loc["GENE0+GENE2", "log_reward"] == pytest.approx(want)
     assert 0.5 < meta["additive_r"] <= 1  # the generator's doubles are additive plus a small interaction
 
@@ -198,8 +232,16 @@ def test_evaluation_of_both_task_kinds(tmp_path, gene_target):
         env = make_env(spec, target)
         state, history, visits = train_one(env, spec, methods()["tb"], MODEL, TRAIN, seed=0, progress=False)
         torch.save({"seed0": state}, tmp_path / "tb.pt")
-        metrics, pmfs = evaluate_env(env, spec, target, {"tb": methods()["tb"]},
-                                     [("tb", 0, tmp_path / "tb.pt", visits, history)], MODEL, [0], cfg)
+        metrics, pmfs = evaluate_env(
+            env,
+            spec,
+            target,
+            {"tb": methods()["tb"]},
+            [("tb", 0, tmp_path / "tb.pt", visits, history)],
+            MODEL,
+            [0],
+            cfg,
+        )
         got = set(metrics[metrics.method == "tb"].metric)
         if spec["kind"] == "bitseq":
             assert {"modes_found", "topk_reward", "topk_diversity", "loss_std_last"} <= got and pmfs.empty
@@ -211,14 +253,19 @@ def test_evaluation_of_both_task_kinds(tmp_path, gene_target):
 
 # --- paper-scale data: refusal, real download, config errors -----------------------------------------------
 
+
 def geo_spec(base_url: str, sha256: dict) -> dict:
     return dict(GENESET, source="geo", base_url=base_url, sha256=sha256)
 
 
 def test_unpinned_download_is_refused_with_instructions(tmp_path):
-    spec = geo_spec("https://ftp.ncbi.nlm.nih.gov/geo/series/GSE133nnn/GSE133344/suppl/",
-                    {"matrix": None, "genes": None, "barcodes": None, "identities": None})
-    with pytest.raises(ConfigError, match=r"GSE133344_filtered_matrix.mtx.gz.*never downloads unpinned data.*sha256sum"):
+    spec = geo_spec(
+        "https://ftp.ncbi.nlm.nih.gov/geo/series/GSE133nnn/GSE133344/suppl/",
+        {"matrix": None, "genes": None, "barcodes": None, "identities": None},
+    )
+    with pytest.raises(
+        ConfigError, match=r"GSE133344_filtered_matrix.mtx.gz.*never downloads unpinned data.*sha256sum"
+    ):
         perturbation.acquire("perturb", spec, tmp_path)
     assert not any(tmp_path.iterdir())
 
@@ -255,15 +302,28 @@ def test_unknown_target_names_the_available_doubles(norman_files):
         perturbation.target(bulk, dict(GENESET, target="GENE0+GENE9"))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["defaults"]["envs"]["bits"].update(seq_size=100), r"envs.bits.seq_size = 100 is not a multiple of word_size = 8"),
-    (lambda d: d["defaults"]["envs"]["perturb"].pop("base_url"), r"envs.perturb \(kind geneset\) is missing key\(s\) base_url"),
-    (lambda d: d["defaults"]["envs"]["perturb"]["sha256"].update(matrix="abc"), r"perturb.sha256.matrix: 'abc' does not match"),
-    (lambda d: d["defaults"]["envs"]["perturb"].update(source="gse"), r"allowed values: 'geo', 'synthetic_norman'"),
-    (lambda d: d["paper"]["env_methods"].update(bits=["db", "st_gfn"]), r"'tb' \(methods of bits\)"),
-    (lambda d: d["defaults"]["claims"].update(noisy_env="bits"), r"claims.noisy_env = 'bits' is a bitseq env"),
-    (lambda d: d["paper"]["train"].update(engine="torch"), r"allowed values: 'loop', 'lightning'"),
-], ids=["seq-size", "geo-url", "sha", "source", "task-baseline", "claims-env", "engine"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d["defaults"]["envs"]["bits"].update(seq_size=100),
+            r"envs.bits.seq_size = 100 is not a multiple of word_size = 8",
+        ),
+        (
+            lambda d: d["defaults"]["envs"]["perturb"].pop("base_url"),
+            r"envs.perturb \(kind geneset\) is missing key\(s\) base_url",
+        ),
+        (
+            lambda d: d["defaults"]["envs"]["perturb"]["sha256"].update(matrix="abc"),
+            r"perturb.sha256.matrix: 'abc' does not match",
+        ),
+        (lambda d: d["defaults"]["envs"]["perturb"].update(source="gse"), r"allowed values: 'geo', 'synthetic_norman'"),
+        (lambda d: d["paper"]["env_methods"].update(bits=["db", "st_gfn"]), r"'tb' \(methods of bits\)"),
+        (lambda d: d["defaults"]["claims"].update(noisy_env="bits"), r"claims.noisy_env = 'bits' is a bitseq env"),
+        (lambda d: d["paper"]["train"].update(engine="torch"), r"allowed values: 'loop', 'lightning'"),
+    ],
+    ids=["seq-size", "geo-url", "sha", "source", "task-baseline", "claims-env", "engine"],
+)
 def test_task_config_errors_name_the_key(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
         load_paper_config("st_gfn", "paper", config_root(tmp_path, edit))
@@ -271,22 +331,35 @@ def test_task_config_errors_name_the_key(tmp_path, edit, message):
 
 # --- the Lightning engine ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("env_name", ["hypergrid", "bitseq"])
 def test_lightning_job_reproduces_the_plain_loop_on_cpu(tmp_path, env_name):
     from paperflow.st_gfn.lightning import fit_one
 
-    spec = BITS if env_name == "bitseq" else {"kind": "hypergrid", "ndim": 2, "height": 8, "R0": 0.1, "R1": 0.5,
-                                               "R2": 2.0, "sigma": 1.0}
+    spec = (
+        BITS
+        if env_name == "bitseq"
+        else {"kind": "hypergrid", "ndim": 2, "height": 8, "R0": 0.1, "R1": 0.5, "R2": 2.0, "sigma": 1.0}
+    )
     for name in ("tb", "st_gfn"):
         state, history, visits = train_one(make_env(spec), spec, methods()[name], MODEL, TRAIN, seed=2, progress=False)
-        l_state, l_history, l_visits, tracking = fit_one(spec, None, methods()[name], MODEL, dict(TRAIN, engine="lightning"),
-                                                         2, run_dir=tmp_path, name=f"{env_name}-{name}")
+        l_state, l_history, l_visits, tracking = fit_one(
+            spec,
+            None,
+            methods()[name],
+            MODEL,
+            dict(TRAIN, engine="lightning"),
+            2,
+            run_dir=tmp_path,
+            name=f"{env_name}-{name}",
+        )
         np.testing.assert_array_equal(history.loss, l_history.loss)
         pd.testing.assert_frame_equal(visits, l_visits)
         assert all(torch.equal(state[k], l_state[k]) for k in state) and "csv" in tracking
 
 
 # --- the DAG end to end on the task envs (slow) ------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_task_envs_run_through_snakemake_with_a_pinned_http_download(repo_copy, norman_files, serve_folder):
@@ -296,23 +369,42 @@ def test_task_envs_run_through_snakemake_with_a_pinned_http_download(repo_copy, 
     path = repo_copy / "config" / "st_gfn.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["tiny"] = {
-        "envs": {"bits": {k: BITS[k] for k in ("word_size", "seq_size", "n_modes", "mode_distance")},
-                 "perturb": {"base_url": serve_folder(norman_files["matrix"].parent), "sha256": sha, "min_cells": 10,
-                             "n_response_genes": 20, "n_modes": 3}},
+        "envs": {
+            "bits": {k: BITS[k] for k in ("word_size", "seq_size", "n_modes", "mode_distance")},
+            "perturb": {
+                "base_url": serve_folder(norman_files["matrix"].parent),
+                "sha256": sha,
+                "min_cells": 10,
+                "n_response_genes": 20,
+                "n_modes": 3,
+            },
+        },
         "run_envs": ["perturb", "bits"],
         "claims": {"noisy_env": "perturb", "clean_env": "perturb"},
-        "seeds": [0, 1], "model": {"hidden": 16},
+        "seeds": [0, 1],
+        "model": {"hidden": 16},
         "train": {"iterations": 30, "engine": "lightning"},
-        "evaluate": {"last_visited": 240, "loss_window": 10, "n_eval_samples": 200, "efficiency_stride": 48, "top_k": 10},
+        "evaluate": {
+            "last_visited": 240,
+            "loss_window": 10,
+            "n_eval_samples": 200,
+            "efficiency_stride": 48,
+            "top_k": 10,
+        },
     }
     doc["defaults"]["env_methods"] = {"perturb": ["tb", "db", "st_gfn", "st_gfn_lam0"], "bits": ["tb", "st_gfn"]}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run_snakemake(repo_copy, "--cores", "2", "--config", "scale=tiny", "papers=[st_gfn]", "--",
-                  "results/tiny/st_gfn/report.md")
+    run_snakemake(
+        repo_copy, "--cores", "2", "--config", "scale=tiny", "papers=[st_gfn]", "--", "results/tiny/st_gfn/report.md"
+    )
     out = repo_copy / "results" / "tiny" / "st_gfn"
     claims = {c["id"]: c for c in json.loads((out / "metrics.json").read_text())["claims"]}
-    assert {"identity_lam0_db_gap_bits", "identity_dc_tb_gap_perturb", "modes_found_st_gfn_vs_tb_bits",
-            "topk_reward_st_gfn_vs_tb_bits"} <= set(claims)
+    assert {
+        "identity_lam0_db_gap_bits",
+        "identity_dc_tb_gap_perturb",
+        "modes_found_st_gfn_vs_tb_bits",
+        "topk_reward_st_gfn_vs_tb_bits",
+    } <= set(claims)
     assert claims["identity_lam0_db_gap_bits"]["held"] and claims["identity_dc_tb_gap_perturb"]["held"]
     report = (out / "report.md").read_text()
     assert "Gene-set proxy" in report and "target double perturbation GENE4+GENE5" in report

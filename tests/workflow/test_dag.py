@@ -8,10 +8,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-import pytest
 import yaml
-
 from conftest import job_counts, run_snakemake
+
 from paperflow.core.config import available_papers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +58,9 @@ def test_gpus_only_at_paper_scale_and_only_for_heavy_rules(dry_repo):
                 assert rule != "summary" and not rule.endswith(GPU_FREE_STAGES), (rule, gpu_line)
         if scale == "paper":
             for slug in papers:
-                assert any(r.startswith(f"{slug}_") for r in gpu_rules), f"{slug}: no rule asks for a GPU at paper scale"
+                assert any(r.startswith(f"{slug}_") for r in gpu_rules), (
+                    f"{slug}: no rule asks for a GPU at paper scale"
+                )
     assert "ph_vae_train" in gpu_rules
 
 
@@ -122,7 +123,9 @@ def test_every_rule_has_an_env_that_covers_its_imports():
         for module in third_party_imports(ROOT / script):
             dists = {d.lower() for d in dist_of.get(module, ENV_ONLY.get(module, [module]))}
             dists |= {CONDA_NAMES.get(d, d) for d in dists}
-            assert dists & have, f"rule {rule}: env {stack} lacks a package for `import {module}` (one of {sorted(dists)})"
+            assert dists & have, (
+                f"rule {rule}: env {stack} lacks a package for `import {module}` (one of {sorted(dists)})"
+            )
 
 
 def test_env_files_are_pinned():

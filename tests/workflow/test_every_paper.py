@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_repo, job_counts, run_snakemake
+
 from paperflow.core.config import available_papers
 from paperflow.core.provenance import audit
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_repo, job_counts, run_snakemake
+
 from paperflow.core.provenance import audit, read_record
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,9 @@ def test_audit_passes_then_names_a_tampered_intermediate(tiny_run):
     report = tiny_run / "results" / "tiny" / "ph_vae" / "report.md"
     result = audit(report)
     assert result.ok, result.problems
-    assert {"ph_vae_download", "ph_vae_preprocess", "ph_vae_train", "ph_vae_evaluate", "ph_vae_report"} <= set(result.rules.values())
+    assert {"ph_vae_download", "ph_vae_preprocess", "ph_vae_train", "ph_vae_evaluate", "ph_vae_report"} <= set(
+        result.rules.values()
+    )
     victim = tiny_run / "results" / "tiny" / "ph_vae" / "data" / "pareto1d" / "train.parquet"
     saved = victim.read_bytes()
     try:
@@ -75,7 +77,9 @@ def run_cli(repo: Path, *args: str):
     import subprocess
     import sys
 
-    return subprocess.run([str(Path(sys.executable).with_name("paperflow")), *args], cwd=repo, capture_output=True, text=True)
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("paperflow")), *args], cwd=repo, capture_output=True, text=True
+    )
 
 
 def test_training_hyperparameter_reruns_train_evaluate_report_only(tiny_run, tmp_path):
@@ -95,7 +99,18 @@ def test_training_hyperparameter_reruns_train_evaluate_report_only(tiny_run, tmp
         ("paperflow/ph_vae/metrics.py", {"ph_vae_evaluate", "ph_vae_report", "summary", "all"}),
         ("paperflow/ph_vae/training.py", {"ph_vae_train", "ph_vae_evaluate", "ph_vae_report", "summary", "all"}),
         ("paperflow/ph_vae/claims.py", {"ph_vae_report", "summary", "all"}),
-        ("paperflow/ph_vae/prepare.py", {"ph_vae_download", "ph_vae_preprocess", "ph_vae_train", "ph_vae_evaluate", "ph_vae_report", "summary", "all"}),
+        (
+            "paperflow/ph_vae/prepare.py",
+            {
+                "ph_vae_download",
+                "ph_vae_preprocess",
+                "ph_vae_train",
+                "ph_vae_evaluate",
+                "ph_vae_report",
+                "summary",
+                "all",
+            },
+        ),
     ],
 )
 def test_library_edit_reruns_its_stage_and_descendants(tiny_run, tmp_path, module, expected):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from paperflow.annealed_langevin.gmm import GMM
 
 
-def official_random_gmm(dim: int, n_modes: int, std_low: float, std_high: float, weights: list[float], seed: int) -> GMM:
+def official_random_gmm(
+    dim: int, n_modes: int, std_low: float, std_high: float, weights: list[float], seed: int
+) -> GMM:
     """The n-D target exactly as the official script draws it: torch.manual_seed(seed), means =
     randn(K, d), stds = rand(K, d) * (high - low) + low (float32 draws, kept as float64)."""
     import torch
@@ -24,5 +27,7 @@ def build_target(spec: Mapping[str, Any]) -> GMM:
     """An explicit mixture (means, stds, weights) or the official random n-D one (`random` block)."""
     if "random" in spec:
         r = spec["random"]
-        return official_random_gmm(r["dim"], len(spec["weights"]), r["std_low"], r["std_high"], spec["weights"], r["seed"])
+        return official_random_gmm(
+            r["dim"], len(spec["weights"]), r["std_low"], r["std_high"], spec["weights"], r["seed"]
+        )
     return GMM(np.asarray(spec["means"]), np.asarray(spec["stds"]), np.asarray(spec["weights"]))

@@ -3,7 +3,8 @@ N-sample noise floor (N = the run's particle count) per seed."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,13 +25,34 @@ def curves(snapshots: pd.DataFrame, gmm: GMM, gt: np.ndarray, spec: Mapping[str,
         floor = noise_floor(gmm, ref, n, np.random.default_rng(FLOOR_SEED_OFFSET + int(seed)))
         for (it, t), snap in by_seed.groupby(["it", "t"], sort=True):
             for panel, (kl, tv) in enumerate(panel_metrics(snap[cols].to_numpy(), ref)):
-                rows.append({"seed": int(seed), "it": int(it), "t": float(t), "panel": panel, "kl": kl, "tv": tv,
-                             "floor_kl": floor[panel][0], "floor_tv": floor[panel][1], "n_particles": n})
+                rows.append(
+                    {
+                        "seed": int(seed),
+                        "it": int(it),
+                        "t": float(t),
+                        "panel": panel,
+                        "kl": kl,
+                        "tv": tv,
+                        "floor_kl": floor[panel][0],
+                        "floor_tv": floor[panel][1],
+                        "n_particles": n,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def final_values(curve: pd.DataFrame) -> pd.DataFrame:
     """Per seed: the last iterate's KL and TV (mean over panels), the floor, the iteration count."""
     last = curve[curve.it == curve.groupby("seed").it.transform("max")]
-    return last.groupby("seed").agg(kl=("kl", "mean"), tv=("tv", "mean"), floor_kl=("floor_kl", "mean"),
-                                    floor_tv=("floor_tv", "mean"), iterations=("it", "max"), t=("t", "max")).reset_index()
+    return (
+        last.groupby("seed")
+        .agg(
+            kl=("kl", "mean"),
+            tv=("tv", "mean"),
+            floor_kl=("floor_kl", "mean"),
+            floor_tv=("floor_tv", "mean"),
+            iterations=("it", "max"),
+            t=("t", "max"),
+        )
+        .reset_index()
+    )

@@ -21,7 +21,9 @@ class GMM:
     def __post_init__(self) -> None:
         means, stds, weights = (np.asarray(a, dtype=np.float64) for a in (self.means, self.stds, self.weights))
         if means.ndim != 2 or stds.shape != means.shape or weights.shape != (means.shape[0],):
-            raise ValueError(f"means {means.shape}, stds {stds.shape}, weights {weights.shape} do not fit (K, d), (K, d), (K,)")
+            raise ValueError(
+                f"means {means.shape}, stds {stds.shape}, weights {weights.shape} do not fit (K, d), (K, d), (K,)"
+            )
         if (stds <= 0).any() or (weights < 0).any() or not np.isclose(weights.sum(), 1.0):
             raise ValueError("stds must be > 0 and weights >= 0 summing to 1")
         object.__setattr__(self, "means", means)
@@ -47,7 +49,7 @@ class GMM:
         """a_pi = 1 / sigma_max^2, the 'min curvature' constant of the official step rule."""
         return float(1.0 / self.stds.max() ** 2)
 
-    def convolved(self, tau: float) -> "GMM":
+    def convolved(self, tau: float) -> GMM:
         """Law of sqrt(1-tau) X + sqrt(tau) Z, X ~ this mixture, Z ~ N(0, I) (spec §2)."""
         return GMM(np.sqrt(1.0 - tau) * self.means, np.sqrt((1.0 - tau) * self.stds**2 + tau), self.weights)
 
@@ -77,7 +79,11 @@ class GMM:
         """The official code's score: float32 densities, no log-sum-exp, divided by max(density, 1e-9);
         it underflows to about 0 far from the modes (spec §9). Returned as float64."""
         x = np.atleast_2d(x).astype(np.float32)
-        means, var, w = self.means.astype(np.float32), (self.stds**2).astype(np.float32), self.weights.astype(np.float32)
+        means, var, w = (
+            self.means.astype(np.float32),
+            (self.stds**2).astype(np.float32),
+            self.weights.astype(np.float32),
+        )
         norm = w / np.sqrt(np.float32((2 * np.pi) ** self.dim) * np.prod(var, axis=1))
         density = np.zeros(x.shape[0], dtype=np.float32)
         inner = np.zeros_like(x)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -51,9 +51,17 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     return 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")
 
 
-def posterior_langevin(x_obs: torch.Tensor, mask: torch.Tensor, denoiser: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                       taus: torch.Tensor, step: float, lam: float, burn_in: int, seed: int,
-                       progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def posterior_langevin(
+    x_obs: torch.Tensor,
+    mask: torch.Tensor,
+    denoiser: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    taus: torch.Tensor,
+    step: float,
+    lam: float,
+    burn_in: int,
+    seed: int,
+    progress: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(running posterior mean after burn_in, last iterate); starts at mask * x_obs."""
     gen = torch.Generator(device=x_obs.device).manual_seed(seed)
     x = mask * x_obs
@@ -63,7 +71,11 @@ def posterior_langevin(x_obs: torch.Tensor, mask: torch.Tensor, denoiser: Callab
         tau = taus[n].to(x)
         with torch.no_grad():
             prior = -(x - denoiser(x, torch.sqrt(tau / (1 - tau)))) / tau
-        x = x + step * (prior - lam * mask * (x - x_obs)) + math.sqrt(2 * step) * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+        x = (
+            x
+            + step * (prior - lam * mask * (x - x_obs))
+            + math.sqrt(2 * step) * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+        )
         if n >= burn_in:
             kept += 1
             mean += (x - mean) / kept
@@ -75,21 +87,38 @@ def diffunet_denoiser(weights: str, device: torch.device) -> Callable[[torch.Ten
     torchvision) is needed only here, at paper scale: it lives in envs/imaging.yaml, not in the
     local venv, and is imported on use."""
     import deepinv as dinv
+
     model = dinv.models.DiffUNet(large_model=False, pretrained=weights).to(device).eval()
     return lambda x, sigma: model(x.float(), sigma.float()).to(x.dtype)
 
 
-def run_inpainting(image_path: str, weights_path: str, path: str, T: float | None, cfg: dict, device: torch.device,
-                   metrics_out: str, figure_out: str) -> dict:
+def run_inpainting(
+    image_path: str,
+    weights_path: str,
+    path: str,
+    T: float | None,
+    cfg: dict,
+    device: torch.device,
+    metrics_out: str,
+    figure_out: str,
+) -> dict:
     """One (path, horizon) of the inpainting experiment: writes metrics JSON and a figure; returns the metrics."""
     x_true = torch.from_numpy(prepare_image(mpimg.imread(image_path)[..., :3], cfg["downsample"]))[None].to(device)
     mask = inpainting_mask(tuple(x_true.shape), cfg["mask_rate"], cfg["mask_seed"]).to(device)
     taus = imaging_taus(path, T, cfg["n_iter"], cfg["step"], cfg["sigma_final"])
     denoiser = diffunet_denoiser(weights_path, device)
-    mean, last = posterior_langevin(x_true, mask, denoiser, taus, cfg["step"], cfg["lam"], cfg["burn_in"], cfg["mask_seed"])
-    summary = {"path": path, "T": "inf" if T is None else T, "iterations": cfg["n_iter"],
-               "psnr_posterior_mean": psnr(mean, x_true), "psnr_last": psnr(last, x_true),
-               "psnr_observed": psnr(mask * x_true, x_true), "shape": list(x_true.shape)}
+    mean, last = posterior_langevin(
+        x_true, mask, denoiser, taus, cfg["step"], cfg["lam"], cfg["burn_in"], cfg["mask_seed"]
+    )
+    summary = {
+        "path": path,
+        "T": "inf" if T is None else T,
+        "iterations": cfg["n_iter"],
+        "psnr_posterior_mean": psnr(mean, x_true),
+        "psnr_last": psnr(last, x_true),
+        "psnr_observed": psnr(mask * x_true, x_true),
+        "shape": list(x_true.shape),
+    }
     with open(metrics_out, "w") as fh:
         json.dump(summary, fh, indent=2)
     fig, axes = plots.subplots(3)

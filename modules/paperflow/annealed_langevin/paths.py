@@ -3,14 +3,20 @@ curvature constants (L, a) that set the adaptive step h = a / L^2 (spec §2)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from paperflow.annealed_langevin.gmm import GMM
 
 PATHS = ("ula", "diffusion", "tempering", "dilation", "daz")
-LABELS = {"ula": "ULA", "diffusion": "diffusion", "tempering": "geometric tempering", "dilation": "dilation", "daz": "DAZ"}
+LABELS = {
+    "ula": "ULA",
+    "diffusion": "diffusion",
+    "tempering": "geometric tempering",
+    "dilation": "dilation",
+    "daz": "DAZ",
+}
 TEMPERING_DRIFTS = ("canonical", "official")
 DILATION_DRIFTS = ("code", "exact")
 SCORES = ("stable", "official")
@@ -21,7 +27,9 @@ def schedule(t: np.ndarray, T: float, tau0: float) -> np.ndarray:
     return tau0 * np.exp(-np.asarray(t, dtype=np.float64) / T)
 
 
-def step_constants(path: str, tau: float, L_pi: float, a_pi: float, var_min: float, var_max: float) -> tuple[float, float]:
+def step_constants(
+    path: str, tau: float, L_pi: float, a_pi: float, var_min: float, var_max: float
+) -> tuple[float, float]:
     """(L, a): max and min curvature of -log p_tau as the official grids use them."""
     if path == "ula":
         return L_pi, a_pi
@@ -48,8 +56,9 @@ def prox(gmm: GMM, x: np.ndarray, tau: float, iters: int, score: Callable[[np.nd
     n, d = x.shape
     if tau == 0:
         return x.copy()
-    starts = np.concatenate([x[:, None, :], np.broadcast_to(gmm.means, (n, *gmm.means.shape)),
-                             np.zeros((n, 1, d))], axis=1)
+    starts = np.concatenate(
+        [x[:, None, :], np.broadcast_to(gmm.means, (n, *gmm.means.shape)), np.zeros((n, 1, d))], axis=1
+    )
     m = starts.shape[1]
     u = np.repeat(x, m, axis=0)
     y = starts.reshape(n * m, d)
@@ -64,8 +73,15 @@ def prox(gmm: GMM, x: np.ndarray, tau: float, iters: int, score: Callable[[np.nd
     return y.reshape(n, m, d)[np.arange(n), best]
 
 
-def drift(path: str, gmm: GMM, *, tempering: str = "canonical", dilation: str = "code", score: str = "stable",
-          prox_iters: int = 50) -> Callable[[np.ndarray, float], np.ndarray]:
+def drift(
+    path: str,
+    gmm: GMM,
+    *,
+    tempering: str = "canonical",
+    dilation: str = "code",
+    score: str = "stable",
+    prox_iters: int = 50,
+) -> Callable[[np.ndarray, float], np.ndarray]:
     """b(x, tau) of `path` (table of spec §2). Variants: tempering canonical (1-tau) s(x) - tau x or the
     official code's (1-tau) s(x / sqrt(1-tau)) - tau x; dilation as in the code, sqrt(1-tau)
     s(x / sqrt(1-tau)), or the exact score of pi(x / sqrt(1-tau)), s(x / sqrt(1-tau)) / sqrt(1-tau);

@@ -1,13 +1,13 @@
 """Euler-Maruyama on an adaptive time grid (the official GeneralAnnealing), vectorised over particles:
 
-    t_{n+1} = t_n + h_n,  h_n = a(tau_n) / L(tau_n)^2,
-    X_{n+1} = X_n + h_n b(X_n, tau_n) + sqrt(2 h_n) xi_n,   xi_n ~ N(0, I).
+t_{n+1} = t_n + h_n,  h_n = a(tau_n) / L(tau_n)^2,
+X_{n+1} = X_n + h_n b(X_n, tau_n) + sqrt(2 h_n) xi_n,   xi_n ~ N(0, I).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 GRIDS = ("adaptive", "uniform")
 
 
-def build_grid(path: str, gmm: GMM, T: float, tau0: float, t_max: float, maxit: int, grid: str = "adaptive") -> pd.DataFrame:
+def build_grid(
+    path: str, gmm: GMM, T: float, tau0: float, t_max: float, maxit: int, grid: str = "adaptive"
+) -> pd.DataFrame:
     """Times t_0 = 0 < t_1 < ... (stop once t >= t_max or the grid has maxit points) and tau_n = tau(t_n).
     ULA's grid is the constant step a_pi / L_pi^2 from 0 below t_max, as in the official script;
     grid = 'uniform' gives every path that step (the official experiment_gmm_1D_unif_step.py)."""
@@ -47,8 +49,15 @@ def snapshot_iterations(n_steps: int, every: int) -> np.ndarray:
     return np.unique(np.append(np.arange(0, n_steps + 1, every), n_steps))
 
 
-def run_em(x0: np.ndarray, times: np.ndarray, taus: np.ndarray, drift: Callable[[np.ndarray, float], np.ndarray],
-           rng: np.random.Generator, snapshots: np.ndarray | None = None, progress: bool = False) -> dict[int, np.ndarray]:
+def run_em(
+    x0: np.ndarray,
+    times: np.ndarray,
+    taus: np.ndarray,
+    drift: Callable[[np.ndarray, float], np.ndarray],
+    rng: np.random.Generator,
+    snapshots: np.ndarray | None = None,
+    progress: bool = False,
+) -> dict[int, np.ndarray]:
     """Iterate EM over the grid (len(times) - 1 steps); return {iteration: particles} at `snapshots`
     (default: only the last iterate). The drift at step n uses tau_n, the step is t_{n+1} - t_n."""
     n_steps = len(times) - 1
@@ -75,8 +84,17 @@ def snapshots_frame(snaps: dict[int, np.ndarray], times: np.ndarray, seed: int) 
     return pd.concat(frames, ignore_index=True)
 
 
-def sample_path(gmm: GMM, grid: pd.DataFrame, drift: Callable[[np.ndarray, float], np.ndarray], *, x0: float,
-                n_particles: int, seeds: list[int], check_every: int, progress: bool = True) -> pd.DataFrame:
+def sample_path(
+    gmm: GMM,
+    grid: pd.DataFrame,
+    drift: Callable[[np.ndarray, float], np.ndarray],
+    *,
+    x0: float,
+    n_particles: int,
+    seeds: list[int],
+    check_every: int,
+    progress: bool = True,
+) -> pd.DataFrame:
     """All seeds of one (target, path, horizon): particles start at the point x0 (every coordinate)."""
     times, taus = grid["t"].to_numpy(), grid["tau"].to_numpy()
     snaps_at = snapshot_iterations(len(times) - 1, check_every)

@@ -24,14 +24,20 @@ def check(cfg: dict[str, Any], source: str) -> None:
     for name, spec in cfg["targets"].items():
         explicit = all(k in spec for k in ("means", "stds"))
         if explicit == ("random" in spec):
-            raise ConfigError(f"{source}: targets.{name} needs either means + stds or a random block, not both or neither")
+            raise ConfigError(
+                f"{source}: targets.{name} needs either means + stds or a random block, not both or neither"
+            )
         k = len(spec["weights"])
         if explicit:
             if len(spec["means"]) != k or len(spec["stds"]) != k:
-                raise ConfigError(f"{source}: targets.{name}: {len(spec['means'])} means, {len(spec['stds'])} stds, {k} weights")
+                raise ConfigError(
+                    f"{source}: targets.{name}: {len(spec['means'])} means, {len(spec['stds'])} stds, {k} weights"
+                )
             dims = {len(row) for row in spec["means"] + spec["stds"]}
             if len(dims) != 1:
-                raise ConfigError(f"{source}: targets.{name}: means and stds rows have different lengths {sorted(dims)}")
+                raise ConfigError(
+                    f"{source}: targets.{name}: means and stds rows have different lengths {sorted(dims)}"
+                )
             dim = dims.pop()
         else:
             dim = spec["random"]["dim"]
@@ -39,7 +45,9 @@ def check(cfg: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{source}: targets.{name}.weights sum to {sum(spec['weights'])}, not 1")
         need = {"density_1d": 1, "density_2d": 2}.get(spec["metric"])
         if need is not None and dim != need:
-            raise ConfigError(f"{source}: targets.{name}.metric = {spec['metric']} needs dimension {need}, the target has {dim}")
+            raise ConfigError(
+                f"{source}: targets.{name}.metric = {spec['metric']} needs dimension {need}, the target has {dim}"
+            )
         if spec["metric"] == "density_2d" and len(spec["bins"]) != 2:
             raise ConfigError(f"{source}: targets.{name}.bins must give two counts for density_2d")
         if spec["metric"] == "marginals" and spec["marginals"] > dim:

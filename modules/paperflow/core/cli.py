@@ -23,8 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     for problem in report.problems:
         print(f"FAIL {problem}", file=sys.stderr)
     status = "OK" if report.ok else "FAILED"
-    print(f"audit {status}: {report.target}: {len(report.checked)} record(s) checked across "
-          f"{len(set(report.rules.values()))} rule(s), {len(report.sources)} source file(s), {len(report.problems)} problem(s)")
+    print(
+        f"audit {status}: {report.target}: {len(report.checked)} record(s) checked across "
+        f"{len(set(report.rules.values()))} rule(s), {len(report.sources)} source file(s), {len(report.problems)} problem(s)"
+    )
     return 0 if report.ok else 1
 
 

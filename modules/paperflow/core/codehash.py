@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = "paperflow"
@@ -46,7 +46,7 @@ def _imported_names(path: Path, module: str) -> set[str]:
     return names
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_closure(script: str | Path) -> tuple[tuple[str, Path], ...]:
     """(module name, file) of every paperflow module that `script` imports, directly or not."""
     script = Path(script)

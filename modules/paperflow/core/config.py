@@ -13,9 +13,10 @@ import copy
 import difflib
 import importlib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import jsonschema
 import yaml
@@ -217,3 +218,22 @@ def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunC
         wandb=dict(config.get("wandb") or {}),
         paper_configs={slug: load_paper_config(slug, scale, root) for slug in papers},
     )
+
+
+def require_keys(mapping: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
+    """Raise naming `where` and every key of `keys` that `mapping` lacks (cross-key checks in a paper's
+    `settings.check`, e.g. the keys a dataset kind needs)."""
+    missing = [k for k in keys if k not in mapping]
+    if missing:
+        raise ConfigError(f"{where} is missing key(s) {', '.join(missing)}")
+
+
+def reject_unknown(mapping: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    """Raise when library code receives a key it does not use, instead of dropping it silently."""
+    allowed = list(allowed)
+    unknown = [k for k in mapping if k not in allowed]
+    if unknown:
+        hint = _did_you_mean(unknown[0], allowed)
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}{hint}; allowed: {', '.join(allowed)}"
+        )

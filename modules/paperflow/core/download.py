@@ -105,15 +105,14 @@ def fetch(
             last_error = error
             if attempt + 1 < attempts:
                 wait_s = backoff_s * 2**attempt
-                log.warning("attempt %d/%d for %s failed: %s; retrying in %.2f s",
-                            attempt + 1, attempts, url, error, wait_s)
+                log.warning(
+                    "attempt %d/%d for %s failed: %s; retrying in %.2f s", attempt + 1, attempts, url, error, wait_s
+                )
                 time.sleep(wait_s)
             else:
                 log.error("attempt %d/%d for %s failed: %s", attempt + 1, attempts, url, error)
     else:
-        raise DownloadError(
-            f"could not download {url} after {attempts} attempts; last error: {last_error}"
-        )
+        raise DownloadError(f"could not download {url} after {attempts} attempts; last error: {last_error}")
 
     actual = sha256_file(part)
     if actual != expected:
@@ -132,8 +131,7 @@ def _normalised_sha256(sha256: str) -> str:
     return normalised
 
 
-def _attempt_download(url: str, part: Path, timeout_s: float, show_progress: bool,
-                      attempt_label: str) -> None:
+def _attempt_download(url: str, part: Path, timeout_s: float, show_progress: bool, attempt_label: str) -> None:
     """One GET of `url` into `part`, resuming from the bytes already there.
 
     Returns when the body is complete; raises _TransientError for failures worth retrying and
@@ -143,11 +141,9 @@ def _attempt_download(url: str, part: Path, timeout_s: float, show_progress: boo
     headers = {"User-Agent": _USER_AGENT}
     if offset:
         headers["Range"] = f"bytes={offset}-"
-    log.info("GET %s (attempt %s%s)", url, attempt_label,
-             f", resuming at byte {offset}" if offset else "")
+    log.info("GET %s (attempt %s%s)", url, attempt_label, f", resuming at byte {offset}" if offset else "")
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                    timeout=timeout_s) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
             offset = _resume_offset(response, offset, part)
             length = response.headers.get("Content-Length")
             total = offset + int(length) if length is not None and length.isdigit() else None
@@ -156,8 +152,7 @@ def _attempt_download(url: str, part: Path, timeout_s: float, show_progress: boo
         error.close()
         if error.code == 416 and offset:
             part.unlink()
-            raise _TransientError(
-                f"HTTP 416 for a resume at byte {offset}; partial file discarded") from error
+            raise _TransientError(f"HTTP 416 for a resume at byte {offset}; partial file discarded") from error
         if error.code == 429 or error.code >= 500:
             raise _TransientError(f"HTTP {error.code} {error.reason}") from error
         raise DownloadError(f"HTTP {error.code} {error.reason} for {url}") from error
@@ -179,18 +174,28 @@ def _resume_offset(response: http.client.HTTPResponse, offset: int, part: Path) 
         part.unlink()
         raise _TransientError(
             f"206 response with Content-Range {response.headers.get('Content-Range')!r} "
-            f"for a resume at byte {offset}; partial file discarded")
+            f"for a resume at byte {offset}; partial file discarded"
+        )
     return offset
 
 
-def _copy_body(response: http.client.HTTPResponse, part: Path, offset: int, total: int | None,
-               show_progress: bool) -> int:
+def _copy_body(
+    response: http.client.HTTPResponse, part: Path, offset: int, total: int | None, show_progress: bool
+) -> int:
     """Write the body into `part`, appended after its first `offset` bytes; return the new size."""
     received = offset
-    with open(part, "ab" if offset else "wb") as out, tqdm(
-        total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-        desc=part.name.removesuffix(".part"), disable=not show_progress,
-    ) as bar:
+    with (
+        open(part, "ab" if offset else "wb") as out,
+        tqdm(
+            total=total,
+            initial=offset,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=part.name.removesuffix(".part"),
+            disable=not show_progress,
+        ) as bar,
+    ):
         while chunk := response.read(_READ_CHUNK):
             out.write(chunk)
             received += len(chunk)

@@ -18,10 +18,12 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from paperflow.core.keys import unkey
 from paperflow.core.provenance import build_record, utc_now, write_record
 
 log = logging.getLogger("paperflow")
@@ -38,8 +40,25 @@ class Job:
     wildcards: Any
     threads: int
     log_file: str | None
+    code: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
+
+    @property
+    def paper(self) -> str:
+        """The slug of the paper whose workflow holds this rule (from its script, workflows/<slug>/...)."""
+        parts = Path(self.code["script"]).parts
+        if len(parts) < 2 or parts[0] != "workflows":
+            raise ValueError(f"rule {self.rule}: script {self.code['script']} is not under workflows/<slug>/")
+        return parts[1]
+
+    @property
+    def scale(self) -> str:
+        return self.code["scale"]
+
+    def keyed(self, name: str, types: Any = None) -> dict[Any, str]:
+        """The inputs of group `name` keyed by label (see paperflow.core.keys)."""
+        return unkey(_named(self.input), name, types)
 
     def note(self, seeds: list[int] | None = None, **values: Any) -> None:
         if seeds is not None:
@@ -57,9 +76,15 @@ def _files(obj: Any) -> list[str]:
 
 def _console_handlers() -> list[logging.StreamHandler]:
     """Stream handlers that libraries attached to the console at import time (Lightning does)."""
-    loggers = [logging.getLogger()] + [l for l in logging.Logger.manager.loggerDict.values() if isinstance(l, logging.Logger)]
-    return [h for l in loggers for h in l.handlers
-            if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)]
+    loggers = [logging.getLogger()] + [
+        l for l in logging.Logger.manager.loggerDict.values() if isinstance(l, logging.Logger)
+    ]
+    return [
+        h
+        for l in loggers
+        for h in l.handlers
+        if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    ]
 
 
 @contextlib.contextmanager
@@ -96,6 +121,7 @@ def snakemake_job(smk: Any) -> Iterator[Job]:
         wildcards=smk.wildcards,
         threads=int(smk.threads),
         log_file=str(smk.log[0]) if len(smk.log) else None,
+        code=code,
     )
     os.environ.setdefault("WANDB_MODE", "offline")
     started, t0 = utc_now(), time.perf_counter()

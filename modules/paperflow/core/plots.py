@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -26,7 +26,9 @@ def save(fig, path: str | Path) -> Path:
     return path
 
 
-def survival_curves(ax, samples: Mapping[str, np.ndarray], reference: np.ndarray, title: str, q_from: float = 0.9) -> None:
+def survival_curves(
+    ax, samples: Mapping[str, np.ndarray], reference: np.ndarray, title: str, q_from: float = 0.9
+) -> None:
     """Empirical survival functions on log-log axes above the reference's q_from quantile; the x range
     stops at 10x the reference's maximum so that one wild model does not flatten the others."""
     lo = np.quantile(reference, q_from)
@@ -35,7 +37,13 @@ def survival_curves(ax, samples: Mapping[str, np.ndarray], reference: np.ndarray
         if xs.size == 0:
             continue
         surv = (1.0 - np.arange(xs.size) / xs.size) * np.mean(x > lo)
-        ax.loglog(xs, surv, lw=2.2 if label.startswith("data") else 1.3, color="black" if label.startswith("data") else None, label=label)
+        ax.loglog(
+            xs,
+            surv,
+            lw=2.2 if label.startswith("data") else 1.3,
+            color="black" if label.startswith("data") else None,
+            label=label,
+        )
     ax.set_xlim(lo, 10 * float(np.max(reference)))
     ax.set_xlabel("x")
     ax.set_ylabel("P(X > x)")
@@ -43,7 +51,9 @@ def survival_curves(ax, samples: Mapping[str, np.ndarray], reference: np.ndarray
     ax.legend(fontsize=7)
 
 
-def qq(ax, samples: Mapping[str, np.ndarray], reference: np.ndarray, title: str, probs: Sequence[float] | None = None) -> None:
+def qq(
+    ax, samples: Mapping[str, np.ndarray], reference: np.ndarray, title: str, probs: Sequence[float] | None = None
+) -> None:
     """Model quantiles against the reference's quantiles, with the identity line; y stops at 10x the
     reference's largest quantile (a model beyond it runs off the top)."""
     probs = np.asarray(probs if probs is not None else np.linspace(0.5, 0.999, 60))

@@ -17,11 +17,12 @@ import socket
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from paperflow.core.codehash import file_hashes
 from paperflow.core.download import sha256_file
@@ -29,12 +30,31 @@ from paperflow.core.download import sha256_file
 SCHEMA = "paperflow.provenance/1"
 SUFFIX = ".prov.json"
 KEY_PACKAGES = (
-    "paperflow", "numpy", "scipy", "pandas", "pyarrow", "torch", "pytorch-lightning", "wandb",
-    "snakemake", "anndata", "scanpy", "transformers", "cvxpy",
+    "paperflow",
+    "numpy",
+    "scipy",
+    "pandas",
+    "pyarrow",
+    "torch",
+    "pytorch-lightning",
+    "wandb",
+    "snakemake",
+    "anndata",
+    "scanpy",
+    "transformers",
+    "cvxpy",
 )
 SLURM_VARS = (
-    "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK",
-    "SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_CLUSTER_NAME",
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_NODELIST",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_GPUS",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_GPUS",
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_CLUSTER_NAME",
 )
 
 
@@ -48,7 +68,7 @@ def file_entry(path: str | Path) -> dict[str, Any]:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _git(*args: str) -> str | None:
@@ -197,7 +217,7 @@ def _base_dir(target: Path, record: Mapping[str, Any]) -> tuple[Path, str] | Non
         if recorded.is_absolute():
             if recorded == target:
                 return Path("/"), out["path"]
-        elif target.parts[-len(recorded.parts):] == recorded.parts:
+        elif target.parts[-len(recorded.parts) :] == recorded.parts:
             return Path(*target.parts[: -len(recorded.parts)]), out["path"]
     return None
 
@@ -242,7 +262,9 @@ def audit(target: str | Path) -> AuditReport:
         for out in mine:
             _check_hash(base, path, out["sha256"], f"(recorded as output of rule {record['rule']})", report)
         for inp in record["inputs"]:
-            _check_hash(base, inp["path"], inp["sha256"], f"(recorded as input of rule {record['rule']} for {path})", report)
+            _check_hash(
+                base, inp["path"], inp["sha256"], f"(recorded as input of rule {record['rule']} for {path})", report
+            )
             if inp.get("source"):
                 if inp["path"] not in report.sources:
                     report.sources.append(inp["path"])
@@ -264,8 +286,10 @@ def lineage(target: str | Path) -> list[str]:
             return
         sha = next((o["sha256"] for o in record["outputs"] if o["path"] == path), "?")
         wc = ",".join(f"{k}={v}" for k, v in record["wildcards"].items())
-        lines.append(f"{pad}{path}  sha256:{sha[:12]}  rule {record['rule']}{'[' + wc + ']' if wc else ''}"
-                     f"  commit {str(record['code'].get('git_commit'))[:10]}  {record['ended']}")
+        lines.append(
+            f"{pad}{path}  sha256:{sha[:12]}  rule {record['rule']}{'[' + wc + ']' if wc else ''}"
+            f"  commit {str(record['code'].get('git_commit'))[:10]}  {record['ended']}"
+        )
         if path in seen:
             return
         seen.add(path)

@@ -1,5 +1,11 @@
 """Claims, `metrics.json` and the Markdown report of a paper.
 
+The report contract: a paper's library builds a `Report` (claims, text sections, tables and figures,
+each table and figure under the report rule's output key, `table_<name>` / `figure_<name>`), and
+`publish` writes every output of the rule from it: the figures and CSV tables, `report.md` with links
+relative to it, and `metrics.json`. An output the report does not fill, or a key the rule lacks,
+raises, so renaming an output cannot silently break a report.
+
 A claim compares an aggregate of measured values (one per seed; the mean by default, the worst seed
 for claims the spec states for every run) against a threshold; `held` is always computed here from
 the numbers, never set by hand. Every paper writes `metrics.json` with a top-level
@@ -11,9 +17,11 @@ from __future__ import annotations
 import json
 import math
 import operator
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -102,10 +110,20 @@ def compare_claim(
     fn, _ = COMPARATORS[comparison]
     held = bool(math.isfinite(value) and math.isfinite(limit) and fn(value, limit))
     return Claim(
-        id=id, statement=statement, value=value, threshold=limit, comparison=comparison, held=held,
-        gated=gated, seeds=list(seeds), values=[float(v) for v in values], value_std=std,
-        aggregate=aggregate, threshold_values=[float(v) for v in (threshold_values or [])],
-        paper_value=paper_value, limitation=limitation,
+        id=id,
+        statement=statement,
+        value=value,
+        threshold=limit,
+        comparison=comparison,
+        held=held,
+        gated=gated,
+        seeds=list(seeds),
+        values=[float(v) for v in values],
+        value_std=std,
+        aggregate=aggregate,
+        threshold_values=[float(v) for v in (threshold_values or [])],
+        paper_value=paper_value,
+        limitation=limitation,
     )
 
 
@@ -157,7 +175,9 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     columns = list(columns or rows[0].keys())
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        out.append("| " + " | ".join(fmt(v) if isinstance(v, float) else str(v) for v in (row[c] for c in columns)) + " |")
+        out.append(
+            "| " + " | ".join(fmt(v) if isinstance(v, float) else str(v) for v in (row[c] for c in columns)) + " |"
+        )
     return "\n".join(out)
 
 
@@ -170,16 +190,32 @@ def render_report(
     sections: Sequence[tuple[str, str]] = (),
     figures: Sequence[tuple[str, str]] = (),
     limitations: Sequence[str] = (),
+    tables: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The report: verdict, claims table, free sections, figures (paths relative to the report)."""
+    """The report: verdict, claims table, free sections, figures and table files (caption, path
+    relative to the report)."""
     gated = [c for c in claims if c.gated]
     verdict = (
         f"{sum(c.held for c in gated)} of {len(gated)} gated claim(s) held at scale `{scale}`."
-        if gated else f"No gated claims at scale `{scale}`."
+        if gated
+        else f"No gated claims at scale `{scale}`."
     )
-    parts = [f"# {title}", "", f"Scale: `{scale}`. {verdict}", "", summary, "", "## Claims", "", claims_table(claims), ""]
+    parts = [
+        f"# {title}",
+        "",
+        f"Scale: `{scale}`. {verdict}",
+        "",
+        summary,
+        "",
+        "## Claims",
+        "",
+        claims_table(claims),
+        "",
+    ]
     for heading, body in sections:
         parts += [f"## {heading}", "", body, ""]
+    if tables:
+        parts += ["## Tables", ""] + [f"- [{caption}]({path})" for caption, path in tables] + [""]
     if figures:
         parts += ["## Figures", ""]
         parts += [f"![{caption}]({path})\n\n_{caption}_\n" for caption, path in figures]
@@ -193,3 +229,93 @@ def render_report(
         "",
     ]
     return "\n".join(parts)
+
+
+REPORT_KEY, METRICS_KEY = "report", "metrics"
+FIGURE_PREFIX, TABLE_PREFIX = "figure_", "table_"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of the report, saved as PNG to the report rule's output `key` (`figure_<name>`)."""
+
+    key: str
+    caption: str
+    figure: Any  # a matplotlib Figure; `publish` saves and closes it
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table file of the report, written as CSV to the report rule's output `key` (`table_<name>`)."""
+
+    key: str
+    caption: str
+    frame: Any  # a pandas DataFrame
+
+
+@dataclass
+class Report:
+    """Everything a paper's report shows; `publish` turns it into the report rule's outputs."""
+
+    title: str
+    summary: str
+    claims: list[Claim]
+    sections: list[tuple[str, str]] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the paper's own keys of metrics.json
+
+
+def _check_outputs(report: Report, outputs: Mapping[str, Any]) -> None:
+    named = {**{f.key: FIGURE_PREFIX for f in report.figures}, **{t.key: TABLE_PREFIX for t in report.tables}}
+    for key, prefix in named.items():
+        if not key.startswith(prefix):
+            raise ValueError(f"report output key {key!r} must start with {prefix!r}")
+    if len(named) != len(report.figures) + len(report.tables):
+        raise ValueError("two figures or tables of the report share an output key")
+    expected = {REPORT_KEY, METRICS_KEY, *named}
+    missing = sorted(expected - set(outputs))
+    if missing:
+        raise KeyError(
+            f"the report writes {missing}, which the report rule does not declare; its outputs: {sorted(outputs)}"
+        )
+    unfilled = sorted(set(outputs) - expected)
+    if unfilled:
+        raise KeyError(f"report rule output(s) {unfilled} are not written by the report; it writes {sorted(expected)}")
+
+
+def publish(report: Report, outputs: Mapping[str, Any], *, paper: str, scale: str) -> dict[str, Any]:
+    """Write the figures, tables, `report.md` and `metrics.json` of `report` to the rule's `outputs`
+    (output key -> path); links in the report are relative to it. Returns the metrics document."""
+    from paperflow.core import plots
+
+    outputs = {k: str(v) for k, v in outputs.items()}
+    _check_outputs(report, outputs)
+    here = Path(outputs[REPORT_KEY]).parent
+    link = lambda key: os.path.relpath(outputs[key], here)
+    for fig in report.figures:
+        plots.save(fig.figure, outputs[fig.key])
+    for table in report.tables:
+        Path(outputs[table.key]).parent.mkdir(parents=True, exist_ok=True)
+        table.frame.to_csv(outputs[table.key], index=False)
+    text = render_report(
+        title=report.title,
+        scale=scale,
+        summary=report.summary,
+        claims=report.claims,
+        sections=report.sections,
+        figures=[(f.caption, link(f.key)) for f in report.figures],
+        tables=[(t.caption, link(t.key)) for t in report.tables],
+        limitations=report.limitations,
+    )
+    Path(outputs[REPORT_KEY]).write_text(text)
+    return write_metrics(outputs[METRICS_KEY], paper=paper, scale=scale, claims=report.claims, **report.metrics)
+
+
+def publish_job(job: Any, report: Report) -> dict[str, Any]:
+    """`publish` into the outputs of a report rule's job (paperflow.core.job.Job), with the paper and
+    scale the job runs; the provenance record notes which claims held."""
+    doc = publish(report, dict(job.output.items()), paper=job.paper, scale=job.scale)
+    job.note(claims_held={c.id: c.held for c in report.claims})
+    return doc

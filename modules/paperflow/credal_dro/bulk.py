@@ -10,8 +10,8 @@ blocks (union bound), so that P*(Xi0) >= 1 - gamma with probability >= 1 - delta
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -37,9 +37,11 @@ class Block:
 
     def support(self, a: np.ndarray) -> float:
         """sup over the block of a^T (xi_block - mu) = t * m2(a) (ellipsoid) or t * m1(a) (box)."""
-        return self.t * (ellipsoid_norm(a, self.shape) if self.geometry == "ellipsoid" else float(np.sum(self.shape * np.abs(a))))
+        return self.t * (
+            ellipsoid_norm(a, self.shape) if self.geometry == "ellipsoid" else float(np.sum(self.shape * np.abs(a)))
+        )
 
-    def with_t(self, t: float) -> "Block":
+    def with_t(self, t: float) -> Block:
         return Block(self.geometry, self.idx, self.mu, self.shape, float(t))
 
 
@@ -83,13 +85,23 @@ class Bulk:
         return lo, hi
 
     def to_json(self) -> dict:
-        return {"gamma": self.gamma, "delta": self.delta, "m_select": self.m_select, "certificate": self.certificate,
-                "blocks": [{"geometry": b.geometry, "idx": list(b.idx), "mu": b.mu.tolist(), "shape": b.shape.tolist(), "t": b.t}
-                           for b in self.blocks]}
+        return {
+            "gamma": self.gamma,
+            "delta": self.delta,
+            "m_select": self.m_select,
+            "certificate": self.certificate,
+            "blocks": [
+                {"geometry": b.geometry, "idx": list(b.idx), "mu": b.mu.tolist(), "shape": b.shape.tolist(), "t": b.t}
+                for b in self.blocks
+            ],
+        }
 
     @staticmethod
-    def from_json(doc: dict) -> "Bulk":
-        blocks = tuple(Block(b["geometry"], tuple(b["idx"]), np.asarray(b["mu"]), np.asarray(b["shape"]), b["t"]) for b in doc["blocks"])
+    def from_json(doc: dict) -> Bulk:
+        blocks = tuple(
+            Block(b["geometry"], tuple(b["idx"]), np.asarray(b["mu"]), np.asarray(b["shape"]), b["t"])
+            for b in doc["blocks"]
+        )
         return Bulk(blocks, doc["gamma"], doc["delta"], doc["m_select"], doc.get("certificate", {}))
 
 
@@ -111,12 +123,16 @@ def dkw_threshold(scores: np.ndarray, gamma: float, delta: float) -> float:
     r = dkw_radius(m, delta)
     k = math.ceil(m * (1.0 - gamma + r) - 1e-12)
     if k > m:
-        raise ValueError(f"gamma = {gamma} is too small for m = {m} selection points at delta = {delta} "
-                         f"(needs gamma >= r_m,delta = {r:.4f}); raise gamma or m")
+        raise ValueError(
+            f"gamma = {gamma} is too small for m = {m} selection points at delta = {delta} "
+            f"(needs gamma >= r_m,delta = {r:.4f}); raise gamma or m"
+        )
     return float(s[max(k, 1) - 1])
 
 
-def fit_block(geometry: str, idx: Sequence[int], xi_fit: np.ndarray, box_quantile: float = 0.75, ridge: float = 1e-8) -> Block:
+def fit_block(
+    geometry: str, idx: Sequence[int], xi_fit: np.ndarray, box_quantile: float = 0.75, ridge: float = 1e-8
+) -> Block:
     """Centre and shape of one block from the fitting split: ellipsoid = mean and covariance; box =
     coordinate medians and the `box_quantile` quantile of |xi - median| (spec §7)."""
     if geometry not in GEOMETRIES:
@@ -131,8 +147,14 @@ def fit_block(geometry: str, idx: Sequence[int], xi_fit: np.ndarray, box_quantil
     return Block(geometry, tuple(idx), mu, np.maximum(w, 1e-12))
 
 
-def calibrate(xi_fit: np.ndarray, xi_select: np.ndarray, blocks: Sequence[tuple[str, Sequence[int]]], gamma: float, delta: float,
-              box_quantile: float = 0.75) -> Bulk:
+def calibrate(
+    xi_fit: np.ndarray,
+    xi_select: np.ndarray,
+    blocks: Sequence[tuple[str, Sequence[int]]],
+    gamma: float,
+    delta: float,
+    box_quantile: float = 0.75,
+) -> Bulk:
     """Fit every block on D_fit, set its threshold by DKW on D_select with gamma/B and delta/B."""
     n_blocks = len(blocks)
     fitted = []
@@ -140,6 +162,10 @@ def calibrate(xi_fit: np.ndarray, xi_select: np.ndarray, blocks: Sequence[tuple[
         block = fit_block(geometry, idx, xi_fit, box_quantile)
         fitted.append(block.with_t(dkw_threshold(block.score(xi_select), gamma / n_blocks, delta / n_blocks)))
     bulk = Bulk(tuple(fitted), gamma, delta, len(xi_select))
-    cert = {"dkw_radius": dkw_radius(len(xi_select), delta / n_blocks), "mass_lower_bound": 1.0 - gamma,
-            "select_coverage": float(bulk.contains(xi_select).mean()), "fit_coverage": float(bulk.contains(xi_fit).mean())}
+    cert = {
+        "dkw_radius": dkw_radius(len(xi_select), delta / n_blocks),
+        "mass_lower_bound": 1.0 - gamma,
+        "select_coverage": float(bulk.contains(xi_select).mean()),
+        "fit_coverage": float(bulk.contains(xi_fit).mean()),
+    }
     return Bulk(bulk.blocks, gamma, delta, len(xi_select), cert)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,12 +18,31 @@ from paperflow.core.report import (
     write_metrics,
 )
 
-LABELS = {"saa": "SAA", "lv": "LV (ours)", "cvar": "CVaR-DRO", "kl": "KL-DRO", "erm_lad": "ERM (LAD)", "ridge": "Ridge",
-          "wass": "Wasserstein-DRO", "or_wass": "OR-WDRO", "erm": "ERM", "groupdro": "GroupDRO", "lv_group": "LV-Group (ours)"}
-PAPER_CALIFORNIA = {"lv": 10.7, "cvar": 13.0, "wass": 12.3, "ridge": 13.2, "erm_lad": 12.7}  # spec §5, Table 3 MAE (1e4 $)
+LABELS = {
+    "saa": "SAA",
+    "lv": "LV (ours)",
+    "cvar": "CVaR-DRO",
+    "kl": "KL-DRO",
+    "erm_lad": "ERM (LAD)",
+    "ridge": "Ridge",
+    "wass": "Wasserstein-DRO",
+    "or_wass": "OR-WDRO",
+    "erm": "ERM",
+    "groupdro": "GroupDRO",
+    "lv_group": "LV-Group (ours)",
+}
+PAPER_CALIFORNIA = {
+    "lv": 10.7,
+    "cvar": 13.0,
+    "wass": 12.3,
+    "ridge": 13.2,
+    "erm_lad": 12.7,
+}  # spec §5, Table 3 MAE (1e4 $)
 
 
-def per_seed(frame: pd.DataFrame, method: str, metric: str, seeds: Sequence[int], param: float | None = None) -> list[float]:
+def per_seed(
+    frame: pd.DataFrame, method: str, metric: str, seeds: Sequence[int], param: float | None = None
+) -> list[float]:
     """Per-seed value of `metric` for `method` at grid value `param` (None: the validated choice)."""
     rows = frame[(frame.method == method) & (frame.metric == metric)]
     rows = rows[rows.chosen] if param is None else rows[np.isclose(rows.param, param)]
@@ -36,43 +56,82 @@ def newsvendor_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequen
     claims, saa = [], {k: per_seed(frame, "saa", k, seeds, 0.0) for k in ("cont_mean", "cont_std", "clean_mean")}
     for eps in cfg["claim"]["eps"]:
         for metric, what in (("cont_mean", "mean"), ("cont_std", "std")):
-            claims.append(compare_claim(
-                id=f"nv_lv{eps:g}_{metric}_lt_saa", statement=f"newsvendor, contaminated test: LV (eps = {eps:g}) has lower OOS cost {what} than SAA",
-                values=per_seed(frame, "lv", metric, seeds, eps), threshold_values=saa[metric], seeds=seeds, comparison="<",
-                paper_value="LV best mean-variance frontier under contamination (qualitative)"))
+            claims.append(
+                compare_claim(
+                    id=f"nv_lv{eps:g}_{metric}_lt_saa",
+                    statement=f"newsvendor, contaminated test: LV (eps = {eps:g}) has lower OOS cost {what} than SAA",
+                    values=per_seed(frame, "lv", metric, seeds, eps),
+                    threshold_values=saa[metric],
+                    seeds=seeds,
+                    comparison="<",
+                    paper_value="LV best mean-variance frontier under contamination (qualitative)",
+                )
+            )
     eps0, tol = cfg["claim"]["eps"][0], cfg["claim"]["clean_tolerance"]
-    claims.append(compare_claim(
-        id=f"nv_lv{eps0:g}_clean_within_{tol:g}", statement=f"newsvendor, clean test: LV (eps = {eps0:g}) mean cost within +{tol:.0%} of SAA's",
-        values=per_seed(frame, "lv", "clean_mean", seeds, eps0), threshold=(1 + tol) * float(np.mean(saa["clean_mean"])),
-        seeds=seeds, comparison="<="))
+    claims.append(
+        compare_claim(
+            id=f"nv_lv{eps0:g}_clean_within_{tol:g}",
+            statement=f"newsvendor, clean test: LV (eps = {eps0:g}) mean cost within +{tol:.0%} of SAA's",
+            values=per_seed(frame, "lv", "clean_mean", seeds, eps0),
+            threshold=(1 + tol) * float(np.mean(saa["clean_mean"])),
+            seeds=seeds,
+            comparison="<=",
+        )
+    )
     grid = sorted(cfg["methods"]["lv"])
     curves = np.array([per_seed(frame, "lv", "clean_mean", seeds, e) for e in grid])  # (eps, seed)
-    claims.append(compare_claim(
-        id="nv_clean_mean_nondecreasing_in_eps",
-        statement=f"newsvendor, clean test: mean cost is non-decreasing in eps over {grid} (per seed, the smallest step; stricter than the seed-averaged curve)",
-        values=list(np.diff(curves, axis=0).min(axis=0)), threshold=0.0, seeds=seeds, comparison=">=",
-        paper_value="on clean data LV is conservative at large eps"))
+    claims.append(
+        compare_claim(
+            id="nv_clean_mean_nondecreasing_in_eps",
+            statement=f"newsvendor, clean test: mean cost is non-decreasing in eps over {grid} (per seed, the smallest step; stricter than the seed-averaged curve)",
+            values=list(np.diff(curves, axis=0).min(axis=0)),
+            threshold=0.0,
+            seeds=seeds,
+            comparison=">=",
+            paper_value="on clean data LV is conservative at large eps",
+        )
+    )
     best = max(grid)
-    claims.append(compare_claim(
-        id=f"nv_lv{best:g}_cont_mean_lt_truncated_saa", statement=f"newsvendor, contaminated test: LV (eps = {best:g}) beats LV at eps = 0 (truncated SAA)",
-        values=per_seed(frame, "lv", "cont_mean", seeds, best), threshold_values=per_seed(frame, "lv", "cont_mean", seeds, 0.0),
-        seeds=seeds, comparison="<", gated=False))
+    claims.append(
+        compare_claim(
+            id=f"nv_lv{best:g}_cont_mean_lt_truncated_saa",
+            statement=f"newsvendor, contaminated test: LV (eps = {best:g}) beats LV at eps = 0 (truncated SAA)",
+            values=per_seed(frame, "lv", "cont_mean", seeds, best),
+            threshold_values=per_seed(frame, "lv", "cont_mean", seeds, 0.0),
+            seeds=seeds,
+            comparison="<",
+            gated=False,
+        )
+    )
     for rival in ("cvar", "kl"):
         if rival not in cfg["methods"]:
             continue
         best_rival = np.nanmin([per_seed(frame, rival, "cont_mean", seeds, p) for p in cfg["methods"][rival]], axis=0)
-        claims.append(compare_claim(
-            id=f"nv_best_lv_cont_mean_lt_best_{rival}", statement=f"newsvendor, contaminated test: LV at its best eps has lower mean cost than {LABELS[rival]} at its best parameter (oracle choice for both)",
-            values=list(np.nanmin([per_seed(frame, "lv", "cont_mean", seeds, e) for e in grid], axis=0)), threshold_values=list(best_rival),
-            seeds=seeds, comparison="<", gated=False))
+        claims.append(
+            compare_claim(
+                id=f"nv_best_lv_cont_mean_lt_best_{rival}",
+                statement=f"newsvendor, contaminated test: LV at its best eps has lower mean cost than {LABELS[rival]} at its best parameter (oracle choice for both)",
+                values=list(np.nanmin([per_seed(frame, "lv", "cont_mean", seeds, e) for e in grid], axis=0)),
+                threshold_values=list(best_rival),
+                seeds=seeds,
+                comparison="<",
+                gated=False,
+            )
+        )
     return claims
 
 
 def coverage_claim(frame: pd.DataFrame, exp: str, seeds: Sequence[int]) -> Claim:
     bound = per_seed(frame, "bulk", "mass_lower_bound", seeds, 0.0)[0]
     return compare_claim(
-        id=f"{exp}_bulk_test_coverage", statement=f"{exp}: share of the (clean) test set inside the bulk >= the DKW bound 1 - gamma (Lemma 3.2; holds in-distribution, shifts may break it)",
-        values=per_seed(frame, "bulk", "test_coverage", seeds, 0.0), threshold=bound, seeds=seeds, comparison=">=", gated=False)
+        id=f"{exp}_bulk_test_coverage",
+        statement=f"{exp}: share of the (clean) test set inside the bulk >= the DKW bound 1 - gamma (Lemma 3.2; holds in-distribution, shifts may break it)",
+        values=per_seed(frame, "bulk", "test_coverage", seeds, 0.0),
+        threshold=bound,
+        seeds=seeds,
+        comparison=">=",
+        gated=False,
+    )
 
 
 def regression_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
@@ -80,16 +139,36 @@ def regression_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequen
     california = cfg["source"] == "california"
     for metric in ("mae", "p98", "cvar2"):
         for rival in (m for m in cfg["methods"] if m != "lv"):
-            paper = (f"California MAE: LV {PAPER_CALIFORNIA['lv']} vs {LABELS[rival]} {PAPER_CALIFORNIA[rival]}"
-                     if metric == "mae" and rival in PAPER_CALIFORNIA else None)
-            claims.append(compare_claim(
-                id=f"reg_lv_{metric}_lt_{rival}", statement=f"{'California' if california else 'synthetic geo-shift'} regression: LV has lower test {metric.upper()} than {LABELS[rival]} (validated choices)",
-                values=per_seed(frame, "lv", metric, seeds), threshold_values=per_seed(frame, rival, metric, seeds), seeds=seeds,
-                comparison="<", gated=False, paper_value=paper))
+            paper = (
+                f"California MAE: LV {PAPER_CALIFORNIA['lv']} vs {LABELS[rival]} {PAPER_CALIFORNIA[rival]}"
+                if metric == "mae" and rival in PAPER_CALIFORNIA
+                else None
+            )
+            claims.append(
+                compare_claim(
+                    id=f"reg_lv_{metric}_lt_{rival}",
+                    statement=f"{'California' if california else 'synthetic geo-shift'} regression: LV has lower test {metric.upper()} than {LABELS[rival]} (validated choices)",
+                    values=per_seed(frame, "lv", metric, seeds),
+                    threshold_values=per_seed(frame, rival, metric, seeds),
+                    seeds=seeds,
+                    comparison="<",
+                    gated=False,
+                    paper_value=paper,
+                )
+            )
     if california:
-        claims.append(compare_claim(
-            id="reg_lv_mae_near_paper", statement="California: LV's MAE within 5 % of the paper's 10.7 (upper side)",
-            values=per_seed(frame, "lv", "mae", seeds), threshold=10.7 * 1.05, seeds=seeds, comparison="<=", gated=False, paper_value="10.7 (0.72)"))
+        claims.append(
+            compare_claim(
+                id="reg_lv_mae_near_paper",
+                statement="California: LV's MAE within 5 % of the paper's 10.7 (upper side)",
+                values=per_seed(frame, "lv", "mae", seeds),
+                threshold=10.7 * 1.05,
+                seeds=seeds,
+                comparison="<=",
+                gated=False,
+                paper_value="10.7 (0.72)",
+            )
+        )
     return claims
 
 
@@ -97,15 +176,30 @@ def text_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int
     claims = []
     if "lv_group" in cfg["methods"]:
         for rival in (m for m in ("groupdro", "erm") if m in cfg["methods"]):
-            claims.append(compare_claim(
-                id=f"text_lv_group_worst_ge_{rival}", statement=f"text: LV-Group worst-slice accuracy >= {LABELS[rival]}'s",
-                values=per_seed(frame, "lv_group", "worst_slice_acc", seeds), threshold_values=per_seed(frame, rival, "worst_slice_acc", seeds),
-                seeds=seeds, comparison=">=", gated=False, paper_value="CivilComments worst slice: LV-Group 0.516, GroupDRO 0.456"))
+            claims.append(
+                compare_claim(
+                    id=f"text_lv_group_worst_ge_{rival}",
+                    statement=f"text: LV-Group worst-slice accuracy >= {LABELS[rival]}'s",
+                    values=per_seed(frame, "lv_group", "worst_slice_acc", seeds),
+                    threshold_values=per_seed(frame, rival, "worst_slice_acc", seeds),
+                    seeds=seeds,
+                    comparison=">=",
+                    gated=False,
+                    paper_value="CivilComments worst slice: LV-Group 0.516, GroupDRO 0.456",
+                )
+            )
     if {"erm", "groupdro"} <= set(cfg["methods"]):
-        claims.append(compare_claim(
-            id="text_erm_worst_lt_groupdro", statement="text: ERM has lower worst-slice accuracy than GroupDRO (spec: expect ERM worst)",
-            values=per_seed(frame, "erm", "worst_slice_acc", seeds), threshold_values=per_seed(frame, "groupdro", "worst_slice_acc", seeds),
-            seeds=seeds, comparison="<", gated=False))
+        claims.append(
+            compare_claim(
+                id="text_erm_worst_lt_groupdro",
+                statement="text: ERM has lower worst-slice accuracy than GroupDRO (spec: expect ERM worst)",
+                values=per_seed(frame, "erm", "worst_slice_acc", seeds),
+                threshold_values=per_seed(frame, "groupdro", "worst_slice_acc", seeds),
+                seeds=seeds,
+                comparison="<",
+                gated=False,
+            )
+        )
     return claims
 
 
@@ -121,11 +215,26 @@ def runtime_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for exp, f in frames.items():
         part = f[f.metric == "runtime_s"].drop_duplicates(["seed", "method"])
         for method, g in part.groupby("method"):
-            rows.append({"experiment": exp, "method": method, "runtime_s_mean": g.value.mean(), "runtime_s_std": g.value.std(ddof=1), "n_seeds": len(g)})
+            rows.append(
+                {
+                    "experiment": exp,
+                    "method": method,
+                    "runtime_s_mean": g.value.mean(),
+                    "runtime_s_std": g.value.std(ddof=1),
+                    "n_seeds": len(g),
+                }
+            )
         solve = f[f.metric == "solve_s"]
         for (method, param), g in solve.groupby(["method", "param"]):
-            rows.append({"experiment": exp, "method": f"{method} (one solve, param {param:g})", "runtime_s_mean": g.value.mean(),
-                         "runtime_s_std": g.value.std(ddof=1), "n_seeds": len(g)})
+            rows.append(
+                {
+                    "experiment": exp,
+                    "method": f"{method} (one solve, param {param:g})",
+                    "runtime_s_mean": g.value.mean(),
+                    "runtime_s_std": g.value.std(ddof=1),
+                    "n_seeds": len(g),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -136,10 +245,14 @@ def _curve(table: pd.DataFrame, exp: str, method: str, mx: str, my: str) -> tupl
     return x["mean"].to_numpy(), y["mean"].to_numpy(), x["param"].to_numpy()
 
 
-FRONTIERS = {"newsvendor": [("cont_std", "cont_mean", "contaminated test: std of cost", "mean of cost"),
-                            ("clean_mean", "cont_mean", "clean test: mean cost", "contaminated test: mean cost")],
-             "regression": [("mae", "p98", "test MAE", "test P98 abs. error")],
-             "text": [("avg_acc", "worst_slice_acc", "average accuracy", "worst-slice accuracy")]}
+FRONTIERS = {
+    "newsvendor": [
+        ("cont_std", "cont_mean", "contaminated test: std of cost", "mean of cost"),
+        ("clean_mean", "cont_mean", "clean test: mean cost", "contaminated test: mean cost"),
+    ],
+    "regression": [("mae", "p98", "test MAE", "test P98 abs. error")],
+    "text": [("avg_acc", "worst_slice_acc", "average accuracy", "worst-slice accuracy")],
+}
 
 
 def frontier_figure(table: pd.DataFrame, experiments: Sequence[str], path: str | Path) -> None:
@@ -178,9 +291,19 @@ def bulk_rows(bulks: Mapping[str, Mapping[str, dict]]) -> list[dict[str, Any]]:
     for exp, per in bulks.items():
         for seed, doc in per.items():
             cert = doc["certificate"]
-            rows.append({"experiment": exp, "seed": seed, "geometry": " x ".join(b["geometry"] for b in doc["blocks"]),
-                         "t_hat": ", ".join(f"{b['t']:.3g}" for b in doc["blocks"]), "gamma": doc["gamma"], "delta": doc["delta"],
-                         "m_select": doc["m_select"], "select_coverage": cert["select_coverage"], "fit_coverage": cert["fit_coverage"]})
+            rows.append(
+                {
+                    "experiment": exp,
+                    "seed": seed,
+                    "geometry": " x ".join(b["geometry"] for b in doc["blocks"]),
+                    "t_hat": ", ".join(f"{b['t']:.3g}" for b in doc["blocks"]),
+                    "gamma": doc["gamma"],
+                    "delta": doc["delta"],
+                    "m_select": doc["m_select"],
+                    "select_coverage": cert["select_coverage"],
+                    "fit_coverage": cert["fit_coverage"],
+                }
+            )
     return rows
 
 
@@ -192,8 +315,13 @@ LIMITATIONS = [
 ]
 
 
-def write_report(*, frames: Mapping[str, pd.DataFrame], bulks: Mapping[str, Mapping[str, dict]], params: Mapping[str, Any],
-                 out: Mapping[str, str | Path]) -> list[Claim]:
+def write_report(
+    *,
+    frames: Mapping[str, pd.DataFrame],
+    bulks: Mapping[str, Mapping[str, dict]],
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+) -> list[Claim]:
     exps, cfg, seeds = list(params["experiments"]), params["cfg"], params["seeds"]
     builders = {"newsvendor": newsvendor_claims, "regression": regression_claims, "text": text_claims}
     claims: list[Claim] = []
@@ -205,28 +333,46 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], bulks: Mapping[str, Mapp
     runtime = runtime_table(frames)
     runtime.to_csv(out["runtime"], index=False)
     frontier_figure(table, exps, out["frontier"])
-    metric_sets = {"newsvendor": (["cont_mean", "cont_std", "clean_mean", "clean_std", "cont_msd", "clean_msd"], False),
-                   "regression": (["mae", "rmse", "p98", "cvar2"], True), "text": (["avg_acc", "worst_slice_acc"], True)}
+    metric_sets = {
+        "newsvendor": (["cont_mean", "cont_std", "clean_mean", "clean_std", "cont_msd", "clean_msd"], False),
+        "regression": (["mae", "rmse", "p98", "cvar2"], True),
+        "text": (["avg_acc", "worst_slice_acc"], True),
+    }
     sections = []
     for exp in exps:
         metrics, chosen = metric_sets[exp]
-        label = {"newsvendor": "Newsvendor: OOS cost of every decision (mean ± std over seeds)",
-                 "regression": "Regression (validated parameter per method; Table 3 analogue, errors in the target's unit)",
-                 "text": "Text (validated parameter per method)"}[exp]
+        label = {
+            "newsvendor": "Newsvendor: OOS cost of every decision (mean ± std over seeds)",
+            "regression": "Regression (validated parameter per method; Table 3 analogue, errors in the target's unit)",
+            "text": "Text (validated parameter per method)",
+        }[exp]
         sections.append((label, markdown_table(headline_rows(table, exp, metrics, chosen))))
-    sections += [("Runtime per replication, seconds (Table 4 analogue)", markdown_table(runtime.to_dict(orient="records"))),
-                 ("Bulk calibration (DKW threshold and certificate per seed)", markdown_table(bulk_rows(bulks)))]
+    sections += [
+        ("Runtime per replication, seconds (Table 4 analogue)", markdown_table(runtime.to_dict(orient="records"))),
+        ("Bulk calibration (DKW threshold and certificate per seed)", markdown_table(bulk_rows(bulks))),
+    ]
     text = render_report(
         title="Bulk-calibrated credal ambiguity sets: LV-DRO under contamination",
         scale=params["scale"],
-        summary=(f"Experiments: {', '.join(exps)}. Gated claims are the spec §7 newsvendor claims; the others are reported. "
-                 "LV = (1 - eps) mean over central samples inside the DKW-calibrated bulk + eps sup over the bulk."),
-        claims=claims, sections=sections,
-        figures=[("Robustness-accuracy frontiers per experiment (grid of each method's parameter)", "figures/frontier.png")],
+        summary=(
+            f"Experiments: {', '.join(exps)}. Gated claims are the spec §7 newsvendor claims; the others are reported. "
+            "LV = (1 - eps) mean over central samples inside the DKW-calibrated bulk + eps sup over the bulk."
+        ),
+        claims=claims,
+        sections=sections,
+        figures=[
+            ("Robustness-accuracy frontiers per experiment (grid of each method's parameter)", "figures/frontier.png")
+        ],
         limitations=LIMITATIONS,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="credal_dro", scale=params["scale"], claims=claims,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"),
-                  runtime=runtime.replace({np.nan: None}).to_dict(orient="records"), limitation=LIMITATIONS[0])
+    write_metrics(
+        out["metrics"],
+        paper="credal_dro",
+        scale=params["scale"],
+        claims=claims,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        runtime=runtime.replace({np.nan: None}).to_dict(orient="records"),
+        limitation=LIMITATIONS[0],
+    )
     return claims

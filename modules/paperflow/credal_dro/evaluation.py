@@ -3,7 +3,8 @@ columns seed, method, param, chosen (regression: the validated grid value), metr
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,12 +24,19 @@ def empirical_cvar(errors: np.ndarray, tail_mass: float) -> float:
 
 def regression_metrics(errors: np.ndarray, unit: float) -> dict[str, float]:
     e = errors / unit
-    return {"mae": float(e.mean()), "rmse": float(np.sqrt(np.mean(e**2))), "p98": float(np.quantile(e, 0.98)),
-            "cvar2": empirical_cvar(e, 0.02)}
+    return {
+        "mae": float(e.mean()),
+        "rmse": float(np.sqrt(np.mean(e**2))),
+        "p98": float(np.quantile(e, 0.98)),
+        "cvar2": empirical_cvar(e, 0.02),
+    }
 
 
 def _rows(seed: int, method: str, param: float, chosen: bool, metrics: Mapping[str, float]) -> list[dict]:
-    return [{"seed": seed, "method": method, "param": param, "chosen": chosen, "metric": k, "value": float(v)} for k, v in metrics.items()]
+    return [
+        {"seed": seed, "method": method, "param": param, "chosen": chosen, "metric": k, "value": float(v)}
+        for k, v in metrics.items()
+    ]
 
 
 def coverage_rows(splits: Mapping[int, Mapping[str, pd.DataFrame]], bulks: Mapping[str, dict]) -> list[dict]:
@@ -36,13 +44,23 @@ def coverage_rows(splits: Mapping[int, Mapping[str, pd.DataFrame]], bulks: Mappi
     rows = []
     for seed, parts in splits.items():
         bulk = Bulk.from_json(bulks[str(seed)])
-        rows += _rows(seed, "bulk", 0.0, True, {"test_coverage": bulk.contains(features(parts["test"])).mean(),
-                                                 "mass_lower_bound": 1.0 - bulk.gamma})
+        rows += _rows(
+            seed,
+            "bulk",
+            0.0,
+            True,
+            {"test_coverage": bulk.contains(features(parts["test"])).mean(), "mass_lower_bound": 1.0 - bulk.gamma},
+        )
     return rows
 
 
-def evaluate(exp: str, models: Mapping[str, dict], splits: Mapping[int, Mapping[str, pd.DataFrame]], bulks: Mapping[str, dict],
-             cfg: Mapping[str, Any]) -> pd.DataFrame:
+def evaluate(
+    exp: str,
+    models: Mapping[str, dict],
+    splits: Mapping[int, Mapping[str, pd.DataFrame]],
+    bulks: Mapping[str, dict],
+    cfg: Mapping[str, Any],
+) -> pd.DataFrame:
     rows = coverage_rows(splits, bulks)
     for method, doc in models.items():
         for seed_key, res in doc["seeds"].items():
@@ -62,12 +80,19 @@ def evaluate(exp: str, models: Mapping[str, dict], splits: Mapping[int, Mapping[
                 test = features(parts["test"])
                 for fit in res["grid"]:
                     errs = rg.abs_errors(np.asarray(fit["theta"]), fit["theta0"], test)
-                    rows += _rows(seed, method, fit["param"], fit["param"] == res["chosen"]["param"],
-                                  regression_metrics(errs, cfg["unit"]) | timing)
+                    rows += _rows(
+                        seed,
+                        method,
+                        fit["param"],
+                        fit["param"] == res["chosen"]["param"],
+                        regression_metrics(errs, cfg["unit"]) | timing,
+                    )
             else:
                 test = parts["test"]
                 x = features(test)
                 for fit in res["grid"]:
-                    acc = slice_accuracy(x @ np.asarray(fit["theta"]) + fit["theta0"], test["label"].to_numpy(), test["group"].to_numpy())
+                    acc = slice_accuracy(
+                        x @ np.asarray(fit["theta"]) + fit["theta0"], test["label"].to_numpy(), test["group"].to_numpy()
+                    )
                     rows += _rows(seed, method, fit["param"], fit["param"] == res["chosen"]["param"], acc | timing)
     return pd.DataFrame(rows)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -17,8 +18,15 @@ from paperflow.credal_dro.tables import features
 CENTRAL_SEED_OFFSET = 20_000
 
 
-def train_convex(exp: str, method: str, splits: Mapping[int, Mapping[str, Any]], bulks: Mapping[str, dict], cfg: Mapping[str, Any],
-                 solver: Mapping[str, str], seeds: Sequence[int]) -> dict:
+def train_convex(
+    exp: str,
+    method: str,
+    splits: Mapping[int, Mapping[str, Any]],
+    bulks: Mapping[str, dict],
+    cfg: Mapping[str, Any],
+    solver: Mapping[str, str],
+    seeds: Sequence[int],
+) -> dict:
     grid = list(cfg["methods"][method])
     out = {"experiment": exp, "method": method, "grid": grid, "seeds": {}}
     for seed in tqdm(seeds, desc=f"{exp}/{method}", mininterval=5):
@@ -30,13 +38,37 @@ def train_convex(exp: str, method: str, splits: Mapping[int, Mapping[str, Any]],
             central = sample_central(cfg["central"], data, cfg["n_central"] or len(data), rng)
             central_s = time.perf_counter() - t0
             lp = method in ("saa", "lv", "cvar")
-            result = {"decisions": nv.decide(method, grid, central, bulk, cfg["costs"]["h"], cfg["costs"]["b"], solver["lp"] if lp else solver["conic"])}
+            result = {
+                "decisions": nv.decide(
+                    method,
+                    grid,
+                    central,
+                    bulk,
+                    cfg["costs"]["h"],
+                    cfg["costs"]["b"],
+                    solver["lp"] if lp else solver["conic"],
+                )
+            }
         else:
-            split = {"fit": features(parts["fit"]), "select": features(parts["select"]), "u_select": parts["select"]["u"].to_numpy()}
+            split = {
+                "fit": features(parts["fit"]),
+                "select": features(parts["select"]),
+                "u_select": parts["select"]["u"].to_numpy(),
+            }
             central = sample_central(cfg["central"], split["fit"], cfg["n_central"], rng) if method == "lv" else None
             central_s = time.perf_counter() - t0
-            result = rg.fit_method(method, grid, split, central, bulk, {"solver": solver["conic"], "validation_blocks": cfg["validation_blocks"],
-                                                                               "or_wass_eta": cfg["or_wass_eta"]})
+            result = rg.fit_method(
+                method,
+                grid,
+                split,
+                central,
+                bulk,
+                {
+                    "solver": solver["conic"],
+                    "validation_blocks": cfg["validation_blocks"],
+                    "or_wass_eta": cfg["or_wass_eta"],
+                },
+            )
         result["runtime_s"] = time.perf_counter() - t0
         result["central_s"] = central_s
         result["n_central_in_bulk"] = int(bulk.contains(central).sum()) if central is not None else None

@@ -8,7 +8,7 @@ upper-tail mean (reverse LV / CVaR) and the TV-ball value used by the identity c
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import cvxpy as cp
 import numpy as np
@@ -86,4 +86,3 @@ def kl_dual(losses: cp.Expression, radius: float) -> tuple[cp.Expression, list]:
     lam, t, z = cp.Variable(), cp.Variable(), cp.Variable(n)
     cons = [lam >= 0, cp.sum(z) <= n * lam, cp.constraints.ExpCone(losses - t, lam * np.ones(n), z)]
     return t + lam * radius, cons
-

@@ -8,7 +8,8 @@ high-demand spikes mu + U(lo_u, hi_u) (hi - mu), hi the upper corner of the cali
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -24,7 +25,9 @@ def demand(n: int, cfg: Mapping[str, Any], rng: np.random.Generator) -> np.ndarr
     return cfg["loc"] + cfg["scale"] * rng.standard_t(cfg["df"], size=(n, cfg["dim"]))
 
 
-def contaminate(clean: np.ndarray, bulk: Bulk, frac: float, spike: tuple[float, float], rng: np.random.Generator) -> np.ndarray:
+def contaminate(
+    clean: np.ndarray, bulk: Bulk, frac: float, spike: tuple[float, float], rng: np.random.Generator
+) -> np.ndarray:
     """Replace a `frac` share of rows by in-bulk spikes mu + U(spike) * (hi - mu)."""
     out = clean.copy()
     rows = rng.random(len(out)) < frac
@@ -103,7 +106,9 @@ def solve_kl(central: np.ndarray, radius: float, h: float, b: float, solver: str
     raise RuntimeError(f"KL-DRO failed at every loss scale: {errors}")
 
 
-def decide(method: str, grid: list[float], central: np.ndarray, bulk: Bulk, h: float, b: float, solver: str) -> list[dict]:
+def decide(
+    method: str, grid: list[float], central: np.ndarray, bulk: Bulk, h: float, b: float, solver: str
+) -> list[dict]:
     """One decision per value of the method's parameter grid, with its solve time."""
     out = []
     for value in grid if method != "saa" else [0.0]:

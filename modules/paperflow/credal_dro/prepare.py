@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import tarfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,8 @@ def _fetch(spec: Mapping[str, Any], cache: str | Path, name: str) -> Path:
     if not spec.get("sha256"):
         raise ConfigError(
             f"{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. Fetch the file once "
-            f"on a machine with network, run `sha256sum` on it and set {name}.sha256 in config/credal_dro.yaml")
+            f"on a machine with network, run `sha256sum` on it and set {name}.sha256 in config/credal_dro.yaml"
+        )
     return fetch(spec["url"], Path(cache) / spec["filename"], spec["sha256"])
 
 
@@ -44,28 +46,42 @@ def download(exp: str, cfg: Mapping[str, Any], seeds: Sequence[int], cache: str 
     if exp == "newsvendor":
         n = cfg["n_fit"] + cfg["m_select"] + cfg["n_test"]
         parts = np.repeat(["fit", "select", "test"], [cfg["n_fit"], cfg["m_select"], cfg["n_test"]])
-        frames = [pd.DataFrame(nv.demand(n, cfg["demand"], np.random.default_rng(s)), columns=[f"x{j}" for j in range(cfg["demand"]["dim"])])
-                  .assign(seed=s, part=parts) for s in seeds]
+        frames = [
+            pd.DataFrame(
+                nv.demand(n, cfg["demand"], np.random.default_rng(s)),
+                columns=[f"x{j}" for j in range(cfg["demand"]["dim"])],
+            ).assign(seed=s, part=parts)
+            for s in seeds
+        ]
         frame, meta = pd.concat(frames, ignore_index=True), {"source": "generator", "demand": dict(cfg["demand"])}
     elif exp == "regression":
         if cfg["source"] == "california":
             frame = rg.read_california(_fetch(cfg["california"], cache, "regression.california"))
         else:
             syn = cfg["synthetic"]
-            frame = rg.synthetic_geo(syn["n"], syn["dim"], syn["drift"], syn["df"], np.random.default_rng(syn["data_seed"]))
+            frame = rg.synthetic_geo(
+                syn["n"], syn["dim"], syn["drift"], syn["df"], np.random.default_rng(syn["data_seed"])
+            )
         meta = {"source": cfg["source"]}
     elif exp == "text":
         if cfg["source"] == "civilcomments":
             archive = _fetch(cfg["civilcomments"], cache, "text.civilcomments")
             with tarfile.open(archive) as tar:
                 tar.extractall(Path(cache) / "civilcomments", filter="data")
-            frame = text.read_civilcomments(str(next((Path(cache) / "civilcomments").rglob("all_data_with_identities.csv"))))
+            frame = text.read_civilcomments(
+                str(next((Path(cache) / "civilcomments").rglob("all_data_with_identities.csv")))
+            )
         else:
             syn = cfg["synthetic"]
             rng = np.random.default_rng(syn["data_seed"])
             parts = {"train": (syn["n_train"], True), "val": (syn["n_val"], True), "test": (syn["n_test"], False)}
-            frame = pd.concat([text.synthetic_comments(n, syn["ambiguous"], syn["spurious"], rng, corr).assign(split=p)
-                               for p, (n, corr) in parts.items()], ignore_index=True)
+            frame = pd.concat(
+                [
+                    text.synthetic_comments(n, syn["ambiguous"], syn["spurious"], rng, corr).assign(split=p)
+                    for p, (n, corr) in parts.items()
+                ],
+                ignore_index=True,
+            )
         meta = {"source": cfg["source"]}
     else:
         raise ValueError(f"unknown experiment {exp!r}")
@@ -74,7 +90,9 @@ def download(exp: str, cfg: Mapping[str, Any], seeds: Sequence[int], cache: str 
     return meta
 
 
-def _long(parts: Mapping[str, np.ndarray], seed: int, extra: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> pd.DataFrame:
+def _long(
+    parts: Mapping[str, np.ndarray], seed: int, extra: Mapping[str, Mapping[str, np.ndarray]] | None = None
+) -> pd.DataFrame:
     frames = []
     for part, x in parts.items():
         f = pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(seed=seed, part=part)
@@ -84,7 +102,14 @@ def _long(parts: Mapping[str, np.ndarray], seed: int, extra: Mapping[str, Mappin
     return pd.concat(frames, ignore_index=True)
 
 
-def preprocess(exp: str, raw: str | Path, cfg: Mapping[str, Any], seeds: Sequence[int], splits_out: str | Path, bulks_out: str | Path) -> None:
+def preprocess(
+    exp: str,
+    raw: str | Path,
+    cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    splits_out: str | Path,
+    bulks_out: str | Path,
+) -> None:
     """Per seed: the splits and the bulk calibrated on (fit, select); newsvendor also gets its
     contaminated test draws (in-bulk spikes, which need the calibrated box)."""
     frame, _ = read_frame(raw)
@@ -93,19 +118,46 @@ def preprocess(exp: str, raw: str | Path, cfg: Mapping[str, Any], seeds: Sequenc
     for seed in seeds:
         if exp == "newsvendor":
             own = frame[frame.seed == seed]
-            parts = {p: own[own.part == p][[c for c in own.columns if c.startswith("x")]].to_numpy() for p in ("fit", "select", "test")}
+            parts = {
+                p: own[own.part == p][[c for c in own.columns if c.startswith("x")]].to_numpy()
+                for p in ("fit", "select", "test")
+            }
             d = parts["fit"].shape[1]
-            bulk = calibrate(parts["fit"], parts["select"], [(bcfg["geometry"], range(d))], bcfg["gamma"], bcfg["delta"], bcfg["box_quantile"])
+            bulk = calibrate(
+                parts["fit"],
+                parts["select"],
+                [(bcfg["geometry"], range(d))],
+                bcfg["gamma"],
+                bcfg["delta"],
+                bcfg["box_quantile"],
+            )
             c = cfg["contamination"]
-            parts["test_contaminated"] = nv.contaminate(parts["test"], bulk, c["frac"], tuple(c["spike"]),
-                                                        np.random.default_rng(CONTAMINATION_SEED_OFFSET + seed))
+            parts["test_contaminated"] = nv.contaminate(
+                parts["test"],
+                bulk,
+                c["frac"],
+                tuple(c["spike"]),
+                np.random.default_rng(CONTAMINATION_SEED_OFFSET + seed),
+            )
             frames.append(_long(parts, seed))
         elif exp == "regression":
             sp = rg.geo_split(frame, seed, cfg["split"]["train_frac"], cfg["split"]["gap"], cfg["split"]["select_frac"])
             d = sp["fit"].shape[1] - 1
-            bulk = calibrate(sp["fit"], sp["select"], [("ellipsoid", range(d)), ("box", [d])], bcfg["gamma"], bcfg["delta"], bcfg["box_quantile"])
-            frames.append(_long({p: sp[p] for p in ("fit", "select", "test")}, seed,
-                                {"select": {"u": sp["u_select"]}, "test": {"u": sp["u_test"]}}))
+            bulk = calibrate(
+                sp["fit"],
+                sp["select"],
+                [("ellipsoid", range(d)), ("box", [d])],
+                bcfg["gamma"],
+                bcfg["delta"],
+                bcfg["box_quantile"],
+            )
+            frames.append(
+                _long(
+                    {p: sp[p] for p in ("fit", "select", "test")},
+                    seed,
+                    {"select": {"u": sp["u_select"]}, "test": {"u": sp["u_test"]}},
+                )
+            )
         else:
             bulk, part_frames = _text_split(frame, cfg, seed)
             frames.append(part_frames)
@@ -126,6 +178,8 @@ def _text_split(frame: pd.DataFrame, cfg: Mapping[str, Any], seed: int) -> tuple
     pca = PCA(n_components=cfg["pca_dim"], random_state=seed).fit(x_all[idx["fit"]])
     parts = {p: pca.transform(x_all[i]) for p, i in idx.items()}
     bcfg = cfg["bulk"]
-    bulk = calibrate(parts["fit"], parts["select"], [("ellipsoid", range(cfg["pca_dim"]))], bcfg["gamma"], bcfg["delta"])
+    bulk = calibrate(
+        parts["fit"], parts["select"], [("ellipsoid", range(cfg["pca_dim"]))], bcfg["gamma"], bcfg["delta"]
+    )
     extra = {p: {"label": frame["label"].to_numpy()[i], "group": frame["group"].to_numpy()[i]} for p, i in idx.items()}
     return bulk, _long(parts, seed, extra)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import io
 import tarfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -49,13 +50,15 @@ def read_california(archive: str | Path) -> pd.DataFrame:
     return frame.assign(u=-lon, y=value / 1e4)
 
 
-def geo_split(frame: pd.DataFrame, seed: int, train_frac: float, gap: float, select_frac: float) -> dict[str, np.ndarray]:
+def geo_split(
+    frame: pd.DataFrame, seed: int, train_frac: float, gap: float, select_frac: float
+) -> dict[str, np.ndarray]:
     """Low-u `train_frac` -> fit / select (random, `select_frac` to select); high-u remainder after a
     `gap` band -> test. Features standardised with the fit split's moments; y unchanged."""
     order = np.argsort(frame["u"].to_numpy(), kind="stable")
     n = len(order)
     n_train, n_gap = int(round(train_frac * n)), int(round(gap * n))
-    train, test = order[:n_train], order[n_train + n_gap:]
+    train, test = order[:n_train], order[n_train + n_gap :]
     train = np.random.default_rng(seed).permutation(train)
     n_sel = int(round(select_frac * len(train)))
     cols = [c for c in frame.columns if c.startswith("f")]
@@ -64,8 +67,13 @@ def geo_split(frame: pd.DataFrame, seed: int, train_frac: float, gap: float, sel
     mean, std = fit[:, :-1].mean(axis=0), fit[:, :-1].std(axis=0) + 1e-12
     scale = lambda a: np.column_stack([(a[:, :-1] - mean) / std, a[:, -1]])  # noqa: E731
     u = frame["u"].to_numpy()
-    return {"fit": scale(fit), "select": scale(select), "test": scale(xy[test]),
-            "u_select": u[train[:n_sel]], "u_test": u[test]}
+    return {
+        "fit": scale(fit),
+        "select": scale(select),
+        "test": scale(xy[test]),
+        "u_select": u[train[:n_sel]],
+        "u_test": u[test],
+    }
 
 
 def abs_errors(theta: np.ndarray, theta0: float, xy: np.ndarray) -> np.ndarray:
@@ -129,8 +137,14 @@ def worst_block_mae(theta: np.ndarray, theta0: float, xy: np.ndarray, u: np.ndar
     return max(float(abs_errors(theta, theta0, xy[idx]).mean()) for idx in bands)
 
 
-def fit_method(method: str, grid: list[float], split: Mapping[str, np.ndarray], central: np.ndarray | None, bulk: Bulk | None,
-               cfg: Mapping[str, Any]) -> dict:
+def fit_method(
+    method: str,
+    grid: list[float],
+    split: Mapping[str, np.ndarray],
+    central: np.ndarray | None,
+    bulk: Bulk | None,
+    cfg: Mapping[str, Any],
+) -> dict:
     """Fit every grid value on the fit split, pick the one with the smallest worst-band select MAE."""
     solver, fit = cfg["solver"], split["fit"]
     t0 = time.perf_counter()

@@ -21,9 +21,13 @@ def check(cfg: dict[str, Any], source: str) -> None:
                 raise ConfigError(f"{source}: newsvendor.methods must include '{key}' (the claims compare LV with SAA)")
         missing = [e for e in nv["claim"]["eps"] if e not in nv["methods"]["lv"]]
         if missing:
-            raise ConfigError(f"{source}: newsvendor.claim.eps {missing} are not in newsvendor.methods.lv {nv['methods']['lv']}")
+            raise ConfigError(
+                f"{source}: newsvendor.claim.eps {missing} are not in newsvendor.methods.lv {nv['methods']['lv']}"
+            )
         if nv["bulk"].get("geometry", "box") != "box":
-            raise ConfigError(f"{source}: newsvendor.bulk.geometry must be 'box' (the LP and the in-bulk spikes use the box corners)")
+            raise ConfigError(
+                f"{source}: newsvendor.bulk.geometry must be 'box' (the LP and the in-bulk spikes use the box corners)"
+            )
         lo, hi = nv["contamination"]["spike"]
         if lo > hi:
             raise ConfigError(f"{source}: newsvendor.contamination.spike = [{lo}, {hi}] must be increasing")

@@ -12,8 +12,10 @@ from paperflow.core.io import read_frame
 
 def load_splits(path: str | Path) -> dict[int, dict[str, pd.DataFrame]]:
     frame, _ = read_frame(path)
-    return {int(s): {p: g.drop(columns=["seed", "part"]).reset_index(drop=True) for p, g in fs.groupby("part")}
-            for s, fs in frame.groupby("seed")}
+    return {
+        int(s): {p: g.drop(columns=["seed", "part"]).reset_index(drop=True) for p, g in fs.groupby("part")}
+        for s, fs in frame.groupby("seed")
+    }
 
 
 def features(part: pd.DataFrame) -> np.ndarray:

@@ -3,8 +3,9 @@ run logs; `held` always comes from the numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,13 @@ import pandas as pd
 from paperflow.core import plots
 from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
 
-LABELS = {"decfus": "DecFus", "dflavg": "DFLAvg (DFedAvg)", "dflmr": "DFLMR (D-FedMR)", "dpsgd": "D-PSGD", "fedavg": "FedAvg (centralised)"}
+LABELS = {
+    "decfus": "DecFus",
+    "dflavg": "DFLAvg (DFedAvg)",
+    "dflmr": "DFLMR (D-FedMR)",
+    "dpsgd": "D-PSGD",
+    "fedavg": "FedAvg (centralised)",
+}
 NO_PAPER_NUMBER = "no public number (abstract only)"
 
 
@@ -23,44 +30,90 @@ def per_seed(frame: pd.DataFrame, method: str, column: str, seeds: Sequence[int]
     return [float(by_seed.get(s, np.nan)) for s in seeds]
 
 
-def comparison_claims(frame: pd.DataFrame, part: str, seeds: Sequence[int], rivals: Sequence[str], gated_rival: str | None) -> list[Claim]:
-    return [compare_claim(
-        id=f"decfus_gt_{rival}_{part}",
-        statement=f"{part}: DecFus's final client-mean test accuracy (last evaluations) is higher than {LABELS[rival]}'s",
-        values=per_seed(frame, "decfus", "final_acc", seeds), threshold_values=per_seed(frame, rival, "final_acc", seeds),
-        seeds=seeds, comparison=">", gated=rival == gated_rival, paper_value=NO_PAPER_NUMBER,
-    ) for rival in rivals]
+def comparison_claims(
+    frame: pd.DataFrame, part: str, seeds: Sequence[int], rivals: Sequence[str], gated_rival: str | None
+) -> list[Claim]:
+    return [
+        compare_claim(
+            id=f"decfus_gt_{rival}_{part}",
+            statement=f"{part}: DecFus's final client-mean test accuracy (last evaluations) is higher than {LABELS[rival]}'s",
+            values=per_seed(frame, "decfus", "final_acc", seeds),
+            threshold_values=per_seed(frame, rival, "final_acc", seeds),
+            seeds=seeds,
+            comparison=">",
+            gated=rival == gated_rival,
+            paper_value=NO_PAPER_NUMBER,
+        )
+        for rival in rivals
+    ]
 
 
 def iid_claims(frame: pd.DataFrame, part: str, seeds: Sequence[int], tolerance: float) -> list[Claim]:
     """Within `tolerance` of DFLAvg: two one-sided checks on the per-seed difference DecFus − DFLAvg."""
-    diff = [a - b for a, b in zip(per_seed(frame, "decfus", "final_acc", seeds), per_seed(frame, "dflavg", "final_acc", seeds))]
+    diff = [
+        a - b
+        for a, b in zip(per_seed(frame, "decfus", "final_acc", seeds), per_seed(frame, "dflavg", "final_acc", seeds))
+    ]
     return [
-        compare_claim(id=f"decfus_not_below_dflavg_{part}", values=diff, threshold=-tolerance, comparison=">=", seeds=seeds,
-                      statement=f"{part}: DecFus's final accuracy minus DFLAvg's is at least −{tolerance:g} (within 1 point, lower side)"),
-        compare_claim(id=f"decfus_not_above_dflavg_{part}", values=diff, threshold=tolerance, comparison="<=", seeds=seeds,
-                      statement=f"{part}: DecFus's final accuracy minus DFLAvg's is at most +{tolerance:g} (within 1 point, upper side)"),
+        compare_claim(
+            id=f"decfus_not_below_dflavg_{part}",
+            values=diff,
+            threshold=-tolerance,
+            comparison=">=",
+            seeds=seeds,
+            statement=f"{part}: DecFus's final accuracy minus DFLAvg's is at least −{tolerance:g} (within 1 point, lower side)",
+        ),
+        compare_claim(
+            id=f"decfus_not_above_dflavg_{part}",
+            values=diff,
+            threshold=tolerance,
+            comparison="<=",
+            seeds=seeds,
+            statement=f"{part}: DecFus's final accuracy minus DFLAvg's is at most +{tolerance:g} (within 1 point, upper side)",
+        ),
     ]
 
 
 def schedule_claims(frame: pd.DataFrame, part: str, seeds: Sequence[int], cfg: Mapping[str, Any]) -> list[Claim]:
     return [
-        compare_claim(id=f"all_clients_stable_{part}", values=per_seed(frame, "decfus", "stable_fraction", seeds), threshold=1.0,
-                      comparison=">=", seeds=seeds,
-                      statement=f"{part}: every client's detector fires (θ leaves θ0 after the protection period); fraction of clients"),
-        compare_claim(id=f"theta_ends_near_theta1_{part}", values=per_seed(frame, "decfus", "theta_final_max", seeds),
-                      threshold=cfg["theta_near"], comparison="<=", seeds=seeds,
-                      statement=f"{part}: the largest client θ in the last round is near θ1 = 0.25"),
-        compare_claim(id=f"averaged_fraction_starts_low_{part}", values=per_seed(frame, "decfus", "averaged_first", seeds),
-                      threshold=cfg["averaged_start_max"], comparison="<=", seeds=seeds,
-                      statement=f"{part}: fraction of averaged tensors in round 0 (θ = 0.75) is about 25%"),
-        compare_claim(id=f"averaged_fraction_ends_high_{part}", values=per_seed(frame, "decfus", "averaged_last", seeds),
-                      threshold=cfg["averaged_end_min"], comparison=">=", seeds=seeds,
-                      statement=f"{part}: fraction of averaged tensors in the last round is about 75%"),
+        compare_claim(
+            id=f"all_clients_stable_{part}",
+            values=per_seed(frame, "decfus", "stable_fraction", seeds),
+            threshold=1.0,
+            comparison=">=",
+            seeds=seeds,
+            statement=f"{part}: every client's detector fires (θ leaves θ0 after the protection period); fraction of clients",
+        ),
+        compare_claim(
+            id=f"theta_ends_near_theta1_{part}",
+            values=per_seed(frame, "decfus", "theta_final_max", seeds),
+            threshold=cfg["theta_near"],
+            comparison="<=",
+            seeds=seeds,
+            statement=f"{part}: the largest client θ in the last round is near θ1 = 0.25",
+        ),
+        compare_claim(
+            id=f"averaged_fraction_starts_low_{part}",
+            values=per_seed(frame, "decfus", "averaged_first", seeds),
+            threshold=cfg["averaged_start_max"],
+            comparison="<=",
+            seeds=seeds,
+            statement=f"{part}: fraction of averaged tensors in round 0 (θ = 0.75) is about 25%",
+        ),
+        compare_claim(
+            id=f"averaged_fraction_ends_high_{part}",
+            values=per_seed(frame, "decfus", "averaged_last", seeds),
+            threshold=cfg["averaged_end_min"],
+            comparison=">=",
+            seeds=seeds,
+            statement=f"{part}: fraction of averaged tensors in the last round is about 75%",
+        ),
     ]
 
 
-def build_claims(frames: Mapping[str, pd.DataFrame], methods: Sequence[str], seeds: Sequence[int], cfg: Mapping[str, Any]) -> list[Claim]:
+def build_claims(
+    frames: Mapping[str, pd.DataFrame], methods: Sequence[str], seeds: Sequence[int], cfg: Mapping[str, Any]
+) -> list[Claim]:
     """Gated (spec §7): DecFus > DFLAvg on each non-IID claim partition, within 1 point of it on the
     IID one, and the schedule claims on every claim partition. Reported: DecFus against every other
     method, and DecFus > DFLAvg on the partitions outside the claim set."""
@@ -93,14 +146,29 @@ def summary_table(frames: Mapping[tuple[str, str], pd.DataFrame]) -> pd.DataFram
 def headline_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for _, r in table.iterrows():
-        rows.append({"dataset": r.dataset, "partition": r.partition, "method": LABELS.get(r.method, r.method),
-                     **{c: f"{r[c + '_mean']:.4f} ± {r[c + '_std']:.3f}" for c in ("final_acc", "best_acc", "fused_acc", "final_loss")},
-                     "consensus": f"{r['final_consensus_mean']:.3g}"})
+        rows.append(
+            {
+                "dataset": r.dataset,
+                "partition": r.partition,
+                "method": LABELS.get(r.method, r.method),
+                **{
+                    c: f"{r[c + '_mean']:.4f} ± {r[c + '_std']:.3f}"
+                    for c in ("final_acc", "best_acc", "fused_acc", "final_loss")
+                },
+                "consensus": f"{r['final_consensus_mean']:.3g}",
+            }
+        )
     return rows
 
 
-def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[str], methods: Sequence[str], seed: int,
-            out: Mapping[str, str | Path]) -> None:
+def figures(
+    curves: pd.DataFrame,
+    clients: pd.DataFrame,
+    partitions: Sequence[str],
+    methods: Sequence[str],
+    seed: int,
+    out: Mapping[str, str | Path],
+) -> None:
     """Accuracy per round per method; DecFus's θ trajectories, fraction of averaged tensors and V_i."""
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
@@ -118,7 +186,12 @@ def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[st
             ax.plot(group["round"], group.theta, lw=0.8, alpha=0.6, label=f"client {client}" if client < 3 else None)
         mean = dec[dec.partition == part].groupby("round").theta.mean()
         ax.plot(mean.index, mean.to_numpy(), "k", lw=2, label="mean (all seeds, clients)")
-        ax.set(xlabel="round", ylabel="θ_i (fraction of tensors exchanged)", title=f"{part} (lines: seed {seed})", ylim=(0.2, 0.8))
+        ax.set(
+            xlabel="round",
+            ylabel="θ_i (fraction of tensors exchanged)",
+            title=f"{part} (lines: seed {seed})",
+            ylim=(0.2, 0.8),
+        )
         ax.legend(fontsize=7)
     plots.save(fig, out["threshold_figure"])
     fig, axes = plots.subplots(len(partitions))
@@ -131,7 +204,13 @@ def figures(curves: pd.DataFrame, clients: pd.DataFrame, partitions: Sequence[st
     plots.save(fig, out["fraction_figure"])
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
-        var = dec[(dec.partition == part)].dropna(subset=["variance"]).groupby(["seed", "round"]).variance.mean().unstack(0)
+        var = (
+            dec[(dec.partition == part)]
+            .dropna(subset=["variance"])
+            .groupby(["seed", "round"])
+            .variance.mean()
+            .unstack(0)
+        )
         for s in var.columns:
             ax.semilogy(var.index, var[s].to_numpy(), lw=1, label=f"seed {s}")
         ax.set(xlabel="round", ylabel="neighbour loss variance V_i (mean over clients)", title=part)
@@ -149,46 +228,83 @@ def network_text(model: Mapping[str, Any]) -> str:
 def limitations(scale: str, datasets: Sequence[str], model: Mapping[str, Any], train: Mapping[str, Any]) -> list[str]:
     lines = []
     if scale != "paper":
-        lines.append(f"Scale `{scale}` runs {', '.join(DATA_TEXT.get(d, d) for d in datasets)} with {network_text(model)} "
-                     f"for {train['rounds']} rounds of {train['local_epochs']} local epoch(s); the paper's CIFAR-10/100 and SVHN "
-                     "results with VGG16-BN / ResNet need `scale=paper` (a GPU cluster).")
-    lines.append("The paper's own numbers are not public (abstract only), so no claim can be compared with a paper value.")
+        lines.append(
+            f"Scale `{scale}` runs {', '.join(DATA_TEXT.get(d, d) for d in datasets)} with {network_text(model)} "
+            f"for {train['rounds']} rounds of {train['local_epochs']} local epoch(s); the paper's CIFAR-10/100 and SVHN "
+            "results with VGG16-BN / ResNet need `scale=paper` (a GPU cluster)."
+        )
+    lines.append(
+        "The paper's own numbers are not public (abstract only), so no claim can be compared with a paper value."
+    )
     if model["arch"] == "mlp":
-        lines.append(f"The 'complex model' advantage the abstract stresses cannot show with an MLP of {2 * (len(model['hidden']) + 1)} tensors.")
+        lines.append(
+            f"The 'complex model' advantage the abstract stresses cannot show with an MLP of {2 * (len(model['hidden']) + 1)} tensors."
+        )
     return lines
 
 
-def write_report(*, frames: Mapping[tuple[str, str], pd.DataFrame], curves: pd.DataFrame, clients: pd.DataFrame,
-                 params: Mapping[str, Any], out: Mapping[str, str | Path]) -> list[Claim]:
+def write_report(
+    *,
+    frames: Mapping[tuple[str, str], pd.DataFrame],
+    curves: pd.DataFrame,
+    clients: pd.DataFrame,
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+) -> list[Claim]:
     methods, seeds, partitions = list(params["methods"]), list(params["seeds"]), list(params["partitions"])
     dataset = params["claims"]["dataset"]
     claims = build_claims({p: f for (d, p), f in frames.items() if d == dataset}, methods, seeds, params["claims"])
     table = summary_table(frames)
     table.to_csv(out["table"], index=False)
     figures(curves, clients, partitions, methods, seeds[0], out)  # curves/clients: the claim dataset's runs
-    stable = clients[(clients.method == "decfus")].groupby(["partition", "seed", "client"]).stable_round.last().reset_index()
-    stable_rows = [{"partition": p, "min stable round": g.stable_round.min(), "max stable round": g.stable_round.max(),
-                    "clients never stable": int(g.stable_round.isna().sum())} for p, g in stable.groupby("partition")]
+    stable = (
+        clients[(clients.method == "decfus")].groupby(["partition", "seed", "client"]).stable_round.last().reset_index()
+    )
+    stable_rows = [
+        {
+            "partition": p,
+            "min stable round": g.stable_round.min(),
+            "max stable round": g.stable_round.max(),
+            "clients never stable": int(g.stable_round.isna().sum()),
+        }
+        for p, g in stable.groupby("partition")
+    ]
     lims = limitations(params["scale"], params["datasets"], params["model"], params["train"])
     text = render_report(
         title="DecFus: decentralised layer-wise fusion with dynamic exploration and exploitation",
         scale=params["scale"],
-        summary=(f"Claims on dataset `{dataset}`, partitions {', '.join(partitions)}, methods {', '.join(LABELS[m] for m in methods)}, "
-                 f"seeds {', '.join(map(str, seeds))}; 10 clients on the official 4-regular graph. Accuracy is the client-mean "
-                 f"test accuracy right after local training (before fusion), final = mean of the last "
-                 f"{params['claims']['tail']} evaluations."),
+        summary=(
+            f"Claims on dataset `{dataset}`, partitions {', '.join(partitions)}, methods {', '.join(LABELS[m] for m in methods)}, "
+            f"seeds {', '.join(map(str, seeds))}; 10 clients on the official 4-regular graph. Accuracy is the client-mean "
+            f"test accuracy right after local training (before fusion), final = mean of the last "
+            f"{params['claims']['tail']} evaluations."
+        ),
         claims=claims,
-        sections=[("Accuracy (mean ± std over seeds)", markdown_table(headline_rows(table))),
-                  ("DecFus stability detector (rounds at which clients became stable)", markdown_table(stable_rows)),
-                  ("Columns", "`final_acc`: mean of the last evaluations; `best_acc`: best evaluation; `fused_acc`: the clients' "
-                              "models after the last fusion; `consensus`: (1/m) Σ‖w_i − w̄‖² at the last evaluation.")],
-        figures=[("Client-mean test accuracy per round", "figures/accuracy.png"),
-                 ("DecFus threshold θ_i per round", "figures/threshold.png"),
-                 ("DecFus fraction of averaged tensors per round", "figures/averaged_fraction.png"),
-                 ("DecFus neighbour loss variance (the detector's input) per round", "figures/variance.png")],
+        sections=[
+            ("Accuracy (mean ± std over seeds)", markdown_table(headline_rows(table))),
+            ("DecFus stability detector (rounds at which clients became stable)", markdown_table(stable_rows)),
+            (
+                "Columns",
+                "`final_acc`: mean of the last evaluations; `best_acc`: best evaluation; `fused_acc`: the clients' "
+                "models after the last fusion; `consensus`: (1/m) Σ‖w_i − w̄‖² at the last evaluation.",
+            ),
+        ],
+        figures=[
+            ("Client-mean test accuracy per round", "figures/accuracy.png"),
+            ("DecFus threshold θ_i per round", "figures/threshold.png"),
+            ("DecFus fraction of averaged tensors per round", "figures/averaged_fraction.png"),
+            ("DecFus neighbour loss variance (the detector's input) per round", "figures/variance.png"),
+        ],
         limitations=lims,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="decfus", scale=params["scale"], claims=claims, dataset=dataset,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"), limitation=lims[0])
+    write_metrics(
+        out["metrics"],
+        paper="decfus",
+        scale=params["scale"],
+        claims=claims,
+        dataset=dataset,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        limitation=lims[0],
+    )
     return claims

@@ -12,7 +12,7 @@ every round, dampening 0), which tests/papers/test_decfus.py checks against torc
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -27,15 +27,23 @@ Plan = list[list[torch.Tensor]]  # plan[i][s]: global row indices of client i's 
 
 def stack_states(net: nn.Module, m: int, device: torch.device | str = "cpu") -> States:
     """m identical copies of the network's state (the code starts every client from the same weights)."""
-    return {k: v.detach().to(device).unsqueeze(0).repeat(m, *([1] * v.dim())).contiguous() for k, v in net.state_dict().items()}
+    return {
+        k: v.detach().to(device).unsqueeze(0).repeat(m, *([1] * v.dim())).contiguous()
+        for k, v in net.state_dict().items()
+    }
 
 
 def client_state(states: States, i: int) -> dict[str, torch.Tensor]:
     return {k: v[i] for k, v in states.items()}
 
 
-def batch_plan(parts: Sequence[np.ndarray], batch_size: int, epochs: int, rng: np.random.Generator,
-               device: torch.device | str = "cpu") -> Plan:
+def batch_plan(
+    parts: Sequence[np.ndarray],
+    batch_size: int,
+    epochs: int,
+    rng: np.random.Generator,
+    device: torch.device | str = "cpu",
+) -> Plan:
     """Each client's shuffled mini-batches for one round: `epochs` passes, a fresh permutation each
     (the DataLoader's shuffle=True); the last batch of a pass may be short."""
     plan: Plan = []
@@ -43,7 +51,9 @@ def batch_plan(parts: Sequence[np.ndarray], batch_size: int, epochs: int, rng: n
         batches = []
         for _ in range(epochs):
             perm = rng.permutation(np.asarray(idx))
-            batches += [torch.as_tensor(perm[s:s + batch_size], device=device) for s in range(0, len(perm), batch_size)]
+            batches += [
+                torch.as_tensor(perm[s : s + batch_size], device=device) for s in range(0, len(perm), batch_size)
+            ]
         plan.append(batches)
     return plan
 
@@ -70,8 +80,12 @@ class ModuleClients:
     @torch.no_grad()
     def all_logits(self, states: States, x: torch.Tensor, batch_size: int) -> torch.Tensor:
         m = next(iter(states.values())).shape[0]
-        return torch.stack([torch.cat([self.client_logits(states, i, x[s:s + batch_size]) for s in range(0, len(x), batch_size)])
-                            for i in range(m)])
+        return torch.stack(
+            [
+                torch.cat([self.client_logits(states, i, x[s : s + batch_size]) for s in range(0, len(x), batch_size)])
+                for i in range(m)
+            ]
+        )
 
 
 class BatchedMLP(ModuleClients):
@@ -93,7 +107,7 @@ class BatchedMLP(ModuleClients):
         return h
 
     def client_logits(self, states: States, i: int, x: torch.Tensor, train: bool = False) -> torch.Tensor:
-        return self.forward({k: v[i:i + 1] for k, v in states.items()}, x.unsqueeze(0))[0]
+        return self.forward({k: v[i : i + 1] for k, v in states.items()}, x.unsqueeze(0))[0]
 
     def loss_sum(self, states: States, batches: Sequence[tuple[torch.Tensor, torch.Tensor] | None]) -> torch.Tensor:
         width = max(len(b[1]) for b in batches if b is not None)
@@ -113,8 +127,13 @@ class BatchedMLP(ModuleClients):
     @torch.no_grad()
     def all_logits(self, states: States, x: torch.Tensor, batch_size: int) -> torch.Tensor:
         m = next(iter(states.values())).shape[0]
-        return torch.cat([self.forward(states, x[s:s + batch_size].unsqueeze(0).expand(m, -1, -1))
-                          for s in range(0, len(x), batch_size)], dim=1)
+        return torch.cat(
+            [
+                self.forward(states, x[s : s + batch_size].unsqueeze(0).expand(m, -1, -1))
+                for s in range(0, len(x), batch_size)
+            ],
+            dim=1,
+        )
 
 
 def make_clients(net: nn.Module, backend: str) -> ModuleClients:
@@ -125,8 +144,16 @@ def make_clients(net: nn.Module, backend: str) -> ModuleClients:
     raise ValueError(f"unknown train.backend {backend!r}; known: batched, looped")
 
 
-def local_round(clients: ModuleClients, states: States, x: torch.Tensor, y: torch.Tensor, plan: Plan, lr: float,
-                momentum: float, gossip: np.ndarray | None = None) -> States:
+def local_round(
+    clients: ModuleClients,
+    states: States,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    plan: Plan,
+    lr: float,
+    momentum: float,
+    gossip: np.ndarray | None = None,
+) -> States:
     """One round of local SGD for every client from `states`; a fresh momentum buffer per client.
     With `gossip` (D-PSGD) the fused tensors are mixed by that matrix after every step."""
     trainable = set(clients.trainable)
@@ -134,7 +161,11 @@ def local_round(clients: ModuleClients, states: States, x: torch.Tensor, y: torc
     params = [k for k in clients.trainable]
     buffers = {k: torch.zeros_like(work[k]) for k in params}
     mix_keys = fused_keys(work)
-    w = None if gossip is None else torch.as_tensor(gossip, dtype=work[mix_keys[0]].dtype, device=work[mix_keys[0]].device)
+    w = (
+        None
+        if gossip is None
+        else torch.as_tensor(gossip, dtype=work[mix_keys[0]].dtype, device=work[mix_keys[0]].device)
+    )
     for step in range(max(len(p) for p in plan)):
         active = [step < len(p) for p in plan]
         batches = [(x[p[step]], y[p[step]]) if a else None for p, a in zip(plan, active)]
@@ -152,23 +183,42 @@ def local_round(clients: ModuleClients, states: States, x: torch.Tensor, y: torc
 
 
 @torch.no_grad()
-def test_metrics(clients: ModuleClients, states: States, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def test_metrics(
+    clients: ModuleClients, states: States, x: torch.Tensor, y: torch.Tensor, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-client accuracy and mean cross-entropy on (x, y)."""
     logits = clients.all_logits(states, x, batch_size)
     m = logits.shape[0]
     acc = (logits.argmax(-1) == y.unsqueeze(0)).double().mean(1)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.repeat(m), reduction="none").view(m, -1).double().mean(1)
+    loss = (
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.repeat(m), reduction="none")
+        .view(m, -1)
+        .double()
+        .mean(1)
+    )
     return acc.cpu().numpy(), loss.cpu().numpy()
 
 
 @torch.no_grad()
-def local_losses(clients: ModuleClients, states: States, x: torch.Tensor, y: torch.Tensor, parts: Sequence[np.ndarray],
-                 batch_size: int) -> np.ndarray:
+def local_losses(
+    clients: ModuleClients,
+    states: States,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    parts: Sequence[np.ndarray],
+    batch_size: int,
+) -> np.ndarray:
     """L_j: mean cross-entropy of client j's model on its own training data (eval mode)."""
     out = []
     for i, idx in enumerate(parts):
         rows = torch.as_tensor(np.asarray(idx), device=x.device)
-        ce = [F.cross_entropy(clients.client_logits(states, i, x[rows[s:s + batch_size]]), y[rows[s:s + batch_size]], reduction="sum")
-              for s in range(0, len(rows), batch_size)]
+        ce = [
+            F.cross_entropy(
+                clients.client_logits(states, i, x[rows[s : s + batch_size]]),
+                y[rows[s : s + batch_size]],
+                reduction="sum",
+            )
+            for s in range(0, len(rows), batch_size)
+        ]
         out.append(float(sum(ce)) / len(rows))
     return np.asarray(out)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,12 @@ import pandas as pd
 NORMALISATION = {
     "digits": {"scale": 16.0, "mean": [0.0], "std": [1.0], "shape": [64]},
     "cifar10": {"scale": 255.0, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "shape": [3, 32, 32]},
-    "cifar100": {"scale": 255.0, "mean": [0.4914, 0.4822, 0.4465], "std": [0.2023, 0.1994, 0.2010], "shape": [3, 32, 32]},
+    "cifar100": {
+        "scale": 255.0,
+        "mean": [0.4914, 0.4822, 0.4465],
+        "std": [0.2023, 0.1994, 0.2010],
+        "shape": [3, 32, 32],
+    },
     "svhn": {"scale": 255.0, "mean": [0.4377, 0.4438, 0.4728], "std": [0.1980, 0.2010, 0.1970], "shape": [3, 32, 32]},
 }
 CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 20, "svhn": 10}
@@ -57,7 +63,9 @@ def load_digits_frame() -> pd.DataFrame:
     return to_frame(x.astype(np.uint8), y)
 
 
-def read_cifar_binary(archive: str | Path, members: Sequence[str], label_bytes: int, label_index: int) -> tuple[np.ndarray, np.ndarray]:
+def read_cifar_binary(
+    archive: str | Path, members: Sequence[str], label_bytes: int, label_index: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Records of `label_bytes` label bytes + 3072 pixel bytes (CIFAR-100: coarse, fine)."""
     chunks = []
     with tarfile.open(archive, "r:gz") as tar:
@@ -93,10 +101,12 @@ def iid_partition(n: int, m: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Equal random shares of int(n / m) samples (the remainder is unused, as in the code)."""
     perm = rng.permutation(n)
     size = n // m
-    return [np.sort(perm[i * size:(i + 1) * size]) for i in range(m)]
+    return [np.sort(perm[i * size : (i + 1) * size]) for i in range(m)]
 
 
-def dirichlet_partition(labels: np.ndarray, m: int, beta: float, rng: np.random.Generator, min_size: int = 10) -> list[np.ndarray]:
+def dirichlet_partition(
+    labels: np.ndarray, m: int, beta: float, rng: np.random.Generator, min_size: int = 10
+) -> list[np.ndarray]:
     """Per-class Dirichlet(β) shares over clients; clients already above n/m get no more of the
     next classes; redrawn until every client has at least `min_size` samples (noniid_case 5)."""
     n, classes = len(labels), np.unique(labels)

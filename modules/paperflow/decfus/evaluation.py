@@ -4,7 +4,8 @@ clients' models after the last fusion (re-scored from the checkpoints)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,16 +34,23 @@ def curve_metrics(curves: pd.DataFrame, clients: pd.DataFrame, tail: int) -> dic
 
 
 @torch.no_grad()
-def fused_accuracy(checkpoint: str, x_test: np.ndarray, y_test: np.ndarray, backend: str, batch_size: int, device: str) -> dict[int, float]:
+def fused_accuracy(
+    checkpoint: str, x_test: np.ndarray, y_test: np.ndarray, backend: str, batch_size: int, device: str
+) -> dict[int, float]:
     """Client-mean test accuracy of the models after the last fusion, per seed in the checkpoint."""
     dev = pick_device(device)
     ckpt = torch.load(checkpoint, map_location=dev, weights_only=False)
     clients = make_clients(build_network(ckpt["model"], x_test.shape[1:], ckpt["classes"]).to(dev), backend)
     x, y = torch.as_tensor(x_test, device=dev), torch.as_tensor(y_test, device=dev)
-    return {int(seed): float(test_metrics(clients, states, x, y, batch_size)[0].mean()) for seed, states in ckpt["states"].items()}
+    return {
+        int(seed): float(test_metrics(clients, states, x, y, batch_size)[0].mean())
+        for seed, states in ckpt["states"].items()
+    }
 
 
-def evaluate(runs: Iterable[Mapping[str, Any]], test_file: str, tail: int, backend: str, batch_size: int, device: str) -> pd.DataFrame:
+def evaluate(
+    runs: Iterable[Mapping[str, Any]], test_file: str, tail: int, backend: str, batch_size: int, device: str
+) -> pd.DataFrame:
     """One row per (method, seed); `runs`: dicts with method, curves, clients, checkpoint (paths of one training job)."""
     x_test, y_test, _ = load_split(test_file)
     rows = []

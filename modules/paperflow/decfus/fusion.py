@@ -7,13 +7,19 @@ same pre-fusion snapshot; no client sees another's fused tensor within a round.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from paperflow.decfus.topology import Neighbours, closed_neighbourhood, global_mixing, sample_weighted_mixing, uniform_mixing
+from paperflow.decfus.topology import (
+    Neighbours,
+    closed_neighbourhood,
+    global_mixing,
+    sample_weighted_mixing,
+    uniform_mixing,
+)
 
 States = dict[str, torch.Tensor]
 FUSION_METHODS = ("decfus", "dflavg", "dflmr", "fedavg", "dpsgd")
@@ -31,7 +37,9 @@ def cosine_matrix(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (x @ x.T) / (norms[:, None] * norms[None, :])
 
 
-def least_similar_neighbours(states: Mapping[str, torch.Tensor], keys: Sequence[str], neighbours: Neighbours) -> tuple[np.ndarray, np.ndarray]:
+def least_similar_neighbours(
+    states: Mapping[str, torch.Tensor], keys: Sequence[str], neighbours: Neighbours
+) -> tuple[np.ndarray, np.ndarray]:
     """s_min[i, ℓ] = min_{j∈N(i)} cos(w_i^ℓ, w_j^ℓ) and the argmin j*[i, ℓ] (first in N(i) on ties)."""
     m = len(neighbours)
     s_min = np.zeros((m, len(keys)))
@@ -61,8 +69,14 @@ class Fusion:
         return out
 
 
-def decfus_fusion(states: States, neighbours: Neighbours, n: Sequence[int], thetas: Sequence[float], p_exchange: float,
-                  rng: np.random.Generator) -> Fusion:
+def decfus_fusion(
+    states: States,
+    neighbours: Neighbours,
+    n: Sequence[int],
+    thetas: Sequence[float],
+    p_exchange: float,
+    rng: np.random.Generator,
+) -> Fusion:
     """Layer-wise fusion: per client i, tensors whose least-neighbour similarity is above the
     100·θ_i-th percentile of the client's own s_min values are averaged over {i} ∪ N(i) with weights
     n_j (exploitation); the others are exchanged (exploration): with probability p_exchange from the
@@ -107,8 +121,15 @@ def dflmr_fusion(states: States, neighbours: Neighbours, rng: np.random.Generato
     return Fusion(keys, mixing, np.zeros((m, len(keys)), dtype=bool))
 
 
-def round_fusion(method: str, states: States, neighbours: Neighbours, n: Sequence[int], thetas: Sequence[float],
-                 p_exchange: float, rng: np.random.Generator) -> Fusion | None:
+def round_fusion(
+    method: str,
+    states: States,
+    neighbours: Neighbours,
+    n: Sequence[int],
+    thetas: Sequence[float],
+    p_exchange: float,
+    rng: np.random.Generator,
+) -> Fusion | None:
     """The end-of-round fusion of `method`; None for D-PSGD, which gossips after every local step."""
     if method == "decfus":
         return decfus_fusion(states, neighbours, n, thetas, p_exchange, rng)

@@ -3,7 +3,8 @@ VGG16-BN and the grouped-bottleneck "ResNet50" variant of the official models/Ne
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,8 +39,12 @@ class VGG16BN(nn.Module):
                 width = item
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(
-            nn.Linear(512, 4096), nn.ReLU(inplace=True), nn.Dropout(dropout),
-            nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(dropout),
+            nn.Linear(512, 4096),
+            nn.ReLU(inplace=True),
+            nn.Dropout(dropout),
+            nn.Linear(4096, 4096),
+            nn.ReLU(inplace=True),
+            nn.Dropout(dropout),
             nn.Linear(4096, classes),
         )
 
@@ -54,12 +59,20 @@ class Bottleneck(nn.Module):
         super().__init__()
         out = width * self.expansion
         self.body = nn.Sequential(
-            nn.Conv2d(in_ch, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-            nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-            nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out),
+            nn.Conv2d(in_ch, width, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(width, out, 1, bias=False),
+            nn.BatchNorm2d(out),
         )
-        self.shortcut = nn.Identity() if stride == 1 and in_ch == out else nn.Sequential(
-            nn.Conv2d(in_ch, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+        self.shortcut = (
+            nn.Identity()
+            if stride == 1 and in_ch == out
+            else nn.Sequential(nn.Conv2d(in_ch, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.shortcut(x))
@@ -71,13 +84,23 @@ class GroupedResNet50(nn.Module):
 
     def __init__(self, classes: int, in_channels: int = 3, groups: int = 32, dropout: float = 0.2):
         super().__init__()
-        blocks: list[nn.Module] = [nn.Conv2d(in_channels, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
+        blocks: list[nn.Module] = [
+            nn.Conv2d(in_channels, 64, 3, padding=1, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
+        ]
         width_in = 64
         for stage, (depth, width) in enumerate(zip((3, 4, 6, 3), (32, 64, 128, 256))):
             for b in range(depth):
                 blocks.append(Bottleneck(width_in, width, 2 if b == 0 and stage > 0 else 1, groups))
                 width_in = width * Bottleneck.expansion
-        blocks += [nn.BatchNorm2d(width_in), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout)]
+        blocks += [
+            nn.BatchNorm2d(width_in),
+            nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Dropout(dropout),
+        ]
         self.features = nn.Sequential(*blocks)
         self.fc = nn.Linear(width_in, classes)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,8 +15,16 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 from paperflow.core.download import fetch
 from paperflow.core.io import read_frame, write_frame
-from paperflow.decfus.data import (CLASSES, NORMALISATION, load_digits_frame, make_partition, read_cifar_binary,
-                                   read_svhn_mat, stratified_split, to_frame)
+from paperflow.decfus.data import (
+    CLASSES,
+    NORMALISATION,
+    load_digits_frame,
+    make_partition,
+    read_cifar_binary,
+    read_svhn_mat,
+    stratified_split,
+    to_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +36,8 @@ def _fetch(name: str, key: str, spec: Mapping[str, Any], cache: Path) -> Path:
     if not sha:
         raise ConfigError(
             f"datasets.{name}.{key}sha256 is not set for {url}: paperflow never downloads unpinned data. Fetch the file "
-            f"once on a machine with network, run `sha256sum` on it, and set the value in config/decfus.yaml")
+            f"once on a machine with network, run `sha256sum` on it, and set the value in config/decfus.yaml"
+        )
     return fetch(url, cache / Path(url).name, sha)
 
 
@@ -39,15 +49,30 @@ def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> pd.Dat
         return load_digits_frame()
     if kind == "cifar10":
         path = _fetch(name, "", spec, cache)
-        return pd.concat([to_frame(*read_cifar_binary(path, CIFAR10_TRAIN, 1, 0), "train"),
-                          to_frame(*read_cifar_binary(path, ["test_batch.bin"], 1, 0), "test")], ignore_index=True)
+        return pd.concat(
+            [
+                to_frame(*read_cifar_binary(path, CIFAR10_TRAIN, 1, 0), "train"),
+                to_frame(*read_cifar_binary(path, ["test_batch.bin"], 1, 0), "test"),
+            ],
+            ignore_index=True,
+        )
     if kind == "cifar100":
         path = _fetch(name, "", spec, cache)  # records: coarse label, fine label, pixels
-        return pd.concat([to_frame(*read_cifar_binary(path, ["train.bin"], 2, 0), "train"),
-                          to_frame(*read_cifar_binary(path, ["test.bin"], 2, 0), "test")], ignore_index=True)
+        return pd.concat(
+            [
+                to_frame(*read_cifar_binary(path, ["train.bin"], 2, 0), "train"),
+                to_frame(*read_cifar_binary(path, ["test.bin"], 2, 0), "test"),
+            ],
+            ignore_index=True,
+        )
     if kind == "svhn":
-        return pd.concat([to_frame(*read_svhn_mat(_fetch(name, "train_", spec, cache)), "train"),
-                          to_frame(*read_svhn_mat(_fetch(name, "test_", spec, cache)), "test")], ignore_index=True)
+        return pd.concat(
+            [
+                to_frame(*read_svhn_mat(_fetch(name, "train_", spec, cache)), "train"),
+                to_frame(*read_svhn_mat(_fetch(name, "test_", spec, cache)), "test"),
+            ],
+            ignore_index=True,
+        )
     raise ConfigError(f"datasets.{name}.kind = {kind!r} is not known; known: digits, cifar10, cifar100, svhn")
 
 
@@ -81,8 +106,12 @@ def partition(train: str | Path, clients: int, spec: Mapping[str, Any], seed: in
     frame, _ = read_frame(train)
     labels = frame["label"].to_numpy()
     parts = make_partition(labels, clients, spec, seed)
-    doc = {"spec": dict(spec), "seed": seed, "clients": [p.tolist() for p in parts],
-           "label_counts": [np.bincount(labels[p], minlength=int(labels.max()) + 1).tolist() for p in parts]}
+    doc = {
+        "spec": dict(spec),
+        "seed": seed,
+        "clients": [p.tolist() for p in parts],
+        "label_counts": [np.bincount(labels[p], minlength=int(labels.max()) + 1).tolist() for p in parts],
+    }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc))
     return [len(p) for p in parts]

@@ -33,8 +33,14 @@ class DetectorSteps:
     ref_end: int
 
     @classmethod
-    def from_ratios(cls, rounds: int, test_round: int, protection: float, ref_start: float, ref_end: float) -> "DetectorSteps":
-        return cls(int(rounds * protection / test_round), int(rounds * ref_start / test_round), int(rounds * ref_end / test_round))
+    def from_ratios(
+        cls, rounds: int, test_round: int, protection: float, ref_start: float, ref_end: float
+    ) -> DetectorSteps:
+        return cls(
+            int(rounds * protection / test_round),
+            int(rounds * ref_start / test_round),
+            int(rounds * ref_end / test_round),
+        )
 
 
 @dataclass
@@ -85,8 +91,17 @@ class StabilityDetector:
         return float(np.std(list(self.history))) / self.reference
 
 
-def client_threshold(detector: StabilityDetector, round_: int, rounds: int, test_round: int, theta0: float,
-                     theta1: float, steepness: float, midpoint: float, kappa: float) -> float:
+def client_threshold(
+    detector: StabilityDetector,
+    round_: int,
+    rounds: int,
+    test_round: int,
+    theta0: float,
+    theta1: float,
+    steepness: float,
+    midpoint: float,
+    kappa: float,
+) -> float:
     """θ_i for the next fusions: θ0 before stability, Eq. 6 after it (t_s = stable step × test_round)."""
     if not detector.is_stable:
         return theta0

@@ -6,8 +6,12 @@ from typing import Any
 
 from paperflow.core.config import ConfigError, require_member
 
-NEEDS = {"digits": ("test_fraction", "split_seed"), "cifar10": ("url", "sha256"), "cifar100": ("url", "sha256"),
-         "svhn": ("train_url", "train_sha256", "test_url", "test_sha256")}
+NEEDS = {
+    "digits": ("test_fraction", "split_seed"),
+    "cifar10": ("url", "sha256"),
+    "cifar100": ("url", "sha256"),
+    "svhn": ("train_url", "train_sha256", "test_url", "test_sha256"),
+}
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -30,11 +34,15 @@ def check(cfg: dict[str, Any], source: str) -> None:
         if missing:
             raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
     if cfg["train"]["backend"] == "batched" and cfg["model"]["arch"] != "mlp":
-        raise ConfigError(f"{source}: train.backend = 'batched' runs only model.arch = 'mlp'; use 'looped' for {cfg['model']['arch']!r}")
+        raise ConfigError(
+            f"{source}: train.backend = 'batched' runs only model.arch = 'mlp'; use 'looped' for {cfg['model']['arch']!r}"
+        )
     d = cfg["decfus"]
     if d["theta1"] > d["theta0"]:
         raise ConfigError(f"{source}: decfus.theta1 = {d['theta1']} must not exceed decfus.theta0 = {d['theta0']}")
     if not d["ref_start"] <= d["ref_end"]:
         raise ConfigError(f"{source}: decfus.ref_start = {d['ref_start']} must be <= decfus.ref_end = {d['ref_end']}")
     if cfg["train"]["rounds"] < claims["tail"] * cfg["train"]["test_round"]:
-        raise ConfigError(f"{source}: train.rounds = {cfg['train']['rounds']} has fewer than claims.tail = {claims['tail']} evaluations")
+        raise ConfigError(
+            f"{source}: train.rounds = {cfg['train']['rounds']} has fewer than claims.tail = {claims['tail']} evaluations"
+        )

@@ -4,15 +4,16 @@ DecFus's phase control. The whole simulation is one process: all clients are cou
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
-from paperflow.decfus.clients import batch_plan, local_round, local_losses, make_clients, stack_states, test_metrics
+from paperflow.decfus.clients import batch_plan, local_losses, local_round, make_clients, stack_states, test_metrics
 from paperflow.decfus.fusion import States, consensus_distance, round_fusion
 from paperflow.decfus.nets import build_network
 from paperflow.decfus.schedule import DetectorSteps, StabilityDetector, client_threshold
@@ -23,9 +24,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunResult:
-    curves: pd.DataFrame   # per evaluated round: client-mean test accuracy/loss, consensus distance
+    curves: pd.DataFrame  # per evaluated round: client-mean test accuracy/loss, consensus distance
     clients: pd.DataFrame  # per round and client: θ used, fraction of averaged tensors, V_i, stability
-    states: States         # the clients' models after the last fusion
+    states: States  # the clients' models after the last fusion
 
 
 def pick_device(name: str) -> torch.device:
@@ -39,9 +40,22 @@ def make_detectors(m: int, rounds: int, test_round: int, cfg: Mapping[str, Any])
     return [StabilityDetector(cfg["window"], cfg["stability_ratio"], steps) for _ in range(m)]
 
 
-def simulate(*, method: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-             parts: Sequence[np.ndarray], neighbours: Neighbours, classes: int, model: Mapping[str, Any],
-             train: Mapping[str, Any], decfus: Mapping[str, Any], seed: int, progress: bool = False) -> RunResult:
+def simulate(
+    *,
+    method: str,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    parts: Sequence[np.ndarray],
+    neighbours: Neighbours,
+    classes: int,
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    decfus: Mapping[str, Any],
+    seed: int,
+    progress: bool = False,
+) -> RunResult:
     """Run `method` for train["rounds"] rounds from one shared initialisation (seeded by `seed`)."""
     device = pick_device(train["device"])
     torch.manual_seed(seed)
@@ -64,9 +78,16 @@ def simulate(*, method: str, x_train: np.ndarray, y_train: np.ndarray, x_test: n
         evaluated = r % test_round == 0 or r == rounds - 1
         if evaluated:
             acc, loss = test_metrics(clients, states, xte, yte, train["eval_batch_size"])
-            curves.append({"round": r, "test_acc": float(acc.mean()), "test_loss": float(loss.mean()),
-                           "test_acc_min": float(acc.min()), "test_acc_max": float(acc.max()),
-                           "consensus": consensus_distance(states)})
+            curves.append(
+                {
+                    "round": r,
+                    "test_acc": float(acc.mean()),
+                    "test_loss": float(loss.mean()),
+                    "test_acc_min": float(acc.min()),
+                    "test_acc_max": float(acc.max()),
+                    "consensus": consensus_distance(states),
+                }
+            )
         used = list(thetas)
         fusion = round_fusion(method, states, neighbours, n, thetas, decfus["p_exchange"], fusion_rng)
         if fusion is not None:
@@ -77,13 +98,28 @@ def simulate(*, method: str, x_train: np.ndarray, y_train: np.ndarray, x_test: n
             for i in range(m):
                 variances[i] = float(np.var(losses[closed_neighbourhood(neighbours, i)]))
                 detectors[i].update(variances[i], r // test_round)
-                thetas[i] = client_threshold(detectors[i], r, rounds, test_round, decfus["theta0"], decfus["theta1"],
-                                             decfus["steepness"], decfus["midpoint"], decfus["kappa"])
+                thetas[i] = client_threshold(
+                    detectors[i],
+                    r,
+                    rounds,
+                    test_round,
+                    decfus["theta0"],
+                    decfus["theta1"],
+                    decfus["steepness"],
+                    decfus["midpoint"],
+                    decfus["kappa"],
+                )
         for i in range(m):
-            rows.append({"round": r, "client": i, "theta": used[i],
-                         "averaged_fraction": float(fusion.averaged[i].mean()) if fusion is not None else np.nan,
-                         "variance": variances[i],
-                         "stable_round": detectors[i].stable_step * test_round if detectors[i].is_stable else np.nan})
+            rows.append(
+                {
+                    "round": r,
+                    "client": i,
+                    "theta": used[i],
+                    "averaged_fraction": float(fusion.averaged[i].mean()) if fusion is not None else np.nan,
+                    "variance": variances[i],
+                    "stable_round": detectors[i].stable_step * test_round if detectors[i].is_stable else np.nan,
+                }
+            )
         if evaluated and r % max(1, rounds // 10) == 0:
             log.info("%s seed %d round %d: test acc %.4f", method, seed, r, curves[-1]["test_acc"])
     return RunResult(pd.DataFrame(curves), pd.DataFrame(rows), {k: v.cpu() for k, v in states.items()})

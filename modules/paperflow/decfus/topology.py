@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 # The official code's 10-client graph, 1-indexed as written there (spec §2.1).
 PAPER_GRAPH_1_INDEXED = {
-    1: [2, 8, 9, 5], 2: [1, 6, 10, 3], 3: [2, 8, 10, 4], 4: [3, 10, 5, 7], 5: [4, 10, 1, 6],
-    6: [5, 2, 9, 7], 7: [8, 9, 4, 6], 8: [1, 3, 9, 7], 9: [8, 7, 1, 6], 10: [2, 3, 4, 5],
+    1: [2, 8, 9, 5],
+    2: [1, 6, 10, 3],
+    3: [2, 8, 10, 4],
+    4: [3, 10, 5, 7],
+    5: [4, 10, 1, 6],
+    6: [5, 2, 9, 7],
+    7: [8, 9, 4, 6],
+    8: [1, 3, 9, 7],
+    9: [8, 7, 1, 6],
+    10: [2, 3, 4, 5],
 }
 
 Neighbours = list[list[int]]

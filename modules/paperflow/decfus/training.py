@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,8 +28,18 @@ def load_split(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]
     return normalise(pixels, meta["normalisation"]), labels, meta
 
 
-def train_run(*, method: str, train_file: str, test_file: str, partition_files: list[str], seeds: list[int],
-              model: Mapping[str, Any], train: Mapping[str, Any], decfus: Mapping[str, Any], out: Mapping[str, str]) -> dict[str, Any]:
+def train_run(
+    *,
+    method: str,
+    train_file: str,
+    test_file: str,
+    partition_files: list[str],
+    seeds: list[int],
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    decfus: Mapping[str, Any],
+    out: Mapping[str, str],
+) -> dict[str, Any]:
     """Run `method` once per seed (seed s uses partition_files[k] for seeds[k]); write the curves and
     per-client logs of all seeds (column `seed`) and one checkpoint with every seed's final states."""
     x_train, y_train, meta = load_split(train_file)
@@ -41,16 +52,36 @@ def train_run(*, method: str, train_file: str, test_file: str, partition_files: 
         if len(parts) != len(neighbours):
             raise ValueError(f"{partition_file} has {len(parts)} clients; the topology has {len(neighbours)}")
         t0 = time.perf_counter()
-        result = simulate(method=method, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, parts=parts,
-                          neighbours=neighbours, classes=meta["classes"], model=model, train=train, decfus=decfus,
-                          seed=seed, progress=sys.stderr.isatty())
+        result = simulate(
+            method=method,
+            x_train=x_train,
+            y_train=y_train,
+            x_test=x_test,
+            y_test=y_test,
+            parts=parts,
+            neighbours=neighbours,
+            classes=meta["classes"],
+            model=model,
+            train=train,
+            decfus=decfus,
+            seed=seed,
+            progress=sys.stderr.isatty(),
+        )
         walls[seed] = round(time.perf_counter() - t0, 3)
         curves.append(result.curves.assign(seed=seed))
         clients.append(result.clients.assign(seed=seed))
         states[seed] = result.states
-        log.info("%s seed %d: %d rounds in %.1f s; last test acc %.4f", method, seed, train["rounds"], walls[seed],
-                 result.curves.test_acc.iloc[-1])
+        log.info(
+            "%s seed %d: %d rounds in %.1f s; last test acc %.4f",
+            method,
+            seed,
+            train["rounds"],
+            walls[seed],
+            result.curves.test_acc.iloc[-1],
+        )
     pd.concat(curves).to_csv(out["curves"], index=False)
     pd.concat(clients).to_csv(out["clients"], index=False)
-    torch.save({"method": method, "model": dict(model), "classes": meta["classes"], "states": states}, out["checkpoint"])
+    torch.save(
+        {"method": method, "model": dict(model), "classes": meta["classes"], "states": states}, out["checkpoint"]
+    )
     return {"simulation_s": walls}

@@ -32,8 +32,16 @@ def fgsm(model: nn.Module, x: torch.Tensor, y: torch.Tensor, radius: float, norm
     return x + radius * _unit(_input_grad(model, x, y), norm)
 
 
-def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, radius: float, norm: str, steps: int, alpha: float,
-        gen: torch.Generator | None = None) -> torch.Tensor:
+def pgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    radius: float,
+    norm: str,
+    steps: int,
+    alpha: float,
+    gen: torch.Generator | None = None,
+) -> torch.Tensor:
     """Projected gradient ascent on the cross-entropy from a uniform random start in the ball."""
     if norm == "linf":
         delta = (2 * torch.rand(x.shape, generator=gen, dtype=x.dtype) - 1) * radius

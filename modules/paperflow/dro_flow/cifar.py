@@ -15,7 +15,10 @@ log = logging.getLogger(__name__)
 
 
 def fetch_sources(spec: dict[str, Any], images_out: str | Path, weights_out: str | Path) -> None:
-    for url_key, sha_key, out in (("images_url", "images_sha256", images_out), ("weights_url", "weights_sha256", weights_out)):
+    for url_key, sha_key, out in (
+        ("images_url", "images_sha256", images_out),
+        ("weights_url", "weights_sha256", weights_out),
+    ):
         url, sha = spec[url_key], spec.get(sha_key)
         if not sha:
             raise ConfigError(

@@ -8,8 +8,9 @@ PGD accuracy of the DRO methods against ERM on the classification sets.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,12 @@ PAPER_ATTACK = "qualitative (Sec. 6.1-6.3): DRO samplers more robust than SAA un
 def window_means(frame: pd.DataFrame, method: str, window: Sequence[float], seeds: Sequence[int]) -> list[float]:
     """Per seed: the mean test loss over Delta in [lo, hi]; NaN for a missing seed."""
     lo, hi = window
-    part = frame[(frame.method == method) & (frame.metric == "test_loss") & (frame.level >= lo - 1e-12) & (frame.level <= hi + 1e-12)]
+    part = frame[
+        (frame.method == method)
+        & (frame.metric == "test_loss")
+        & (frame.level >= lo - 1e-12)
+        & (frame.level <= hi + 1e-12)
+    ]
     by_seed = part.groupby("seed")["value"].mean()
     return [float(by_seed.get(s, np.nan)) for s in seeds]
 
@@ -40,53 +46,93 @@ def first_level(frame: pd.DataFrame) -> float:
     return float(frame[frame.metric == "test_loss"].level.min())
 
 
-def shift_claims(frame: pd.DataFrame, dataset: str, methods: Sequence[str], dro_methods: Sequence[str], claim: Mapping[str, Any],
-                 seeds: Sequence[int], gated: bool) -> list[Claim]:
+def shift_claims(
+    frame: pd.DataFrame,
+    dataset: str,
+    methods: Sequence[str],
+    dro_methods: Sequence[str],
+    claim: Mapping[str, Any],
+    seeds: Sequence[int],
+    gated: bool,
+) -> list[Claim]:
     out = []
     erm_large = window_means(frame, "erm", claim["large_window"], seeds)
     lo, hi = claim["large_window"]
     for m in dro_methods:
-        out.append(compare_claim(
-            id=f"{dataset}_{m}_le_{claim['ratio']:g}x_erm_large_delta",
-            statement=f"{dataset}: mean test loss over Delta in [{lo:g}, {hi:g}] of {LABELS[m]} is at most {claim['ratio']:g} x ERM's",
-            values=window_means(frame, m, claim["large_window"], seeds), threshold_values=[claim["ratio"] * v for v in erm_large],
-            seeds=seeds, comparison="<=", gated=gated, paper_value=PAPER_ULS,
-        ))
+        out.append(
+            compare_claim(
+                id=f"{dataset}_{m}_le_{claim['ratio']:g}x_erm_large_delta",
+                statement=f"{dataset}: mean test loss over Delta in [{lo:g}, {hi:g}] of {LABELS[m]} is at most {claim['ratio']:g} x ERM's",
+                values=window_means(frame, m, claim["large_window"], seeds),
+                threshold_values=[claim["ratio"] * v for v in erm_large],
+                seeds=seeds,
+                comparison="<=",
+                gated=gated,
+                paper_value=PAPER_ULS,
+            )
+        )
     d0 = first_level(frame)
     others = [m for m in methods if m != "erm"]
-    rival_min = [float(np.min(v)) if not np.isnan(v).any() else np.nan
-                 for v in np.array([level_values(frame, m, "test_loss", d0, seeds) for m in others]).T]
-    out.append(compare_claim(
-        id=f"{dataset}_erm_best_at_delta0",
-        statement=f"{dataset}: ERM has a lower test loss at Delta = {d0:g} than the best of {', '.join(LABELS[m] for m in others)} (per-seed minimum)",
-        values=level_values(frame, "erm", "test_loss", d0, seeds), threshold_values=rival_min,
-        seeds=seeds, comparison="<", gated=gated, paper_value=PAPER_ULS,
-    ))
+    rival_min = [
+        float(np.min(v)) if not np.isnan(v).any() else np.nan
+        for v in np.array([level_values(frame, m, "test_loss", d0, seeds) for m in others]).T
+    ]
+    out.append(
+        compare_claim(
+            id=f"{dataset}_erm_best_at_delta0",
+            statement=f"{dataset}: ERM has a lower test loss at Delta = {d0:g} than the best of {', '.join(LABELS[m] for m in others)} (per-seed minimum)",
+            values=level_values(frame, "erm", "test_loss", d0, seeds),
+            threshold_values=rival_min,
+            seeds=seeds,
+            comparison="<",
+            gated=gated,
+            paper_value=PAPER_ULS,
+        )
+    )
     slo, shi = claim["small_window"]
     erm_small = window_means(frame, "erm", claim["small_window"], seeds)
     for m in dro_methods:
-        out.append(compare_claim(
-            id=f"{dataset}_erm_lt_{m}_small_window",
-            statement=f"{dataset}: ERM's mean test loss over Delta in [{slo:g}, {shi:g}] is below {LABELS[m]}'s (reported: fragile, spec section 7)",
-            values=erm_small, threshold_values=window_means(frame, m, claim["small_window"], seeds),
-            seeds=seeds, comparison="<", gated=False,
-        ))
+        out.append(
+            compare_claim(
+                id=f"{dataset}_erm_lt_{m}_small_window",
+                statement=f"{dataset}: ERM's mean test loss over Delta in [{slo:g}, {shi:g}] is below {LABELS[m]}'s (reported: fragile, spec section 7)",
+                values=erm_small,
+                threshold_values=window_means(frame, m, claim["small_window"], seeds),
+                seeds=seeds,
+                comparison="<",
+                gated=False,
+            )
+        )
     return out
 
 
-def attack_claims(frame: pd.DataFrame, dataset: str, methods: Sequence[str], radius: float, slack: float, seeds: Sequence[int]) -> list[Claim]:
+def attack_claims(
+    frame: pd.DataFrame, dataset: str, methods: Sequence[str], radius: float, slack: float, seeds: Sequence[int]
+) -> list[Claim]:
     """PGD accuracy of each sampler method at `radius` >= ERM's - slack (reported, spec section 7)."""
     erm = level_values(frame, "erm", "pgd_acc", radius, seeds)
-    return [compare_claim(
-        id=f"{dataset}_{m}_pgd_ge_erm_r{radius:g}",
-        statement=f"{dataset}: PGD accuracy at radius {radius:g} of {LABELS[m]} is at least ERM's minus {slack:g}",
-        values=level_values(frame, m, "pgd_acc", radius, seeds), threshold_values=[v - slack for v in erm],
-        seeds=seeds, comparison=">=", gated=False, paper_value=PAPER_ATTACK,
-    ) for m in methods if m in ("wgf", "wfr", "dual")]
+    return [
+        compare_claim(
+            id=f"{dataset}_{m}_pgd_ge_erm_r{radius:g}",
+            statement=f"{dataset}: PGD accuracy at radius {radius:g} of {LABELS[m]} is at least ERM's minus {slack:g}",
+            values=level_values(frame, m, "pgd_acc", radius, seeds),
+            threshold_values=[v - slack for v in erm],
+            seeds=seeds,
+            comparison=">=",
+            gated=False,
+            paper_value=PAPER_ATTACK,
+        )
+        for m in methods
+        if m in ("wgf", "wfr", "dual")
+    ]
 
 
-def build_claims(frames: Mapping[str, pd.DataFrame], specs: Mapping[str, Mapping[str, Any]], claim: Mapping[str, Any],
-                 seeds: Sequence[int]) -> list[Claim]:
+def build_claims(
+    frames: Mapping[str, pd.DataFrame],
+    specs: Mapping[str, Mapping[str, Any]],
+    claim: Mapping[str, Any],
+    seeds: Sequence[int],
+) -> list[Claim]:
     """Gated claims on `claim.dataset`; the same pattern reported on every other dataset."""
     main = claim["dataset"]
     out = shift_claims(frames[main], main, specs[main]["methods"], claim["dro_methods"], claim, seeds, gated=True)
@@ -99,14 +145,22 @@ def build_claims(frames: Mapping[str, pd.DataFrame], specs: Mapping[str, Mapping
             out += [c for c in shift_claims(frame, name, methods, dro, claim, seeds, gated=False)]
         else:
             radii = specs[name]["evaluate"]["radii"]
-            radius = claim["attack_radius"] if name == claim["attack_dataset"] and claim["attack_radius"] in radii else max(radii)
+            radius = (
+                claim["attack_radius"]
+                if name == claim["attack_dataset"] and claim["attack_radius"] in radii
+                else max(radii)
+            )
             out += attack_claims(frame, name, methods, radius, claim["attack_slack"], seeds)
     return out
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     long = pd.concat([f.assign(dataset=n) for n, f in frames.items()], ignore_index=True)
-    return long.groupby(["dataset", "method", "metric", "level"])["value"].agg(mean="mean", std="std", n_seeds="count").reset_index()
+    return (
+        long.groupby(["dataset", "method", "metric", "level"])["value"]
+        .agg(mean="mean", std="std", n_seeds="count")
+        .reset_index()
+    )
 
 
 def _pm(values: Sequence[float]) -> str:
@@ -114,16 +168,28 @@ def _pm(values: Sequence[float]) -> str:
     return "n/a" if np.isnan(arr).any() else f"{arr.mean():.4g} ± {arr.std(ddof=1) if arr.size > 1 else 0.0:.2g}"
 
 
-def shift_rows(frame: pd.DataFrame, methods: Sequence[str], claim: Mapping[str, Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
+def shift_rows(
+    frame: pd.DataFrame, methods: Sequence[str], claim: Mapping[str, Any], seeds: Sequence[int]
+) -> list[dict[str, Any]]:
     d0 = first_level(frame)
-    return [{"method": LABELS[m],
-             f"loss at Delta = {d0:g}": _pm(level_values(frame, m, "test_loss", d0, seeds)),
-             f"mean over [{claim['small_window'][0]:g}, {claim['small_window'][1]:g}]": _pm(window_means(frame, m, claim["small_window"], seeds)),
-             f"mean over [{claim['large_window'][0]:g}, {claim['large_window'][1]:g}]": _pm(window_means(frame, m, claim["large_window"], seeds))}
-            for m in methods]
+    return [
+        {
+            "method": LABELS[m],
+            f"loss at Delta = {d0:g}": _pm(level_values(frame, m, "test_loss", d0, seeds)),
+            f"mean over [{claim['small_window'][0]:g}, {claim['small_window'][1]:g}]": _pm(
+                window_means(frame, m, claim["small_window"], seeds)
+            ),
+            f"mean over [{claim['large_window'][0]:g}, {claim['large_window'][1]:g}]": _pm(
+                window_means(frame, m, claim["large_window"], seeds)
+            ),
+        }
+        for m in methods
+    ]
 
 
-def attack_rows(frame: pd.DataFrame, methods: Sequence[str], radii: Sequence[float], seeds: Sequence[int]) -> list[dict[str, Any]]:
+def attack_rows(
+    frame: pd.DataFrame, methods: Sequence[str], radii: Sequence[float], seeds: Sequence[int]
+) -> list[dict[str, Any]]:
     rows = []
     for m in methods:
         row: dict[str, Any] = {"method": LABELS[m], "clean": _pm(level_values(frame, m, "clean_acc", 0.0, seeds))}
@@ -135,14 +201,23 @@ def attack_rows(frame: pd.DataFrame, methods: Sequence[str], radii: Sequence[flo
 
 
 def _curve(ax, frame: pd.DataFrame, method: str, metric: str, **style) -> None:
-    stats = frame[(frame.method == method) & (frame.metric == metric)].groupby("level")["value"].agg(["mean", "std"]).fillna(0.0)
+    stats = (
+        frame[(frame.method == method) & (frame.metric == metric)]
+        .groupby("level")["value"]
+        .agg(["mean", "std"])
+        .fillna(0.0)
+    )
     ax.plot(stats.index, stats["mean"], label=f"{LABELS[method]}" if "ls" not in style else None, **style)
     if "ls" not in style:
         ax.fill_between(stats.index, stats["mean"] - stats["std"], stats["mean"] + stats["std"], alpha=0.15)
 
 
-def figures(frames: Mapping[str, pd.DataFrame], specs: Mapping[str, Mapping[str, Any]], histories: pd.DataFrame,
-            out: Mapping[str, str | Path]) -> None:
+def figures(
+    frames: Mapping[str, pd.DataFrame],
+    specs: Mapping[str, Mapping[str, Any]],
+    histories: pd.DataFrame,
+    out: Mapping[str, str | Path],
+) -> None:
     shift = [n for n in frames if specs[n]["evaluate"]["kind"] == "shift"]
     attack = [n for n in frames if specs[n]["evaluate"]["kind"] == "attack"]
     fig, axes = plots.subplots(max(len(shift), 1))
@@ -181,7 +256,12 @@ def figures(frames: Mapping[str, pd.DataFrame], specs: Mapping[str, Mapping[str,
     plots.save(fig, out["training_figure"])
 
 
-PAPER_EPOCHS = {"uls": 50, "uls_official": 50, "circle": 30, "cifar10": 10}  # the official scripts; two moons: not given
+PAPER_EPOCHS = {
+    "uls": 50,
+    "uls_official": 50,
+    "circle": 30,
+    "cifar10": 10,
+}  # the official scripts; two moons: not given
 
 
 def epochs_text(name: str, spec: Mapping[str, Any]) -> str:
@@ -193,8 +273,10 @@ def epochs_text(name: str, spec: Mapping[str, Any]) -> str:
 def limitations(scale: str, specs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     lines = []
     if scale != "paper":
-        lines.append(f"Scale `{scale}` trains {', '.join(epochs_text(n, s) for n, s in specs.items())}; "
-                     "the CIFAR-10 ResNet-50 features need `scale=paper`.")
+        lines.append(
+            f"Scale `{scale}` trains {', '.join(epochs_text(n, s) for n, s in specs.items())}; "
+            "the CIFAR-10 ResNet-50 features need `scale=paper`."
+        )
         if "digits" in specs:
             hidden = specs["digits"]["model"]["hidden"]
             model = f"an MLP with hidden layers {hidden}" if hidden else "logistic regression"
@@ -205,8 +287,13 @@ def limitations(scale: str, specs: Mapping[str, Mapping[str, Any]]) -> list[str]
     ]
 
 
-def write_report(*, frames: Mapping[str, pd.DataFrame], histories: pd.DataFrame, params: Mapping[str, Any],
-                 out: Mapping[str, str | Path]) -> list[Claim]:
+def write_report(
+    *,
+    frames: Mapping[str, pd.DataFrame],
+    histories: pd.DataFrame,
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+) -> list[Claim]:
     specs, claim, seeds = params["dataset_specs"], params["claim"], list(params["seeds"])
     claims = build_claims(frames, specs, claim, seeds)
     table = summary_table(frames)
@@ -220,23 +307,43 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], histories: pd.DataFrame,
             sections.append((f"{name}: test loss under shift (mean ± std over seeds)", body))
         else:
             body = markdown_table(attack_rows(frame, spec["methods"], spec["evaluate"]["radii"], seeds))
-            sections.append((f"{name}: accuracy under attack ({spec['evaluate']['norm']}; mean ± std over seeds)", body))
-    sections.append(("Configuration", "\n".join(f"- `{n}`: kind {s['kind']}, data {s['data']}, dro {s['dro']}, train {s['train']}" for n, s in specs.items())))
+            sections.append(
+                (f"{name}: accuracy under attack ({spec['evaluate']['norm']}; mean ± std over seeds)", body)
+            )
+    sections.append(
+        (
+            "Configuration",
+            "\n".join(
+                f"- `{n}`: kind {s['kind']}, data {s['data']}, dro {s['dro']}, train {s['train']}"
+                for n, s in specs.items()
+            ),
+        )
+    )
     lims = limitations(params["scale"], specs)
     text = render_report(
         title="Gradient-flow samplers for distributionally robust optimisation (WGF, WFR, SVGD, RGO)",
         scale=params["scale"],
-        summary=(f"Methods per dataset as configured; seeds {', '.join(map(str, seeds))}. Gated claims are measured on "
-                 f"`{claim['dataset']}` (the corrected-gradient configuration; `uls_official` is the official script's "
-                 "variant with 10x gradients, reported only)."),
+        summary=(
+            f"Methods per dataset as configured; seeds {', '.join(map(str, seeds))}. Gated claims are measured on "
+            f"`{claim['dataset']}` (the corrected-gradient configuration; `uls_official` is the official script's "
+            "variant with 10x gradients, reported only)."
+        ),
         claims=claims,
         sections=sections,
-        figures=[("Test loss against perturbation Delta per method", "figures/uls_test_loss.png"),
-                 ("Accuracy against attack radius (PGD solid, FGSM dashed)", "figures/robust_accuracy.png"),
-                 ("Outer training loss per epoch", "figures/training_loss.png")],
+        figures=[
+            ("Test loss against perturbation Delta per method", "figures/uls_test_loss.png"),
+            ("Accuracy against attack radius (PGD solid, FGSM dashed)", "figures/robust_accuracy.png"),
+            ("Outer training loss per epoch", "figures/training_loss.png"),
+        ],
         limitations=lims,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="dro_flow", scale=params["scale"], claims=claims,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"), limitation=lims[0])
+    write_metrics(
+        out["metrics"],
+        paper="dro_flow",
+        scale=params["scale"],
+        claims=claims,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        limitation=lims[0],
+    )
     return claims

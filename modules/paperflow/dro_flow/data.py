@@ -85,7 +85,7 @@ def two_moons(spec: dict[str, Any], seed: int) -> tuple[pd.DataFrame, dict[str, 
     idx0, idx1 = np.flatnonzero(y == 0), np.flatnonzero(y == 1)
     train = np.concatenate([idx0[:n0], idx1[:n1]])
     half = spec["n_test"] // 2
-    test = np.concatenate([idx0[n0:n0 + half], idx1[n1:n1 + spec["n_test"] - half]])
+    test = np.concatenate([idx0[n0 : n0 + half], idx1[n1 : n1 + spec["n_test"] - half]])
     return frame(x[train], y[train], x[test], y[test]), {}
 
 

@@ -4,8 +4,9 @@ FGSM and PGD accuracy per attack radius (classifiers). Spec section 8."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,14 +31,22 @@ def shift_losses(problem: Problem, model: torch.nn.Module, u_test: np.ndarray, d
         return np.array([float(problem.loss(model, (1.0 + d) * u, torch.zeros(1)).mean()) for d in deltas])
 
 
-def attack_accuracies(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+def attack_accuracies(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: dict[str, Any], seed: int
+) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(seed + ATTACK_SEED_OFFSET)
     rows = [{"metric": "clean_acc", "level": 0.0, "value": accuracy(model, x, y)}]
     unit = float(x.norm(dim=1).mean()) if cfg.get("radius_relative") else 1.0  # CIFAR: radius x mean feature norm
     for level in cfg["radii"]:
         r = level * unit
         alpha = cfg["pgd_alpha"] if cfg["pgd_alpha"] is not None else r / 8.0
-        rows.append({"metric": "fgsm_acc", "level": float(level), "value": accuracy(model, fgsm(model, x, y, r, cfg["norm"]), y)})
+        rows.append(
+            {
+                "metric": "fgsm_acc",
+                "level": float(level),
+                "value": accuracy(model, fgsm(model, x, y, r, cfg["norm"]), y),
+            }
+        )
         x_adv = pgd(model, x, y, r, cfg["norm"], cfg["pgd_steps"], alpha, gen)
         rows.append({"metric": "pgd_acc", "level": float(level), "value": accuracy(model, x_adv, y)})
     return rows
@@ -54,7 +63,9 @@ def load_models(problem: Problem, checkpoint: str | Path) -> dict[int, torch.nn.
     return models
 
 
-def evaluate(problem: Problem, test: pd.DataFrame, checkpoints: Sequence[tuple[str, str]], cfg: dict[str, Any]) -> pd.DataFrame:
+def evaluate(
+    problem: Problem, test: pd.DataFrame, checkpoints: Sequence[tuple[str, str]], cfg: dict[str, Any]
+) -> pd.DataFrame:
     """One long frame (method, seed, metric, level, value) over every method's checkpoint."""
     cols = [c for c in test.columns if c.startswith("x")]
     rows = []
@@ -63,8 +74,10 @@ def evaluate(problem: Problem, test: pd.DataFrame, checkpoints: Sequence[tuple[s
             if cfg["kind"] == "shift":
                 deltas = delta_grid(cfg)
                 values = shift_losses(problem, model, test[cols[0]].to_numpy(), deltas)
-                rows += [{"method": method, "seed": seed, "metric": "test_loss", "level": float(d), "value": float(v)}
-                         for d, v in zip(deltas, values)]
+                rows += [
+                    {"method": method, "seed": seed, "metric": "test_loss", "level": float(d), "value": float(v)}
+                    for d, v in zip(deltas, values)
+                ]
             else:
                 x = torch.as_tensor(test[cols].to_numpy(), dtype=problem.x.dtype)
                 y = torch.as_tensor(test["y"].to_numpy(), dtype=torch.long)

@@ -59,8 +59,12 @@ class ResNet50(nn.Module):
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         inplanes = 64
         for i, (planes, blocks, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)), start=1):
-            down = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride=stride, bias=False), nn.BatchNorm2d(planes * 4))
-            layers = [Bottleneck(inplanes, planes, stride, down)] + [Bottleneck(planes * 4, planes) for _ in range(blocks - 1)]
+            down = nn.Sequential(
+                nn.Conv2d(inplanes, planes * 4, 1, stride=stride, bias=False), nn.BatchNorm2d(planes * 4)
+            )
+            layers = [Bottleneck(inplanes, planes, stride, down)] + [
+                Bottleneck(planes * 4, planes) for _ in range(blocks - 1)
+            ]
             setattr(self, f"layer{i}", nn.Sequential(*layers))
             inplanes = planes * 4
         self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -91,7 +95,9 @@ def read_cifar10(tarball: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]
             split = "train" if name.startswith("data_batch_") else "test" if name == "test_batch" else None
             if split:
                 batch = pickle.load(tar.extractfile(member), encoding="bytes")
-                parts[split].append((np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32), np.asarray(batch[b"labels"])))
+                parts[split].append(
+                    (np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32), np.asarray(batch[b"labels"]))
+                )
     return {k: (np.concatenate([a for a, _ in v]), np.concatenate([b for _, b in v])) for k, v in parts.items()}
 
 
@@ -108,13 +114,19 @@ def extract(model: nn.Module, images: np.ndarray, batch_size: int, device: str) 
     out = []
     with torch.no_grad():
         for start in tqdm(range(0, len(images), batch_size), desc="features", disable=None, mininterval=10):
-            batch = torch.as_tensor(images[start:start + batch_size], device=device)
+            batch = torch.as_tensor(images[start : start + batch_size], device=device)
             out.append(model(preprocess_images(batch)).cpu().numpy())
     return np.concatenate(out).astype(np.float32)
 
 
-def write_features(tarball: str | Path, weights: str | Path, head_seed: int, batch_size: int,
-                   train_out: str | Path, test_out: str | Path) -> str:
+def write_features(
+    tarball: str | Path,
+    weights: str | Path,
+    head_seed: int,
+    batch_size: int,
+    train_out: str | Path,
+    test_out: str | Path,
+) -> str:
     """The 512-d features of both CIFAR-10 splits as Parquet (x0..x511, y); returns the device used."""
     import pandas as pd
 
@@ -127,6 +139,10 @@ def write_features(tarball: str | Path, weights: str | Path, head_seed: int, bat
         feats = extract(model, images, batch_size, device)
         frame = pd.DataFrame(feats.astype(np.float64), columns=[f"x{j}" for j in range(feats.shape[1])])
         frame["y"] = labels.astype(np.int64)
-        write_frame(out, frame, {"dataset": "cifar10", "head_seed": head_seed, "backbone": "resnet50 IMAGENET1K_V1", "part": split})
+        write_frame(
+            out,
+            frame,
+            {"dataset": "cifar10", "head_seed": head_seed, "backbone": "resnet50 IMAGENET1K_V1", "part": split},
+        )
         log.info("%s: %d x %d features on %s", split, *feats.shape, device)
     return device

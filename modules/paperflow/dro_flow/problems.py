@@ -53,7 +53,7 @@ def mlp(d_in: int, hidden: list[int], n_classes: int) -> nn.Module:
 class Problem:
     """Training data (x: (N, d), y: (N,)) and the model family of one dataset."""
 
-    kind: str                       # least_squares | classifier
+    kind: str  # least_squares | classifier
     x: torch.Tensor
     y: torch.Tensor
     model_spec: dict[str, Any]

@@ -12,8 +12,8 @@ weights w (B, M) summing to one per point, and diagnostics. All updates are vect
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -22,21 +22,21 @@ Energy = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    lam: float                          # Lagrange multiplier lambda of the transport penalty
-    eps: float                          # entropy weight epsilon
-    particles: int = 8                  # M
-    steps: int = 20                     # K inner steps
-    lr: float = 0.01                    # eta, inner step
-    weight_lr: float = 0.08             # eta_w, Fisher-Rao weight step (WFR)
-    clamp: tuple[float, float] | None = None   # data domain (uncertain least squares: [-1, 1])
-    birth_death: bool = True            # WFR resampling of dead particles
+    lam: float  # Lagrange multiplier lambda of the transport penalty
+    eps: float  # entropy weight epsilon
+    particles: int = 8  # M
+    steps: int = 20  # K inner steps
+    lr: float = 0.01  # eta, inner step
+    weight_lr: float = 0.08  # eta_w, Fisher-Rao weight step (WFR)
+    clamp: tuple[float, float] | None = None  # data domain (uncertain least squares: [-1, 1])
+    birth_death: bool = True  # WFR resampling of dead particles
     death_threshold: float = 1e-4
-    grad_scale: float = 1.0             # multiplies every loss gradient (10 = official ULS script)
+    grad_scale: float = 1.0  # multiplies every loss gradient (10 = official ULS script)
     svgd_init_std: float | None = None  # None: sqrt(eps/2), the Gibbs base std
-    rgo_smoothness: float = 0.5         # L, the loss's smoothness in z (RGO needs lam > L/2)
+    rgo_smoothness: float = 0.5  # L, the loss's smoothness in z (RGO needs lam > L/2)
     rgo_trials: int = 50
-    dual_max_level: int = 4             # m = 2^L, P(L = l) propto 2^-l on {0..L_max}
-    dual_noise: str = "official"        # official: x + sqrt(eps) N(0, I); gibbs: x + sqrt(eps/2) N(0, I)
+    dual_max_level: int = 4  # m = 2^L, P(L = l) propto 2^-l on {0..L_max}
+    dual_noise: str = "official"  # official: x + sqrt(eps) N(0, I); gibbs: x + sqrt(eps/2) N(0, I)
 
 
 @dataclass
@@ -63,7 +63,9 @@ def _uniform(z: torch.Tensor) -> torch.Tensor:
     return torch.full(z.shape[:2], 1.0 / z.shape[1], dtype=z.dtype)
 
 
-def langevin_step(z: torch.Tensor, grad: torch.Tensor, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None) -> torch.Tensor:
+def langevin_step(
+    z: torch.Tensor, grad: torch.Tensor, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None
+) -> torch.Tensor:
     """Alg. 3: z + eta (grad l - 2 lam (z - x)) + sqrt(2 eta lam eps) N(0, I); ULA on the Gibbs law."""
     noise = torch.randn(z.shape, generator=gen, dtype=z.dtype)
     z = z + cfg.lr * (grad - 2.0 * cfg.lam * (z - x)) + math.sqrt(2.0 * cfg.lr * cfg.lam * cfg.eps) * noise
@@ -93,15 +95,18 @@ def penalised(loss: torch.Tensor, z: torch.Tensor, x: torch.Tensor, lam: float) 
     return loss - lam * ((z - x) ** 2).sum(-1)
 
 
-def fisher_rao_step(log_w: torch.Tensor, energy_values: torch.Tensor, lam: float, eps: float, weight_lr: float) -> torch.Tensor:
+def fisher_rao_step(
+    log_w: torch.Tensor, energy_values: torch.Tensor, lam: float, eps: float, weight_lr: float
+) -> torch.Tensor:
     """Alg. 4 weight step (mirror descent): log w <- (1 - lam eps eta_w) log w + eta_w f, normalised.
     Its fixed point is w propto exp(f / (lam eps))."""
     log_w = (1.0 - lam * eps * weight_lr) * log_w + weight_lr * energy_values
     return log_w - torch.logsumexp(log_w, dim=1, keepdim=True)
 
 
-def birth_death(z: torch.Tensor, w: torch.Tensor, threshold: float, grad: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
+def birth_death(
+    z: torch.Tensor, w: torch.Tensor, threshold: float, grad: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
     """Particles with weight < threshold jump onto their point's heaviest particle; the mass of the
     heaviest and the dead ones is shared equally among them. Rows without dead particles are unchanged.
     `grad` (the loss gradient at z) is moved along: a copied particle has its source's gradient."""
@@ -163,7 +168,7 @@ def svgd(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generat
         _, grad = loss_and_grad(energy, z, cfg.grad_scale)
         score = (grad - 2.0 * cfg.lam * (z - x)) / (cfg.lam * cfg.eps)
         phi = svgd_direction(z, score)
-        hist = phi ** 2 if hist is None else 0.9 * hist + 0.1 * phi ** 2
+        hist = phi**2 if hist is None else 0.9 * hist + 0.1 * phi**2
         z = _clamp(z + cfg.lr * phi / (hist.sqrt() + 1e-6), cfg)
     return Particles(z, _uniform(z))
 
@@ -189,7 +194,7 @@ def rgo(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generato
     for _ in range(cfg.rgo_trials):
         step = math.sqrt(var) * torch.randn(z.shape, generator=gen, dtype=z.dtype)
         cand = _clamp(z_star + step, cfg)
-        log_acc = -g(cand) + g_star + (step ** 2).sum(-1) / (2.0 * var)
+        log_acc = -g(cand) + g_star + (step**2).sum(-1) / (2.0 * var)
         u = torch.rand(log_acc.shape, generator=gen, dtype=z.dtype)
         accept = pending & (torch.log(u) < log_acc)
         z = torch.where(accept[..., None], cand, z)
@@ -201,7 +206,7 @@ def rgo(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generato
 
 def dual_level(max_level: int, gen: torch.Generator | None) -> int:
     """L with P(L = l) propto 2^-l, l in {0..max_level} (the official Dual baseline's level draw)."""
-    probs = torch.tensor([2.0 ** -l for l in range(max_level + 1)])
+    probs = torch.tensor([2.0**-l for l in range(max_level + 1)])
     return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
 
 
@@ -224,15 +229,22 @@ def dual(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generat
     z = x + std * torch.randn((x.shape[0], m, x.shape[2]), generator=gen, dtype=x.dtype)
     with torch.no_grad():
         loss = energy(z)
-    return Particles(z, dual_weights(loss, cfg.lam, cfg.eps), {"objective": float(dual_objective(loss, cfg.lam, cfg.eps)), "m": float(m)})
+    return Particles(
+        z,
+        dual_weights(loss, cfg.lam, cfg.eps),
+        {"objective": float(dual_objective(loss, cfg.lam, cfg.eps)), "m": float(m)},
+    )
 
 
-def fisher_rao_reweighting(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None = None,
-                           steps: int | None = None) -> Particles:
+def fisher_rao_reweighting(
+    energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None = None, steps: int | None = None
+) -> Particles:
     """Pure Fisher-Rao flow (no transport) on particles from the Gaussian reference N(x, eps/2 I),
     the entropy taken relative to that reference, so the energy is l alone; its weights converge to
     softmax(l / (lam eps)), the dual estimator's weights (spec section 2, reductions)."""
-    z = x + math.sqrt(cfg.eps / 2.0) * torch.randn((x.shape[0], cfg.particles, x.shape[2]), generator=gen, dtype=x.dtype)
+    z = x + math.sqrt(cfg.eps / 2.0) * torch.randn(
+        (x.shape[0], cfg.particles, x.shape[2]), generator=gen, dtype=x.dtype
+    )
     with torch.no_grad():
         loss = energy(z)
     log_w = torch.log(_uniform(z))

@@ -22,7 +22,12 @@ def check(cfg: dict[str, Any], source: str) -> None:
     claim = cfg["claim"]
     require_member(claim["dataset"], cfg["run_datasets"], source, "claim.dataset")
     if claim["attack_dataset"] is not None and claim["attack_dataset"] in cfg["run_datasets"]:
-        require_member("erm", cfg["datasets"][claim["attack_dataset"]]["methods"], source, f"datasets.{claim['attack_dataset']}.methods (the attack claim compares with ERM)")
+        require_member(
+            "erm",
+            cfg["datasets"][claim["attack_dataset"]]["methods"],
+            source,
+            f"datasets.{claim['attack_dataset']}.methods (the attack claim compares with ERM)",
+        )
     claim_methods = cfg["datasets"][claim["dataset"]]["methods"]
     for m in ["erm", *claim["dro_methods"]]:
         require_member(m, claim_methods, source, f"datasets.{claim['dataset']}.methods (needed by claim.dro_methods)")
@@ -33,18 +38,28 @@ def check(cfg: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{where}.data (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
         missing = [k for k in EVALUATE_NEEDS[spec["evaluate"]["kind"]] if k not in spec["evaluate"]]
         if missing:
-            raise ConfigError(f"{where}.evaluate (kind {spec['evaluate']['kind']}) is missing key(s) {', '.join(missing)}")
+            raise ConfigError(
+                f"{where}.evaluate (kind {spec['evaluate']['kind']}) is missing key(s) {', '.join(missing)}"
+            )
         expected = "shift" if spec["kind"] == "uls" else "attack"
         if spec["evaluate"]["kind"] != expected:
-            raise ConfigError(f"{where}.evaluate.kind = {spec['evaluate']['kind']!r}; a {spec['kind']} dataset is evaluated by {expected!r}")
+            raise ConfigError(
+                f"{where}.evaluate.kind = {spec['evaluate']['kind']!r}; a {spec['kind']} dataset is evaluated by {expected!r}"
+            )
         if (spec["model"]["kind"] == "linear_ls") != (spec["kind"] == "uls"):
-            raise ConfigError(f"{where}.model.kind = {spec['model']['kind']!r} does not fit kind {spec['kind']!r} (linear_ls is for uls only)")
+            raise ConfigError(
+                f"{where}.model.kind = {spec['model']['kind']!r} does not fit kind {spec['kind']!r} (linear_ls is for uls only)"
+            )
         if spec["model"]["kind"] == "mlp" and "hidden" not in spec["model"]:
             raise ConfigError(f"{where}.model: kind mlp needs `hidden` (a list of widths, [] for a linear model)")
         dro = spec["dro"]
         if "wfr" in spec["methods"] and "weight_lr" not in dro:
             raise ConfigError(f"{where}.dro.weight_lr is required by method wfr")
         if "wfr" in spec["methods"] and dro["lam"] * dro["eps"] * dro["weight_lr"] >= 1:
-            raise ConfigError(f"{where}.dro: lam * eps * weight_lr = {dro['lam'] * dro['eps'] * dro['weight_lr']:g} must be < 1 (else the Fisher-Rao step flips the sign of log w)")
+            raise ConfigError(
+                f"{where}.dro: lam * eps * weight_lr = {dro['lam'] * dro['eps'] * dro['weight_lr']:g} must be < 1 (else the Fisher-Rao step flips the sign of log w)"
+            )
         if "rgo" in spec["methods"] and 2 * dro["lam"] <= dro.get("rgo_smoothness", 0.5):
-            raise ConfigError(f"{where}.dro: method rgo needs lam > rgo_smoothness / 2 (lam = {dro['lam']}, rgo_smoothness = {dro.get('rgo_smoothness', 0.5)}): the proposal variance lam eps / (2 lam - L) would be negative")
+            raise ConfigError(
+                f"{where}.dro: method rgo needs lam > rgo_smoothness / 2 (lam = {dro['lam']}, rgo_smoothness = {dro.get('rgo_smoothness', 0.5)}): the proposal variance lam eps / (2 lam - L) would be negative"
+            )

@@ -40,8 +40,15 @@ def optimizer(model: nn.Module, train: dict[str, Any]) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=train["lr"])
 
 
-def batch_objective(problem: Problem, model: nn.Module, method: str, xb: torch.Tensor, yb: torch.Tensor,
-                    cfg: SamplerConfig, gen: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+def batch_objective(
+    problem: Problem,
+    model: nn.Module,
+    method: str,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    cfg: SamplerConfig,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss whose theta-gradient is the method's outer gradient, and the sampler's diagnostics."""
     x = xb[:, None, :]
     if method == "erm":
@@ -51,7 +58,9 @@ def batch_objective(problem: Problem, model: nn.Module, method: str, xb: torch.T
     return (parts.w.detach() * loss).sum(1).mean(), parts.info
 
 
-def fit(problem: Problem, method: str, dro: dict[str, Any], train: dict[str, Any], seed: int) -> tuple[nn.Module, pd.DataFrame]:
+def fit(
+    problem: Problem, method: str, dro: dict[str, Any], train: dict[str, Any], seed: int
+) -> tuple[nn.Module, pd.DataFrame]:
     """Train one model; returns it and its per-epoch history (mean outer loss, sampler diagnostics)."""
     model = problem.build(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -67,7 +76,7 @@ def fit(problem: Problem, method: str, dro: dict[str, Any], train: dict[str, Any
         t0, losses, infos = time.perf_counter(), [], []
         order = torch.randperm(n, generator=gen) if train["shuffle"] else torch.arange(n)
         for start in range(0, n, train["batch_size"]):
-            idx = order[start:start + train["batch_size"]]
+            idx = order[start : start + train["batch_size"]]
             loss, info = batch_objective(problem, model, method, problem.x[idx], problem.y[idx], cfg, gen)
             opt.zero_grad()
             (loss * cfg.grad_scale).backward()

@@ -42,7 +42,9 @@ def step_size(t: int, rho: float, smooth: tuple[float, float], cfg: dict[str, An
     return eta / np.sqrt(1.0 + t / cfg["decay_steps"]) if stochastic else eta
 
 
-def chebyshev_weights(f: torch.Tensor, prefs: torch.Tensor, f_ref: torch.Tensor, tau: float, hard: bool) -> torch.Tensor:
+def chebyshev_weights(
+    f: torch.Tensor, prefs: torch.Tensor, f_ref: torch.Tensor, tau: float, hard: bool
+) -> torch.Tensor:
     """Weights lam_s r_s on grad f_s: lam = softmax(r (f - f_ref) / tau), or the one-hot argmax."""
     a = prefs * (f - f_ref)
     lam = torch.nn.functional.one_hot(a.argmax(1), a.shape[1]).to(a) if hard else torch.softmax(a / tau, dim=1)
@@ -80,8 +82,9 @@ class RunResult:
     history: pd.DataFrame
 
 
-def run(problem: Problem, method: str, prefs: np.ndarray, z0: np.ndarray, f_ref: np.ndarray,
-        cfg: dict[str, Any], seed: int) -> RunResult:
+def run(
+    problem: Problem, method: str, prefs: np.ndarray, z0: np.ndarray, f_ref: np.ndarray, cfg: dict[str, Any], seed: int
+) -> RunResult:
     """Run `method` from z0 (B, d) for every preference row of prefs (B, S); returns best/final iterates
     and the history (K, its parts, f, ||h|| per evaluation step and preference)."""
     if method not in METHODS:
@@ -109,9 +112,18 @@ def run(problem: Problem, method: str, prefs: np.ndarray, z0: np.ndarray, f_ref:
         with torch.no_grad():
             f = problem.objectives(z).cpu().numpy()
         for i in range(len(z)):
-            rows.append({"step": t, "pref": i, "K": k.value[i], "K_stat": k.stationarity[i], "K_feas": k.feasibility[i],
-                         "K_best": best_k[i], "h_norm": float(np.sqrt(k.feasibility[i])),
-                         **{f"f{s + 1}": f[i, s] for s in range(f.shape[1])}})
+            rows.append(
+                {
+                    "step": t,
+                    "pref": i,
+                    "K": k.value[i],
+                    "K_stat": k.stationarity[i],
+                    "K_feas": k.feasibility[i],
+                    "K_best": best_k[i],
+                    "h_norm": float(np.sqrt(k.feasibility[i])),
+                    **{f"f{s + 1}": f[i, s] for s in range(f.shape[1])},
+                }
+            )
 
     record(0)
     for t in tqdm(range(steps), desc=f"{method}", mininterval=5.0, disable=None):

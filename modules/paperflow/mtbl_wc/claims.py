@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,8 +15,14 @@ from paperflow.core.report import Claim, compare_claim, markdown_table, render_r
 MIDDLE = (0.25, 0.75)  # "middle" preferences of the concave-front check: r_1 strictly inside
 
 
-def per_seed(frame: pd.DataFrame, method: str, metric: str, seeds: Sequence[int], agg: str,
-             keep=lambda r1: np.ones_like(r1, dtype=bool)) -> list[float]:
+def per_seed(
+    frame: pd.DataFrame,
+    method: str,
+    metric: str,
+    seeds: Sequence[int],
+    agg: str,
+    keep=lambda r1: np.ones_like(r1, dtype=bool),
+) -> list[float]:
     """One number per seed: `agg` (max / min / mean) over the kept preferences; NaN where missing."""
     rows = frame[(frame.method == method) & (frame.metric == metric)]
     rows = rows[keep(rows.r1.to_numpy())]
@@ -29,8 +36,16 @@ def rate_ratios(frame: pd.DataFrame, method: str, checkpoints: Sequence[int], se
     for s in seeds:
         ratios = []
         for a, b in zip(checkpoints[:-1], checkpoints[1:]):
-            ka = frame[(frame.method == method) & (frame.seed == s) & (frame.metric == f"K_best@{a}")].sort_values("pref").value.to_numpy()
-            kb = frame[(frame.method == method) & (frame.seed == s) & (frame.metric == f"K_best@{b}")].sort_values("pref").value.to_numpy()
+            ka = (
+                frame[(frame.method == method) & (frame.seed == s) & (frame.metric == f"K_best@{a}")]
+                .sort_values("pref")
+                .value.to_numpy()
+            )
+            kb = (
+                frame[(frame.method == method) & (frame.seed == s) & (frame.metric == f"K_best@{b}")]
+                .sort_values("pref")
+                .value.to_numpy()
+            )
             ratios.append(np.min(ka / kb) if len(ka) and len(ka) == len(kb) else np.nan)
         out.append(float(np.min(ratios)) if ratios else np.nan)
     return out
@@ -50,58 +65,144 @@ def rate_slopes(curves: pd.DataFrame, method: str, seeds: Sequence[int]) -> list
     return out
 
 
-def quadratic_claims(frame: pd.DataFrame, curves: pd.DataFrame, checkpoints: Sequence[int], seeds: Sequence[int],
-                     wc: str = "wc", ls: str = "ls") -> list[Claim]:
+def quadratic_claims(
+    frame: pd.DataFrame,
+    curves: pd.DataFrame,
+    checkpoints: Sequence[int],
+    seeds: Sequence[int],
+    wc: str = "wc",
+    ls: str = "ls",
+) -> list[Claim]:
     off_middle = lambda r1: ~np.isclose(r1, 0.5)
     claims = [
-        compare_claim(id="quad_wc_within_2pct", statement="quadratic: every WC run ends within 2% (relative, in z) of the closed-form WC point (per seed the max over preferences; verdict on the worst seed)",
-                      values=per_seed(frame, wc, "rel_dist_wc", seeds, "max"), threshold=0.02, seeds=seeds, comparison="<", aggregate="max"),
-        compare_claim(id="quad_wc_feasible", statement="quadratic: every WC run ends with ||h|| < 1e-2 (per seed the max over preferences; verdict on the worst seed)",
-                      values=per_seed(frame, wc, "h_norm", seeds, "max"), threshold=1e-2, seeds=seeds, comparison="<", aggregate="max"),
-        compare_claim(id="quad_k_rate_ratio", statement=f"quadratic: best-iterate K falls by >= 2x each time T is multiplied by 4 (min over preferences and T in {list(checkpoints)})",
-                      values=rate_ratios(frame, wc, checkpoints, seeds), threshold=2.0, seeds=seeds, comparison=">="),
-        compare_claim(id="quad_ls_off_ray", statement="quadratic: for r_1 != 0.5 the LS solution is >= 5 degrees off the preference ray (min over preferences)",
-                      values=per_seed(frame, ls, "angle_deg", seeds, "min", off_middle), threshold=5.0, seeds=seeds, comparison=">="),
-        compare_claim(id="quad_wc_on_ray", statement="quadratic: WC is < 1 degree off the preference ray (max over preferences)",
-                      values=per_seed(frame, wc, "angle_deg", seeds, "max"), threshold=1.0, seeds=seeds, comparison="<"),
+        compare_claim(
+            id="quad_wc_within_2pct",
+            statement="quadratic: every WC run ends within 2% (relative, in z) of the closed-form WC point (per seed the max over preferences; verdict on the worst seed)",
+            values=per_seed(frame, wc, "rel_dist_wc", seeds, "max"),
+            threshold=0.02,
+            seeds=seeds,
+            comparison="<",
+            aggregate="max",
+        ),
+        compare_claim(
+            id="quad_wc_feasible",
+            statement="quadratic: every WC run ends with ||h|| < 1e-2 (per seed the max over preferences; verdict on the worst seed)",
+            values=per_seed(frame, wc, "h_norm", seeds, "max"),
+            threshold=1e-2,
+            seeds=seeds,
+            comparison="<",
+            aggregate="max",
+        ),
+        compare_claim(
+            id="quad_k_rate_ratio",
+            statement=f"quadratic: best-iterate K falls by >= 2x each time T is multiplied by 4 (min over preferences and T in {list(checkpoints)})",
+            values=rate_ratios(frame, wc, checkpoints, seeds),
+            threshold=2.0,
+            seeds=seeds,
+            comparison=">=",
+        ),
+        compare_claim(
+            id="quad_ls_off_ray",
+            statement="quadratic: for r_1 != 0.5 the LS solution is >= 5 degrees off the preference ray (min over preferences)",
+            values=per_seed(frame, ls, "angle_deg", seeds, "min", off_middle),
+            threshold=5.0,
+            seeds=seeds,
+            comparison=">=",
+        ),
+        compare_claim(
+            id="quad_wc_on_ray",
+            statement="quadratic: WC is < 1 degree off the preference ray (max over preferences)",
+            values=per_seed(frame, wc, "angle_deg", seeds, "max"),
+            threshold=1.0,
+            seeds=seeds,
+            comparison="<",
+        ),
     ]
     for method in sorted(set(curves.method) & {"wc", "wc_sto"}):
-        claims.append(compare_claim(
-            id=f"quad_slope_{method}", statement=f"quadratic: log-log slope of best-iterate K over the last decade, {method} (reported; the O(T^-1/2) rate means <= -0.5)",
-            values=rate_slopes(curves, method, seeds), threshold=-0.5, seeds=seeds, comparison="<=", gated=False))
+        claims.append(
+            compare_claim(
+                id=f"quad_slope_{method}",
+                statement=f"quadratic: log-log slope of best-iterate K over the last decade, {method} (reported; the O(T^-1/2) rate means <= -0.5)",
+                values=rate_slopes(curves, method, seeds),
+                threshold=-0.5,
+                seeds=seeds,
+                comparison="<=",
+                gated=False,
+            )
+        )
     return claims
 
 
 def concave_claims(frame: pd.DataFrame, seeds: Sequence[int], wc: str = "wc", ls: str = "ls") -> list[Claim]:
     middle = lambda r1: (r1 > MIDDLE[0]) & (r1 < MIDDLE[1])
     return [
-        compare_claim(id="concave_wc_reaches_middle", statement="concave front: WC ends within 2% (relative, in objective space) of the closed-form WC point for every middle preference",
-                      values=per_seed(frame, wc, "rel_dist_wc_f", seeds, "max", middle), threshold=0.02, seeds=seeds, comparison="<"),
-        compare_claim(id="concave_ls_at_extremes", statement="concave front: LS ends at an extreme of the front for middle preferences (max over them of min_s (f_s - f*_s) / front range < 0.05)",
-                      values=per_seed(frame, ls, "min_f_rel", seeds, "max", middle), threshold=0.05, seeds=seeds, comparison="<"),
+        compare_claim(
+            id="concave_wc_reaches_middle",
+            statement="concave front: WC ends within 2% (relative, in objective space) of the closed-form WC point for every middle preference",
+            values=per_seed(frame, wc, "rel_dist_wc_f", seeds, "max", middle),
+            threshold=0.02,
+            seeds=seeds,
+            comparison="<",
+        ),
+        compare_claim(
+            id="concave_ls_at_extremes",
+            statement="concave front: LS ends at an extreme of the front for middle preferences (max over them of min_s (f_s - f*_s) / front range < 0.05)",
+            values=per_seed(frame, ls, "min_f_rel", seeds, "max", middle),
+            threshold=0.05,
+            seeds=seeds,
+            comparison="<",
+        ),
     ]
 
 
-def cleaning_claims(frame: pd.DataFrame, name: str, seeds: Sequence[int], wc: str = "wc", base: str = "uniform") -> list[Claim]:
-    at = lambda r: (lambda r1: np.isclose(r1, r))
+def cleaning_claims(
+    frame: pd.DataFrame, name: str, seeds: Sequence[int], wc: str = "wc", base: str = "uniform"
+) -> list[Claim]:
+    at = lambda r: lambda r1: np.isclose(r1, r)
     return [
-        compare_claim(id=f"{name}_wc_max_below_uniform", statement=f"{name}: WC at r = (0.5, 0.5) has lower validation max(f_1, f_2) than uniform weights",
-                      values=per_seed(frame, wc, "max_f", seeds, "mean", at(0.5)),
-                      threshold_values=per_seed(frame, base, "max_f", seeds, "mean", at(0.5)), seeds=seeds, comparison="<"),
-        compare_claim(id=f"{name}_pref_steers_f1", statement=f"{name}: WC f_1 at r = (0.8, 0.2) is below f_1 at r = (0.2, 0.8)",
-                      values=per_seed(frame, wc, "f1", seeds, "mean", at(0.8)),
-                      threshold_values=per_seed(frame, wc, "f1", seeds, "mean", at(0.2)), seeds=seeds, comparison="<"),
-        compare_claim(id=f"{name}_detect_f1", statement=f"{name}: corrupted-sample detection F1 of WC at r = (0.5, 0.5) above uniform weights' (reported)",
-                      values=per_seed(frame, wc, "detect_f1", seeds, "mean", at(0.5)),
-                      threshold_values=per_seed(frame, base, "detect_f1", seeds, "mean", at(0.5)), seeds=seeds, comparison=">", gated=False),
-        compare_claim(id=f"{name}_test_acc", statement=f"{name}: test accuracy of WC at r = (0.5, 0.5) above uniform weights' (reported; the gain is small)",
-                      values=per_seed(frame, wc, "test_acc", seeds, "mean", at(0.5)),
-                      threshold_values=per_seed(frame, base, "test_acc", seeds, "mean", at(0.5)), seeds=seeds, comparison=">", gated=False),
+        compare_claim(
+            id=f"{name}_wc_max_below_uniform",
+            statement=f"{name}: WC at r = (0.5, 0.5) has lower validation max(f_1, f_2) than uniform weights",
+            values=per_seed(frame, wc, "max_f", seeds, "mean", at(0.5)),
+            threshold_values=per_seed(frame, base, "max_f", seeds, "mean", at(0.5)),
+            seeds=seeds,
+            comparison="<",
+        ),
+        compare_claim(
+            id=f"{name}_pref_steers_f1",
+            statement=f"{name}: WC f_1 at r = (0.8, 0.2) is below f_1 at r = (0.2, 0.8)",
+            values=per_seed(frame, wc, "f1", seeds, "mean", at(0.8)),
+            threshold_values=per_seed(frame, wc, "f1", seeds, "mean", at(0.2)),
+            seeds=seeds,
+            comparison="<",
+        ),
+        compare_claim(
+            id=f"{name}_detect_f1",
+            statement=f"{name}: corrupted-sample detection F1 of WC at r = (0.5, 0.5) above uniform weights' (reported)",
+            values=per_seed(frame, wc, "detect_f1", seeds, "mean", at(0.5)),
+            threshold_values=per_seed(frame, base, "detect_f1", seeds, "mean", at(0.5)),
+            seeds=seeds,
+            comparison=">",
+            gated=False,
+        ),
+        compare_claim(
+            id=f"{name}_test_acc",
+            statement=f"{name}: test accuracy of WC at r = (0.5, 0.5) above uniform weights' (reported; the gain is small)",
+            values=per_seed(frame, wc, "test_acc", seeds, "mean", at(0.5)),
+            threshold_values=per_seed(frame, base, "test_acc", seeds, "mean", at(0.5)),
+            seeds=seeds,
+            comparison=">",
+            gated=False,
+        ),
     ]
 
 
-def build_claims(frames: Mapping[str, pd.DataFrame], curves: Mapping[str, pd.DataFrame], specs: Mapping[str, dict],
-                 seeds: Sequence[int]) -> list[Claim]:
+def build_claims(
+    frames: Mapping[str, pd.DataFrame],
+    curves: Mapping[str, pd.DataFrame],
+    specs: Mapping[str, dict],
+    seeds: Sequence[int],
+) -> list[Claim]:
     claims: list[Claim] = []
     for name, frame in frames.items():
         kind = specs[name]["kind"]
@@ -116,8 +217,11 @@ def build_claims(frames: Mapping[str, pd.DataFrame], curves: Mapping[str, pd.Dat
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     long = pd.concat([f.assign(problem=n) for n, f in frames.items()], ignore_index=True)
-    return long.groupby(["problem", "method", "r1", "metric"], dropna=False)["value"].agg(
-        mean="mean", std="std", n_seeds="count").reset_index()
+    return (
+        long.groupby(["problem", "method", "r1", "metric"], dropna=False)["value"]
+        .agg(mean="mean", std="std", n_seeds="count")
+        .reset_index()
+    )
 
 
 def front_figure(fronts: Mapping[str, dict], frames: Mapping[str, pd.DataFrame], seed: int, path) -> None:
@@ -129,7 +233,9 @@ def front_figure(fronts: Mapping[str, dict], frames: Mapping[str, pd.DataFrame],
         ax.plot(exact["f_wc"][:, 0], exact["f_wc"][:, 1], "k*", ms=9, label="closed-form WC points")
         frame = frames[name]
         for method, marker in (("wc", "o"), ("ls", "s"), ("mgda", "^"), ("wc_sto", "x")):
-            pts = frame[(frame.method == method) & (frame.seed == seed)].pivot(index="pref", columns="metric", values="value")
+            pts = frame[(frame.method == method) & (frame.seed == seed)].pivot(
+                index="pref", columns="metric", values="value"
+            )
             if len(pts) and "f1" in pts:
                 ax.plot(pts.f1, pts.f2, marker, mfc="none", label=method)
         ax.set_xlabel("f_1")
@@ -144,8 +250,14 @@ def kkt_figure(curves: pd.DataFrame, seed: int, path) -> None:
     ax = axes[0]
     part = curves[(curves.seed == seed) & (curves.step > 0)]
     for (method, pref), g in part.groupby(["method", "pref"]):
-        ax.loglog(g.step, g.K_best, lw=1, alpha=0.8, label=f"{method} r{pref}" if pref == 0 else None,
-                  color={"wc": "C0", "ls": "C1", "mgda": "C2", "wc_sto": "C3"}.get(method, "C4"))
+        ax.loglog(
+            g.step,
+            g.K_best,
+            lw=1,
+            alpha=0.8,
+            label=f"{method} r{pref}" if pref == 0 else None,
+            color={"wc": "C0", "ls": "C1", "mgda": "C2", "wc_sto": "C3"}.get(method, "C4"),
+        )
     steps = np.sort(part.step.unique())
     anchor = part[part.step == steps[0]].K_best.median()
     ax.loglog(steps, anchor * (steps / steps[0]) ** -0.5, "k--", lw=1.5, label="T^(-1/2) reference")
@@ -172,22 +284,59 @@ def write_report(*, frames, curves, fronts, specs, params: Mapping[str, Any], ou
     synthetic = {n: f for n, f in fronts.items() if specs[n]["kind"] in ("quadratic", "concave")}
     front_figure(synthetic, frames, seeds[0], out["front_figure"])
     quad = [n for n in frames if specs[n]["kind"] == "quadratic"]
-    kkt_figure(curves[quad[0]] if quad else pd.DataFrame(columns=["seed", "step", "method", "pref", "K_best"]), seeds[0], out["kkt_figure"])
-    keep = ["rel_dist_wc", "angle_deg", "h_norm", "K", "hypervolume", "min_f_rel", "max_f", "f1", "f2", "test_acc", "detect_f1"]
-    rows = [{"problem": r.problem, "method": r.method, "r1": "all" if np.isnan(r.r1) else f"{r.r1:g}", "metric": r.metric,
-             "mean ± std": f"{r['mean']:.4g} ± {r['std']:.2g}"} for _, r in table[table.metric.isin(keep)].iterrows()]
+    kkt_figure(
+        curves[quad[0]] if quad else pd.DataFrame(columns=["seed", "step", "method", "pref", "K_best"]),
+        seeds[0],
+        out["kkt_figure"],
+    )
+    keep = [
+        "rel_dist_wc",
+        "angle_deg",
+        "h_norm",
+        "K",
+        "hypervolume",
+        "min_f_rel",
+        "max_f",
+        "f1",
+        "f2",
+        "test_acc",
+        "detect_f1",
+    ]
+    rows = [
+        {
+            "problem": r.problem,
+            "method": r.method,
+            "r1": "all" if np.isnan(r.r1) else f"{r.r1:g}",
+            "metric": r.metric,
+            "mean ± std": f"{r['mean']:.4g} ± {r['std']:.2g}",
+        }
+        for _, r in table[table.metric.isin(keep)].iterrows()
+    ]
     text = render_report(
         title="mtbl_wc: multi-task bilevel learning by a weighted-Chebyshev penalty method",
         scale=params["scale"],
-        summary=(f"Problems {', '.join(frames)}; methods per problem as configured; seeds {', '.join(map(str, seeds))}. "
-                 "WC-penalty, LS-penalty and MGDA-penalty share one loop (only the weights on the UL gradients differ)."),
+        summary=(
+            f"Problems {', '.join(frames)}; methods per problem as configured; seeds {', '.join(map(str, seeds))}. "
+            "WC-penalty, LS-penalty and MGDA-penalty share one loop (only the weights on the UL gradients differ)."
+        ),
         claims=claims,
         sections=[("Metrics (mean ± std over seeds, per preference r_1)", markdown_table(rows))],
-        figures=[("Explored fronts against the exact front (closed form)", "figures/fronts.png"),
-                 ("Best-iterate KKT residual against iterations (log-log) with a T^(-1/2) reference", "figures/kkt_rate.png")],
+        figures=[
+            ("Explored fronts against the exact front (closed form)", "figures/fronts.png"),
+            (
+                "Best-iterate KKT residual against iterations (log-log) with a T^(-1/2) reference",
+                "figures/kkt_rate.png",
+            ),
+        ],
         limitations=LIMITATIONS,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="mtbl_wc", scale=params["scale"], claims=claims,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"), limitation=LIMITATIONS[0])
+    write_metrics(
+        out["metrics"],
+        paper="mtbl_wc",
+        scale=params["scale"],
+        claims=claims,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        limitation=LIMITATIONS[0],
+    )
     return claims

@@ -51,14 +51,20 @@ def split_and_corrupt(labels: np.ndarray, spec: dict[str, Any], seed: int) -> di
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(labels))
     n_tr, n_val = spec["n_train"], spec["n_val"]
-    train, val, test = order[:n_tr], order[n_tr:n_tr + n_val], order[n_tr + n_val:]
+    train, val, test = order[:n_tr], order[n_tr : n_tr + n_val], order[n_tr + n_val :]
     if "n_test" in spec:
         test = test[: spec["n_test"]]
     noisy = labels[train].copy()
     corrupt = rng.random(n_tr) < spec["noise"]
     noisy[corrupt] = rng.integers(0, labels.max() + 1, size=int(corrupt.sum()))
-    return {"train": train, "val": val, "test": test, "noisy_labels": noisy, "corrupted": corrupt,
-            "flipped": noisy != labels[train]}
+    return {
+        "train": train,
+        "val": val,
+        "test": test,
+        "noisy_labels": noisy,
+        "corrupted": corrupt,
+        "flipped": noisy != labels[train],
+    }
 
 
 def task_masks(labels: np.ndarray, groups: list[list[int]]) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from paperflow.mtbl_wc import data, fronts
+from paperflow.mtbl_wc import data
 from paperflow.mtbl_wc.algorithm import RunResult, measure, run
 from paperflow.mtbl_wc.problems import ConcaveECMO, HyperCleaning, Problem, QuadraticECMO, as_tensor
 
@@ -25,8 +25,10 @@ def build_problem(kind: str, inst: dict[str, np.ndarray], dev: torch.device | st
         return ConcaveECMO.from_arrays(inst, dev)
     k = int(max(inst["labels_val"].max(), inst["noisy_labels"].max())) + 1
     return HyperCleaning(
-        as_tensor(inst["phi_train"], dev), as_tensor(data.one_hot(inst["noisy_labels"], k), dev),
-        as_tensor(inst["phi_val"], dev), as_tensor(data.one_hot(inst["labels_val"], k), dev),
+        as_tensor(inst["phi_train"], dev),
+        as_tensor(data.one_hot(inst["noisy_labels"], k), dev),
+        as_tensor(inst["phi_val"], dev),
+        as_tensor(data.one_hot(inst["labels_val"], k), dev),
         as_tensor(data.task_masks(inst["labels_val"], [list(g) for g in inst["groups"]]), dev),
     )
 
@@ -74,7 +76,9 @@ def hypervolume_2d(points: np.ndarray, ref: np.ndarray) -> float:
     return float(area)
 
 
-def synthetic_metrics(kind: str, inst, z: np.ndarray, history: pd.DataFrame, checkpoints: list[int]) -> dict[str, np.ndarray]:
+def synthetic_metrics(
+    kind: str, inst, z: np.ndarray, history: pd.DataFrame, checkpoints: list[int]
+) -> dict[str, np.ndarray]:
     problem = build_problem(kind, inst)
     zt = torch.as_tensor(z, dtype=torch.float64)
     with torch.no_grad():
@@ -85,9 +89,13 @@ def synthetic_metrics(kind: str, inst, z: np.ndarray, history: pd.DataFrame, che
     out = {
         "rel_dist_wc": np.linalg.norm(z - inst["z_wc"], axis=1) / np.linalg.norm(inst["z_wc"], axis=1),
         "rel_dist_wc_f": np.linalg.norm(f - inst["f_wc"], axis=1) / np.linalg.norm(inst["f_wc"] - ideal, axis=1),
-        "h_norm": np.sqrt(k.feasibility), "K": k.value, "angle_deg": angle_to_ray(f, ideal, prefs),
-        "cheb_gap": gaps.max(1) - gaps.min(1), "min_f_rel": (f - ideal).min(1) / (inst["front"] - ideal).max(),
-        "f1": f[:, 0], "f2": f[:, 1],
+        "h_norm": np.sqrt(k.feasibility),
+        "K": k.value,
+        "angle_deg": angle_to_ray(f, ideal, prefs),
+        "cheb_gap": gaps.max(1) - gaps.min(1),
+        "min_f_rel": (f - ideal).min(1) / (inst["front"] - ideal).max(),
+        "f1": f[:, 0],
+        "f2": f[:, 1],
     }
     by_step = history.pivot(index="step", columns="pref", values="K_best")
     for c in checkpoints:
@@ -102,7 +110,7 @@ def cleaning_metrics(inst, z: np.ndarray) -> dict[str, np.ndarray]:
     with torch.no_grad():
         f = problem.objectives(zt).numpy()
         h = problem.constraint(zt).numpy()
-    w = z[:, problem.dim_x:].reshape(len(z), problem.p, problem.k)
+    w = z[:, problem.dim_x :].reshape(len(z), problem.p, problem.k)
     pred = np.argmax(inst["phi_test"] @ w, axis=-1)
     right = pred == inst["labels_test"]
     flagged = z[:, : problem.dim_x] < 0.0  # weight sigmoid(x_i) below the uniform start's 0.5
@@ -110,34 +118,66 @@ def cleaning_metrics(inst, z: np.ndarray) -> dict[str, np.ndarray]:
     tp = (flagged & flipped).sum(1)
     groups = [np.isin(inst["labels_test"], g) for g in inst["groups"]]
     return {
-        "f1": f[:, 0], "f2": f[:, 1], "max_f": f.max(1), "h_norm": np.linalg.norm(h, axis=1),
-        "test_acc": right.mean(1), **{f"test_acc_task{i + 1}": right[:, g].mean(1) for i, g in enumerate(groups)},
+        "f1": f[:, 0],
+        "f2": f[:, 1],
+        "max_f": f.max(1),
+        "h_norm": np.linalg.norm(h, axis=1),
+        "test_acc": right.mean(1),
+        **{f"test_acc_task{i + 1}": right[:, g].mean(1) for i, g in enumerate(groups)},
         "detect_f1": 2 * tp / np.maximum(flagged.sum(1) + flipped.sum(), 1),
         "flagged_frac": flagged.mean(1),
     }
 
 
-def evaluate(kind: str, insts: dict[int, dict], runs: dict[tuple[str, int], dict], histories: pd.DataFrame,
-             output: str, checkpoints: list[int]) -> pd.DataFrame:
+def evaluate(
+    kind: str,
+    insts: dict[int, dict],
+    runs: dict[tuple[str, int], dict],
+    histories: pd.DataFrame,
+    output: str,
+    checkpoints: list[int],
+) -> pd.DataFrame:
     """Long table: method, seed, pref (index), r1, metric, value; plus hypervolume per (method, seed)."""
     rows = []
     for (method, seed), arrays in runs.items():
         inst = insts[seed]
         z = arrays["z_best" if output == "best" else "z_final"]
         hist = histories[(histories.method == method) & (histories.seed == seed)]
-        metrics = (synthetic_metrics(kind, inst, z, hist, checkpoints) if kind in ("quadratic", "concave")
-                   else cleaning_metrics(inst, z))
+        metrics = (
+            synthetic_metrics(kind, inst, z, hist, checkpoints)
+            if kind in ("quadratic", "concave")
+            else cleaning_metrics(inst, z)
+        )
         for name, values in metrics.items():
-            rows += [{"method": method, "seed": seed, "pref": i, "r1": float(inst["prefs"][i, 0]), "metric": name,
-                      "value": float(v)} for i, v in enumerate(values)]
+            rows += [
+                {
+                    "method": method,
+                    "seed": seed,
+                    "pref": i,
+                    "r1": float(inst["prefs"][i, 0]),
+                    "metric": name,
+                    "value": float(v),
+                }
+                for i, v in enumerate(values)
+            ]
     frame = pd.DataFrame(rows)
     if kind in ("quadratic", "concave"):
-        pts = frame[frame.metric.isin(["f1", "f2"])].pivot_table(index=["method", "seed", "pref"], columns="metric", values="value")
-        for seed, inst in insts.items():
+        pts = frame[frame.metric.isin(["f1", "f2"])].pivot_table(
+            index=["method", "seed", "pref"], columns="metric", values="value"
+        )
+        for seed in insts:
             ref = 1.1 * pts.loc[pd.IndexSlice[:, seed, :], :].to_numpy().max(0)
             for method in pts.index.get_level_values(0).unique():
                 sel = pts.loc[(method, seed)].to_numpy()
-                rows.append({"method": method, "seed": seed, "pref": -1, "r1": np.nan, "metric": "hypervolume",
-                             "value": hypervolume_2d(sel, ref)})
+                rows.append(
+                    {
+                        "method": method,
+                        "seed": seed,
+                        "pref": -1,
+                        "r1": np.nan,
+                        "metric": "hypervolume",
+                        "value": hypervolume_2d(sel, ref),
+                    }
+                )
         frame = pd.DataFrame(rows)
     return frame

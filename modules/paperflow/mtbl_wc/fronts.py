@@ -105,8 +105,15 @@ def quadratic_front(inst: dict[str, np.ndarray], prefs: np.ndarray, n_front: int
     lam1 = _bisect(gap, np.zeros(len(prefs)), np.ones(len(prefs)))
     z_wc = quadratic_weighted_sum(inst, np.stack([lam1, 1 - lam1], 1))
     z_ls = quadratic_weighted_sum(inst, prefs)
-    return {"ideal": ideal, "front": front, "z_wc": z_wc, "f_wc": quadratic_objectives(inst, z_wc),
-            "lam_wc": np.stack([lam1, 1 - lam1], 1), "z_ls": z_ls, "f_ls": quadratic_objectives(inst, z_ls)}
+    return {
+        "ideal": ideal,
+        "front": front,
+        "z_wc": z_wc,
+        "f_wc": quadratic_objectives(inst, z_wc),
+        "lam_wc": np.stack([lam1, 1 - lam1], 1),
+        "z_ls": z_ls,
+        "f_ls": quadratic_objectives(inst, z_ls),
+    }
 
 
 def fonseca_fleming(x: np.ndarray) -> np.ndarray:

@@ -38,15 +38,19 @@ def download(name: str, spec: dict[str, Any], seeds: list[int], cache_dir: str |
         pixels, labels = data.load_digits_arrays()
     else:
         if not spec.get("sha256"):
-            raise ConfigError(f"problems.{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned "
-                              f"data. Fetch the file once, run `sha256sum` on it, and set it in config/mtbl_wc.yaml")
+            raise ConfigError(
+                f"problems.{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned "
+                f"data. Fetch the file once, run `sha256sum` on it, and set it in config/mtbl_wc.yaml"
+            )
         path = fetch(spec["url"], Path(cache_dir) / Path(spec["url"]).name, spec["sha256"])
         pixels, labels = data.load_mnist_npz(str(path))
     save_npz(out, pixels=pixels.astype(np.float32), labels=labels)
     log.info("%s: %d images with %d pixels", name, *pixels.shape)
 
 
-def preprocess(name: str, spec: dict[str, Any], raw: str | Path, seeds: list[int], n_front: int, outs: list[str]) -> None:
+def preprocess(
+    name: str, spec: dict[str, Any], raw: str | Path, seeds: list[int], n_front: int, outs: list[str]
+) -> None:
     kind, arrays = spec["kind"], load_npz(raw)
     prefs = preference_matrix(spec["preferences"])
     if kind in ("quadratic", "concave"):
@@ -61,8 +65,27 @@ def preprocess(name: str, spec: dict[str, Any], raw: str | Path, seeds: list[int
     for seed, out in zip(seeds, outs):
         split = data.split_and_corrupt(labels, inst, seed)
         tr, va, te = split["train"], split["val"], split["test"]
-        save_npz(out, prefs=prefs, phi_train=feats[tr], noisy_labels=split["noisy_labels"], true_train=labels[tr],
-                 flipped=split["flipped"], phi_val=feats[va], labels_val=labels[va], phi_test=feats[te],
-                 labels_test=labels[te], groups=np.asarray(inst["groups"]))
-        log.info("%s seed %d: %d train (%d flipped) / %d val / %d test, %d features (rank %d)", name, seed, len(tr),
-                 int(split["flipped"].sum()), len(va), len(te), feats.shape[1], np.linalg.matrix_rank(feats[tr]))
+        save_npz(
+            out,
+            prefs=prefs,
+            phi_train=feats[tr],
+            noisy_labels=split["noisy_labels"],
+            true_train=labels[tr],
+            flipped=split["flipped"],
+            phi_val=feats[va],
+            labels_val=labels[va],
+            phi_test=feats[te],
+            labels_test=labels[te],
+            groups=np.asarray(inst["groups"]),
+        )
+        log.info(
+            "%s seed %d: %d train (%d flipped) / %d val / %d test, %d features (rank %d)",
+            name,
+            seed,
+            len(tr),
+            int(split["flipped"].sum()),
+            len(va),
+            len(te),
+            feats.shape[1],
+            np.linalg.matrix_rank(feats[tr]),
+        )

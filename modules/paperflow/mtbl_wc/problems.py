@@ -25,7 +25,7 @@ class Problem:
     dim_y: int
 
     def split(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        return z[:, : self.dim_x], z[:, self.dim_x:]
+        return z[:, : self.dim_x], z[:, self.dim_x :]
 
     def lower_level(self, x: Tensor, y: Tensor) -> Tensor:  # (B,) value of g
         raise NotImplementedError
@@ -79,7 +79,7 @@ class QuadraticECMO(Problem):
     e: Tensor
 
     @classmethod
-    def from_arrays(cls, inst: dict[str, np.ndarray], device="cpu") -> "QuadraticECMO":
+    def from_arrays(cls, inst: dict[str, np.ndarray], device="cpu") -> QuadraticECMO:
         return cls(*(as_tensor(inst[k], device) for k in ("A", "B", "b", "c", "e")))
 
     def __post_init__(self):
@@ -120,13 +120,15 @@ class ConcaveECMO(Problem):
     c: Tensor
 
     @classmethod
-    def from_arrays(cls, inst: dict[str, np.ndarray], device="cpu") -> "ConcaveECMO":
+    def from_arrays(cls, inst: dict[str, np.ndarray], device="cpu") -> ConcaveECMO:
         return cls(as_tensor(inst["C"], device))
 
     def __post_init__(self):
         self.n_obj, (self.dim_x, self.dim_y) = 2, self.c.shape
         self._shift = 1.0 / math.sqrt(self.dim_x)
-        self._null = torch.eye(self.dim_y, dtype=self.c.dtype, device=self.c.device) - torch.linalg.pinv(self.c) @ self.c
+        self._null = (
+            torch.eye(self.dim_y, dtype=self.c.dtype, device=self.c.device) - torch.linalg.pinv(self.c) @ self.c
+        )
         self._jac = torch.cat([-self.c.T, self.c.T @ self.c], dim=1)
 
     def lower_level(self, x, y):
@@ -185,7 +187,7 @@ class HyperCleaning(Problem):
         self._val_cross = weighted.transpose(1, 2) @ self.y_val  # (S, p, k)
 
     def model_of(self, z: Tensor) -> Tensor:
-        return z[:, self.dim_x:].reshape(len(z), self.p, self.k)
+        return z[:, self.dim_x :].reshape(len(z), self.p, self.k)
 
     def _phi_t(self, batch: Tensor) -> Tensor:
         """phi^T @ batch for batch (B, n, k), as one (p, n) x (n, B k) product."""
@@ -236,6 +238,8 @@ class HyperCleaning(Problem):
     def smoothness(self):
         gram = self.phi.T @ self.phi / self.n
         l_h = float(torch.linalg.eigvalsh(gram)[-1] ** 2)
-        l_f = max(float(torch.linalg.eigvalsh(self.phi_val.T @ (m[:, None] * self.phi_val))[-1] / c)
-                  for m, c in zip(self.task_mask, self._task_n))
+        l_f = max(
+            float(torch.linalg.eigvalsh(self.phi_val.T @ (m[:, None] * self.phi_val))[-1] / c)
+            for m, c in zip(self.task_mask, self._task_n)
+        )
         return l_f, l_h

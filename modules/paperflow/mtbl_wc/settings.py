@@ -28,18 +28,24 @@ def check(cfg: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{where} (kind mnist) needs url and sha256")
         inst = spec["instance"]
         if spec["kind"] == "quadratic" and not inst["rank"] < min(inst["rows"], inst["dim_y"]):
-            raise ConfigError(f"{where}.instance.rank = {inst['rank']} must be < min(rows, dim_y) = "
-                              f"{min(inst['rows'], inst['dim_y'])}: the lower level must not be strongly convex (LLGC)")
+            raise ConfigError(
+                f"{where}.instance.rank = {inst['rank']} must be < min(rows, dim_y) = "
+                f"{min(inst['rows'], inst['dim_y'])}: the lower level must not be strongly convex (LLGC)"
+            )
         if spec["kind"] == "concave" and not inst["dim_x"] < inst["dim_y"]:
             raise ConfigError(f"{where}.instance.dim_x = {inst['dim_x']} must be < dim_y = {inst['dim_y']} (LLGC)")
         if "uniform" in spec["methods"] and spec["kind"] in SYNTHETIC:
-            raise ConfigError(f"{where}.methods: 'uniform' (the warm start, no steps) is a hyper-cleaning baseline only")
+            raise ConfigError(
+                f"{where}.methods: 'uniform' (the warm start, no steps) is a hyper-cleaning baseline only"
+            )
         if spec["kind"] == "quadratic":
             if "rate_checkpoints" not in spec:
                 raise ConfigError(f"{where}: rate_checkpoints is required for kind quadratic")
             cps, solver = spec["rate_checkpoints"], spec["solver"]
             if any(c % solver["eval_every"] for c in cps) or max(cps) > solver["steps"]:
-                raise ConfigError(f"{where}.rate_checkpoints = {cps} must be multiples of solver.eval_every = "
-                                  f"{solver['eval_every']} and at most solver.steps = {solver['steps']}")
+                raise ConfigError(
+                    f"{where}.rate_checkpoints = {cps} must be multiples of solver.eval_every = "
+                    f"{solver['eval_every']} and at most solver.steps = {solver['steps']}"
+                )
         if spec["solver"]["rho_max"] < spec["solver"]["rho0"]:
             raise ConfigError(f"{where}.solver.rho_max must be >= rho0")

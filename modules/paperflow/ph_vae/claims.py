@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,37 +23,53 @@ def per_seed(metrics: pd.DataFrame, decoder: str, metric: str, dim: int, seeds: 
     return [float(by_seed.get(s, np.nan)) for s in seeds]
 
 
-def tail_claims(metrics: pd.DataFrame, dataset: str, rivals: Sequence[str], seeds: Sequence[int], tail_q: float,
-                gated_rival: str | None) -> list[Claim]:
+def tail_claims(
+    metrics: pd.DataFrame,
+    dataset: str,
+    rivals: Sequence[str],
+    seeds: Sequence[int],
+    tail_q: float,
+    gated_rival: str | None,
+) -> list[Claim]:
     """PH against each rival on tail KS and Q99 error of dim 0; only the claim against `gated_rival` is gated."""
     ks = f"ks_tail@{tail_q:g}"
     claims = []
     for metric, what in ((ks, f"tail KS@{tail_q:g}"), ("q99_rel", "Q99 relative error")):
         for rival in rivals:
             gated = rival == gated_rival
-            claims.append(compare_claim(
-                id=f"{metric.split('@')[0]}_ph_lt_{rival}_{dataset}",
-                statement=f"{dataset}: PH-VAE has lower {what} than the {LABELS[rival]} VAE (mean over seeds)",
-                values=per_seed(metrics, "ph", metric, 0, seeds),
-                threshold_values=per_seed(metrics, rival, metric, 0, seeds),
-                seeds=seeds, comparison="<", gated=gated,
-                paper_value=FOLLOW_UP if gated else None,
-            ))
+            claims.append(
+                compare_claim(
+                    id=f"{metric.split('@')[0]}_ph_lt_{rival}_{dataset}",
+                    statement=f"{dataset}: PH-VAE has lower {what} than the {LABELS[rival]} VAE (mean over seeds)",
+                    values=per_seed(metrics, "ph", metric, 0, seeds),
+                    threshold_values=per_seed(metrics, rival, metric, 0, seeds),
+                    seeds=seeds,
+                    comparison="<",
+                    gated=gated,
+                    paper_value=FOLLOW_UP if gated else None,
+                )
+            )
     return claims
 
 
 def dependence_claims(metrics: pd.DataFrame, dataset: str, seeds: Sequence[int]) -> list[Claim]:
     """Spec §7: on the multivariate set, co-exceedance error of PH vs Gaussian, reported (no hard claim)."""
-    return [compare_claim(
-        id=f"coexc_ph_lt_gauss_{dataset}",
-        statement=f"{dataset}: PH-VAE has lower co-exceedance error at q = 0.95 than the Gaussian VAE (reported only)",
-        values=per_seed(metrics, "ph", "coexc_abs_err@0.95", -1, seeds),
-        threshold_values=per_seed(metrics, "gauss", "coexc_abs_err@0.95", -1, seeds),
-        seeds=seeds, comparison="<", gated=False,
-    )]
+    return [
+        compare_claim(
+            id=f"coexc_ph_lt_gauss_{dataset}",
+            statement=f"{dataset}: PH-VAE has lower co-exceedance error at q = 0.95 than the Gaussian VAE (reported only)",
+            values=per_seed(metrics, "ph", "coexc_abs_err@0.95", -1, seeds),
+            threshold_values=per_seed(metrics, "gauss", "coexc_abs_err@0.95", -1, seeds),
+            seeds=seeds,
+            comparison="<",
+            gated=False,
+        )
+    ]
 
 
-def build_claims(frames: Mapping[str, pd.DataFrame], claim_dataset: str, decoders: Sequence[str], seeds: Sequence[int], tail_q: float) -> list[Claim]:
+def build_claims(
+    frames: Mapping[str, pd.DataFrame], claim_dataset: str, decoders: Sequence[str], seeds: Sequence[int], tail_q: float
+) -> list[Claim]:
     """Spec §7: gated, PH beats Gaussian on tail KS and Q99 error on the claim dataset; reported, PH
     against the other baselines there, against Gaussian on the other 1-D sets, co-exceedance on the
     multivariate sets."""
@@ -83,7 +100,11 @@ def headline_rows(table: pd.DataFrame, metrics: Sequence[str]) -> list[dict[str,
         values = dict(zip(group.metric, zip(group["mean"], group["std"])))
         if not any(m in values for m in metrics):
             continue
-        row: dict[str, Any] = {"dataset": dataset, "decoder": LABELS.get(decoder, decoder), "dim": "joint" if dim < 0 else dim}
+        row: dict[str, Any] = {
+            "dataset": dataset,
+            "decoder": LABELS.get(decoder, decoder),
+            "dim": "joint" if dim < 0 else dim,
+        }
         for m in metrics:
             mean, std = values.get(m, (np.nan, np.nan))
             row[m] = f"{mean:.4g} ± {std:.2g}" if np.isfinite(mean) else "n/a"
@@ -91,15 +112,23 @@ def headline_rows(table: pd.DataFrame, metrics: Sequence[str]) -> list[dict[str,
     return rows
 
 
-def figures(samples: Mapping[str, pd.DataFrame], tests: Mapping[str, np.ndarray], histories: pd.DataFrame,
-            decoders: Sequence[str], seed: int, out: Mapping[str, str | Path]) -> None:
+def figures(
+    samples: Mapping[str, pd.DataFrame],
+    tests: Mapping[str, np.ndarray],
+    histories: pd.DataFrame,
+    decoders: Sequence[str],
+    seed: int,
+    out: Mapping[str, str | Path],
+) -> None:
     names = list(samples)
     for key, draw in (("tail_figure", plots.survival_curves), ("qq_figure", plots.qq)):
         panels = [(n, j) for n in names for j in range(tests[n].shape[1])]
         fig, axes = plots.subplots(len(panels))
         for ax, (name, j) in zip(axes, panels):
             frame = samples[name]
-            model = {LABELS[d]: frame[(frame.decoder == d) & (frame.seed == seed)][f"x{j}"].to_numpy() for d in decoders}
+            model = {
+                LABELS[d]: frame[(frame.decoder == d) & (frame.seed == seed)][f"x{j}"].to_numpy() for d in decoders
+            }
             draw(ax, model, tests[name][:, j], f"{name} dim {j} (seed {seed})")
         plots.save(fig, out[key])
     fig, axes = plots.subplots(len(names))
@@ -123,8 +152,15 @@ LIMITATIONS = [
 ]
 
 
-def write_report(*, frames: Mapping[str, pd.DataFrame], samples: Mapping[str, pd.DataFrame], tests: Mapping[str, np.ndarray],
-                 histories: pd.DataFrame, params: Mapping[str, Any], out: Mapping[str, str | Path]) -> list[Claim]:
+def write_report(
+    *,
+    frames: Mapping[str, pd.DataFrame],
+    samples: Mapping[str, pd.DataFrame],
+    tests: Mapping[str, np.ndarray],
+    histories: pd.DataFrame,
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+) -> list[Claim]:
     decoders, seeds = list(params["decoders"]), list(params["seeds"])
     claims = build_claims(frames, params["claim_dataset"], decoders, seeds, params["tail_q"])
     table = summary_table(frames)
@@ -133,25 +169,51 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], samples: Mapping[str, pd
     ks = f"ks_tail@{params['tail_q']:g}"
     kl_rows = headline_rows(table, ["test_kl", "test_nelbo_per_dim"])
     sections = [
-        ("Tail metrics (mean ± std over seeds)", markdown_table(headline_rows(table, [ks, "q99_rel", "q95_rel", "neg_frac"]))),
-        ("Dependence (multivariate sets)", markdown_table(headline_rows(table, ["coexc_abs_err@0.95", "coexc_real@0.95", "coexc_gen@0.95", "kendall_tau_mae", "corr_log1p_frobenius"]))),
+        (
+            "Tail metrics (mean ± std over seeds)",
+            markdown_table(headline_rows(table, [ks, "q99_rel", "q95_rel", "neg_frac"])),
+        ),
+        (
+            "Dependence (multivariate sets)",
+            markdown_table(
+                headline_rows(
+                    table,
+                    [
+                        "coexc_abs_err@0.95",
+                        "coexc_real@0.95",
+                        "coexc_gen@0.95",
+                        "kendall_tau_mae",
+                        "corr_log1p_frobenius",
+                    ],
+                )
+            ),
+        ),
         ("Test ELBO and KL (KL near 0 means the decoder acts as one fitted law)", markdown_table(kl_rows)),
         ("Data", "\n".join(f"- `{n}`: {spec}" for n, spec in params["dataset_specs"].items())),
     ]
     text = render_report(
         title="PH-VAE: phase-type decoders for heavy-tailed data",
         scale=params["scale"],
-        summary=(f"Decoders {', '.join(LABELS[d] for d in decoders)} share the encoder, latent prior and training; "
-                 f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_dataset']}`."),
+        summary=(
+            f"Decoders {', '.join(LABELS[d] for d in decoders)} share the encoder, latent prior and training; "
+            f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_dataset']}`."
+        ),
         claims=claims,
         sections=sections,
-        figures=[("Tail survival functions above the data's 0.9 quantile", "figures/tail_survival.png"),
-                 ("QQ plot of model against test-data quantiles (0.5 to 0.999)", "figures/qq.png"),
-                 ("Training loss per epoch", "figures/training_loss.png")],
+        figures=[
+            ("Tail survival functions above the data's 0.9 quantile", "figures/tail_survival.png"),
+            ("QQ plot of model against test-data quantiles (0.5 to 0.999)", "figures/qq.png"),
+            ("Training loss per epoch", "figures/training_loss.png"),
+        ],
         limitations=LIMITATIONS,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="ph_vae", scale=params["scale"], claims=claims,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"),
-                  limitation=LIMITATIONS[0])
+    write_metrics(
+        out["metrics"],
+        paper="ph_vae",
+        scale=params["scale"],
+        claims=claims,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        limitation=LIMITATIONS[0],
+    )
     return claims

@@ -244,7 +244,6 @@ def read_danish_csv(path: str | Path) -> NDArray[np.float64]:
     bad = np.flatnonzero(~(np.isfinite(losses) & (losses > 0)))
     if bad.size:
         raise ValueError(
-            f"{path}: {bad.size} loss value(s) not finite and > 0, "
-            f"first at data row {bad[0] + 1}: {losses[bad[0]]}"
+            f"{path}: {bad.size} loss value(s) not finite and > 0, first at data row {bad[0] + 1}: {losses[bad[0]]}"
         )
     return losses

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,8 +34,9 @@ def test_terms(vae: VAE, x_test: np.ndarray, seed: int) -> dict[str, float]:
     return {"test_nelbo_per_dim": nelbo / x_test.shape[1], "test_kl": terms["kl"].mean().item()}
 
 
-def model_metrics(samples: np.ndarray, x_test: np.ndarray, x_all: np.ndarray, truth: dict[str, Any],
-                  tail_q: float, min_tail: int) -> list[dict[str, Any]]:
+def model_metrics(
+    samples: np.ndarray, x_test: np.ndarray, x_all: np.ndarray, truth: dict[str, Any], tail_q: float, min_tail: int
+) -> list[dict[str, Any]]:
     """Long-format rows (dim, metric, value); dim = -1 for the joint (dependence) metrics."""
     rows = []
     for j in range(samples.shape[1]):
@@ -65,7 +67,15 @@ def evaluate(
         metric_rows += [r | {"decoder": decoder, "seed": seed} for r in rows]
         kept = pd.DataFrame(samples, columns=[f"x{j}" for j in range(samples.shape[1])])
         sample_frames.append(kept.assign(decoder=decoder, seed=seed))
-        log.info("evaluated %s seed %d: %s", decoder, seed,
-                 {r["metric"]: round(r["value"], 4) for r in rows if r["dim"] == 0 and r["metric"] in ("ks_tail@0.95", "q99_rel")})
+        log.info(
+            "evaluated %s seed %d: %s",
+            decoder,
+            seed,
+            {
+                r["metric"]: round(r["value"], 4)
+                for r in rows
+                if r["dim"] == 0 and r["metric"] in ("ks_tail@0.95", "q99_rel")
+            },
+        )
     metrics = pd.DataFrame(metric_rows)[["decoder", "seed", "dim", "metric", "value"]]
     return metrics, pd.concat(sample_frames, ignore_index=True)

@@ -18,9 +18,7 @@ from scipy.stats.distributions import rv_frozen
 Curve = Callable[[NDArray[np.float64]], NDArray[np.float64]]
 
 
-def ks_tail(
-    samples: ArrayLike, q: float, cdf: Curve, ppf: Callable[[float], float], min_tail: int = 200
-) -> float:
+def ks_tail(samples: ArrayLike, q: float, cdf: Curve, ppf: Callable[[float], float], min_tail: int = 200) -> float:
     """Conditional tail KS@q (spec §8).
 
     t_q = ppf(q); the n_tail samples above t_q, sorted, get ECDF i / n_tail (i = 1..n_tail, the

@@ -45,7 +45,9 @@ def download(name: str, spec: dict[str, Any], seed: int, cache_dir: str | Path, 
     write_array(out, x, {"dataset": name, "truth": truth})
 
 
-def preprocess(raw: str | Path, train_out: str | Path, test_out: str | Path, test_fraction: float, seed: int, rescale: float) -> None:
+def preprocess(
+    raw: str | Path, train_out: str | Path, test_out: str | Path, test_fraction: float, seed: int, rescale: float
+) -> None:
     """Positivity check, optional rescaling (real data only), seeded train/test split."""
     x, meta = read_array(raw)
     if not np.isfinite(x).all() or (x <= 0).any():

@@ -20,9 +20,13 @@ def check(cfg: dict[str, Any], source: str) -> None:
     require_member(cfg["claim_dataset"], cfg["run_datasets"], source, "claim_dataset")
     devices, gpus = cfg["train"]["devices"], cfg["resources"]["gpus"]
     if gpus and devices != gpus:
-        raise ConfigError(f"{source}: train.devices = {devices} but resources.gpus = {gpus}; DDP uses one GPU per device, set them equal")
+        raise ConfigError(
+            f"{source}: train.devices = {devices} but resources.gpus = {gpus}; DDP uses one GPU per device, set them equal"
+        )
     if cfg["train"]["batch_size"] % devices:
-        raise ConfigError(f"{source}: train.batch_size = {cfg['train']['batch_size']} must be divisible by train.devices = {devices}")
+        raise ConfigError(
+            f"{source}: train.batch_size = {cfg['train']['batch_size']} must be divisible by train.devices = {devices}"
+        )
     for name, spec in cfg["datasets"].items():
         missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
         if missing:

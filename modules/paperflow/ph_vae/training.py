@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,5 +91,7 @@ def fit(
     trainer.save_checkpoint(str(checkpoint))
     frame = epoch_history(trainer).assign(seed=seed, decoder=decoder)
     last = frame.iloc[-1]
-    log.info("trained %s seed %d on %d device(s): final loss %.4f kl %.4f", decoder, seed, devices, last["loss"], last["kl"])
+    log.info(
+        "trained %s seed %d on %d device(s): final loss %.4f kl %.4f", decoder, seed, devices, last["loss"], last["kl"]
+    )
     return frame, tracking_ids(trainer)

@@ -3,7 +3,8 @@ the first task's graph with GRACE (Zhu et al. 2020) and then frozen for every la
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,17 +45,20 @@ def mask_features(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tens
 def grace_loss(h1: torch.Tensor, h2: torch.Tensor, tau: float) -> torch.Tensor:
     """GRACE's symmetric loss: for node i the positive pair is (h1_i, h2_i); negatives are every other
     node in the other view and in the same view. Cosine similarities over temperature tau."""
+
     def one_side(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
         between = torch.exp(a @ b.T / tau)
         within = torch.exp(a @ a.T / tau)
         denom = between.sum(1) + within.sum(1) - within.diagonal()
         return -torch.log(between.diagonal() / denom)
+
     return 0.5 * (one_side(h1, h2) + one_side(h2, h1)).mean()
 
 
-def pretrain_grace(x: np.ndarray, adj: sp.csr_matrix, cfg: Mapping[str, Any], seed: int,
-                   progress: bool = False) -> tuple[SGC, list[float]]:
+def pretrain_grace(
+    x: np.ndarray, adj: sp.csr_matrix, cfg: Mapping[str, Any], seed: int, progress: bool = False
+) -> tuple[SGC, list[float]]:
     """Pretrain an SGC on one graph (task 1) with GRACE; returns the frozen encoder and the loss per epoch."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -67,8 +71,10 @@ def pretrain_grace(x: np.ndarray, adj: sp.csr_matrix, cfg: Mapping[str, Any], se
     batch = cfg["batch_nodes"]
     losses = []
     for _ in tqdm(range(cfg["epochs"]), desc="GRACE", disable=not progress, leave=False):
-        views = [(to_torch(gcn_norm(drop_edges(adj, cfg["edge_drop"], rng))), mask_features(xt, cfg["feature_drop"], gen))
-                 for _ in range(2)]
+        views = [
+            (to_torch(gcn_norm(drop_edges(adj, cfg["edge_drop"], rng))), mask_features(xt, cfg["feature_drop"], gen))
+            for _ in range(2)
+        ]
         h1, h2 = (head(encoder(a, v)) for a, v in views)
         if batch and batch < len(x):  # the loss is O(n^2): large task graphs use a node sample per epoch
             idx = torch.randperm(len(x), generator=gen)[:batch]

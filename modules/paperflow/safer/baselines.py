@@ -6,7 +6,8 @@ squared gradient of the task's full-batch loss at the end of the task."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,8 +40,17 @@ def ewc_penalty(model: ClassIL, anchors: list[tuple[dict[str, torch.Tensor], dic
     return total
 
 
-def train_stage(model: ClassIL, a_hat: torch.Tensor, x: torch.Tensor, train_idx: torch.Tensor, y: torch.Tensor, seen: int,
-                cfg: Mapping[str, Any], anchors: list | None, progress: bool = False) -> list[float]:
+def train_stage(
+    model: ClassIL,
+    a_hat: torch.Tensor,
+    x: torch.Tensor,
+    train_idx: torch.Tensor,
+    y: torch.Tensor,
+    seen: int,
+    cfg: Mapping[str, Any],
+    anchors: list | None,
+    progress: bool = False,
+) -> list[float]:
     """One stage: cross-entropy over the `seen` classes on this task's training nodes (labels `y` are
     learning-order positions), plus strength × the EWC penalty when `anchors` is given."""
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
@@ -56,8 +66,9 @@ def train_stage(model: ClassIL, a_hat: torch.Tensor, x: torch.Tensor, train_idx:
     return losses
 
 
-def fisher_anchor(model: ClassIL, a_hat: torch.Tensor, x: torch.Tensor, train_idx: torch.Tensor, y: torch.Tensor,
-                  seen: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def fisher_anchor(
+    model: ClassIL, a_hat: torch.Tensor, x: torch.Tensor, train_idx: torch.Tensor, y: torch.Tensor, seen: int
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(Fisher diagonal, parameters) at the end of a task."""
     model.zero_grad()
     F.cross_entropy(model(a_hat, x, seen)[train_idx], y).backward()

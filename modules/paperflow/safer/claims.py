@@ -3,8 +3,9 @@ always comes from the numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,9 +14,16 @@ from paperflow.core import plots
 from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
 from paperflow.safer.metrics import average_accuracy, average_forgetting
 
-LABELS = {"safer": "SAFER", "tpp_msp": "TPP (node routing) + MSP", "tpp_graph_msp": "TPP (task-graph routing) + MSP",
-          "tpp_energy": "TPP experts + energy routing", "finetune_msp": "Fine-tune + MSP", "finetune_energy": "Fine-tune + Energy",
-          "ewc_energy": "EWC + Energy", "ewc_msp": "EWC + MSP"}
+LABELS = {
+    "safer": "SAFER",
+    "tpp_msp": "TPP (node routing) + MSP",
+    "tpp_graph_msp": "TPP (task-graph routing) + MSP",
+    "tpp_energy": "TPP experts + energy routing",
+    "finetune_msp": "Fine-tune + MSP",
+    "finetune_energy": "Fine-tune + Energy",
+    "ewc_energy": "EWC + Energy",
+    "ewc_msp": "EWC + MSP",
+}
 MATRIX_VARIANTS = ("safer", "tpp_msp", "tpp_graph_msp", "finetune_msp", "ewc_energy")
 NO_PAPER_NUMBER = "no public table (abstract only)"
 PAPER_MARGIN = "paper: up to +31.3 AUROC points over the best baseline (four CGLB benchmarks)"
@@ -36,8 +44,15 @@ def seed_summary(acc: pd.DataFrame, opn: pd.DataFrame) -> pd.DataFrame:
     for (variant, seed), group in acc.groupby(["variant", "seed"], sort=False):
         matrix = accuracy_matrix(group)
         last = group[group.stage == group.stage.max()]
-        rows.append({"variant": variant, "seed": int(seed), "aa": average_accuracy(matrix), "af": average_forgetting(matrix),
-                     "task_id_acc": float(last.task_id_acc.mean())})
+        rows.append(
+            {
+                "variant": variant,
+                "seed": int(seed),
+                "aa": average_accuracy(matrix),
+                "af": average_forgetting(matrix),
+                "task_id_acc": float(last.task_id_acc.mean()),
+            }
+        )
     summary = pd.DataFrame(rows)
     open_means = opn.groupby(["variant", "seed"])[["auroc", "fpr95", "open_acc", "open_macro_f1"]].mean().reset_index()
     return summary.merge(open_means, on=["variant", "seed"], how="left")
@@ -54,36 +69,86 @@ def difference(summary: pd.DataFrame, a: str, b: str, column: str, seeds: Sequen
     return [x - y for x, y in zip(per_seed(summary, a, column, seeds), per_seed(summary, b, column, seeds))]
 
 
-def build_claims(summary: pd.DataFrame, dataset: str, seeds: Sequence[int], cfg: Mapping[str, Any], gated: bool) -> list[Claim]:
+def build_claims(
+    summary: pd.DataFrame, dataset: str, seeds: Sequence[int], cfg: Mapping[str, Any], gated: bool
+) -> list[Claim]:
     """Spec §7 on one dataset: SAFER's mean open-set AUROC ≥ each rival's + margin, its AA within the
     tolerance of TPP's, its AF near zero, and fine-tuning's AF strongly negative."""
     variants = set(summary.variant)
-    claims = [compare_claim(
-        id=f"{dataset}_auroc_safer_minus_{rival}", seeds=seeds, comparison=">=", threshold=cfg["auroc_margin"], gated=gated,
-        statement=f"{dataset}: SAFER's open-set AUROC (mean over stages with unknowns) minus {LABELS[rival]}'s",
-        values=difference(summary, "safer", rival, "auroc", seeds), paper_value=PAPER_MARGIN,
-    ) for rival in cfg["auroc_rivals"]]
-    claims += [
-        compare_claim(id=f"{dataset}_aa_safer_minus_tpp", seeds=seeds, comparison=">=", threshold=-cfg["aa_tolerance"], gated=gated,
-                      statement=f"{dataset}: SAFER's average accuracy minus TPP's (node routing, the same setting as SAFER)",
-                      values=difference(summary, "safer", "tpp_msp", "aa", seeds), paper_value=NO_PAPER_NUMBER),
-        compare_claim(id=f"{dataset}_af_safer", seeds=seeds, comparison=">=", threshold=cfg["af_floor"], gated=gated,
-                      statement=f"{dataset}: SAFER's average forgetting (near zero)", values=per_seed(summary, "safer", "af", seeds),
-                      paper_value="paper: near-zero forgetting"),
-        compare_claim(id=f"{dataset}_af_finetune", seeds=seeds, comparison="<=", threshold=cfg["strong_forgetting"], gated=gated,
-                      statement=f"{dataset}: fine-tuning's average forgetting (strongly negative)",
-                      values=per_seed(summary, "finetune_msp", "af", seeds), paper_value=NO_PAPER_NUMBER),
+    claims = [
+        compare_claim(
+            id=f"{dataset}_auroc_safer_minus_{rival}",
+            seeds=seeds,
+            comparison=">=",
+            threshold=cfg["auroc_margin"],
+            gated=gated,
+            statement=f"{dataset}: SAFER's open-set AUROC (mean over stages with unknowns) minus {LABELS[rival]}'s",
+            values=difference(summary, "safer", rival, "auroc", seeds),
+            paper_value=PAPER_MARGIN,
+        )
+        for rival in cfg["auroc_rivals"]
     ]
-    reported = [r for r in ("tpp_graph_msp", "tpp_energy", "ewc_energy", "finetune_msp") if r in variants and r not in cfg["auroc_rivals"]]
-    claims += [compare_claim(
-        id=f"{dataset}_auroc_safer_minus_{rival}", seeds=seeds, comparison=">=", threshold=cfg["auroc_margin"], gated=False,
-        statement=f"{dataset}: SAFER's open-set AUROC minus {LABELS[rival]}'s (reported)",
-        values=difference(summary, "safer", rival, "auroc", seeds)) for rival in reported]
+    claims += [
+        compare_claim(
+            id=f"{dataset}_aa_safer_minus_tpp",
+            seeds=seeds,
+            comparison=">=",
+            threshold=-cfg["aa_tolerance"],
+            gated=gated,
+            statement=f"{dataset}: SAFER's average accuracy minus TPP's (node routing, the same setting as SAFER)",
+            values=difference(summary, "safer", "tpp_msp", "aa", seeds),
+            paper_value=NO_PAPER_NUMBER,
+        ),
+        compare_claim(
+            id=f"{dataset}_af_safer",
+            seeds=seeds,
+            comparison=">=",
+            threshold=cfg["af_floor"],
+            gated=gated,
+            statement=f"{dataset}: SAFER's average forgetting (near zero)",
+            values=per_seed(summary, "safer", "af", seeds),
+            paper_value="paper: near-zero forgetting",
+        ),
+        compare_claim(
+            id=f"{dataset}_af_finetune",
+            seeds=seeds,
+            comparison="<=",
+            threshold=cfg["strong_forgetting"],
+            gated=gated,
+            statement=f"{dataset}: fine-tuning's average forgetting (strongly negative)",
+            values=per_seed(summary, "finetune_msp", "af", seeds),
+            paper_value=NO_PAPER_NUMBER,
+        ),
+    ]
+    reported = [
+        r
+        for r in ("tpp_graph_msp", "tpp_energy", "ewc_energy", "finetune_msp")
+        if r in variants and r not in cfg["auroc_rivals"]
+    ]
+    claims += [
+        compare_claim(
+            id=f"{dataset}_auroc_safer_minus_{rival}",
+            seeds=seeds,
+            comparison=">=",
+            threshold=cfg["auroc_margin"],
+            gated=False,
+            statement=f"{dataset}: SAFER's open-set AUROC minus {LABELS[rival]}'s (reported)",
+            values=difference(summary, "safer", rival, "auroc", seeds),
+        )
+        for rival in reported
+    ]
     if "tpp_graph_msp" in variants:
-        claims.append(compare_claim(
-            id=f"{dataset}_aa_safer_minus_tpp_graph", seeds=seeds, comparison=">=", threshold=-cfg["aa_tolerance"], gated=False,
-            statement=f"{dataset}: SAFER's average accuracy minus TPP's with TPP's own whole-task-graph routing (reported)",
-            values=difference(summary, "safer", "tpp_graph_msp", "aa", seeds)))
+        claims.append(
+            compare_claim(
+                id=f"{dataset}_aa_safer_minus_tpp_graph",
+                seeds=seeds,
+                comparison=">=",
+                threshold=-cfg["aa_tolerance"],
+                gated=False,
+                statement=f"{dataset}: SAFER's average accuracy minus TPP's with TPP's own whole-task-graph routing (reported)",
+                values=difference(summary, "safer", "tpp_graph_msp", "aa", seeds),
+            )
+        )
     return claims
 
 
@@ -94,17 +159,33 @@ def table_rows(summaries: Mapping[str, pd.DataFrame]) -> list[dict[str, Any]]:
             row = {"dataset": dataset, "method": LABELS[variant]}
             for col in ("aa", "af", "task_id_acc", "auroc", "fpr95", "open_macro_f1"):
                 values = group[col].dropna()
-                row[col] = f"{values.mean():.3f} ± {values.std(ddof=1) if len(values) > 1 else 0:.3f}" if len(values) else "– (no routing)"
+                row[col] = (
+                    f"{values.mean():.3f} ± {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
+                    if len(values)
+                    else "– (no routing)"
+                )
             rows.append(row)
     return rows
 
 
 def seed_rows(summary: pd.DataFrame, dataset: str) -> list[dict[str, Any]]:
-    return [{"dataset": dataset, "method": LABELS[r.variant], "seed": r.seed, "AUROC": f"{r.auroc:.4f}", "AA": f"{r.aa:.4f}",
-             "AF": f"{r.af:.4f}", "FPR95": f"{r.fpr95:.4f}"} for r in summary.itertuples()]
+    return [
+        {
+            "dataset": dataset,
+            "method": LABELS[r.variant],
+            "seed": r.seed,
+            "AUROC": f"{r.auroc:.4f}",
+            "AA": f"{r.aa:.4f}",
+            "AF": f"{r.af:.4f}",
+            "FPR95": f"{r.fpr95:.4f}",
+        }
+        for r in summary.itertuples()
+    ]
 
 
-def figures(accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame], dataset: str, out: Mapping[str, str | Path]) -> None:
+def figures(
+    accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame], dataset: str, out: Mapping[str, str | Path]
+) -> None:
     acc = accs[dataset]
     variants = [v for v in MATRIX_VARIANTS if v in set(acc.variant)]
     fig, axes = plots.subplots(len(variants), width=3.4, height=3.2)
@@ -114,8 +195,22 @@ def figures(accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame],
         ax.imshow(mean, vmin=0, vmax=1, cmap="viridis")
         for (t, j), value in np.ndenumerate(mean):
             if np.isfinite(value):
-                ax.text(j, t, f"{value:.2f}", ha="center", va="center", fontsize=7, color="black" if value > 0.5 else "white")
-        ax.set(xlabel="task j", ylabel="after stage t", title=LABELS[variant], xticks=range(len(mean)), yticks=range(len(mean)))
+                ax.text(
+                    j,
+                    t,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if value > 0.5 else "white",
+                )
+        ax.set(
+            xlabel="task j",
+            ylabel="after stage t",
+            title=LABELS[variant],
+            xticks=range(len(mean)),
+            yticks=range(len(mean)),
+        )
         ax.title.set_fontsize(9)
     plots.save(fig, out["matrix_figure"])
     fig, axes = plots.subplots(len(opens))
@@ -123,26 +218,40 @@ def figures(accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame],
         for variant, group in opn.groupby("variant", sort=False):
             curve = group.groupby("stage").auroc.agg(["mean", "std"])
             ax.errorbar(curve.index + 1, curve["mean"], yerr=curve["std"], marker="o", capsize=3, label=LABELS[variant])
-        ax.set(xlabel="stage (tasks learned)", ylabel="open-set AUROC (mean ± std over seeds)", title=name,
-               xticks=sorted(opn.stage.unique() + 1))
+        ax.set(
+            xlabel="stage (tasks learned)",
+            ylabel="open-set AUROC (mean ± std over seeds)",
+            title=name,
+            xticks=sorted(opn.stage.unique() + 1),
+        )
         ax.legend(fontsize=7)
     plots.save(fig, out["auroc_figure"])
 
 
 def limitations(cfg: Mapping[str, Any], scale: str) -> list[str]:
-    lines = ["SAFER's equations are not public (abstract only): the fingerprints, reshaping, energy and regulariser are our "
-             "reconstruction (spec §2.2 [recon]); the claims test that reconstruction, not the paper's code.",
-             "The paper's 5.2-point accuracy and 31.3-point AUROC margins are over four CGLB benchmarks and unnamed baselines; "
-             "no per-dataset table is public, so no claim is compared with a paper number."]
+    lines = [
+        "SAFER's equations are not public (abstract only): the fingerprints, reshaping, energy and regulariser are our "
+        "reconstruction (spec §2.2 [recon]); the claims test that reconstruction, not the paper's code.",
+        "The paper's 5.2-point accuracy and 31.3-point AUROC margins are over four CGLB benchmarks and unnamed baselines; "
+        "no per-dataset table is public, so no claim is compared with a paper number.",
+    ]
     if scale != "paper":
-        lines.insert(0, f"Scale `{scale}` runs scikit-learn's digits as a cosine kNN graph ({len(cfg['seeds'])} seed(s), "
-                        f"{cfg['expert']['epochs']} expert epochs, a {cfg['backbone']['hidden']}-d SGC backbone); the CGLB benchmarks "
-                        "(CoraFull, Arxiv, Reddit, Products) need `scale=paper`.")
+        lines.insert(
+            0,
+            f"Scale `{scale}` runs scikit-learn's digits as a cosine kNN graph ({len(cfg['seeds'])} seed(s), "
+            f"{cfg['expert']['epochs']} expert epochs, a {cfg['backbone']['hidden']}-d SGC backbone); the CGLB benchmarks "
+            "(CoraFull, Arxiv, Reddit, Products) need `scale=paper`.",
+        )
     return lines
 
 
-def write_report(*, accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame], params: Mapping[str, Any],
-                 out: Mapping[str, str | Path]) -> list[Claim]:
+def write_report(
+    *,
+    accs: Mapping[str, pd.DataFrame],
+    opens: Mapping[str, pd.DataFrame],
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+) -> list[Claim]:
     seeds, ccfg = list(params["seeds"]), params["claims"]
     summaries = {d: seed_summary(accs[d], opens[d]) for d in accs}
     claims = build_claims(summaries[ccfg["dataset"]], ccfg["dataset"], seeds, ccfg, gated=True)
@@ -155,19 +264,36 @@ def write_report(*, accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.Dat
     text = render_report(
         title="SAFER: subspace-aware feature reshaping for open-set graph class-incremental learning (reconstructed)",
         scale=params["scale"],
-        summary=(f"Gated claims on `{ccfg['dataset']}`; the other datasets ({', '.join(d for d in accs if d != ccfg['dataset']) or 'none'}) "
-                 f"are reported. {len(seeds)} seed(s): {', '.join(map(str, seeds))}. Open-set AUROC: known = test nodes of the learned "
-                 "tasks, unknown = test nodes of later (and held-out) tasks, each embedded in its own task graph; averaged over the "
-                 "stages that have unknowns. AA/AF follow CGLB (AF < 0 is forgetting)."),
+        summary=(
+            f"Gated claims on `{ccfg['dataset']}`; the other datasets ({', '.join(d for d in accs if d != ccfg['dataset']) or 'none'}) "
+            f"are reported. {len(seeds)} seed(s): {', '.join(map(str, seeds))}. Open-set AUROC: known = test nodes of the learned "
+            "tasks, unknown = test nodes of later (and held-out) tasks, each embedded in its own task graph; averaged over the "
+            "stages that have unknowns. AA/AF follow CGLB (AF < 0 is forgetting)."
+        ),
         claims=claims,
-        sections=[("Results (mean ± std over seeds)", markdown_table(table_rows(summaries))),
-                  ("Per seed", markdown_table([r for d, s in summaries.items() for r in seed_rows(s, d)]))],
-        figures=[(f"Accuracy matrix on {ccfg['dataset']}: test accuracy of task j after stage t", "figures/accuracy_matrix.png"),
-                 ("Open-set AUROC per stage", "figures/auroc.png")],
+        sections=[
+            ("Results (mean ± std over seeds)", markdown_table(table_rows(summaries))),
+            ("Per seed", markdown_table([r for d, s in summaries.items() for r in seed_rows(s, d)])),
+        ],
+        figures=[
+            (
+                f"Accuracy matrix on {ccfg['dataset']}: test accuracy of task j after stage t",
+                "figures/accuracy_matrix.png",
+            ),
+            ("Open-set AUROC per stage", "figures/auroc.png"),
+        ],
         limitations=lines,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="safer", scale=params["scale"], claims=claims, dataset=ccfg["dataset"],
-                  table=pd.concat([s.assign(dataset=d) for d, s in summaries.items()]).replace({np.nan: None}).to_dict(orient="records"),
-                  limitation=lines[0])
+    write_metrics(
+        out["metrics"],
+        paper="safer",
+        scale=params["scale"],
+        claims=claims,
+        dataset=ccfg["dataset"],
+        table=pd.concat([s.assign(dataset=d) for d, s in summaries.items()])
+        .replace({np.nan: None})
+        .to_dict(orient="records"),
+        limitation=lines[0],
+    )
     return claims

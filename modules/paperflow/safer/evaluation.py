@@ -13,9 +13,10 @@ Evaluation variants (the open-set add-on is chosen at evaluation, so one trained
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,8 +28,14 @@ from paperflow.safer.experts import free_energy
 from paperflow.safer.graph import gcn_norm, smooth, to_torch
 from paperflow.safer.metrics import auroc, fpr_at_tpr, known_threshold
 from paperflow.safer.tasks import TEST, VAL, TaskGraph, load_task_graph
-from paperflow.safer.training import (EXPERT_METHODS, load_states, rebuild_backbone, rebuild_class_il,
-                                      rebuild_expert, sub_state)
+from paperflow.safer.training import (
+    EXPERT_METHODS,
+    load_states,
+    rebuild_backbone,
+    rebuild_class_il,
+    rebuild_expert,
+    sub_state,
+)
 
 VARIANTS = {
     "safer": ("safer",),
@@ -56,13 +63,14 @@ def propagate_energy(energy: torch.Tensor, a_hat: torch.Tensor, steps: int, alph
 
 @dataclass(frozen=True)
 class ExpertOutputs:
-    logits: torch.Tensor   # (K, n, classes per task)
-    energy: torch.Tensor   # (K, n)
+    logits: torch.Tensor  # (K, n, classes per task)
+    energy: torch.Tensor  # (K, n)
 
 
 @torch.no_grad()
-def expert_outputs(state: Mapping[str, torch.Tensor], graph: TaskGraph, a_hat: torch.Tensor, cfg: Mapping[str, Any],
-                   method: str) -> ExpertOutputs:
+def expert_outputs(
+    state: Mapping[str, torch.Tensor], graph: TaskGraph, a_hat: torch.Tensor, cfg: Mapping[str, Any], method: str
+) -> ExpertOutputs:
     """Every expert on every node, each node embedded inside its own task graph."""
     backbone = rebuild_backbone(sub_state(state, "backbone"), cfg["k"])
     ecfg = cfg["expert"]
@@ -74,7 +82,9 @@ def expert_outputs(state: Mapping[str, torch.Tensor], graph: TaskGraph, a_hat: t
         logits.append(expert.logits(z))
         energy.append(expert.energy(z, logits[-1]))
     prop = ecfg["energy_propagation"]
-    return ExpertOutputs(torch.stack(logits), propagate_energy(torch.stack(energy), a_hat, prop["steps"], prop["alpha"]))
+    return ExpertOutputs(
+        torch.stack(logits), propagate_energy(torch.stack(energy), a_hat, prop["steps"], prop["alpha"])
+    )
 
 
 def routed(graph: TaskGraph, out: ExpertOutputs, route: np.ndarray, score: np.ndarray) -> StageOutput:
@@ -115,7 +125,9 @@ def prototype_routing(smoothed: np.ndarray, prototypes: np.ndarray, groups: np.n
     return route
 
 
-def expert_stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any]) -> dict[str, list[StageOutput]]:
+def expert_stage_outputs(
+    method: str, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any]
+) -> dict[str, list[StageOutput]]:
     a_sp = gcn_norm(graph.adjacency)
     out = expert_outputs(state, graph, to_torch(a_sp), cfg, method)
     stages = range(graph.learned)
@@ -132,7 +144,9 @@ def expert_stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph: 
 
 
 @torch.no_grad()
-def class_il_stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any]) -> dict[str, list[StageOutput]]:
+def class_il_stage_outputs(
+    method: str, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any]
+) -> dict[str, list[StageOutput]]:
     a_hat, x = to_torch(gcn_norm(graph.adjacency)), torch.as_tensor(graph.features)
     order = graph.seen_classes(graph.learned - 1)
     no_route = np.full(len(x), -1)
@@ -146,20 +160,30 @@ def class_il_stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph
     return {f"{method}_msp": msp, f"{method}_energy": energy}
 
 
-def stage_outputs(method: str, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any]) -> dict[str, list[StageOutput]]:
+def stage_outputs(
+    method: str, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any]
+) -> dict[str, list[StageOutput]]:
     if method in EXPERT_METHODS:
         return expert_stage_outputs(method, state, graph, cfg)
     return class_il_stage_outputs(method, state, graph, cfg)
 
 
-def stage_metrics(graph: TaskGraph, out: StageOutput, stage: int, tpr: float) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def stage_metrics(
+    graph: TaskGraph, out: StageOutput, stage: int, tpr: float
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Accuracy and task-ID accuracy per learned task j <= stage; the open-set row (None when no task is unknown)."""
     test, val = graph.split == TEST, graph.split == VAL
     acc = []
     for j in range(stage + 1):
         nodes = test & (graph.task == j)
-        acc.append({"stage": stage, "task": j, "acc": float(np.mean(out.pred[nodes] == graph.labels[nodes])),
-                    "task_id_acc": float(np.mean(out.route[nodes] == j)) if out.route[nodes][0] >= 0 else np.nan})
+        acc.append(
+            {
+                "stage": stage,
+                "task": j,
+                "acc": float(np.mean(out.pred[nodes] == graph.labels[nodes])),
+                "task_id_acc": float(np.mean(out.route[nodes] == j)) if out.route[nodes][0] >= 0 else np.nan,
+            }
+        )
     known = test & (graph.task >= 0) & (graph.task <= stage)
     unknown = test & (graph.task > stage)
     if not unknown.any():
@@ -168,14 +192,21 @@ def stage_metrics(graph: TaskGraph, out: StageOutput, stage: int, tpr: float) ->
     accept = out.score >= tau
     truth = np.where(known, graph.labels, -1)[known | unknown]
     guess = np.where(accept, out.pred, -1)[known | unknown]
-    return acc, {"stage": stage, "auroc": auroc(out.score[known], out.score[unknown]), "fpr95": fpr_at_tpr(out.score[known], out.score[unknown], tpr),
-                 "threshold": tau, "open_acc": float(np.mean(truth == guess)),
-                 "open_macro_f1": float(f1_score(truth, guess, average="macro")),
-                 "n_known": int(known.sum()), "n_unknown": int(unknown.sum())}
+    return acc, {
+        "stage": stage,
+        "auroc": auroc(out.score[known], out.score[unknown]),
+        "fpr95": fpr_at_tpr(out.score[known], out.score[unknown], tpr),
+        "threshold": tau,
+        "open_acc": float(np.mean(truth == guess)),
+        "open_macro_f1": float(f1_score(truth, guess, average="macro")),
+        "n_known": int(known.sum()),
+        "n_unknown": int(unknown.sum()),
+    }
 
 
-def evaluate_states(method: str, states: Mapping[int, Mapping[str, torch.Tensor]], graph: TaskGraph,
-                    cfg: Mapping[str, Any], tpr: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def evaluate_states(
+    method: str, states: Mapping[int, Mapping[str, torch.Tensor]], graph: TaskGraph, cfg: Mapping[str, Any], tpr: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(accuracy rows, open-set rows) for every seed, evaluation variant and stage; `cfg` is the
     method's own config (`method_config`), `tpr` the true-positive rate of FPR@TPR and the threshold."""
     acc_rows, open_rows = [], []
@@ -190,8 +221,15 @@ def evaluate_states(method: str, states: Mapping[int, Mapping[str, torch.Tensor]
     return pd.DataFrame(acc_rows), pd.DataFrame(open_rows)
 
 
-def run_evaluation(method: str, tasks_file: str | Path, states_file: str | Path, cfg: Mapping[str, Any], tpr: float,
-                   acc_out: str | Path, open_out: str | Path) -> dict[str, Any]:
+def run_evaluation(
+    method: str,
+    tasks_file: str | Path,
+    states_file: str | Path,
+    cfg: Mapping[str, Any],
+    tpr: float,
+    acc_out: str | Path,
+    open_out: str | Path,
+) -> dict[str, Any]:
     graph = load_task_graph(tasks_file)
     states, _ = load_states(states_file)
     acc, opn = evaluate_states(method, states, graph, cfg, tpr)

@@ -7,8 +7,9 @@ With `reshape: none`, `beta: 0` and every regulariser weight 0 an expert is exac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +26,9 @@ class Fingerprint:
     """Drift-free statistics of one task (spec §2.2 step 1): mean, top-r right singular vectors of the
     centred frozen-backbone embeddings of its training nodes, and their variances (σ²/n)."""
 
-    mean: torch.Tensor    # (d,)
-    basis: torch.Tensor   # (d, r), orthonormal columns
-    var: torch.Tensor     # (r,)
+    mean: torch.Tensor  # (d,)
+    basis: torch.Tensor  # (d, r), orthonormal columns
+    var: torch.Tensor  # (r,)
 
     @property
     def rank(self) -> int:
@@ -119,8 +120,17 @@ def compactness(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (z - centroids[inverse]).pow(2).sum(1).mean()
 
 
-def train_expert(backbone: SGC, a_hat: torch.Tensor, x: torch.Tensor, train_idx: torch.Tensor, y: torch.Tensor,
-                 n_classes: int, cfg: Mapping[str, Any], seed: int, progress: bool = False) -> tuple[Expert, list[float]]:
+def train_expert(
+    backbone: SGC,
+    a_hat: torch.Tensor,
+    x: torch.Tensor,
+    train_idx: torch.Tensor,
+    y: torch.Tensor,
+    n_classes: int,
+    cfg: Mapping[str, Any],
+    seed: int,
+    progress: bool = False,
+) -> tuple[Expert, list[float]]:
     """Train (p_t, φ_t) on one task graph: CE + λ_c compactness + λ_s consistency + λ_e energy margin
     (spec §2.2 step 5). `x` and `a_hat` are the task's own graph, `y` the local labels 0..n_classes-1
     of `train_idx`. The backbone stays frozen; the fingerprint is taken from its unprompted embeddings."""
@@ -130,7 +140,9 @@ def train_expert(backbone: SGC, a_hat: torch.Tensor, x: torch.Tensor, train_idx:
     rho_scale = float(residual(z0, fp).mean().clamp_min(1e-6 * z0.var(0).sum()))
     torch.manual_seed(seed)
     expert = Expert(x.shape[1], fp, n_classes, cfg, rho_scale)
-    opt = torch.optim.Adam([p for p in expert.parameters() if p.requires_grad], lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    opt = torch.optim.Adam(
+        [p for p in expert.parameters() if p.requires_grad], lr=cfg["lr"], weight_decay=cfg["weight_decay"]
+    )
     reg = cfg["regularizer"]
     margin = None
     losses = []

@@ -4,8 +4,9 @@ class-incremental task sequence (`preprocess`), and pretrain each seed's frozen 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,9 @@ def digits_graph(name: str, k: int, noise: float, noise_seed: int) -> Graph:
     x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
     if noise:
         x = x + noise * np.random.default_rng(noise_seed).standard_normal(x.shape)
-    return Graph(features=x.astype(np.float32), labels=data.target.astype(np.int64), adjacency=knn_graph(x, k), name=name)
+    return Graph(
+        features=x.astype(np.float32), labels=data.target.astype(np.int64), adjacency=knn_graph(x, k), name=name
+    )
 
 
 def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> Graph:
@@ -40,7 +43,8 @@ def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> Graph:
     if not spec["sha256"]:
         raise ConfigError(
             f"datasets.{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. Fetch the file "
-            f"once on a machine with network, run `sha256sum` on it, and set the value in config/safer.yaml")
+            f"once on a machine with network, run `sha256sum` on it, and set the value in config/safer.yaml"
+        )
     path = fetch(spec["url"], Path(cache_dir) / Path(spec["url"]).name, spec["sha256"])
     graph = read_source(spec["kind"], path, name)
     return drop_classes(graph, spec["drop_classes"]) if spec["drop_classes"] else graph
@@ -49,20 +53,39 @@ def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> Graph:
 def download(name: str, spec: Mapping[str, Any], cache_dir: str | Path, out: str | Path) -> dict[str, int]:
     graph = acquire(name, spec, cache_dir)
     save_graph(graph, out)
-    return {"nodes": len(graph.labels), "edges": int(graph.adjacency.nnz // 2), "features": int(graph.features.shape[1]),
-            "classes": int(graph.labels.max() + 1)}
+    return {
+        "nodes": len(graph.labels),
+        "edges": int(graph.adjacency.nnz // 2),
+        "features": int(graph.features.shape[1]),
+        "classes": int(graph.labels.max() + 1),
+    }
 
 
-def preprocess(raw: str | Path, class_order: Sequence[int] | None, protocol: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
+def preprocess(
+    raw: str | Path, class_order: Sequence[int] | None, protocol: Mapping[str, Any], out: str | Path
+) -> dict[str, Any]:
     """The task sequence of one dataset; classes in `class_order`, or in id order (CGLB's default) when None."""
     graph = load_graph(raw)
     order = list(class_order or range(int(graph.labels.max()) + 1))
-    tasks = build_task_graph(graph.features, graph.labels, graph.adjacency, name=graph.name, class_order=order,
-                             classes_per_task=protocol["classes_per_task"], holdout_fraction=protocol["holdout_fraction"],
-                             split_fractions=protocol["split"], split_seed=protocol["split_seed"])
+    tasks = build_task_graph(
+        graph.features,
+        graph.labels,
+        graph.adjacency,
+        name=graph.name,
+        class_order=order,
+        classes_per_task=protocol["classes_per_task"],
+        holdout_fraction=protocol["holdout_fraction"],
+        split_fractions=protocol["split"],
+        split_seed=protocol["split_seed"],
+    )
     save_task_graph(tasks, out)
-    info = {"tasks": len(tasks.task_classes), "learned": tasks.learned, "class_order": [int(c) for c in order],
-            "edges_kept": int(tasks.adjacency.nnz // 2), "edges_dropped_between_tasks": int((graph.adjacency.nnz - tasks.adjacency.nnz) // 2)}
+    info = {
+        "tasks": len(tasks.task_classes),
+        "learned": tasks.learned,
+        "class_order": [int(c) for c in order],
+        "edges_kept": int(tasks.adjacency.nnz // 2),
+        "edges_dropped_between_tasks": int((graph.adjacency.nnz - tasks.adjacency.nnz) // 2),
+    }
     log.info("%s: %s", graph.name, info)
     return info
 
@@ -73,8 +96,14 @@ def first_task(tasks: TaskGraph) -> tuple[np.ndarray, sp.csr_matrix]:
     return tasks.features[nodes], submatrix(tasks.adjacency, nodes)
 
 
-def pretrain(tasks_file: str | Path, cfg: Mapping[str, Any], seeds: Sequence[int], out: str | Path, losses_out: str | Path,
-             progress: bool = False) -> dict[int, float]:
+def pretrain(
+    tasks_file: str | Path,
+    cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    out: str | Path,
+    losses_out: str | Path,
+    progress: bool = False,
+) -> dict[int, float]:
     """One GRACE-pretrained SGC per seed on the first task's graph only (spec §2.2 step 0)."""
     x, adj = first_task(load_task_graph(tasks_file))
     states, rows = {}, []

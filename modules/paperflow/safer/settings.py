@@ -6,10 +6,21 @@ from typing import Any
 
 from paperflow.core.config import ConfigError, require_member
 
-NEEDS = {"digits": ("knn", "noise", "noise_seed"), "graph2gauss_npz": ("url", "sha256", "drop_classes"),
-         "ogb_zip": ("url", "sha256", "drop_classes"), "dgl_reddit_zip": ("url", "sha256", "drop_classes")}
-RIVAL_METHOD = {"tpp_msp": "tpp", "tpp_graph_msp": "tpp", "tpp_energy": "tpp", "finetune_msp": "finetune",
-                "finetune_energy": "finetune", "ewc_energy": "ewc", "ewc_msp": "ewc"}
+NEEDS = {
+    "digits": ("knn", "noise", "noise_seed"),
+    "graph2gauss_npz": ("url", "sha256", "drop_classes"),
+    "ogb_zip": ("url", "sha256", "drop_classes"),
+    "dgl_reddit_zip": ("url", "sha256", "drop_classes"),
+}
+RIVAL_METHOD = {
+    "tpp_msp": "tpp",
+    "tpp_graph_msp": "tpp",
+    "tpp_energy": "tpp",
+    "finetune_msp": "finetune",
+    "finetune_energy": "finetune",
+    "ewc_energy": "ewc",
+    "ewc_msp": "ewc",
+}
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -23,12 +34,20 @@ def check(cfg: dict[str, Any], source: str) -> None:
     require_member(claims["dataset"], cfg["run_datasets"], source, "claims.dataset")
     for method in ("safer", "tpp", "finetune"):
         if method not in cfg["methods"]:
-            raise ConfigError(f"{source}: methods must include {method!r} (the claims compare SAFER with TPP and fine-tuning)")
+            raise ConfigError(
+                f"{source}: methods must include {method!r} (the claims compare SAFER with TPP and fine-tuning)"
+            )
     for rival in claims["auroc_rivals"]:
         if RIVAL_METHOD[rival] not in cfg["methods"]:
-            raise ConfigError(f"{source}: claims.auroc_rivals has {rival!r}, but its method {RIVAL_METHOD[rival]!r} is not in methods")
+            raise ConfigError(
+                f"{source}: claims.auroc_rivals has {rival!r}, but its method {RIVAL_METHOD[rival]!r} is not in methods"
+            )
     if sum(cfg["protocol"]["split"]) >= 1:
-        raise ConfigError(f"{source}: protocol.split = {cfg['protocol']['split']} leaves no test nodes; train + val must be < 1")
+        raise ConfigError(
+            f"{source}: protocol.split = {cfg['protocol']['split']} leaves no test nodes; train + val must be < 1"
+        )
     reg = cfg["safer"]["regularizer"]
     if reg["energy"] and reg["warmup"] >= cfg["expert"]["epochs"]:
-        raise ConfigError(f"{source}: safer.regularizer.warmup = {reg['warmup']} must be below expert.epochs = {cfg['expert']['epochs']}")
+        raise ConfigError(
+            f"{source}: safer.regularizer.warmup = {reg['warmup']} must be below expert.epochs = {cfg['expert']['epochs']}"
+        )

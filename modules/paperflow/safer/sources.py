@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import tempfile
 import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,15 +22,24 @@ import scipy.sparse as sp
 
 log = logging.getLogger(__name__)
 
-G2G_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape",
-            "attr_data", "attr_indices", "attr_indptr", "attr_shape", "labels")
+G2G_KEYS = (
+    "adj_data",
+    "adj_indices",
+    "adj_indptr",
+    "adj_shape",
+    "attr_data",
+    "attr_indices",
+    "attr_indptr",
+    "attr_shape",
+    "labels",
+)
 
 
 @dataclass(frozen=True)
 class Graph:
-    features: np.ndarray         # (n, d) float32
-    labels: np.ndarray           # (n,) int64, classes 0..C-1
-    adjacency: sp.csr_matrix     # (n, n) symmetric, binary float32, no self loops, canonical
+    features: np.ndarray  # (n, d) float32
+    labels: np.ndarray  # (n,) int64, classes 0..C-1
+    adjacency: sp.csr_matrix  # (n, n) symmetric, binary float32, no self loops, canonical
     name: str
 
 
@@ -52,7 +61,9 @@ def _labels(values: np.ndarray, source: str) -> np.ndarray:
     """Labels as int64 (n,); integral floats (e.g. a CSV read as float) are accepted."""
     values = np.asarray(values).reshape(-1)
     if not np.issubdtype(values.dtype, np.integer):
-        if not np.issubdtype(values.dtype, np.floating) or not np.all(np.isfinite(values) & (values == np.round(values))):
+        if not np.issubdtype(values.dtype, np.floating) or not np.all(
+            np.isfinite(values) & (values == np.round(values))
+        ):
             raise ValueError(f"{source}: labels are not integers (dtype {values.dtype})")
     return values.astype(np.int64)
 
@@ -73,8 +84,15 @@ def _graph(features: np.ndarray, labels: np.ndarray, adjacency: sp.spmatrix, nam
     if adjacency.shape[0] != n:
         raise ValueError(f"{source}: adjacency size {adjacency.shape[0]} != {n} nodes")
     graph = Graph(features, labels, symmetrise(adjacency), name)
-    log.info("read %s from %s: %d nodes, %d edges, %d features, %d classes", name, source, n,
-             graph.adjacency.nnz // 2, features.shape[1], int(labels.max()) + 1 if n else 0)
+    log.info(
+        "read %s from %s: %d nodes, %d edges, %d features, %d classes",
+        name,
+        source,
+        n,
+        graph.adjacency.nnz // 2,
+        features.shape[1],
+        int(labels.max()) + 1 if n else 0,
+    )
     return graph
 
 
@@ -169,17 +187,27 @@ def save_graph(graph: Graph, path: str | Path) -> None:
     """Write the graph to exactly `path` (compressed npz; the adjacency as its CSR pattern)."""
     adj = graph.adjacency
     with open(path, "wb") as fh:
-        np.savez_compressed(fh, features=graph.features, labels=graph.labels, adj_indptr=adj.indptr,
-                            adj_indices=adj.indices, adj_shape=np.asarray(adj.shape, dtype=np.int64),
-                            name=np.asarray(graph.name))
+        np.savez_compressed(
+            fh,
+            features=graph.features,
+            labels=graph.labels,
+            adj_indptr=adj.indptr,
+            adj_indices=adj.indices,
+            adj_shape=np.asarray(adj.shape, dtype=np.int64),
+            name=np.asarray(graph.name),
+        )
 
 
 def load_graph(path: str | Path) -> Graph:
     """A graph written by `save_graph`."""
     with np.load(path, allow_pickle=False) as f:
-        missing = [k for k in ("features", "labels", "adj_indptr", "adj_indices", "adj_shape", "name") if k not in f.files]
+        missing = [
+            k for k in ("features", "labels", "adj_indptr", "adj_indices", "adj_shape", "name") if k not in f.files
+        ]
         if missing:
             raise ValueError(f"{path}: missing key(s) {missing}")
         indices = f["adj_indices"]
-        adj = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, f["adj_indptr"]), shape=tuple(f["adj_shape"]))
+        adj = sp.csr_matrix(
+            (np.ones(len(indices), dtype=np.float32), indices, f["adj_indptr"]), shape=tuple(f["adj_shape"])
+        )
         return _graph(f["features"], f["labels"], adj, str(f["name"]), str(path))

@@ -9,9 +9,9 @@ in order; tasks K.. hold the held-out classes, never learned, whose nodes are un
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,13 +23,13 @@ TRAIN, VAL, TEST = 0, 1, 2
 
 @dataclass(frozen=True)
 class TaskGraph:
-    features: np.ndarray        # (n, d) float32
-    labels: np.ndarray          # (n,) int64, the dataset's class ids
-    adjacency: sp.csr_matrix    # (n, n) binary, edges only inside a task
-    task: np.ndarray            # (n,) int64: task index, -1 for nodes of no task
-    split: np.ndarray           # (n,) int64: TRAIN / VAL / TEST, -1 outside tasks
-    task_classes: np.ndarray    # (T, classes_per_task) class ids of each task, learned ones first
-    learned: int                # K: tasks 0..K-1 are learned, K..T-1 are held out (never learned)
+    features: np.ndarray  # (n, d) float32
+    labels: np.ndarray  # (n,) int64, the dataset's class ids
+    adjacency: sp.csr_matrix  # (n, n) binary, edges only inside a task
+    task: np.ndarray  # (n,) int64: task index, -1 for nodes of no task
+    split: np.ndarray  # (n,) int64: TRAIN / VAL / TEST, -1 outside tasks
+    task_classes: np.ndarray  # (T, classes_per_task) class ids of each task, learned ones first
+    learned: int  # K: tasks 0..K-1 are learned, K..T-1 are held out (never learned)
     name: str
 
     @property
@@ -47,15 +47,18 @@ class TaskGraph:
         return self.task_classes[: stage + 1].reshape(-1)
 
 
-def assign_tasks(labels: np.ndarray, class_order: Sequence[int], classes_per_task: int,
-                 holdout_fraction: float) -> tuple[np.ndarray, int]:
+def assign_tasks(
+    labels: np.ndarray, class_order: Sequence[int], classes_per_task: int, holdout_fraction: float
+) -> tuple[np.ndarray, int]:
     """(task_classes, K): consecutive groups of `class_order`; the last `holdout_fraction` of the
     classes (rounded down to whole tasks) are held out and never learned."""
     order = np.asarray(class_order, dtype=np.int64)
     present = np.unique(labels)
     if sorted(order.tolist()) != present.tolist():
-        raise ValueError(f"class_order must list every class of the data exactly once; the data has {present.tolist()}, "
-                         f"class_order has {order.tolist()}")
+        raise ValueError(
+            f"class_order must list every class of the data exactly once; the data has {present.tolist()}, "
+            f"class_order has {order.tolist()}"
+        )
     if len(order) % classes_per_task:
         raise ValueError(f"{len(order)} classes do not split into tasks of {classes_per_task}")
     tasks = order.reshape(-1, classes_per_task)
@@ -74,35 +77,71 @@ def split_nodes(labels: np.ndarray, fractions: Sequence[float], seed: int) -> np
         n_train = int(round(fractions[0] * len(idx)))
         n_val = int(round(fractions[1] * len(idx)))
         split[idx[:n_train]] = TRAIN
-        split[idx[n_train:n_train + n_val]] = VAL
+        split[idx[n_train : n_train + n_val]] = VAL
     return split
 
 
-def build_task_graph(features: np.ndarray, labels: np.ndarray, adjacency: sp.csr_matrix, *, name: str,
-                     class_order: Sequence[int], classes_per_task: int, holdout_fraction: float,
-                     split_fractions: Sequence[float], split_seed: int) -> TaskGraph:
+def build_task_graph(
+    features: np.ndarray,
+    labels: np.ndarray,
+    adjacency: sp.csr_matrix,
+    *,
+    name: str,
+    class_order: Sequence[int],
+    classes_per_task: int,
+    holdout_fraction: float,
+    split_fractions: Sequence[float],
+    split_seed: int,
+) -> TaskGraph:
     task_classes, learned = assign_tasks(labels, class_order, classes_per_task, holdout_fraction)
     class_task = np.full(int(labels.max()) + 1, -1, dtype=np.int64)
     for t, classes in enumerate(task_classes):
         class_task[classes] = t
     task = class_task[labels]
-    return TaskGraph(features=np.asarray(features, dtype=np.float32), labels=np.asarray(labels, dtype=np.int64),
-                     adjacency=within_groups(adjacency, task), task=task, split=split_nodes(labels, split_fractions, split_seed),
-                     task_classes=task_classes, learned=learned, name=name)
+    return TaskGraph(
+        features=np.asarray(features, dtype=np.float32),
+        labels=np.asarray(labels, dtype=np.int64),
+        adjacency=within_groups(adjacency, task),
+        task=task,
+        split=split_nodes(labels, split_fractions, split_seed),
+        task_classes=task_classes,
+        learned=learned,
+        name=name,
+    )
 
 
 def save_task_graph(g: TaskGraph, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     adj = g.adjacency
     with open(path, "wb") as fh:
-        np.savez_compressed(fh, features=g.features, labels=g.labels, adj_indptr=adj.indptr, adj_indices=adj.indices,
-                            adj_shape=np.asarray(adj.shape), task=g.task, split=g.split, task_classes=g.task_classes,
-                            learned=np.asarray(g.learned), name=np.asarray(g.name))
+        np.savez_compressed(
+            fh,
+            features=g.features,
+            labels=g.labels,
+            adj_indptr=adj.indptr,
+            adj_indices=adj.indices,
+            adj_shape=np.asarray(adj.shape),
+            task=g.task,
+            split=g.split,
+            task_classes=g.task_classes,
+            learned=np.asarray(g.learned),
+            name=np.asarray(g.name),
+        )
 
 
 def load_task_graph(path: str | Path) -> TaskGraph:
     with np.load(path, allow_pickle=False) as z:
-        adj = sp.csr_matrix((np.ones(len(z["adj_indices"]), dtype=np.float32), z["adj_indices"], z["adj_indptr"]),
-                            shape=tuple(z["adj_shape"]))
-        return TaskGraph(features=z["features"], labels=z["labels"], adjacency=adj, task=z["task"], split=z["split"],
-                         task_classes=z["task_classes"], learned=int(z["learned"]), name=str(z["name"]))
+        adj = sp.csr_matrix(
+            (np.ones(len(z["adj_indices"]), dtype=np.float32), z["adj_indices"], z["adj_indptr"]),
+            shape=tuple(z["adj_shape"]),
+        )
+        return TaskGraph(
+            features=z["features"],
+            labels=z["labels"],
+            adjacency=adj,
+            task=z["task"],
+            split=z["split"],
+            task_classes=z["task_classes"],
+            learned=int(z["learned"]),
+            name=str(z["name"]),
+        )

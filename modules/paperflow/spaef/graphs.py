@@ -68,7 +68,9 @@ def train_ggi(emb_a: np.ndarray, emb_b: np.ndarray, labels: np.ndarray, seed: in
     return clf.fit(emb_a + emb_b, labels)
 
 
-def filter_pairs(pairs: np.ndarray, gene_emb: np.ndarray, clf: LogisticRegression, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+def filter_pairs(
+    pairs: np.ndarray, gene_emb: np.ndarray, clf: LogisticRegression, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Candidates whose predicted interaction probability is >= threshold; returns (kept pairs, probabilities)."""
     if len(pairs) == 0:
         return pairs, np.zeros(0)

@@ -6,8 +6,9 @@ sees, and on the CPU the two engines agree bit for bit."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import pytorch_lightning as pl
@@ -33,8 +34,14 @@ class TaskModule(pl.LightningModule):
         return opt if scheduler is None else {"optimizer": opt, "lr_scheduler": scheduler}
 
 
-def fit_lightning(task: torch.nn.Module, epochs: int, run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None,
-                  tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+def fit_lightning(
+    task: torch.nn.Module,
+    epochs: int,
+    run_dir: str | Path,
+    name: str,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     module = TaskModule(task)
     trainer = make_trainer(max_epochs=epochs, run_dir=run_dir, name=name, wandb=wandb, tags=tags, deterministic="warn")
     trainer.fit(module, DataLoader([0], batch_size=1, generator=torch.Generator().manual_seed(0)))

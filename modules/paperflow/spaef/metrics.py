@@ -14,7 +14,7 @@ def genewise_pcc(pred: np.ndarray, truth: np.ndarray) -> float:
     """Mean over genes (with non-zero variance in both) of Pearson r between the columns."""
     p = pred - pred.mean(0)
     t = truth - truth.mean(0)
-    sp, st = np.sqrt((p ** 2).sum(0)), np.sqrt((t ** 2).sum(0))
+    sp, st = np.sqrt((p**2).sum(0)), np.sqrt((t**2).sum(0))
     ok = (sp > 1e-12) & (st > 1e-12)
     return float(((p[:, ok] * t[:, ok]).sum(0) / (sp[ok] * st[ok])).mean())
 
@@ -25,8 +25,11 @@ def domain_scores(x: np.ndarray, labels: np.ndarray, n_pcs: int, seed: int) -> d
     pcs = PCA(n_components=min(n_pcs, x.shape[1], x.shape[0] - 1), random_state=seed).fit_transform(x - x.mean(0))
     gmm = GaussianMixture(k, covariance_type="full", random_state=seed, reg_covar=1e-4).fit_predict(pcs)
     km = KMeans(k, n_init=10, random_state=seed).fit_predict(pcs)
-    return {"ari_gmm": float(adjusted_rand_score(labels, gmm)), "nmi_gmm": float(normalized_mutual_info_score(labels, gmm)),
-            "ari_kmeans": float(adjusted_rand_score(labels, km))}
+    return {
+        "ari_gmm": float(adjusted_rand_score(labels, gmm)),
+        "nmi_gmm": float(normalized_mutual_info_score(labels, gmm)),
+        "ari_kmeans": float(adjusted_rand_score(labels, km)),
+    }
 
 
 def morans_i(x: np.ndarray, weights: sparse.spmatrix) -> np.ndarray:
@@ -34,6 +37,6 @@ def morans_i(x: np.ndarray, weights: sparse.spmatrix) -> np.ndarray:
     w = sparse.csr_matrix(weights, dtype=np.float64)
     z = x - x.mean(0)
     num = (z * (w @ z)).sum(0)
-    den = (z ** 2).sum(0)
+    den = (z**2).sum(0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return x.shape[0] / w.sum() * num / den

@@ -5,7 +5,7 @@ gated spot/gene fusion with ZINB heads (§2.4), and the ZINB log-likelihood."""
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -21,7 +21,7 @@ def use_dense(n_nodes: int, n_edges: int, width: int) -> bool:
     """Which attention path is cheaper (both give the same result): the dense one handles N^2 scores
     per head, the sparse one E messages of `width` numbers per head through CSR products; on CPU the
     sparse path wins unless the graph is nearly complete (measured in workflows/spaef/README.md, Runtime)."""
-    return n_nodes <= DENSE_MAX_NODES and 4 * n_nodes ** 2 <= n_edges * width
+    return n_nodes <= DENSE_MAX_NODES and 4 * n_nodes**2 <= n_edges * width
 
 
 def with_self_loops(edge_index: torch.Tensor, n: int) -> torch.Tensor:
@@ -64,7 +64,7 @@ def _row_pointers(rows: torch.Tensor, n: int) -> torch.Tensor:
     return crow
 
 
-def as_adjacency(graph: "Adjacency | torch.Tensor", n: int) -> Adjacency:
+def as_adjacency(graph: Adjacency | torch.Tensor, n: int) -> Adjacency:
     return graph if isinstance(graph, Adjacency) else Adjacency(graph, n)
 
 
@@ -79,11 +79,12 @@ class _Aggregate(torch.autograd.Function):
     as gather + scatter-add over the edge list, without materialising the (E, H, D) messages."""
 
     @staticmethod
-    def forward(ctx, alpha: torch.Tensor, v: torch.Tensor, adj: Adjacency) -> torch.Tensor:  # alpha (E, H) CSR order, v (N, H, D)
+    def forward(
+        ctx, alpha: torch.Tensor, v: torch.Tensor, adj: Adjacency
+    ) -> torch.Tensor:  # alpha (E, H) CSR order, v (N, H, D)
         ctx.adj = adj
         ctx.save_for_backward(alpha, v)
-        return torch.stack([_csr(adj.crow, adj.src, alpha[:, k]) @ v[:, k].contiguous()
-                            for k in range(v.shape[1])], 1)
+        return torch.stack([_csr(adj.crow, adj.src, alpha[:, k]) @ v[:, k].contiguous() for k in range(v.shape[1])], 1)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -91,12 +92,20 @@ class _Aggregate(torch.autograd.Function):
         adj, heads = ctx.adj, v.shape[1]
         d_alpha = d_v = None
         if ctx.needs_input_grad[1]:
-            d_v = torch.stack([_csr(adj.t_crow, adj.t_col, alpha[adj.t_perm, k]) @ grad[:, k].contiguous()
-                               for k in range(heads)], 1)
+            d_v = torch.stack(
+                [_csr(adj.t_crow, adj.t_col, alpha[adj.t_perm, k]) @ grad[:, k].contiguous() for k in range(heads)], 1
+            )
         if ctx.needs_input_grad[0]:
             pattern = _csr(adj.crow, adj.src, torch.zeros(adj.n_edges, dtype=v.dtype, device=v.device))
-            d_alpha = torch.stack([torch.sparse.sampled_addmm(pattern, grad[:, k].contiguous(), v[:, k].T.contiguous(), beta=0.0).values()
-                                   for k in range(heads)], 1)
+            d_alpha = torch.stack(
+                [
+                    torch.sparse.sampled_addmm(
+                        pattern, grad[:, k].contiguous(), v[:, k].T.contiguous(), beta=0.0
+                    ).values()
+                    for k in range(heads)
+                ],
+                1,
+            )
         return d_alpha, d_v, None
 
 
@@ -125,7 +134,11 @@ class GATConv(nn.Module):
         a_dst = x @ torch.einsum("hdi,hd->ih", weight, self.att_dst[0])
         # sum_j alpha_ij W_h x_j = W_h sum_j alpha_ij x_j: attend over whichever is narrower, x_j or W_h x_j
         project_first = self.out_dim <= in_dim
-        values = self.lin(x).view(n, self.heads, self.out_dim) if project_first else x[:, None, :].expand(n, self.heads, in_dim)
+        values = (
+            self.lin(x).view(n, self.heads, self.out_dim)
+            if project_first
+            else x[:, None, :].expand(n, self.heads, in_dim)
+        )
         attend = self._dense if use_dense(n, adj.n_edges, values.shape[-1]) else self._sparse
         out = attend(values, a_src, a_dst, adj)
         if not project_first:
@@ -193,9 +206,22 @@ class FeatAE(nn.Module):
     def __init__(self, in_dim: int, hidden: Sequence[int], latent: int, heads: int, dropout: float):
         super().__init__()
         h1, h2 = hidden
-        self.enc = nn.ModuleList([GATConv(in_dim, h1, heads), nn.Linear(h1 * heads, h1), GATConv(h1, h2, heads), nn.Linear(h2 * heads, latent)])
-        self.dec = nn.ModuleList([nn.Linear(latent, h2 * heads), GATConv(h2 * heads, h1, heads), nn.Linear(h1 * heads, h1),
-                                  GATConv(h1, in_dim, heads, concat=False)])
+        self.enc = nn.ModuleList(
+            [
+                GATConv(in_dim, h1, heads),
+                nn.Linear(h1 * heads, h1),
+                GATConv(h1, h2, heads),
+                nn.Linear(h2 * heads, latent),
+            ]
+        )
+        self.dec = nn.ModuleList(
+            [
+                nn.Linear(latent, h2 * heads),
+                GATConv(h2 * heads, h1, heads),
+                nn.Linear(h1 * heads, h1),
+                GATConv(h1, in_dim, heads, concat=False),
+            ]
+        )
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, edge_index: Adjacency | torch.Tensor) -> torch.Tensor:
@@ -208,20 +234,29 @@ class FeatAE(nn.Module):
         return F.relu(x)
 
 
-def zinb_loglik(x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, pi: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def zinb_loglik(
+    x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, pi: torch.Tensor, eps: float = 1e-8
+) -> torch.Tensor:
     """Element-wise ZINB log-likelihood (§2.4): log(pi + (1-pi) NB(0)) at x < 1e-8, else log(1-pi) + log NB(x);
     NaN -> 0 as in the released code."""
     log_theta_mu = torch.log(theta + mu + eps)
     nb_zero = theta * (torch.log(theta + eps) - log_theta_mu)
-    log_nb = (torch.lgamma(x + theta) - torch.lgamma(x + 1.0) - torch.lgamma(theta)
-              + nb_zero + x * (torch.log(mu + eps) - log_theta_mu))
+    log_nb = (
+        torch.lgamma(x + theta)
+        - torch.lgamma(x + 1.0)
+        - torch.lgamma(theta)
+        + nb_zero
+        + x * (torch.log(mu + eps) - log_theta_mu)
+    )
     zero = torch.log(pi + (1.0 - pi) * torch.exp(nb_zero) + eps)
     nonzero = torch.log(1.0 - pi + eps) + log_nb
     return torch.nan_to_num(torch.where(x < 1e-8, zero, nonzero), nan=0.0)
 
 
-def zinb_loss(x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, pi: torch.Tensor, mu_penalty: float) -> torch.Tensor:
-    return -zinb_loglik(x, mu, theta, pi).mean() + mu_penalty * (mu ** 2).mean()
+def zinb_loss(
+    x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, pi: torch.Tensor, mu_penalty: float
+) -> torch.Tensor:
+    return -zinb_loglik(x, mu, theta, pi).mean() + mu_penalty * (mu**2).mean()
 
 
 FUSIONS = ("learned", "entry", "spot", "gene", "half")
@@ -232,7 +267,16 @@ class SpaEF(nn.Module):
     w = sigmoid(W_f (R_s + R_g) + b_f), one weight per spot ('learned', the released code) or per
     entry ('entry'); fixed gates 'spot' (w = 1), 'gene' (w = 0), 'half' (w = 0.5). ZINB heads on F."""
 
-    def __init__(self, n_spots: int, n_genes: int, hidden: Sequence[int], latent: int, heads: int, dropout: float, fusion: str = "learned"):
+    def __init__(
+        self,
+        n_spots: int,
+        n_genes: int,
+        hidden: Sequence[int],
+        latent: int,
+        heads: int,
+        dropout: float,
+        fusion: str = "learned",
+    ):
         super().__init__()
         if fusion not in FUSIONS:
             raise ValueError(f"fusion {fusion!r} not in {FUSIONS}")
@@ -245,7 +289,9 @@ class SpaEF(nn.Module):
             nn.init.xavier_uniform_(head.weight)
             nn.init.zeros_(head.bias)
 
-    def weight(self, r_s: torch.Tensor | None, r_g: torch.Tensor | None, force: float | None = None) -> torch.Tensor | float:
+    def weight(
+        self, r_s: torch.Tensor | None, r_g: torch.Tensor | None, force: float | None = None
+    ) -> torch.Tensor | float:
         if force is not None:
             return force
         if self.fusion == "spot":
@@ -256,7 +302,9 @@ class SpaEF(nn.Module):
             return 0.5
         return torch.sigmoid(self.gate(r_s + r_g))
 
-    def forward(self, x: torch.Tensor, spot_edges: torch.Tensor, gene_edges: torch.Tensor, force_w: float | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, spot_edges: torch.Tensor, gene_edges: torch.Tensor, force_w: float | None = None
+    ) -> dict[str, torch.Tensor]:
         r_s = self.spot_ae(x, spot_edges) if self.spot_ae is not None else None
         r_g = self.gene_ae(x.T, gene_edges).T if self.gene_ae is not None else None
         w = self.weight(r_s, r_g, force_w)

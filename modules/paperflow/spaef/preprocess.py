@@ -54,15 +54,30 @@ def gene_sentences(x: np.ndarray, genes: list[str], housekeeping: set[str], leng
     return [" ".join(names[row[sub[i, row] > 0]]) for i, row in enumerate(order)]
 
 
-def preprocess(raw: ad.AnnData, gene_frac: float, spot_frac: float, sentence_length: int) -> tuple[ad.AnnData, pd.DataFrame]:
+def preprocess(
+    raw: ad.AnnData, gene_frac: float, spot_frac: float, sentence_length: int
+) -> tuple[ad.AnnData, pd.DataFrame]:
     adata = normalise(filter_counts(raw, gene_frac, spot_frac))
     if "clean" in adata.layers:
         adata.layers["clean"] = np.asarray(adata.layers["clean"], dtype=np.float32)
     delaunay_graph(adata)
-    housekeeping = set(adata.var_names[adata.var["housekeeping"].to_numpy(bool)]) if "housekeeping" in adata.var else set()
+    housekeeping = (
+        set(adata.var_names[adata.var["housekeeping"].to_numpy(bool)]) if "housekeeping" in adata.var else set()
+    )
     counts = adata.layers["counts"]
     counts = counts.toarray() if sparse.issparse(counts) else np.asarray(counts)
-    sentences = pd.DataFrame({"spot": adata.obs_names, "sentence": gene_sentences(counts, list(adata.var_names), housekeeping, sentence_length)})
-    log.info("preprocessed: %d spots x %d genes kept of %d x %d; %d Delaunay edges", adata.n_obs, adata.n_vars, raw.n_obs, raw.n_vars,
-             adata.obsp["spatial_connectivities"].nnz // 2)
+    sentences = pd.DataFrame(
+        {
+            "spot": adata.obs_names,
+            "sentence": gene_sentences(counts, list(adata.var_names), housekeeping, sentence_length),
+        }
+    )
+    log.info(
+        "preprocessed: %d spots x %d genes kept of %d x %d; %d Delaunay edges",
+        adata.n_obs,
+        adata.n_vars,
+        raw.n_obs,
+        raw.n_vars,
+        adata.obsp["spatial_connectivities"].nnz // 2,
+    )
     return adata, sentences

@@ -52,7 +52,11 @@ def model_downloads(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def model_paths(cfg: dict[str, Any], cache: str) -> list[str]:
     """Where model_downloads land in the cache (paperflow.spaef.data.fetch_all's layout)."""
-    return [f"{cache}/{name}/{PurePosixPath(spec['url']).name}" for name, files in model_downloads(cfg).items() for spec in files.values()]
+    return [
+        f"{cache}/{name}/{PurePosixPath(spec['url']).name}"
+        for name, files in model_downloads(cfg).items()
+        for spec in files.values()
+    ]
 
 
 def dataset_of(cfg: dict[str, Any], sample: str) -> str:
@@ -65,19 +69,27 @@ def check(cfg: dict[str, Any], source: str) -> None:
     require_member(cfg["claim_dataset"], cfg["run_datasets"], source, "claim_dataset")
     for method in ("spaef", "spaef_nolm"):
         if method not in cfg["methods"]:
-            raise ConfigError(f"{source}: methods must contain '{method}' (the claims compare spaef with spaef_nolm); got {cfg['methods']}")
+            raise ConfigError(
+                f"{source}: methods must contain '{method}' (the claims compare spaef with spaef_nolm); got {cfg['methods']}"
+            )
     for base in ("raw", "delaunay_smooth"):
         if base not in cfg["baselines"]:
-            raise ConfigError(f"{source}: baselines must contain '{base}' (a gated claim compares with it); got {cfg['baselines']}")
+            raise ConfigError(
+                f"{source}: baselines must contain '{base}' (a gated claim compares with it); got {cfg['baselines']}"
+            )
     for name, spec in cfg["datasets"].items():
         missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
         if missing:
             raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
         if spec["kind"] == "synthetic" and spec["n_domains"] > 6:
-            raise ConfigError(f"{source}: datasets.{name}.n_domains = {spec['n_domains']}; SynthSRT has 6 modules, at most 6 domains")
+            raise ConfigError(
+                f"{source}: datasets.{name}.n_domains = {spec['n_domains']}; SynthSRT has 6 modules, at most 6 domains"
+            )
     enc = cfg["embedding"]
     for key, model in (("omiclip", enc["spot_model"]), ("genept", enc["gene_model"])):
         if model == key and key not in enc:
-            raise ConfigError(f"{source}: embedding.{'spot' if key == 'omiclip' else 'gene'}_model = '{key}' needs embedding.{key} (its download)")
+            raise ConfigError(
+                f"{source}: embedding.{'spot' if key == 'omiclip' else 'gene'}_model = '{key}' needs embedding.{key} (its download)"
+            )
     if enc["device"] == "cuda" and cfg["resources"]["gpus"] == 0:
         raise ConfigError(f"{source}: embedding.device = 'cuda' but resources.gpus = 0; use 'cpu' or request a GPU")

@@ -4,7 +4,8 @@ The embed stage is in embed.py, so that only the embed rule's env needs the lang
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import anndata as ad
 import numpy as np
@@ -20,6 +21,7 @@ def dense(m) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- graphs (§2.2.3-5, §2.3)
+
 
 def graph_stats(adata: ad.AnnData, spot: np.ndarray, gene: np.ndarray) -> dict[str, float]:
     """Graph quality where truth is known: share of spot edges within one domain, of gene edges within
@@ -39,8 +41,20 @@ def graph_stats(adata: ad.AnnData, spot: np.ndarray, gene: np.ndarray) -> dict[s
     return stats
 
 
-def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, Any], seeds: Sequence[int], outs: Sequence[str],
-                 run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str], *, engine: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+def graphs_stage(
+    proc: str,
+    spots: str,
+    genes: str,
+    ggi: str,
+    cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    outs: Sequence[str],
+    run_dir: str,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str],
+    *,
+    engine: str,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     from paperflow.spaef import graphs as gr
     from paperflow.spaef.training import fit_spot_latent
 
@@ -54,7 +68,9 @@ def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, 
     gene_emb, has = matrix[emb_cols].to_numpy(np.float64), matrix["has_embedding"].to_numpy(bool)
     pairs = read_frame(ggi)[0]
     all_emb = gframe[emb_cols].to_numpy(np.float64)
-    clf = gr.train_ggi(all_emb[pairs.a.map(index)], all_emb[pairs.b.map(index)], pairs.label.to_numpy(), cfg["ggi_seed"])
+    clf = gr.train_ggi(
+        all_emb[pairs.a.map(index)], all_emb[pairs.b.map(index)], pairs.label.to_numpy(), cfg["ggi_seed"]
+    )
     sc, gc = cfg["spot"], cfg["gene"]
     delaunay = gr.upper(np.column_stack(adata.obsp["spatial_connectivities"].nonzero()))
     ae_edges = delaunay if sc["directed_like_code"] else gr.symmetric(delaunay)
@@ -62,15 +78,28 @@ def graphs_stage(proc: str, spots: str, genes: str, ggi: str, cfg: Mapping[str, 
     gene_lm, prob = gr.filter_pairs(candidates, gene_emb, clf, gc["threshold"])
     nolm_spot = gr.knn_edges(gr.cosine_topk(x, sc["k"]))
     finish = (lambda e: gr.upper(e)) if sc["directed_like_code"] else gr.symmetric
-    histories, stats = [], {"gene_candidates": int(len(candidates)), "ggi_train_accuracy": float(clf.score(
-        all_emb[pairs.a.map(index)] + all_emb[pairs.b.map(index)], pairs.label.to_numpy()))}
+    histories, stats = (
+        [],
+        {
+            "gene_candidates": int(len(candidates)),
+            "ggi_train_accuracy": float(
+                clf.score(all_emb[pairs.a.map(index)] + all_emb[pairs.b.map(index)], pairs.label.to_numpy())
+            ),
+        },
+    )
     for seed, out in zip(seeds, outs):
         z, hist, track = fit_spot_latent(spot_emb, ae_edges, sc, seed, run_dir, wandb, tags, engine)
         lm_spot = gr.knn_edges(gr.cosine_topk(z, sc["k"]))
-        sets = {"spot_lm": finish(lm_spot), "spot_nolm": finish(nolm_spot),
-                "gene_lm": gr.symmetric(gene_lm) if len(gene_lm) else gene_lm, "gene_nolm": gr.symmetric(candidates),
-                "spot_delaunay": gr.symmetric(delaunay)}
-        frame = pd.concat([pd.DataFrame({"graph": k, "src": e[:, 0], "dst": e[:, 1]}) for k, e in sets.items()], ignore_index=True)
+        sets = {
+            "spot_lm": finish(lm_spot),
+            "spot_nolm": finish(nolm_spot),
+            "gene_lm": gr.symmetric(gene_lm) if len(gene_lm) else gene_lm,
+            "gene_nolm": gr.symmetric(candidates),
+            "spot_delaunay": gr.symmetric(delaunay),
+        }
+        frame = pd.concat(
+            [pd.DataFrame({"graph": k, "src": e[:, 0], "dst": e[:, 1]}) for k, e in sets.items()], ignore_index=True
+        )
         quality = {f"{k}": graph_stats(adata, sets[f"spot_{k}"], sets[f"gene_{k}"]) for k in ("lm", "nolm")}
         stats[f"seed{seed}"] = quality | {"tracking": track}
         write_frame(out, frame, {"seed": seed, "quality": quality})
@@ -87,8 +116,19 @@ def graph_edges(frame: pd.DataFrame, name: str) -> np.ndarray:
 
 # ---------------------------------------------------------------- training (§2.4)
 
-def train_stage(proc: str, graph: str, seed: int, methods: Sequence[str], model: Mapping[str, Any], train: Mapping[str, Any],
-                outs: Sequence[str], run_dir: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+
+def train_stage(
+    proc: str,
+    graph: str,
+    seed: int,
+    methods: Sequence[str],
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    outs: Sequence[str],
+    run_dir: str,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Train every method on one (sample, seed) graph file, one after the other in this process (each
     from the same seed), writing method i's denoised .h5ad to outs[i]."""
     from paperflow.spaef.settings import METHODS
@@ -102,8 +142,18 @@ def train_stage(proc: str, graph: str, seed: int, methods: Sequence[str], model:
         spec = METHODS[method]
         fusion = "entry" if spec["fusion"] == "learned" and model["gate"] == "entry" else spec["fusion"]
         mu, w, hist, tracking[method] = fit_denoiser(
-            x, graph_edges(graphs, f"spot_{spec['graphs']}"), graph_edges(graphs, f"gene_{spec['graphs']}"), model=model, train=train,
-            fusion=fusion, seed=seed, run_dir=run_dir, name=f"{method}_seed{seed}", wandb=wandb, tags=tags | {"method": method})
+            x,
+            graph_edges(graphs, f"spot_{spec['graphs']}"),
+            graph_edges(graphs, f"gene_{spec['graphs']}"),
+            model=model,
+            train=train,
+            fusion=fusion,
+            seed=seed,
+            run_dir=run_dir,
+            name=f"{method}_seed{seed}",
+            wandb=wandb,
+            tags=tags | {"method": method},
+        )
         result = ad.AnnData(X=mu.astype(np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
         result.obs["w"] = w.mean(1) if w.ndim == 2 else w
         result.uns["method"] = {"name": method, "seed": seed, "fusion": fusion, **tracking[method]}
@@ -114,12 +164,17 @@ def train_stage(proc: str, graph: str, seed: int, methods: Sequence[str], model:
 
 # ---------------------------------------------------------------- baselines and evaluation (§3, §8)
 
+
 def baselines_stage(proc: str, names: Sequence[str], cfg: Mapping[str, Any], out: str) -> None:
     from paperflow.spaef.baselines import run_baselines
 
     adata = ad.read_h5ad(proc)
-    result = ad.AnnData(X=np.zeros((adata.n_obs, adata.n_vars), np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
-    for name, value in run_baselines(dense(adata.X), adata.obsp["spatial_connectivities"], adata.obsm["spatial"], list(names), dict(cfg)).items():
+    result = ad.AnnData(
+        X=np.zeros((adata.n_obs, adata.n_vars), np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy()
+    )
+    for name, value in run_baselines(
+        dense(adata.X), adata.obsp["spatial_connectivities"], adata.obsm["spatial"], list(names), dict(cfg)
+    ).items():
         result.layers[name] = value.astype(np.float32)
     result.write_h5ad(out)
 
@@ -131,7 +186,9 @@ def marker_genes(adata: ad.AnnData, n: int) -> np.ndarray:
     return np.argsort(-dense(adata.X).var(0))[:n]
 
 
-def evaluate_stage(proc: str, denoised: Mapping[tuple[str, int], str], baselines: str, seeds: Sequence[int], cfg: Mapping[str, Any]) -> pd.DataFrame:
+def evaluate_stage(
+    proc: str, denoised: Mapping[tuple[str, int], str], baselines: str, seeds: Sequence[int], cfg: Mapping[str, Any]
+) -> pd.DataFrame:
     from paperflow.spaef.metrics import domain_scores, genewise_pcc, morans_i
 
     adata = ad.read_h5ad(proc)

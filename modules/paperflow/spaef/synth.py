@@ -16,11 +16,19 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-PATHWAYS = ["Wnt signalling", "interferon immune response", "myelination of axons",
-            "synaptic vesicle transmission", "mitotic cell cycle", "hypoxia and glycolysis"]
-TEMPLATES = ["{g} is a member of pathway M{m}, involved in {p}.",
-             "{g} encodes a protein of pathway M{m} that takes part in {p}.",
-             "{g}: pathway M{m} gene with a role in {p}."]
+PATHWAYS = [
+    "Wnt signalling",
+    "interferon immune response",
+    "myelination of axons",
+    "synaptic vesicle transmission",
+    "mitotic cell cycle",
+    "hypoxia and glycolysis",
+]
+TEMPLATES = [
+    "{g} is a member of pathway M{m}, involved in {p}.",
+    "{g} encodes a protein of pathway M{m} that takes part in {p}.",
+    "{g}: pathway M{m} gene with a role in {p}.",
+]
 HOUSEKEEPING_TEXT = "{g} is a housekeeping gene of basic cellular metabolism, expressed in every cell."
 
 
@@ -66,7 +74,9 @@ def generate(spec: dict[str, Any], seed: int) -> ad.AnnData:
         logits[d, np.isin(module, mods)] += spec["module_boost"]
     profile = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     xs = (coords[:, 0] - coords[:, 0].min()) / np.ptp(coords[:, 0])
-    library = np.exp(rng.normal(np.log(spec["library_size"]), spec["library_sd"], n) + spec["library_gradient"] * (xs - 0.5))
+    library = np.exp(
+        rng.normal(np.log(spec["library_size"]), spec["library_sd"], n) + spec["library_gradient"] * (xs - 0.5)
+    )
     rate = library[:, None] * profile[domain]
     # decoy pairs: genes of different modules that share one technical noise factor per spot
     tech = np.ones((n, g))
@@ -86,9 +96,17 @@ def generate(spec: dict[str, Any], seed: int) -> ad.AnnData:
     clean = np.log1p(rate / rate.sum(1, keepdims=True) * 1e6)
     adata = ad.AnnData(
         X=sparse.csr_matrix(counts.astype(np.float32)),
-        obs=pd.DataFrame({"domain": pd.Categorical(domain.astype(str)), "library": library}, index=[f"spot{i:04d}" for i in range(n)]),
-        var=pd.DataFrame({"module": module, "description": [gene_description(nm, m, rng) for nm, m in zip(names, module)],
-                          "housekeeping": module < 0}, index=names),
+        obs=pd.DataFrame(
+            {"domain": pd.Categorical(domain.astype(str)), "library": library}, index=[f"spot{i:04d}" for i in range(n)]
+        ),
+        var=pd.DataFrame(
+            {
+                "module": module,
+                "description": [gene_description(nm, m, rng) for nm, m in zip(names, module)],
+                "housekeeping": module < 0,
+            },
+            index=names,
+        ),
     )
     adata.layers["clean"] = clean.astype(np.float32)
     adata.obsm["spatial"] = coords
@@ -106,7 +124,13 @@ def ggi_pairs(spec: dict[str, Any], rng: np.random.Generator, first_index: int) 
     names = [f"GENE_{first_index + i:03d}" for i in range(len(module))]
     i, j = np.triu_indices(len(module), 1)
     label = (module[i] == module[j]).astype(int)
-    keep = np.concatenate([np.flatnonzero(label == 1),
-                           rng.choice(np.flatnonzero(label == 0), 2 * int(label.sum()), replace=False)])
-    return {"genes": np.array(names), "descriptions": np.array([gene_description(nm, m, rng) for nm, m in zip(names, module)]),
-            "a": i[keep], "b": j[keep], "label": label[keep]}
+    keep = np.concatenate(
+        [np.flatnonzero(label == 1), rng.choice(np.flatnonzero(label == 0), 2 * int(label.sum()), replace=False)]
+    )
+    return {
+        "genes": np.array(names),
+        "descriptions": np.array([gene_description(nm, m, rng) for nm, m in zip(names, module)]),
+        "a": i[keep],
+        "b": j[keep],
+        "label": label[keep],
+    }

@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import random
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,9 @@ class AdjacencyTask(nn.Module):
     def __init__(self, emb: np.ndarray, edges: np.ndarray, cfg: Mapping[str, Any]):
         super().__init__()
         n = len(emb)
-        self.net = AdjacencyAE(emb.shape[1], cfg["hidden"], cfg["heads"], cfg["latent"], cfg["dropout"], cfg["double_sigmoid"])
+        self.net = AdjacencyAE(
+            emb.shape[1], cfg["hidden"], cfg["heads"], cfg["latent"], cfg["dropout"], cfg["double_sigmoid"]
+        )
         self.register_buffer("x", torch.as_tensor(emb, dtype=torch.float32))
         self.edges = Adjacency(edge_tensor(edges, n), n)
         target = torch.zeros(n, n)
@@ -79,8 +82,15 @@ class DenoiserTask(nn.Module):
     """One step of SpaEF: ZINB loss of X under the fused decoder; remembers mu and the gate at the lowest
     training loss (the released code saves mu whenever the training loss improves)."""
 
-    def __init__(self, x: np.ndarray, spot_edges: np.ndarray, gene_edges: np.ndarray, model: Mapping[str, Any],
-                 train: Mapping[str, Any], fusion: str):
+    def __init__(
+        self,
+        x: np.ndarray,
+        spot_edges: np.ndarray,
+        gene_edges: np.ndarray,
+        model: Mapping[str, Any],
+        train: Mapping[str, Any],
+        fusion: str,
+    ):
         super().__init__()
         n, g = x.shape
         self.net = SpaEF(n, g, model["hidden"], model["latent"], model["heads"], model["dropout"], fusion)
@@ -122,8 +132,15 @@ def fit_loop(task: AdjacencyTask | DenoiserTask, epochs: int, name: str, progres
     return pd.DataFrame(rows)
 
 
-def _fit(task, epochs: int, engine: str, run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None,
-         tags: dict[str, str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+def _fit(
+    task,
+    epochs: int,
+    engine: str,
+    run_dir: str | Path,
+    name: str,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     if engine == "loop":
         return fit_loop(task, epochs, name), {"engine": "loop"}
     if engine == "lightning":
@@ -133,8 +150,16 @@ def _fit(task, epochs: int, engine: str, run_dir: str | Path, name: str, wandb: 
     raise ValueError(f"train.engine = {engine!r}: not one of {ENGINES}")
 
 
-def fit_spot_latent(emb: np.ndarray, edges: np.ndarray, cfg: Mapping[str, Any], seed: int, run_dir: str | Path,
-                    wandb: Mapping[str, Any] | None, tags: dict[str, str], engine: str) -> tuple[np.ndarray, pd.DataFrame, dict[str, Any]]:
+def fit_spot_latent(
+    emb: np.ndarray,
+    edges: np.ndarray,
+    cfg: Mapping[str, Any],
+    seed: int,
+    run_dir: str | Path,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str],
+    engine: str,
+) -> tuple[np.ndarray, pd.DataFrame, dict[str, Any]]:
     """Train the adjacency AE on (embeddings, Delaunay edges as given); return Z in eval mode."""
     seed_all(seed)
     task = AdjacencyTask(emb, edges, cfg)
@@ -142,12 +167,28 @@ def fit_spot_latent(emb: np.ndarray, edges: np.ndarray, cfg: Mapping[str, Any], 
     return task.latent(), history.assign(seed=seed), tracking
 
 
-def fit_denoiser(x: np.ndarray, spot_edges: np.ndarray, gene_edges: np.ndarray, *, model: Mapping[str, Any], train: Mapping[str, Any],
-                 fusion: str, seed: int, run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None,
-                 tags: dict[str, str]) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, dict[str, Any]]:
+def fit_denoiser(
+    x: np.ndarray,
+    spot_edges: np.ndarray,
+    gene_edges: np.ndarray,
+    *,
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    fusion: str,
+    seed: int,
+    run_dir: str | Path,
+    name: str,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str],
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, dict[str, Any]]:
     """Returns (mu at the lowest training loss, its gate w, epoch history, tracking ids)."""
     seed_all(seed)
     task = DenoiserTask(x, spot_edges, gene_edges, model, train, fusion)
     history, tracking = _fit(task, int(train["epochs"]), train["engine"], run_dir, name, wandb, tags)
     log.info("%s: best training loss %.5f at epoch %d", name, task.best_loss, task.best_epoch)
-    return task.best_mu, task.best_w, history.assign(seed=seed), tracking | {"best_epoch": task.best_epoch, "best_loss": task.best_loss}
+    return (
+        task.best_mu,
+        task.best_w,
+        history.assign(seed=seed),
+        tracking | {"best_epoch": task.best_epoch, "best_loss": task.best_loss},
+    )

@@ -27,7 +27,8 @@ SubTB(lambda) over every sub-trajectory, and the spectral loss (spec 2.2) of the
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,8 +44,15 @@ def first_player_flows(mover_log_flow: torch.Tensor, movers: torch.Tensor) -> to
     return movers.to(mover_log_flow.dtype) * mover_log_flow
 
 
-def game_residuals(log_pf: torch.Tensor, log_n: torch.Tensor, movers: torch.Tensor, log_flow: torch.Tensor,
-                   lengths: torch.Tensor, log_reward: torch.Tensor, log_z: torch.Tensor | None = None) -> torch.Tensor:
+def game_residuals(
+    log_pf: torch.Tensor,
+    log_n: torch.Tensor,
+    movers: torch.Tensor,
+    log_flow: torch.Tensor,
+    lengths: torch.Tensor,
+    log_reward: torch.Tensor,
+    log_z: torch.Tensor | None = None,
+) -> torch.Tensor:
     """delta (T, B) of the module docstring, zero beyond each game's length. Inputs (T, B): the log
     probability of the played move under the mover's policy, log n(s_t), the mover (+1 / -1), log F_1(s_t)
     (first player's perspective); (B,): lengths, the terminal log R_1. `log_z` replaces log F_1(s_0)."""
@@ -65,7 +73,7 @@ def tb_loss(delta: torch.Tensor) -> torch.Tensor:
 
 
 def edb_loss(delta: torch.Tensor) -> torch.Tensor:
-    return (delta ** 2).sum(0).mean()
+    return (delta**2).sum(0).mean()
 
 
 def subtb_loss(delta: torch.Tensor, lengths: torch.Tensor, lamda: float) -> torch.Tensor:
@@ -75,7 +83,9 @@ def subtb_loss(delta: torch.Tensor, lengths: torch.Tensor, lamda: float) -> torc
     idx = torch.arange(cum.shape[0], device=delta.device)
     span = idx[None, :] - idx[:, None]  # j - i
     valid = (span[..., None] > 0) & (idx[None, :, None] <= lengths[None, None, :])
-    weight = torch.where(valid, lamda ** span[..., None].to(delta.dtype), torch.zeros((), dtype=delta.dtype, device=delta.device))
+    weight = torch.where(
+        valid, lamda ** span[..., None].to(delta.dtype), torch.zeros((), dtype=delta.dtype, device=delta.device)
+    )
     sq = (cum[None, :, :] - cum[:, None, :]) ** 2
     return ((weight * sq).sum((0, 1)) / weight.sum((0, 1))).mean()
 
@@ -90,8 +100,9 @@ class GameLoss(nn.Module):
             raise ValueError(f"unknown method kind {self.kind!r} for a game; known: {', '.join(OBJECTIVES)}")
         self.lamda = float(method.get("lamda", 0.9))
         if self.kind == "st_gfn":
-            self.weight = make_filter(method["filter"], lam=float(method["lam"]), omega_c=float(method["omega_c"]),
-                                      order=int(method["order"]))
+            self.weight = make_filter(
+                method["filter"], lam=float(method["lam"]), omega_c=float(method["omega_c"]), order=int(method["order"])
+            )
             self.pad_to_max, self.length_weighting = bool(method["pad_to_max"]), bool(method["length_weighting"])
 
     @staticmethod

@@ -42,15 +42,23 @@ def main(argv: list[str] | None = None) -> None:
         for method in cfg["env_methods"][env_name]:
             cpu, wall = time.process_time(), time.perf_counter()
             if game:
-                _, history, _ = train_game(spec, positions, cfg["methods"][method], cfg["model"], cfg["train"], args.seed,
-                                           progress=False)
+                _, history, _ = train_game(
+                    spec, positions, cfg["methods"][method], cfg["model"], cfg["train"], args.seed, progress=False
+                )
             else:
-                _, history, _ = train_one(env, spec, cfg["methods"][method], cfg["model"], cfg["train"], args.seed, progress=False)
+                _, history, _ = train_one(
+                    env, spec, cfg["methods"][method], cfg["model"], cfg["train"], args.seed, progress=False
+                )
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             total += cpu
-            print(f"{env_name:8s} {method:12s} cpu {cpu:6.2f} s  wall {wall:6.2f} s  final loss {history.loss.iloc[-1]:.6f}", flush=True)
-    print(f"total cpu {total:.1f} s ({cfg['train']['iterations']} iterations of {cfg['train']['batch_size']} per run, games their own "
-          f"budget, seed {args.seed})")
+            print(
+                f"{env_name:8s} {method:12s} cpu {cpu:6.2f} s  wall {wall:6.2f} s  final loss {history.loss.iloc[-1]:.6f}",
+                flush=True,
+            )
+    print(
+        f"total cpu {total:.1f} s ({cfg['train']['iterations']} iterations of {cfg['train']['batch_size']} per run, games their own "
+        f"budget, seed {args.seed})"
+    )
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,16 @@ from paperflow.core import plots
 from paperflow.core.report import Claim, compare_claim, fmt, markdown_table, render_report, write_metrics
 from paperflow.st_gfn.settings import ENUMERABLE, GAMES
 
-GAME_METRICS = ["optimal_argmax", "optimal_sampled", "win_rate_vs_random", "draw_rate_vs_random", "loss_rate_vs_random",
-                "win_rate_vs_minimax", "draw_rate_vs_minimax", "loss_rate_vs_minimax"]
+GAME_METRICS = [
+    "optimal_argmax",
+    "optimal_sampled",
+    "win_rate_vs_random",
+    "draw_rate_vs_random",
+    "loss_rate_vs_random",
+    "win_rate_vs_minimax",
+    "draw_rate_vs_minimax",
+    "loss_rate_vs_minimax",
+]
 
 IDENTITY_TOL = {"lam0_db_gap": 1e-5, "dc_tb_gap": 1e-4}  # spec 7 (ii) and 10.2
 
@@ -27,12 +36,18 @@ def per_seed(metrics: pd.DataFrame, method: str, metric: str, seeds: Sequence[in
 
 def below_uniform_claims(metrics: pd.DataFrame, env: str, methods: Sequence[str], seeds: Sequence[int]) -> list[Claim]:
     """Spec 7 (i), gated: every method's L1 on the noiseless env is below the uniform-policy sampler's."""
-    return [compare_claim(
-        id=f"l1_{m}_lt_uniform_{env}",
-        statement=f"{env}: {m} has lower L1 (mean |p_hat - pi|, last visited states) than the uniform-policy sampler",
-        values=per_seed(metrics, m, "l1", seeds), threshold_values=per_seed(metrics, "uniform", "l1", seeds),
-        seeds=seeds, comparison="<", gated=True,
-    ) for m in methods]
+    return [
+        compare_claim(
+            id=f"l1_{m}_lt_uniform_{env}",
+            statement=f"{env}: {m} has lower L1 (mean |p_hat - pi|, last visited states) than the uniform-policy sampler",
+            values=per_seed(metrics, m, "l1", seeds),
+            threshold_values=per_seed(metrics, "uniform", "l1", seeds),
+            seeds=seeds,
+            comparison="<",
+            gated=True,
+        )
+        for m in methods
+    ]
 
 
 def identity_claims(frames: Mapping[str, pd.DataFrame], seeds: Sequence[int]) -> list[Claim]:
@@ -40,13 +55,22 @@ def identity_claims(frames: Mapping[str, pd.DataFrame], seeds: Sequence[int]) ->
     claims = []
     for env, metrics in frames.items():
         for metric, tol in IDENTITY_TOL.items():
-            what = "sum of L_ST(lam = 0) equals torchgfn's DB loss" if metric == "lam0_db_gap" else \
-                "n * L_ST(DC-only) equals torchgfn's TB loss"
-            claims.append(compare_claim(
-                id=f"identity_{metric}_{env}", statement=f"{env}: on one batch, {what} (absolute gap, float64)",
-                values=per_seed(metrics, "identity", metric, seeds), threshold=tol, seeds=seeds,
-                comparison="<", gated=True,
-            ))
+            what = (
+                "sum of L_ST(lam = 0) equals torchgfn's DB loss"
+                if metric == "lam0_db_gap"
+                else "n * L_ST(DC-only) equals torchgfn's TB loss"
+            )
+            claims.append(
+                compare_claim(
+                    id=f"identity_{metric}_{env}",
+                    statement=f"{env}: on one batch, {what} (absolute gap, float64)",
+                    values=per_seed(metrics, "identity", metric, seeds),
+                    threshold=tol,
+                    seeds=seeds,
+                    comparison="<",
+                    gated=True,
+                )
+            )
     return claims
 
 
@@ -63,31 +87,54 @@ def lam0_claim(metrics: pd.DataFrame, env: str, lam0: str, seeds: Sequence[int],
     return compare_claim(
         id=f"l1_{lam0}_within_seed_noise_of_db_{env}",
         statement=f"{env}: the lam = 0 spectral run's L1 differs from DB's by less than {factor:g} x the seed std",
-        values=[abs(x - y) for x, y in zip(a, b)], threshold=factor * noise, seeds=seeds, comparison="<", gated=True,
+        values=[abs(x - y) for x, y in zip(a, b)],
+        threshold=factor * noise,
+        seeds=seeds,
+        comparison="<",
+        gated=True,
     )
 
 
 def direction_claims(metrics: pd.DataFrame, env: str, method: str, seeds: Sequence[int]) -> list[Claim]:
     """Spec 7, reported (the method is reconstructed): st_gfn L1 < TB and < DB; loss std < TB's."""
-    out = [compare_claim(
-        id=f"l1_{method}_lt_{b}_{env}",
-        statement=f"{env}: {method} has lower L1 than {b.upper()} (paper's direction, reported)",
-        values=per_seed(metrics, method, "l1", seeds), threshold_values=per_seed(metrics, b, "l1", seeds),
-        seeds=seeds, comparison="<", gated=False, paper_value="direction only (abstract: beats baselines)",
-    ) for b in ("tb", "db")]
-    out.append(compare_claim(
-        id=f"loss_std_{method}_lt_tb_{env}",
-        statement=f"{env}: std of {method}'s training loss over the last iterations is below TB's (reported)",
-        values=per_seed(metrics, method, "loss_std_last", seeds), threshold_values=per_seed(metrics, "tb", "loss_std_last", seeds),
-        seeds=seeds, comparison="<", gated=False, paper_value="direction only (abstract: more stable)",
-        limitation="the losses have different units (TB: squared trajectory residual; ST: filtered residual energy)",
-    ))
-    out.append(compare_claim(
-        id=f"modes_{method}_ge_tb_{env}",
-        statement=f"{env}: {method} finds at least as many modes as TB during training (reported)",
-        values=per_seed(metrics, method, "modes_found", seeds), threshold_values=per_seed(metrics, "tb", "modes_found", seeds),
-        seeds=seeds, comparison=">=", gated=False, paper_value="direction only (abstract: mode discovery)",
-    ))
+    out = [
+        compare_claim(
+            id=f"l1_{method}_lt_{b}_{env}",
+            statement=f"{env}: {method} has lower L1 than {b.upper()} (paper's direction, reported)",
+            values=per_seed(metrics, method, "l1", seeds),
+            threshold_values=per_seed(metrics, b, "l1", seeds),
+            seeds=seeds,
+            comparison="<",
+            gated=False,
+            paper_value="direction only (abstract: beats baselines)",
+        )
+        for b in ("tb", "db")
+    ]
+    out.append(
+        compare_claim(
+            id=f"loss_std_{method}_lt_tb_{env}",
+            statement=f"{env}: std of {method}'s training loss over the last iterations is below TB's (reported)",
+            values=per_seed(metrics, method, "loss_std_last", seeds),
+            threshold_values=per_seed(metrics, "tb", "loss_std_last", seeds),
+            seeds=seeds,
+            comparison="<",
+            gated=False,
+            paper_value="direction only (abstract: more stable)",
+            limitation="the losses have different units (TB: squared trajectory residual; ST: filtered residual energy)",
+        )
+    )
+    out.append(
+        compare_claim(
+            id=f"modes_{method}_ge_tb_{env}",
+            statement=f"{env}: {method} finds at least as many modes as TB during training (reported)",
+            values=per_seed(metrics, method, "modes_found", seeds),
+            threshold_values=per_seed(metrics, "tb", "modes_found", seeds),
+            seeds=seeds,
+            comparison=">=",
+            gated=False,
+            paper_value="direction only (abstract: mode discovery)",
+        )
+    )
     return out
 
 
@@ -96,32 +143,51 @@ def task_claims(metrics: pd.DataFrame, env: str, kind: str, method: str, seeds: 
     method's L1 below TB's and DB's; on sequence envs at least as many modes and as high a top-k reward as TB;
     on games at least TB's fraction of optimal (argmax) moves and TB's win rate against the random player."""
     if kind in GAMES:
-        pairs = [("optimal_argmax", "tb", ">=", "plays at least the fraction of optimal moves of"),
-                 ("win_rate_vs_random", "tb", ">=", "wins at least as often against the random player as")]
+        pairs = [
+            ("optimal_argmax", "tb", ">=", "plays at least the fraction of optimal moves of"),
+            ("win_rate_vs_random", "tb", ">=", "wins at least as often against the random player as"),
+        ]
     elif kind in ENUMERABLE:
         pairs = [("l1", b, "<", "has lower L1 than") for b in ("tb", "db")]
     else:
-        pairs = [("modes_found", "tb", ">=", "finds at least as many reference modes as"),
-                 ("topk_reward", "tb", ">=", "reaches at least the top-k mean reward of")]
-    return [compare_claim(
-        id=f"{metric}_{method}_vs_{b}_{env}", statement=f"{env}: {method} {what} {b.upper()} (paper's direction, reported)",
-        values=per_seed(metrics, method, metric, seeds), threshold_values=per_seed(metrics, b, metric, seeds),
-        seeds=seeds, comparison=op, gated=False, paper_value="direction only (abstract: beats baselines)",
-    ) for metric, b, op, what in pairs]
+        pairs = [
+            ("modes_found", "tb", ">=", "finds at least as many reference modes as"),
+            ("topk_reward", "tb", ">=", "reaches at least the top-k mean reward of"),
+        ]
+    return [
+        compare_claim(
+            id=f"{metric}_{method}_vs_{b}_{env}",
+            statement=f"{env}: {method} {what} {b.upper()} (paper's direction, reported)",
+            values=per_seed(metrics, method, metric, seeds),
+            threshold_values=per_seed(metrics, b, metric, seeds),
+            seeds=seeds,
+            comparison=op,
+            gated=False,
+            paper_value="direction only (abstract: beats baselines)",
+        )
+        for metric, b, op, what in pairs
+    ]
 
 
-def build_claims(frames: Mapping[str, pd.DataFrame], env_methods: Mapping[str, Sequence[str]],
-                 claims_cfg: Mapping[str, Any], seeds: Sequence[int], kinds: Mapping[str, str] | None = None) -> list[Claim]:
+def build_claims(
+    frames: Mapping[str, pd.DataFrame],
+    env_methods: Mapping[str, Sequence[str]],
+    claims_cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    kinds: Mapping[str, str] | None = None,
+) -> list[Claim]:
     """Spec 7's claims on the two grids, the identities on every env, and the reported direction on every
     further env (`kinds`: env -> kind, needed for those)."""
     clean, noisy = claims_cfg["clean_env"], claims_cfg["noisy_env"]
     kinds = dict(kinds or {})
     tasks = [env for env in frames if env not in (clean, noisy)]
-    return (below_uniform_claims(frames[clean], clean, env_methods[clean], seeds)
-            + identity_claims(frames, seeds)
-            + [lam0_claim(frames[clean], clean, claims_cfg["lam0_method"], seeds, claims_cfg["seed_noise_factor"])]
-            + direction_claims(frames[noisy], noisy, claims_cfg["method"], seeds)
-            + [c for env in tasks for c in task_claims(frames[env], env, kinds[env], claims_cfg["method"], seeds)])
+    return (
+        below_uniform_claims(frames[clean], clean, env_methods[clean], seeds)
+        + identity_claims(frames, seeds)
+        + [lam0_claim(frames[clean], clean, claims_cfg["lam0_method"], seeds, claims_cfg["seed_noise_factor"])]
+        + direction_claims(frames[noisy], noisy, claims_cfg["method"], seeds)
+        + [c for env in tasks for c in task_claims(frames[env], env, kinds[env], claims_cfg["method"], seeds)]
+    )
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -151,13 +217,26 @@ def direction_rows(claims: Sequence[Claim]) -> list[dict[str, Any]]:
         if c.gated:
             continue
         rel = (c.value - c.threshold) / abs(c.threshold) if c.threshold else float("nan")
-        rows.append({"claim": c.id, "method": fmt(c.value), "baseline": fmt(c.threshold),
-                     "relative difference": f"{rel:+.1%}" if np.isfinite(rel) else "n/a", "held": "yes" if c.held else "no"})
+        rows.append(
+            {
+                "claim": c.id,
+                "method": fmt(c.value),
+                "baseline": fmt(c.threshold),
+                "relative difference": f"{rel:+.1%}" if np.isfinite(rel) else "n/a",
+                "held": "yes" if c.held else "no",
+            }
+        )
     return rows
 
 
-def figures(pmfs: Mapping[str, pd.DataFrame], targets: Mapping[str, pd.DataFrame], histories: pd.DataFrame,
-            table: pd.DataFrame, env_methods: Mapping[str, Sequence[str]], out: Mapping[str, str | Path]) -> None:
+def figures(
+    pmfs: Mapping[str, pd.DataFrame],
+    targets: Mapping[str, pd.DataFrame],
+    histories: pd.DataFrame,
+    table: pd.DataFrame,
+    env_methods: Mapping[str, Sequence[str]],
+    out: Mapping[str, str | Path],
+) -> None:
     env = next(iter(pmfs))
     cols = ["exact"] + list(env_methods[env]) + ["uniform"]
     fig, axes = plots.subplots(len(cols), width=2.6, height=2.6)
@@ -205,7 +284,11 @@ def figures(pmfs: Mapping[str, pd.DataFrame], targets: Mapping[str, pd.DataFrame
 
 def game_figure(histories: pd.DataFrame, env_methods: Mapping[str, Sequence[str]], path: str | Path) -> None:
     """Fraction of reference positions whose argmax move is optimal, over training (mean over seeds)."""
-    envs = [e for e in env_methods if "optimal_argmax" in histories and histories[histories.env == e]["optimal_argmax"].notna().any()]
+    envs = [
+        e
+        for e in env_methods
+        if "optimal_argmax" in histories and histories[histories.env == e]["optimal_argmax"].notna().any()
+    ]
     fig, axes = plots.subplots(max(len(envs), 1))
     if not envs:
         axes[0].text(0.5, 0.5, "no game env in this run", ha="center", va="center")
@@ -251,22 +334,31 @@ def missing_tasks(env_specs: Mapping[str, Mapping[str, Any]]) -> str:
     if "bitseq" not in kinds:
         missing.append("noisy sequence generation (`bitseq`, run at scale=paper)")
     if not real_cells:
-        missing.append("the single-cell perturbation task on the real GSE133344 data (`geneset`, scale=paper)"
-                       + ("; this run's gene sets come from the seeded synthetic_norman stand-in" if "geneset" in kinds else ""))
+        missing.append(
+            "the single-cell perturbation task on the real GSE133344 data (`geneset`, scale=paper)"
+            + ("; this run's gene sets come from the seeded synthetic_norman stand-in" if "geneset" in kinds else "")
+        )
     return "Not in this run: " + "; ".join(missing) + " (see the README)."
 
 
 def limitations(scale: str, env_specs: Mapping[str, Mapping[str, Any]], train: Mapping[str, Any]) -> list[str]:
-    lines = ["The paper, its authors and its code were not found: the spectral loss, the time features and the "
-             "Wiener-Khinchin intrinsic reward are the spec's reconstruction [R], not the authors' method."]
+    lines = [
+        "The paper, its authors and its code were not found: the spectral loss, the time features and the "
+        "Wiener-Khinchin intrinsic reward are the spec's reconstruction [R], not the authors' method."
+    ]
     if scale != "paper":
         flows, games = env_texts(env_specs)
-        lines.append(f"Scale `{scale}` trains on {', '.join(flows)} for {train['iterations']} iterations of "
-                     f"{train['batch_size']} trajectories" + (f", and on {', '.join(games)}" if games else "")
-                     + ", smaller than `scale=paper`.")
+        lines.append(
+            f"Scale `{scale}` trains on {', '.join(flows)} for {train['iterations']} iterations of "
+            f"{train['batch_size']} trajectories"
+            + (f", and on {', '.join(games)}" if games else "")
+            + ", smaller than `scale=paper`."
+        )
     if any(s["kind"] == "geneset" for s in env_specs.values()):
-        lines.append("The gene-set reward is a reconstructed proxy [R] (additive single-gene shifts against one measured "
-                     "double perturbation); the paper's single-cell reward is unknown.")
+        lines.append(
+            "The gene-set reward is a reconstructed proxy [R] (additive single-gene shifts against one measured "
+            "double perturbation); the paper's single-cell reward is unknown."
+        )
     return lines + [
         missing_tasks(env_specs),
         "L1 is torchgfn's convention (mean over states); TV = L1 * |X| / 2 is in the table.",
@@ -276,14 +368,23 @@ def limitations(scale: str, env_specs: Mapping[str, Mapping[str, Any]], train: M
 
 def proxy_text(meta: Mapping[str, Any]) -> str:
     proxy = meta["proxy"]
-    return (f"target double perturbation {proxy['target']}; {len(proxy['genes'])} genes with single perturbations, "
-            f"{len(proxy['response_genes'])} response genes; Pearson r of the additive prediction against the "
-            f"{proxy['n_doubles']} measured doubles = {fmt(proxy['additive_r'])}")
+    return (
+        f"target double perturbation {proxy['target']}; {len(proxy['genes'])} genes with single perturbations, "
+        f"{len(proxy['response_genes'])} response genes; Pearson r of the additive prediction against the "
+        f"{proxy['n_doubles']} measured doubles = {fmt(proxy['additive_r'])}"
+    )
 
 
-def write_report(*, frames: Mapping[str, pd.DataFrame], pmfs: Mapping[str, pd.DataFrame], targets: Mapping[str, pd.DataFrame],
-                 histories: pd.DataFrame, params: Mapping[str, Any], out: Mapping[str, str | Path],
-                 target_meta: Mapping[str, Mapping[str, Any]] | None = None) -> list[Claim]:
+def write_report(
+    *,
+    frames: Mapping[str, pd.DataFrame],
+    pmfs: Mapping[str, pd.DataFrame],
+    targets: Mapping[str, pd.DataFrame],
+    histories: pd.DataFrame,
+    params: Mapping[str, Any],
+    out: Mapping[str, str | Path],
+    target_meta: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Claim]:
     target_meta = dict(target_meta or {})
     seeds, env_methods = list(params["seeds"]), dict(params["env_methods"])
     kinds = {e: spec["kind"] for e, spec in params["env_specs"].items()}
@@ -293,18 +394,44 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], pmfs: Mapping[str, pd.Da
     figures(pmfs, targets, histories, table, env_methods, out)
     sections = [
         ("Paper's direction: sign and size", markdown_table(direction_rows(claims))),
-        ("Distribution metrics (mean ± std over seeds)",
-         markdown_table(headline_rows(table, ["l1", "tv", "jsd", "l1_on_policy", "logz_abs_err"]))),
-        ("Modes, stability, sample efficiency (mean ± std over seeds)",
-         markdown_table(headline_rows(table, ["modes_found", "modes_total", "loss_std_last", "trajectories_to_l1"]))),
-        *([("Sequence tasks: top-k reward and diversity (mean ± std over seeds)",
-            markdown_table(headline_rows(table, ["topk_reward", "topk_diversity"])))]
-          if "topk_reward" in set(table.metric) else []),
-        *([("Adversarial games: optimal moves and results against fixed opponents (mean ± std over seeds)",
-            markdown_table(headline_rows(table, GAME_METRICS)))]
-          if "optimal_sampled" in set(table.metric) else []),
-        *([("Gene-set proxy", "\n".join(f"- `{e}`: {proxy_text(meta)}" for e, meta in target_meta.items() if "proxy" in meta))]
-          if any("proxy" in meta for meta in target_meta.values()) else []),
+        (
+            "Distribution metrics (mean ± std over seeds)",
+            markdown_table(headline_rows(table, ["l1", "tv", "jsd", "l1_on_policy", "logz_abs_err"])),
+        ),
+        (
+            "Modes, stability, sample efficiency (mean ± std over seeds)",
+            markdown_table(headline_rows(table, ["modes_found", "modes_total", "loss_std_last", "trajectories_to_l1"])),
+        ),
+        *(
+            [
+                (
+                    "Sequence tasks: top-k reward and diversity (mean ± std over seeds)",
+                    markdown_table(headline_rows(table, ["topk_reward", "topk_diversity"])),
+                )
+            ]
+            if "topk_reward" in set(table.metric)
+            else []
+        ),
+        *(
+            [
+                (
+                    "Adversarial games: optimal moves and results against fixed opponents (mean ± std over seeds)",
+                    markdown_table(headline_rows(table, GAME_METRICS)),
+                )
+            ]
+            if "optimal_sampled" in set(table.metric)
+            else []
+        ),
+        *(
+            [
+                (
+                    "Gene-set proxy",
+                    "\n".join(f"- `{e}`: {proxy_text(meta)}" for e, meta in target_meta.items() if "proxy" in meta),
+                )
+            ]
+            if any("proxy" in meta for meta in target_meta.values())
+            else []
+        ),
         ("Environments", "\n".join(f"- `{n}`: {spec}" for n, spec in params["env_specs"].items())),
         ("Methods", "\n".join(f"- `{n}`: {spec}" for n, spec in params["method_specs"].items())),
     ]
@@ -313,24 +440,38 @@ def write_report(*, frames: Mapping[str, pd.DataFrame], pmfs: Mapping[str, pd.Da
     text = render_report(
         title="ST-GFN: spectral time-dependent GFlowNets (reconstructed) vs TB, DB, SubTB",
         scale=params["scale"],
-        summary=(f"torchgfn environments with log-space reward noise: {'; '.join(flow_texts)}"
-                 + (f"; two-player games on the project's engines: {'; '.join(game_texts)}" if game_texts else "")
-                 + f". Methods per env {env_methods}; "
-                 f"seeds {', '.join(map(str, seeds))}. On enumerable envs L1 uses the last "
-                 f"{params['evaluate']['last_visited']} visited terminal states against the exact pi = R / Z and "
-                 f"`l1_on_policy` {params['evaluate']['n_eval_samples']} fresh samples of the trained sampler "
-                 f"(epsilon = 0)."
-                 + (f" On sequence envs modes found and top-{params['evaluate']['top_k']} reward use every visited "
-                    f"sequence." if "bitseq" in kinds.values() else "")),
+        summary=(
+            f"torchgfn environments with log-space reward noise: {'; '.join(flow_texts)}"
+            + (f"; two-player games on the project's engines: {'; '.join(game_texts)}" if game_texts else "")
+            + f". Methods per env {env_methods}; "
+            f"seeds {', '.join(map(str, seeds))}. On enumerable envs L1 uses the last "
+            f"{params['evaluate']['last_visited']} visited terminal states against the exact pi = R / Z and "
+            f"`l1_on_policy` {params['evaluate']['n_eval_samples']} fresh samples of the trained sampler "
+            f"(epsilon = 0)."
+            + (
+                f" On sequence envs modes found and top-{params['evaluate']['top_k']} reward use every visited "
+                f"sequence."
+                if "bitseq" in kinds.values()
+                else ""
+            )
+        ),
         claims=claims,
         sections=sections,
-        figures=[("Exact target and empirical terminal pmfs (first seed)", "figures/pmfs.png"),
-                 ("Training loss per iteration", "figures/training_loss.png"),
-                 ("L1 to the exact target per method", "figures/l1.png"),
-                 ("Games: fraction of optimal argmax moves over training", "figures/games.png")],
+        figures=[
+            ("Exact target and empirical terminal pmfs (first seed)", "figures/pmfs.png"),
+            ("Training loss per iteration", "figures/training_loss.png"),
+            ("L1 to the exact target per method", "figures/l1.png"),
+            ("Games: fraction of optimal argmax moves over training", "figures/games.png"),
+        ],
         limitations=lims,
     )
     Path(out["report"]).write_text(text)
-    write_metrics(out["metrics"], paper="st_gfn", scale=params["scale"], claims=claims,
-                  table=table.replace({np.nan: None}).to_dict(orient="records"), limitation=lims[0])
+    write_metrics(
+        out["metrics"],
+        paper="st_gfn",
+        scale=params["scale"],
+        claims=claims,
+        table=table.replace({np.nan: None}).to_dict(orient="records"),
+        limitation=lims[0],
+    )
     return claims

@@ -13,7 +13,8 @@ Every env observes its reward through the log-space noise of spec section 4 (`ob
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +27,7 @@ from paperflow.st_gfn.games import GAME_KINDS, make_game
 from paperflow.st_gfn.sequences import fourier_features, time_frequencies
 
 KINDS = ("hypergrid", "bitseq", "geneset") + GAME_KINDS
-HASHED_KEYS = 1 << 20                   # visit-count table size where states are not enumerated (bitseq)
+HASHED_KEYS = 1 << 20  # visit-count table size where states are not enumerated (bitseq)
 
 
 def make_env(spec: Mapping[str, Any], target: pd.DataFrame | None = None, device: str | torch.device = "cpu"):
@@ -34,8 +35,13 @@ def make_env(spec: Mapping[str, Any], target: pd.DataFrame | None = None, device
     kind = spec["kind"]
     if kind == "hypergrid":
         rewards = {k: float(spec[k]) for k in ("R0", "R1", "R2")}
-        return HyperGrid(ndim=int(spec["ndim"]), height=int(spec["height"]), reward_fn_kwargs=rewards,
-                         store_all_states=True, device=device)
+        return HyperGrid(
+            ndim=int(spec["ndim"]),
+            height=int(spec["height"]),
+            reward_fn_kwargs=rewards,
+            store_all_states=True,
+            device=device,
+        )
     if kind == "bitseq":
         return sequences.make_bitseq(spec, device)
     if kind in GAME_KINDS:  # the project's own engines (paperflow.st_gfn.games), not a torchgfn env
@@ -74,8 +80,9 @@ def make_geneset(spec: Mapping[str, Any], target: pd.DataFrame, device: str | to
     if len(target) != math.comb(n_items, k) or not np.array_equal(target["state"], np.arange(len(target))):
         raise ValueError(f"the target lists {len(target)} sets, not the C({n_items}, {k}) sets in colex order")
     log_reward = torch.as_tensor(target["log_reward"].to_numpy(), dtype=torch.float64)
-    return SetAddition(n_items=n_items, max_items=k, reward_fn=SetLogReward(log_reward, n_items, k), fixed_length=True,
-                       device=device)
+    return SetAddition(
+        n_items=n_items, max_items=k, reward_fn=SetLogReward(log_reward, n_items, k), fixed_length=True, device=device
+    )
 
 
 def max_length(env) -> int:
@@ -184,7 +191,7 @@ def state_keys(env, states_tensor: torch.Tensor) -> torch.Tensor:
 
 def _hash_weights(n: int) -> np.ndarray:
     """Fixed odd 31-bit multipliers, one per state coordinate (the same in every run)."""
-    return np.random.default_rng(20_240_601).integers(1, 2 ** 31, n) | 1
+    return np.random.default_rng(20_240_601).integers(1, 2**31, n) | 1
 
 
 def enumerate_states(spec: Mapping[str, Any]) -> pd.DataFrame:

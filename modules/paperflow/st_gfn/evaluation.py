@@ -5,7 +5,8 @@ win / draw / loss rates (`paperflow.st_gfn.game_evaluation`)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,8 +21,8 @@ from paperflow.st_gfn.sequences import sequence_metrics
 from paperflow.st_gfn.settings import ENUMERABLE
 
 EVAL_SEED_OFFSET = 20_000  # fresh on-policy samples of seed s use torch seed s + this
-UNIFORM = "uniform"        # the uniform-policy sampler (every valid action equally likely)
-IDENTITY = "identity"      # rows of the same-batch loss identities (spec 7 (ii))
+UNIFORM = "uniform"  # the uniform-policy sampler (every valid action equally likely)
+IDENTITY = "identity"  # rows of the same-batch loss identities (spec 7 (ii))
 IDENTITY_BATCH = 16
 
 
@@ -71,14 +72,15 @@ def sample_efficiency(visits: pd.DataFrame, pi: np.ndarray, window: int, thresho
     """Trajectories sampled until the L1 of the last `window` visited states first drops below threshold."""
     states = visits.sort_values("iteration")["state"].to_numpy()
     for end in range(window, states.size + 1, stride):
-        if l1_mean(empirical_pmf(states[end - window:end], pi.size), pi) < threshold:
+        if l1_mean(empirical_pmf(states[end - window : end], pi.size), pi) < threshold:
             return float(end)
     return math.nan
 
 
-def method_metrics(env, pi: np.ndarray, modes: np.ndarray, visits: pd.DataFrame, history: pd.DataFrame,
-                   cfg: Mapping[str, Any]) -> dict[str, float]:
-    last = visits.sort_values("iteration")["state"].to_numpy()[-int(cfg["last_visited"]):]
+def method_metrics(
+    env, pi: np.ndarray, modes: np.ndarray, visits: pd.DataFrame, history: pd.DataFrame, cfg: Mapping[str, Any]
+) -> dict[str, float]:
+    last = visits.sort_values("iteration")["state"].to_numpy()[-int(cfg["last_visited"]) :]
     p_hat = empirical_pmf(last, pi.size)
     found = np.unique(visits["state"].to_numpy())
     losses = history.sort_values("iteration")["loss"].to_numpy()
@@ -88,9 +90,10 @@ def method_metrics(env, pi: np.ndarray, modes: np.ndarray, visits: pd.DataFrame,
         "jsd": jensen_shannon(p_hat, pi),
         "modes_found": float(modes[found].sum()),
         "modes_total": float(modes.sum()),
-        "loss_std_last": float(np.std(losses[-int(cfg["loss_window"]):], ddof=1)),
-        "trajectories_to_l1": sample_efficiency(visits, pi, int(cfg["last_visited"]), float(cfg["efficiency_l1"]),
-                                                int(cfg["efficiency_stride"])),
+        "loss_std_last": float(np.std(losses[-int(cfg["loss_window"]) :], ddof=1)),
+        "trajectories_to_l1": sample_efficiency(
+            visits, pi, int(cfg["last_visited"]), float(cfg["efficiency_l1"]), int(cfg["efficiency_stride"])
+        ),
     }
 
 
@@ -98,24 +101,33 @@ def word_columns(frame: pd.DataFrame) -> np.ndarray:
     return frame[[c for c in frame.columns if c.startswith("w") and c[1:].isdigit()]].to_numpy()
 
 
-def sequence_run_metrics(visits: pd.DataFrame, history: pd.DataFrame, modes: np.ndarray, spec: Mapping[str, Any],
-                         cfg: Mapping[str, Any]) -> dict[str, float]:
+def sequence_run_metrics(
+    visits: pd.DataFrame, history: pd.DataFrame, modes: np.ndarray, spec: Mapping[str, Any], cfg: Mapping[str, Any]
+) -> dict[str, float]:
     """Modes found, top-k reward and diversity over every visited sequence of training; loss std."""
     losses = history.sort_values("iteration")["loss"].to_numpy()
     values = sequence_metrics(word_columns(visits), modes, spec, cfg)
-    values["loss_std_last"] = float(np.std(losses[-int(cfg["loss_window"]):], ddof=1))
+    values["loss_std_last"] = float(np.std(losses[-int(cfg["loss_window"]) :], ddof=1))
     return values
 
 
-def evaluate_env(env, spec: Mapping[str, Any], target: pd.DataFrame, methods: Mapping[str, Mapping[str, Any]],
-                 runs: Iterable[tuple[str, int, str, pd.DataFrame, pd.DataFrame]],
-                 model: Mapping[str, Any], seeds: Iterable[int], cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def evaluate_env(
+    env,
+    spec: Mapping[str, Any],
+    target: pd.DataFrame,
+    methods: Mapping[str, Mapping[str, Any]],
+    runs: Iterable[tuple[str, int, str, pd.DataFrame, pd.DataFrame]],
+    model: Mapping[str, Any],
+    seeds: Iterable[int],
+    cfg: Mapping[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Long metrics table (method, seed, metric, value) and the pmfs (exact, per method for the first seed; empty
     for sequence envs). `target` is the preprocessed target (exact pmf, or the reference modes of a sequence
     env); `runs` yields (method, seed, checkpoint path, visits, history). Every env also gets the uniform
     sampler's rows and the same-batch loss identities. Game envs: `game_evaluation.evaluate_game`."""
     if spec["kind"] in GAME_KINDS:
         from paperflow.st_gfn.game_evaluation import evaluate_game  # imports this module's constants
+
         return evaluate_game(env, spec, target, methods, runs, model, seeds, cfg)
     enumerable = spec["kind"] in ENUMERABLE
     rows = []
@@ -128,15 +140,16 @@ def evaluate_env(env, spec: Mapping[str, Any], target: pd.DataFrame, methods: Ma
         if enumerable:
             values = enumerable_metrics(env, target, gfn, visits, history, cfg, seed)
             if seed == first_seed:
-                last = visits.sort_values("iteration", kind="stable")["state"].to_numpy()[-int(cfg["last_visited"]):]
+                last = visits.sort_values("iteration", kind="stable")["state"].to_numpy()[-int(cfg["last_visited"]) :]
                 pmfs[method] = empirical_pmf(last, len(target))
         else:
             values = sequence_run_metrics(visits, history, target.to_numpy(), spec, cfg)
         rows += [{"method": method, "seed": seed, "metric": k, "value": v} for k, v in values.items()]
     for seed in seeds:
         reference = make_gflownet(env, methods[next(iter(methods))], model)
-        uniform = sample_terminal(env, reference.pf, int(cfg["last_visited"]), int(cfg["eval_batch"]), 1.0,
-                                  seed + EVAL_SEED_OFFSET)
+        uniform = sample_terminal(
+            env, reference.pf, int(cfg["last_visited"]), int(cfg["eval_batch"]), 1.0, seed + EVAL_SEED_OFFSET
+        )
         if enumerable:
             pi = target["pi"].to_numpy()
             p_u = empirical_pmf(uniform["state"].to_numpy(), pi.size)
@@ -151,13 +164,15 @@ def evaluate_env(env, spec: Mapping[str, Any], target: pd.DataFrame, methods: Ma
     return pd.DataFrame(rows), pd.DataFrame(pmfs)
 
 
-def enumerable_metrics(env, target: pd.DataFrame, gfn, visits: pd.DataFrame, history: pd.DataFrame,
-                       cfg: Mapping[str, Any], seed: int) -> dict[str, float]:
+def enumerable_metrics(
+    env, target: pd.DataFrame, gfn, visits: pd.DataFrame, history: pd.DataFrame, cfg: Mapping[str, Any], seed: int
+) -> dict[str, float]:
     """Spec 8 against the exact target, plus on-policy L1 from fresh samples and |log Z_hat - log Z|."""
     pi, modes = target["pi"].to_numpy(), target["is_mode"].to_numpy()
     values = method_metrics(env, pi, modes, visits, history, cfg)
-    fresh = sample_terminal_states(env, gfn.pf, int(cfg["n_eval_samples"]), int(cfg["eval_batch"]), 0.0,
-                                   seed + EVAL_SEED_OFFSET)
+    fresh = sample_terminal_states(
+        env, gfn.pf, int(cfg["n_eval_samples"]), int(cfg["eval_batch"]), 0.0, seed + EVAL_SEED_OFFSET
+    )
     values["l1_on_policy"] = l1_mean(empirical_pmf(fresh, pi.size), pi)
     if getattr(gfn, "logZ", None) is not None:
         values["logz_abs_err"] = abs(float(gfn.logZ.detach()) - float(np.log(target["reward"].sum())))

@@ -5,7 +5,8 @@ game residuals. Rows go into the same long metrics table as the other envs' (met
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,14 +25,17 @@ def uniform_agent(game: Game) -> Agent:
     def act(boards: torch.Tensor) -> torch.Tensor:
         legal = game.legal(boards)
         return torch.multinomial(legal.to(torch.float32) + (~legal.any(-1, keepdim=True)).float(), 1).squeeze(-1)
+
     return act
 
 
 def policy_agent(net: GameNet) -> Agent:
     """Moves sampled from the trained policy (epsilon = 0)."""
+
     def act(boards: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return torch.multinomial(torch.softmax(net(boards)[0], -1), 1).squeeze(-1)
+
     return act
 
 
@@ -43,7 +47,7 @@ class OracleTable:
         self.powers = 3 ** torch.arange(game.n_cells)
         rows = oracle[~oracle["terminal"].astype(bool)]
         boards = boards_from_strings(rows["board"], game)
-        self.table = torch.zeros(3 ** game.n_cells, game.n_actions, dtype=torch.bool)
+        self.table = torch.zeros(3**game.n_cells, game.n_actions, dtype=torch.bool)
         self.table[self.code(boards)] = bits_to_mask(rows["optimal"].to_numpy(), game.n_actions)
 
     def code(self, boards: torch.Tensor) -> torch.Tensor:
@@ -51,10 +55,12 @@ class OracleTable:
 
     def agent(self) -> Agent:
         """A minimax player: uniformly among the optimal moves."""
+
         def act(boards: torch.Tensor) -> torch.Tensor:
             optimal = self.table.to(boards.device)[self.code(boards)]
             optimal = optimal | ~optimal.any(-1, keepdim=True)  # finished games: any move (ignored)
             return torch.multinomial(optimal.float(), 1).squeeze(-1)
+
         return act
 
 
@@ -75,13 +81,16 @@ def match_rates(game: Game, agent: Agent, opponent: Agent, n: int, name: str) ->
     as_first = play_match(game, agent, opponent, n)
     as_second = -play_match(game, opponent, agent, n)
     results = torch.cat([as_first, as_second]).double()
-    return {f"win_rate_vs_{name}": float((results > 0).double().mean()),
-            f"draw_rate_vs_{name}": float((results == 0).double().mean()),
-            f"loss_rate_vs_{name}": float((results < 0).double().mean())}
+    return {
+        f"win_rate_vs_{name}": float((results > 0).double().mean()),
+        f"draw_rate_vs_{name}": float((results == 0).double().mean()),
+        f"loss_rate_vs_{name}": float((results < 0).double().mean()),
+    }
 
 
-def game_identity_gaps(game: Game, method: Mapping[str, Any], model: Mapping[str, Any], lambd: float,
-                       batch: int, seed: int) -> dict[str, float]:
+def game_identity_gaps(
+    game: Game, method: Mapping[str, Any], model: Mapping[str, Any], lambd: float, batch: int, seed: int
+) -> dict[str, float]:
     """On one self-play batch of a fresh network (float64): |L_ST(lam = 0) - EDB| and |n L_ST(DC) - TB| per game
     (spec 7 (ii) on the game residuals), the largest gap over the batch."""
     torch.manual_seed(seed)
@@ -96,25 +105,39 @@ def game_identity_gaps(game: Game, method: Mapping[str, Any], model: Mapping[str
     lengths = games.lengths
     lam0 = spectral_loss_per_trajectory(delta, lengths, tikhonov(0.0))
     dc = spectral_loss_per_trajectory(delta, lengths, dc_only()) * lengths.to(delta.dtype)
-    edb = (delta ** 2).sum(0)
+    edb = (delta**2).sum(0)
     tb = delta.sum(0) ** 2
     return {"lam0_db_gap": float((lam0 - edb).abs().max()), "dc_tb_gap": float((dc - tb).abs().max())}
 
 
-def game_run_metrics(game: Game, net: GameNet, positions: Positions, oracle: OracleTable | None, history: pd.DataFrame,
-                     n_games: int, loss_window: int) -> dict[str, float]:
+def game_run_metrics(
+    game: Game,
+    net: GameNet,
+    positions: Positions,
+    oracle: OracleTable | None,
+    history: pd.DataFrame,
+    n_games: int,
+    loss_window: int,
+) -> dict[str, float]:
     values = optimal_fractions(net, positions)
     values.update(match_rates(game, policy_agent(net), uniform_agent(game), n_games, "random"))
     if oracle is not None:
         values.update(match_rates(game, policy_agent(net), oracle.agent(), n_games, "minimax"))
     losses = history.sort_values("iteration")["loss"].to_numpy()
-    values["loss_std_last"] = float(np.std(losses[-min(loss_window, len(losses)):], ddof=1))
+    values["loss_std_last"] = float(np.std(losses[-min(loss_window, len(losses)) :], ddof=1))
     return values
 
 
-def evaluate_game(game: Game, spec: Mapping[str, Any], target: pd.DataFrame, methods: Mapping[str, Mapping[str, Any]],
-                  runs: Iterable[tuple[str, int, str, pd.DataFrame, pd.DataFrame]], model: Mapping[str, Any],
-                  seeds: Iterable[int], cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def evaluate_game(
+    game: Game,
+    spec: Mapping[str, Any],
+    target: pd.DataFrame,
+    methods: Mapping[str, Mapping[str, Any]],
+    runs: Iterable[tuple[str, int, str, pd.DataFrame, pd.DataFrame]],
+    model: Mapping[str, Any],
+    seeds: Iterable[int],
+    cfg: Mapping[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The long metrics table of a game env (and an empty pmf table: a game has no target distribution).
     Rows for every (method, seed), the uniform policy, and the identities."""
     positions = Positions(game, target)
@@ -136,6 +159,8 @@ def evaluate_game(game: Game, spec: Mapping[str, Any], target: pd.DataFrame, met
         if oracle is not None:
             values.update(match_rates(game, uniform_agent(game), oracle.agent(), n_games, "minimax"))
         rows += [{"method": UNIFORM, "seed": seed, "metric": k, "value": v} for k, v in values.items()]
-        gaps = game_identity_gaps(game, methods[next(iter(methods))], model, float(spec["lambd"]), 16, seed + EVAL_SEED_OFFSET)
+        gaps = game_identity_gaps(
+            game, methods[next(iter(methods))], model, float(spec["lambd"]), 16, seed + EVAL_SEED_OFFSET
+        )
         rows += [{"method": IDENTITY, "seed": seed, "metric": k, "value": v} for k, v in gaps.items()]
     return pd.DataFrame(rows), pd.DataFrame()

@@ -6,8 +6,9 @@ computes the per-move residuals of `adversarial` and the method's loss. `GameRun
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,9 @@ class GameNet(nn.Module):
         self.game = game
         if with_log_z:
             self.logZ = nn.Parameter(torch.tensor(0.0))
-        self.register_buffer("freqs", time_frequencies(time_features, game.n_cells) if time_features else torch.zeros(0))
+        self.register_buffer(
+            "freqs", time_frequencies(time_features, game.n_cells) if time_features else torch.zeros(0)
+        )
         width = 2 * game.n_cells + 1 + 2 * time_features
         self.policy = mlp(width, hidden, layers, game.n_actions)
         self.flow = mlp(width, hidden, layers, 1)
@@ -42,7 +45,11 @@ class GameNet(nn.Module):
     def encode(self, boards: torch.Tensor) -> torch.Tensor:
         mover = self.game.to_move(boards)
         flat = boards.flatten(1)
-        planes = [(flat == mover[:, None].to(flat.dtype)), (flat == -mover[:, None].to(flat.dtype)), (mover < 0)[:, None]]
+        planes = [
+            (flat == mover[:, None].to(flat.dtype)),
+            (flat == -mover[:, None].to(flat.dtype)),
+            (mover < 0)[:, None],
+        ]
         x = torch.cat([p.to(torch.get_default_dtype()) for p in planes], dim=-1)
         if self.freqs.numel():
             x = torch.cat([x, fourier_features(self.game.stones(boards), self.freqs).to(x.dtype)], dim=-1)
@@ -63,8 +70,13 @@ def mlp(width: int, hidden: int, layers: int, out: int) -> nn.Sequential:
 
 
 def make_game_net(game: Game, method: Mapping[str, Any], model: Mapping[str, Any]) -> GameNet:
-    return GameNet(game, int(model["hidden"]), int(model["layers"]), int(method.get("time_features", 0)),
-                   GameLoss.uses_log_z(method))
+    return GameNet(
+        game,
+        int(model["hidden"]),
+        int(model["layers"]),
+        int(method.get("time_features", 0)),
+        GameLoss.uses_log_z(method),
+    )
 
 
 @dataclass
@@ -141,8 +153,10 @@ def optimal_fractions(net: GameNet, positions: Positions) -> dict[str, float]:
         logits, _ = net(positions.boards)
         probs = torch.softmax(logits, -1)
         argmax = positions.optimal.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
-        return {"optimal_argmax": float(argmax.double().mean()),
-                "optimal_sampled": float((probs * positions.optimal).sum(-1).double().mean())}
+        return {
+            "optimal_argmax": float(argmax.double().mean()),
+            "optimal_sampled": float((probs * positions.optimal).sum(-1).double().mean()),
+        }
 
 
 class GameRun(RunRecords):
@@ -150,8 +164,16 @@ class GameRun(RunRecords):
     reward lambda * o (+ log-space noise sigma), the loss; every `eval_every` iterations the optimal-move
     fractions on the reference positions. Build it right after the network (the torch seed set before both)."""
 
-    def __init__(self, game: Game, spec: Mapping[str, Any], method: Mapping[str, Any], net: GameNet,
-                 train: Mapping[str, Any], seed: int, target: pd.DataFrame) -> None:
+    def __init__(
+        self,
+        game: Game,
+        spec: Mapping[str, Any],
+        method: Mapping[str, Any],
+        net: GameNet,
+        train: Mapping[str, Any],
+        seed: int,
+        target: pd.DataFrame,
+    ) -> None:
         self.game, self.net, self.seed = game, net, seed
         self.device = next(net.parameters()).device
         self.lambd, self.sigma, self.epsilon = float(spec["lambd"]), float(spec["sigma"]), float(train["epsilon"])
@@ -161,7 +183,9 @@ class GameRun(RunRecords):
         self.noise = torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET)
         self.positions = Positions(game, target, self.device)
         self.losses = np.full(self.n_iterations, np.nan)
-        self.tracked: dict[str, np.ndarray] = {k: np.full(self.n_iterations, np.nan) for k in ("optimal_argmax", "optimal_sampled")}
+        self.tracked: dict[str, np.ndarray] = {
+            k: np.full(self.n_iterations, np.nan) for k in ("optimal_argmax", "optimal_sampled")
+        }
         self.visited: list[dict[str, np.ndarray]] = []
 
     def loss(self, it: int) -> torch.Tensor:
@@ -174,12 +198,26 @@ class GameRun(RunRecords):
         return self.objective(residuals_of(self.net, games, log_r), games.lengths)
 
     def history(self) -> pd.DataFrame:
-        return pd.DataFrame({"iteration": np.arange(self.n_iterations), "seed": self.seed, "loss": self.losses,
-                             "beta": 0.0, **self.tracked})
+        return pd.DataFrame(
+            {
+                "iteration": np.arange(self.n_iterations),
+                "seed": self.seed,
+                "loss": self.losses,
+                "beta": 0.0,
+                **self.tracked,
+            }
+        )
 
 
-def train_game(spec: Mapping[str, Any], target: pd.DataFrame, method: Mapping[str, Any], model: Mapping[str, Any],
-               train: Mapping[str, Any], seed: int, progress: bool = True):
+def train_game(
+    spec: Mapping[str, Any],
+    target: pd.DataFrame,
+    method: Mapping[str, Any],
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    seed: int,
+    progress: bool = True,
+):
     """Self-play training of one method with one seed in a plain torch loop (CPU scales).
     Returns (state_dict, history, visits: the outcome and length of every training game)."""
     torch.manual_seed(seed)

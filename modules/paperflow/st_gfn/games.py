@@ -11,8 +11,9 @@ Outcomes and values are from the first player's perspective: +1 win, 0 draw, -1 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from paperflow.st_gfn.settings import GAMES as GAME_KINDS  # the config's game kinds, defined once (torch-free)
+
 SYMBOLS = {1: "x", -1: "o", 0: "."}
 
 
@@ -71,8 +73,12 @@ class Game:
         """(B,) +1 / -1 where that player has `connect` stones in a row (any of the four directions), else 0."""
         x = boards.to(torch.float32)[:, None]
         k = self.connect
-        kernels = [torch.ones(1, 1, 1, k), torch.ones(1, 1, k, 1), torch.eye(k)[None, None],
-                   torch.eye(k).flip(-1)[None, None]]
+        kernels = [
+            torch.ones(1, 1, 1, k),
+            torch.ones(1, 1, k, 1),
+            torch.eye(k)[None, None],
+            torch.eye(k).flip(-1)[None, None],
+        ]
         best, worst = [], []
         for kernel in kernels:
             if kernel.shape[-2] > self.rows or kernel.shape[-1] > self.cols:
@@ -90,8 +96,9 @@ class Game:
         full = ~self.legal(boards).any(-1)
         return (outcome != 0) | full, outcome
 
-    def advance(self, boards: torch.Tensor, moves: torch.Tensor, done: torch.Tensor,
-                outcomes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def advance(
+        self, boards: torch.Tensor, moves: torch.Tensor, done: torch.Tensor, outcomes: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One move in every unfinished game of a batch: (boards, done, outcomes) after `moves`; finished
         games keep their board and outcome (their move is ignored)."""
         boards = torch.where(done[:, None, None], boards, self.play(boards, torch.where(done, 0, moves)))
@@ -155,7 +162,7 @@ def tictactoe_oracle() -> pd.DataFrame:
             values[cells], optimal[cells] = won, 0
             return won
         mover = 1 if sum(c != 0 for c in cells) % 2 == 0 else -1
-        child = {m: solve(cells[:m] + (mover,) + cells[m + 1:]) for m in moves}
+        child = {m: solve(cells[:m] + (mover,) + cells[m + 1 :]) for m in moves}
         best = max(child.values()) if mover == 1 else min(child.values())
         values[cells] = best
         optimal[cells] = sum(1 << m for m, v in child.items() if v == best)
@@ -164,14 +171,16 @@ def tictactoe_oracle() -> pd.DataFrame:
     solve((0,) * 9)
     cells = sorted(values)
     boards = np.array(cells, dtype=np.int8)
-    return pd.DataFrame({
-        "board": [board_string(b) for b in boards],
-        "to_move": np.where((boards != 0).sum(1) % 2 == 0, 1, -1),
-        "value": [values[c] for c in cells],
-        "terminal": [optimal[c] == 0 for c in cells],
-        "optimal": [optimal[c] for c in cells],
-        "legal": action_bits(boards == 0),
-    })
+    return pd.DataFrame(
+        {
+            "board": [board_string(b) for b in boards],
+            "to_move": np.where((boards != 0).sum(1) % 2 == 0, 1, -1),
+            "value": [values[c] for c in cells],
+            "terminal": [optimal[c] == 0 for c in cells],
+            "optimal": [optimal[c] for c in cells],
+            "legal": action_bits(boards == 0),
+        }
+    )
 
 
 # --- Connect-4: exact win/draw/loss negamax with alpha-beta and a transposition table -------------------
@@ -294,10 +303,17 @@ def connect4_test_set(n: int, empty: int, seed: int) -> pd.DataFrame:
         values = solver.move_values(board)  # for the player to move
         best = max(values.values())
         to_move = 1 if (board != 0).sum() % 2 == 0 else -1
-        rows.append({"board": board_string(board), "to_move": to_move, "value": to_move * best, "terminal": False,
-                     "optimal": sum(1 << c for c, v in values.items() if v == best),
-                     "legal": sum(1 << c for c in values),
-                     "move_values": " ".join(f"{c}:{v}" for c, v in sorted(values.items()))})
+        rows.append(
+            {
+                "board": board_string(board),
+                "to_move": to_move,
+                "value": to_move * best,
+                "terminal": False,
+                "optimal": sum(1 << c for c, v in values.items() if v == best),
+                "legal": sum(1 << c for c in values),
+                "move_values": " ".join(f"{c}:{v}" for c, v in sorted(values.items())),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -308,5 +324,7 @@ def reference_positions(spec: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[str
         frame = tictactoe_oracle()
         return frame, {"positions": "every reachable tic-tac-toe position (exact minimax oracle)"}
     frame = connect4_test_set(int(spec["test_positions"]), int(spec["test_empty"]), int(spec["test_seed"]))
-    return frame, {"positions": f"{len(frame)} Connect-4 positions with {spec['test_empty']} empty cells from random "
-                                f"play (seed {spec['test_seed']}), solved exactly (win/draw/loss negamax)"}
+    return frame, {
+        "positions": f"{len(frame)} Connect-4 positions with {spec['test_empty']} empty cells from random "
+        f"play (seed {spec['test_seed']}), solved exactly (win/draw/loss negamax)"
+    }

@@ -26,8 +26,9 @@ def identity_gaps(env, hidden: int, layers: int, batch: int, seed: int, time_fea
         log_r = trajectories.log_rewards.double() + torch.randn(batch, dtype=torch.float64)
         lengths = trajectories.terminating_idx
         db = DBGFlowNet(pf=pf, pb=pb, logF=log_f)
-        db_sum = db.loss(env, trajectories.to_transitions(), reduction="sum",
-                         log_rewards=transition_log_rewards(trajectories, log_r))
+        db_sum = db.loss(
+            env, trajectories.to_transitions(), reduction="sum", log_rewards=transition_log_rewards(trajectories, log_r)
+        )
         delta_db = residuals(pf, pb, log_f, trajectories, log_r)
         st0 = spectral_loss_per_trajectory(delta_db, lengths, tikhonov(0.0)).sum()
         tb = TBGFlowNet(pf=pf, pb=pb, init_logZ=0.37)

@@ -11,8 +11,9 @@ and reproduces `train_game` on the CPU.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import pytorch_lightning as pl
@@ -31,16 +32,30 @@ class RunModule(pl.LightningModule):
     """A training run as a LightningModule: `self.net` is what the optimizer trains, `self.run` (built on
     the fit's device by `on_fit_start`) does one iteration's work per "batch" (the iteration index)."""
 
-    def __init__(self, env_spec: Mapping[str, Any], target: pd.DataFrame | None, method: Mapping[str, Any],
-                 train: Mapping[str, Any], seed: int, iterations: int) -> None:
+    def __init__(
+        self,
+        env_spec: Mapping[str, Any],
+        target: pd.DataFrame | None,
+        method: Mapping[str, Any],
+        train: Mapping[str, Any],
+        seed: int,
+        iterations: int,
+    ) -> None:
         super().__init__()
-        self.env_spec, self.target, self.method, self.train_cfg, self.seed = dict(env_spec), target, dict(method), dict(train), seed
+        self.env_spec, self.target, self.method, self.train_cfg, self.seed = (
+            dict(env_spec),
+            target,
+            dict(method),
+            dict(train),
+            seed,
+        )
         self.iterations = iterations
         self.run = None
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(range(self.iterations), batch_size=None, shuffle=False,
-                          generator=torch.Generator().manual_seed(self.seed))
+        return DataLoader(
+            range(self.iterations), batch_size=None, shuffle=False, generator=torch.Generator().manual_seed(self.seed)
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return optimizer(self.net, self.train_cfg["lr"], self.train_cfg["lr_logz"])
@@ -55,8 +70,15 @@ class RunModule(pl.LightningModule):
 
 
 class GFlowNetModule(RunModule):
-    def __init__(self, env_spec: Mapping[str, Any], target: pd.DataFrame | None, method: Mapping[str, Any],
-                 model: Mapping[str, Any], train: Mapping[str, Any], seed: int) -> None:
+    def __init__(
+        self,
+        env_spec: Mapping[str, Any],
+        target: pd.DataFrame | None,
+        method: Mapping[str, Any],
+        model: Mapping[str, Any],
+        train: Mapping[str, Any],
+        seed: int,
+    ) -> None:
         super().__init__(env_spec, target, method, train, seed, int(train["iterations"]))
         self.gflownet = make_gflownet(make_env(env_spec, target), method, model)
 
@@ -72,8 +94,15 @@ class GFlowNetModule(RunModule):
 class GameModule(RunModule):
     """Self-play on a game (`game_training.GameRun`); the env spec carries the game's own iteration budget."""
 
-    def __init__(self, env_spec: Mapping[str, Any], target: pd.DataFrame, method: Mapping[str, Any],
-                 model: Mapping[str, Any], train: Mapping[str, Any], seed: int) -> None:
+    def __init__(
+        self,
+        env_spec: Mapping[str, Any],
+        target: pd.DataFrame,
+        method: Mapping[str, Any],
+        model: Mapping[str, Any],
+        train: Mapping[str, Any],
+        seed: int,
+    ) -> None:
         super().__init__(env_spec, target, method, train, seed, int(env_spec["iterations"]))
         self.game = make_game(env_spec)
         self.gamenet = make_game_net(self.game, method, model)
@@ -86,17 +115,34 @@ class GameModule(RunModule):
         self.run = GameRun(self.game, self.env_spec, self.method, self.gamenet, self.train_cfg, self.seed, self.target)
 
 
-def fit_one(env_spec: Mapping[str, Any], target: pd.DataFrame | None, method: Mapping[str, Any],
-            model: Mapping[str, Any], train: Mapping[str, Any], seed: int, *, run_dir: str | Path, name: str,
-            wandb: Mapping[str, Any] | None = None, tags: dict[str, str] | None = None):
+def fit_one(
+    env_spec: Mapping[str, Any],
+    target: pd.DataFrame | None,
+    method: Mapping[str, Any],
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    seed: int,
+    *,
+    run_dir: str | Path,
+    name: str,
+    wandb: Mapping[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
+):
     """Train one method with one seed through Lightning. Returns (state_dict of the GFlowNet / game network, history,
     visited terminal states, tracking ids). `deterministic="warn"`: deterministic kernels where torch has
     them, a warning (not an error) for the scatter-adds of the visit counts on a GPU."""
     seed_everything(seed)
     kind = GameModule if env_spec["kind"] in GAME_KINDS else GFlowNetModule
     module = kind(env_spec, target, method, model, train, seed)
-    trainer = make_trainer(max_epochs=1, run_dir=run_dir, name=name, wandb=wandb, tags=tags,
-                           gradient_clip_val=float(train["grad_clip"]), deterministic="warn")
+    trainer = make_trainer(
+        max_epochs=1,
+        run_dir=run_dir,
+        name=name,
+        wandb=wandb,
+        tags=tags,
+        gradient_clip_val=float(train["grad_clip"]),
+        deterministic="warn",
+    )
     trainer.fit(module)
     state = {k: v.detach().cpu() for k, v in module.net.state_dict().items()}
     return state, module.run.history(), module.run.visits(), tracking_ids(trainer)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from gfn.containers import Trajectories
@@ -23,8 +24,13 @@ def make_estimators(env: HyperGrid, hidden: int, layers: int, time_features: int
     pre = make_preprocessor(env, time_features)
     pre.target_dtype = dtype
     module_pf = MLP(input_dim=pre.output_dim, output_dim=env.n_actions, hidden_dim=hidden, n_hidden_layers=layers)
-    module_pb = MLP(input_dim=pre.output_dim, output_dim=env.n_actions - 1, hidden_dim=hidden,
-                    n_hidden_layers=layers, trunk=module_pf.trunk)
+    module_pb = MLP(
+        input_dim=pre.output_dim,
+        output_dim=env.n_actions - 1,
+        hidden_dim=hidden,
+        n_hidden_layers=layers,
+        trunk=module_pf.trunk,
+    )
     module_f = MLP(input_dim=pre.output_dim, output_dim=1, hidden_dim=hidden, n_hidden_layers=layers)
     pf = DiscretePolicyEstimator(module_pf, env.n_actions, is_backward=False, preprocessor=pre)
     pb = DiscretePolicyEstimator(module_pb, env.n_actions, is_backward=True, preprocessor=pre)
@@ -35,16 +41,28 @@ def make_estimators(env: HyperGrid, hidden: int, layers: int, time_features: int
 class SpectralGFlowNet(nn.Module):
     """ST-GFN [R]: the spectral loss of the per-step residuals (spec 2.2), optional edge intrinsic rewards."""
 
-    def __init__(self, pf, pb, log_f, filter_kind: str, lam: float, omega_c: float, order: int,
-                 s0_flow: str, pad_to_max: bool, length_weighting: bool) -> None:
+    def __init__(
+        self,
+        pf,
+        pb,
+        log_f,
+        filter_kind: str,
+        lam: float,
+        omega_c: float,
+        order: int,
+        s0_flow: str,
+        pad_to_max: bool,
+        length_weighting: bool,
+    ) -> None:
         super().__init__()
         self.pf, self.pb, self.logF = pf, pb, log_f
         self.logZ = nn.Parameter(torch.tensor(0.0)) if s0_flow == "logz" else None
         self.weight = make_filter(filter_kind, lam=lam, omega_c=omega_c, order=order)
         self.pad_to_max, self.length_weighting = pad_to_max, length_weighting
 
-    def loss(self, env, trajectories: Trajectories, log_rewards: torch.Tensor,
-             intrinsic: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(
+        self, env, trajectories: Trajectories, log_rewards: torch.Tensor, intrinsic: torch.Tensor | None = None
+    ) -> torch.Tensor:
         delta = residuals(self.pf, self.pb, self.logF, trajectories, log_rewards, self.logZ, intrinsic)
         lengths = trajectories.terminating_idx
         per_traj = spectral_loss_per_trajectory(delta, lengths, self.weight, self.pad_to_max)
@@ -62,9 +80,18 @@ def make_gflownet(env: HyperGrid, method: Mapping[str, Any], model: Mapping[str,
     if kind == "subtb":
         return SubTBGFlowNet(pf=pf, pb=pb, logF=log_f, weighting="geometric_within", lamda=float(method["lamda"]))
     if kind == "st_gfn":
-        return SpectralGFlowNet(pf, pb, log_f, method["filter"], float(method["lam"]), float(method["omega_c"]),
-                                int(method["order"]), method["s0_flow"], bool(method["pad_to_max"]),
-                                bool(method["length_weighting"]))
+        return SpectralGFlowNet(
+            pf,
+            pb,
+            log_f,
+            method["filter"],
+            float(method["lam"]),
+            float(method["omega_c"]),
+            int(method["order"]),
+            method["s0_flow"],
+            bool(method["pad_to_max"]),
+            bool(method["length_weighting"]),
+        )
     raise ValueError(f"unknown method kind {kind!r}")
 
 
@@ -77,8 +104,9 @@ def optimizer(gflownet: nn.Module, lr: float, lr_logz: float) -> torch.optim.Opt
     return torch.optim.Adam(([{"params": logz, "lr": lr_logz}] if logz else []) + [{"params": rest, "lr": lr}])
 
 
-def batch_loss(gflownet: nn.Module, env, trajectories: Trajectories, log_rewards: torch.Tensor,
-               intrinsic: torch.Tensor | None) -> torch.Tensor:
+def batch_loss(
+    gflownet: nn.Module, env, trajectories: Trajectories, log_rewards: torch.Tensor, intrinsic: torch.Tensor | None
+) -> torch.Tensor:
     """The method's loss on one batch; torchgfn baselines get the (noisy) observed log rewards."""
     if isinstance(gflownet, SpectralGFlowNet):
         return gflownet.loss(env, trajectories, log_rewards, intrinsic)

@@ -25,8 +25,9 @@ import gzip
 import itertools
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,13 +38,18 @@ from paperflow.core.download import fetch
 
 log = logging.getLogger(__name__)
 
-FILES = {"matrix": "GSE133344_filtered_matrix.mtx.gz", "genes": "GSE133344_filtered_genes.tsv.gz",
-         "barcodes": "GSE133344_filtered_barcodes.tsv.gz", "identities": "GSE133344_filtered_cell_identities.csv.gz"}
+FILES = {
+    "matrix": "GSE133344_filtered_matrix.mtx.gz",
+    "genes": "GSE133344_filtered_genes.tsv.gz",
+    "barcodes": "GSE133344_filtered_barcodes.tsv.gz",
+    "identities": "GSE133344_filtered_cell_identities.csv.gz",
+}
 CONTROL = "ctrl"
 LOG_REWARD_FLOOR = -80.0  # exp(-80) ~ 1.8e-35 stays a positive float32 reward
 
 
 # --- the files ----------------------------------------------------------------------------------------
+
 
 def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> dict[str, Path]:
     """The four GSE133344 files, fetched with their pinned sha256 (or written by the seeded generator)."""
@@ -58,7 +64,8 @@ def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> dict[s
         raise ConfigError(
             f"envs.{name}.sha256.{{{','.join(missing)}}} not set for {urls}: paperflow never downloads unpinned data. "
             f"Fetch the files once on a machine with network, run `sha256sum` on each, and set the values under "
-            f"envs.{name}.sha256 in config/st_gfn.yaml")
+            f"envs.{name}.sha256 in config/st_gfn.yaml"
+        )
     return {key: fetch(spec["base_url"] + FILES[key], cache / FILES[key], spec["sha256"][key]) for key in FILES}
 
 
@@ -96,8 +103,10 @@ def pseudobulk(files: Mapping[str, Path], chunk_entries: int = 5_000_000, progre
     barcodes = pd.read_csv(files["barcodes"], sep="\t", header=None).iloc[:, 0].astype(str).to_numpy()
     identity = read_identities(files["identities"]).set_index("cell_barcode")["condition"]
     if identity.index.has_duplicates:
-        raise ValueError(f"{files['identities']}: cell barcodes listed more than once, e.g. "
-                         f"{identity.index[identity.index.duplicated()][0]!r}")
+        raise ValueError(
+            f"{files['identities']}: cell barcodes listed more than once, e.g. "
+            f"{identity.index[identity.index.duplicated()][0]!r}"
+        )
     conditions = np.array(sorted(identity.unique()))
     code = {c: i for i, c in enumerate(conditions)}
     cell_condition = np.array([code.get(identity.get(b), -1) for b in barcodes], dtype=np.int64)
@@ -106,8 +115,15 @@ def pseudobulk(files: Mapping[str, Path], chunk_entries: int = 5_000_000, progre
     if (n_rows, n_cols) != (len(genes), len(barcodes)):
         raise ValueError(f"matrix is {n_rows} x {n_cols} but there are {len(genes)} genes and {len(barcodes)} barcodes")
     sums = np.zeros(len(conditions) * n_rows)
-    reader = pd.read_csv(files["matrix"], sep=" ", header=None, skiprows=skip, names=["gene", "cell", "count"],
-                         dtype={"gene": np.int64, "cell": np.int64, "count": np.float64}, chunksize=chunk_entries)
+    reader = pd.read_csv(
+        files["matrix"],
+        sep=" ",
+        header=None,
+        skiprows=skip,
+        names=["gene", "cell", "count"],
+        dtype={"gene": np.int64, "cell": np.int64, "count": np.float64},
+        chunksize=chunk_entries,
+    )
     with tqdm(total=entries, desc="pseudobulk", unit="entry", disable=not progress, mininterval=10) as bar:
         for chunk in reader:
             cond = cell_condition[chunk["cell"].to_numpy() - 1]
@@ -123,6 +139,7 @@ def pseudobulk(files: Mapping[str, Path], chunk_entries: int = 5_000_000, progre
 
 
 # --- the proxy (preprocess, no torch) -----------------------------------------------------------------
+
 
 def log_profiles(bulk: pd.DataFrame) -> pd.DataFrame:
     """log1p(10^4 counts / total) of each pseudobulk row, indexed by condition."""
@@ -140,7 +157,9 @@ def proxy(bulk: pd.DataFrame, spec: Mapping[str, Any]) -> dict[str, Any]:
     enough = n_cells[n_cells >= int(spec["min_cells"])].index
     singles = sorted(c for c in enough if c != CONTROL and "+" not in c)
     if len(singles) < int(spec["k"]):
-        raise ValueError(f"only {len(singles)} genes have a single perturbation with >= {spec['min_cells']} cells; k = {spec['k']}")
+        raise ValueError(
+            f"only {len(singles)} genes have a single perturbation with >= {spec['min_cells']} cells; k = {spec['k']}"
+        )
     doubles = sorted(c for c in enough if c.count("+") == 1 and all(g in singles for g in c.split("+")))
     shifts = profiles.loc[singles + doubles] - profiles.loc[CONTROL]
     candidates = [g for g in shifts.columns if g not in set(singles)]
@@ -152,24 +171,34 @@ def proxy(bulk: pd.DataFrame, spec: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError("no double perturbation of two single-perturbed genes to use as the target")
         target = max(doubles, key=lambda c: (n_cells[c], c))
     elif target not in doubles:
-        raise ConfigError(f"target = {target!r} is not a double perturbation of two genes with single perturbations "
-                          f"of >= {spec['min_cells']} cells; available: {', '.join(doubles[:20])}{' ...' if len(doubles) > 20 else ''}")
+        raise ConfigError(
+            f"target = {target!r} is not a double perturbation of two genes with single perturbations "
+            f"of >= {spec['min_cells']} cells; available: {', '.join(doubles[:20])}{' ...' if len(doubles) > 20 else ''}"
+        )
     single_shift = shifts.loc[singles, response].to_numpy()
     index = {g: i for i, g in enumerate(singles)}
     additive = [single_shift[[index[g] for g in d.split("+")]].sum(0) for d in doubles]
     measured = shifts.loc[doubles, response].to_numpy()
     r = float(np.corrcoef(np.ravel(additive), np.ravel(measured))[0, 1]) if doubles else float("nan")
-    return {"genes": singles, "response_genes": response, "single_shift": single_shift,
-            "target": target, "target_shift": shifts.loc[target, response].to_numpy(), "additive_r": r,
-            "n_doubles": len(doubles)}
+    return {
+        "genes": singles,
+        "response_genes": response,
+        "single_shift": single_shift,
+        "target": target,
+        "target_shift": shifts.loc[target, response].to_numpy(),
+        "additive_r": r,
+        "n_doubles": len(doubles),
+    }
 
 
-def gene_set_log_rewards(single_shift: np.ndarray, target_shift: np.ndarray, k: int, tau: float) -> tuple[np.ndarray, np.ndarray]:
+def gene_set_log_rewards(
+    single_shift: np.ndarray, target_shift: np.ndarray, k: int, tau: float
+) -> tuple[np.ndarray, np.ndarray]:
     """All k-sets of genes (rows of `single_shift`) in colex order and log R(S) = -||sum shift - target||^2 /
     (tau ||target||^2), floored at LOG_REWARD_FLOOR."""
     sets = np.array(sorted(itertools.combinations(range(len(single_shift)), k), key=lambda s: s[::-1]), dtype=np.int64)
     predicted = single_shift[sets].sum(axis=1)
-    distance = ((predicted - target_shift) ** 2).sum(-1) / (tau * float((target_shift ** 2).sum()))
+    distance = ((predicted - target_shift) ** 2).sum(-1) / (tau * float((target_shift**2).sum()))
     return sets, np.maximum(-distance, LOG_REWARD_FLOOR)
 
 
@@ -185,21 +214,35 @@ def target(bulk: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFrame, d
     p = proxy(bulk, spec)
     sets, log_r = gene_set_log_rewards(p["single_shift"], p["target_shift"], int(spec["k"]), float(spec["tau"]))
     genes = np.array(p["genes"])
-    frame = pd.DataFrame({"state": colex_rank(sets), "items": [" ".join(map(str, s)) for s in sets],
-                          "genes": ["+".join(genes[s]) for s in sets], "log_reward": log_r})
+    frame = pd.DataFrame(
+        {
+            "state": colex_rank(sets),
+            "items": [" ".join(map(str, s)) for s in sets],
+            "genes": ["+".join(genes[s]) for s in sets],
+            "log_reward": log_r,
+        }
+    )
     frame["reward"] = np.exp(frame["log_reward"])
     frame["pi"] = frame["reward"] / frame["reward"].sum()
     order = np.argsort(-frame["log_reward"].to_numpy(), kind="stable")
     frame["is_mode"] = False
     frame.loc[order[: int(spec["n_modes"])], "is_mode"] = True
-    meta = {"genes": p["genes"], "response_genes": p["response_genes"], "target": p["target"],
-            "additive_r": p["additive_r"], "n_doubles": p["n_doubles"]}
+    meta = {
+        "genes": p["genes"],
+        "response_genes": p["response_genes"],
+        "target": p["target"],
+        "additive_r": p["additive_r"],
+        "n_doubles": p["n_doubles"],
+    }
     return frame.sort_values("state").reset_index(drop=True), meta
 
 
 # --- a seeded stand-in in the same file format ----------------------------------------------------------
 
-def write_synthetic_norman(folder: Path, seed: int, n_genes: int = 60, n_perturbed: int = 6, cells_per_condition: int = 30) -> dict[str, Path]:
+
+def write_synthetic_norman(
+    folder: Path, seed: int, n_genes: int = 60, n_perturbed: int = 6, cells_per_condition: int = 30
+) -> dict[str, Path]:
     """GSE133344's four files for a small seeded population: controls, every single and every double of
     `n_perturbed` genes; each perturbation shifts a few response genes (doubles: the sum plus a small
     interaction), counts are Poisson."""
@@ -211,8 +254,10 @@ def write_synthetic_norman(folder: Path, seed: int, n_genes: int = 60, n_perturb
     effect = {g: np.where(rng.random(n_genes) < 0.2, rng.normal(0, 1.0, n_genes), 0.0) for g in perturbed}
     conditions = [("NegCtrl0_NegCtrl0__NegCtrl0_NegCtrl0", np.zeros(n_genes))]
     conditions += [(f"{g}_NegCtrl0__{g}_NegCtrl0", effect[g]) for g in perturbed]
-    conditions += [(f"{a}_{b}__{a}_{b}", effect[a] + effect[b] + rng.normal(0, 0.2, n_genes))
-                   for a, b in itertools.combinations(perturbed, 2)]
+    conditions += [
+        (f"{a}_{b}__{a}_{b}", effect[a] + effect[b] + rng.normal(0, 0.2, n_genes))
+        for a, b in itertools.combinations(perturbed, 2)
+    ]
     columns, identities = [], []
     for guide, shift in conditions:
         for _ in range(cells_per_condition):
@@ -231,6 +276,8 @@ def write_synthetic_norman(folder: Path, seed: int, n_genes: int = 60, n_perturb
     with gzip.open(paths["barcodes"], "wt") as handle:
         handle.writelines(f"{b}\n" for b, _ in identities)
     with gzip.open(paths["identities"], "wt") as handle:
-        handle.write("cell_barcode,guide_identity,read_count,UMI_count,coverage,gemgroup,good_coverage,number_of_cells\n")
+        handle.write(
+            "cell_barcode,guide_identity,read_count,UMI_count,coverage,gemgroup,good_coverage,number_of_cells\n"
+        )
         handle.writelines(f"{b},{g},100,10,10.0,1,True,1\n" for b, g in identities)
     return paths

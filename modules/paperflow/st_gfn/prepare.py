@@ -3,7 +3,8 @@ reference positions of games (optimal moves by the exact oracle or solver)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 

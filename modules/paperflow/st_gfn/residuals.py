@@ -31,9 +31,15 @@ def state_log_flows(log_f: ScalarEstimator, trajectories: Trajectories) -> torch
     return out.masked_scatter(mask, values.to(out.dtype))
 
 
-def residuals(pf: Estimator, pb: Estimator, log_f: ScalarEstimator, trajectories: Trajectories,
-              log_rewards: torch.Tensor, log_z: torch.Tensor | None = None,
-              intrinsic: torch.Tensor | None = None) -> torch.Tensor:
+def residuals(
+    pf: Estimator,
+    pb: Estimator,
+    log_f: ScalarEstimator,
+    trajectories: Trajectories,
+    log_rewards: torch.Tensor,
+    log_z: torch.Tensor | None = None,
+    intrinsic: torch.Tensor | None = None,
+) -> torch.Tensor:
     """delta (T, B), zero beyond each trajectory's length."""
     mask = step_mask(trajectories)
     lengths = trajectories.terminating_idx

@@ -42,15 +42,15 @@ class HyperGridSampler:
         states = env.all_states
         order = torch.argsort(env.get_states_indices(states))
         states = states[order]
-        self.coords = states.tensor                                   # (n_states, ndim), row = state index
-        self.encoding = pf.preprocessor(states)                       # what pf.forward feeds its module
-        masks = states.forward_masks                                  # increments inside the grid, exit
+        self.coords = states.tensor  # (n_states, ndim), row = state index
+        self.encoding = pf.preprocessor(states)  # what pf.forward feeds its module
+        masks = states.forward_masks  # increments inside the grid, exit
         self.invalid = ~masks
         count = masks.sum(dim=-1, keepdim=True).to(torch.get_default_dtype())
-        self.log_uniform = -torch.log(count)                          # torchgfn's _uniform_log_probs
+        self.log_uniform = -torch.log(count)  # torchgfn's _uniform_log_probs
         self.exit_action = int(env.exit_action.item())
         base = env.height ** torch.arange(env.ndim - 1, -1, -1, device=self.coords.device)
-        self.index_step = torch.cat([base, base.new_zeros(1)])        # index increment of each action
+        self.index_step = torch.cat([base, base.new_zeros(1)])  # index increment of each action
 
     def tabulate(self, n: int) -> bool:
         """Evaluate the policy once on every state of the grid when that is fewer module rows than the
@@ -90,7 +90,9 @@ class HyperGridSampler:
         indices, actions = [index], []
         active = torch.arange(n, device=device)
         weights = self._mixture_weights(epsilon)
-        table = self._probabilities(torch.arange(self.env.n_states, device=device), *weights) if self.tabulate(n) else None
+        table = (
+            self._probabilities(torch.arange(self.env.n_states, device=device), *weights) if self.tabulate(n) else None
+        )
         while active.numel() > 0:
             current = index[active]
             probs = table[current] if table is not None else self._probabilities(current, *weights)
@@ -102,10 +104,15 @@ class HyperGridSampler:
             indices.append(index)
             actions.append(action)
             active = (index >= 0).nonzero().squeeze(-1)
-        visited = torch.stack(indices)                                # (T + 1, n), -1 at the sink
+        visited = torch.stack(indices)  # (T + 1, n), -1 at the sink
         states = torch.where(visited[..., None] >= 0, self.coords[visited.clamp_min(0)], env.sf)
-        return Trajectories(env=env, states=env.States(states), actions=env.Actions(torch.stack(actions)[..., None]),
-                            terminating_idx=(visited >= 0).sum(0), is_backward=False)
+        return Trajectories(
+            env=env,
+            states=env.States(states),
+            actions=env.Actions(torch.stack(actions)[..., None]),
+            terminating_idx=(visited >= 0).sum(0),
+            is_backward=False,
+        )
 
 
 def make_sampler(env, pf: DiscretePolicyEstimator):

@@ -8,7 +8,8 @@ found within a Hamming distance, top-k mean reward and top-k diversity (mean pai
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,8 +22,14 @@ def make_bitseq(spec: Mapping[str, Any], device: str | torch.device = "cpu") -> 
     """torchgfn's BitSequence; its reference modes are drawn by torchgfn from `mode_seed`."""
     if spec["seq_size"] % spec["word_size"]:
         raise ValueError(f"seq_size {spec['seq_size']} is not a multiple of word_size {spec['word_size']}")
-    return BitSequence(word_size=int(spec["word_size"]), seq_size=int(spec["seq_size"]), n_modes=int(spec["n_modes"]),
-                       temperature=float(spec["temperature"]), seed=int(spec["mode_seed"]), device_str=str(device))
+    return BitSequence(
+        word_size=int(spec["word_size"]),
+        seq_size=int(spec["seq_size"]),
+        n_modes=int(spec["n_modes"]),
+        temperature=float(spec["temperature"]),
+        seed=int(spec["mode_seed"]),
+        device_str=str(device),
+    )
 
 
 def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -40,7 +47,7 @@ class WordOneHotPreprocessor(Preprocessor):
     padding), concatenated with Fourier features of t = the number of words written (spec 2.1 [R])."""
 
     def __init__(self, words_per_seq: int, word_size: int, n_frequencies: int) -> None:
-        self.n_values = 2 ** word_size + 2
+        self.n_values = 2**word_size + 2
         super().__init__(output_dim=words_per_seq * self.n_values + 2 * n_frequencies)
         self.freqs = time_frequencies(n_frequencies, words_per_seq + 1) if n_frequencies else None
 
@@ -87,9 +94,15 @@ def top_k(bits: np.ndarray, modes: np.ndarray, temperature: float, k: int) -> tu
     return float(reward[order].mean()), float(pairwise[np.triu_indices(len(best), 1)].mean())
 
 
-def sequence_metrics(words: np.ndarray, modes: np.ndarray, spec: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, float]:
+def sequence_metrics(
+    words: np.ndarray, modes: np.ndarray, spec: Mapping[str, Any], cfg: Mapping[str, Any]
+) -> dict[str, float]:
     """Spec 8 for sequences, on visited terminal sequences given as (n, words_per_seq) words."""
     bits = words_to_bits(words, int(spec["word_size"]))
     reward, diversity = top_k(bits, modes, float(spec["temperature"]), int(cfg["top_k"]))
-    return {"modes_found": float(modes_found(bits, modes, int(spec["mode_distance"]))),
-            "modes_total": float(len(modes)), "topk_reward": reward, "topk_diversity": diversity}
+    return {
+        "modes_found": float(modes_found(bits, modes, int(spec["mode_distance"]))),
+        "modes_total": float(len(modes)),
+        "topk_reward": reward,
+        "topk_diversity": diversity,
+    }

@@ -11,11 +11,20 @@ ENV_NEEDS = {
     "bitseq": ("word_size", "seq_size", "n_modes", "temperature", "mode_seed", "mode_distance"),
     "geneset": ("source", "k", "min_cells", "n_response_genes", "target", "tau", "n_modes"),
     "tictactoe": ("lambd", "iterations", "batch_size", "eval_every", "eval_games"),
-    "connect4": ("lambd", "iterations", "batch_size", "eval_every", "eval_games", "test_positions", "test_empty", "test_seed"),
+    "connect4": (
+        "lambd",
+        "iterations",
+        "batch_size",
+        "eval_every",
+        "eval_games",
+        "test_positions",
+        "test_empty",
+        "test_seed",
+    ),
 }
 SOURCE_NEEDS = {"geo": ("base_url", "sha256"), "synthetic_norman": ("synthetic_seed",)}
 ENUMERABLE = ("hypergrid", "geneset")  # envs with an exact target (L1 metrics)
-GAMES = ("tictactoe", "connect4")      # two-player games (optimal-move and win-rate metrics)
+GAMES = ("tictactoe", "connect4")  # two-player games (optimal-move and win-rate metrics)
 
 GAME_KEYS = set(ENV_NEEDS["connect4"])
 
@@ -23,8 +32,20 @@ NEEDS = {
     "tb": (),
     "db": (),
     "subtb": ("lamda",),
-    "st_gfn": ("filter", "lam", "omega_c", "order", "s0_flow", "pad_to_max", "length_weighting", "time_features",
-               "intrinsic", "beta0", "anneal_fraction", "omega_r"),
+    "st_gfn": (
+        "filter",
+        "lam",
+        "omega_c",
+        "order",
+        "s0_flow",
+        "pad_to_max",
+        "length_weighting",
+        "time_features",
+        "intrinsic",
+        "beta0",
+        "anneal_fraction",
+        "omega_r",
+    ),
 }
 
 
@@ -36,12 +57,18 @@ def check_env(name: str, spec: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: envs.{name} (kind {kind}) is missing key(s) {', '.join(missing)}")
     foreign = sorted(k for k in set(spec) & GAME_KEYS if k not in needs)
     if foreign:
-        raise ConfigError(f"{source}: envs.{name} (kind {kind}) has game key(s) {', '.join(foreign)}; "
-                          f"a {kind} env takes only: {', '.join(('kind', 'sigma') + needs)}")
+        raise ConfigError(
+            f"{source}: envs.{name} (kind {kind}) has game key(s) {', '.join(foreign)}; "
+            f"a {kind} env takes only: {', '.join(('kind', 'sigma') + needs)}"
+        )
     if kind == "bitseq" and spec["seq_size"] % spec["word_size"]:
-        raise ConfigError(f"{source}: envs.{name}.seq_size = {spec['seq_size']} is not a multiple of word_size = {spec['word_size']}")
+        raise ConfigError(
+            f"{source}: envs.{name}.seq_size = {spec['seq_size']} is not a multiple of word_size = {spec['word_size']}"
+        )
     if kind == "bitseq" and spec["mode_distance"] > spec["seq_size"]:
-        raise ConfigError(f"{source}: envs.{name}.mode_distance = {spec['mode_distance']} exceeds seq_size = {spec['seq_size']}")
+        raise ConfigError(
+            f"{source}: envs.{name}.mode_distance = {spec['mode_distance']} exceeds seq_size = {spec['seq_size']}"
+        )
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -50,7 +77,9 @@ def check(cfg: dict[str, Any], source: str) -> None:
     for name in cfg["run_envs"]:
         require_member(name, cfg["envs"], source, "run_envs[...]")
     if sorted(cfg["env_methods"]) != sorted(cfg["run_envs"]):
-        raise ConfigError(f"{source}: env_methods has keys {sorted(cfg['env_methods'])} but run_envs is {sorted(cfg['run_envs'])}; give each run env its methods")
+        raise ConfigError(
+            f"{source}: env_methods has keys {sorted(cfg['env_methods'])} but run_envs is {sorted(cfg['run_envs'])}; give each run env its methods"
+        )
     for env, methods in cfg["env_methods"].items():
         for m in methods:
             require_member(m, cfg["methods"], source, f"env_methods.{env}[...]")
@@ -62,8 +91,10 @@ def check(cfg: dict[str, Any], source: str) -> None:
     for key in ("noisy_env", "clean_env"):
         require_member(claims[key], cfg["run_envs"], source, f"claims.{key}")
         if cfg["envs"][claims[key]]["kind"] not in ENUMERABLE:
-            raise ConfigError(f"{source}: claims.{key} = {claims[key]!r} is a {cfg['envs'][claims[key]]['kind']} env; the "
-                              f"claims compare L1 to an exact target, so it must be one of the kinds {', '.join(ENUMERABLE)}")
+            raise ConfigError(
+                f"{source}: claims.{key} = {claims[key]!r} is a {cfg['envs'][claims[key]]['kind']} env; the "
+                f"claims compare L1 to an exact target, so it must be one of the kinds {', '.join(ENUMERABLE)}"
+            )
     noisy, clean = cfg["env_methods"][claims["noisy_env"]], cfg["env_methods"][claims["clean_env"]]
     require_member(claims["method"], noisy, source, f"claims.method (methods of {claims['noisy_env']})")
     require_member(claims["lam0_method"], clean, source, f"claims.lam0_method (methods of {claims['clean_env']})")
@@ -78,9 +109,13 @@ def check(cfg: dict[str, Any], source: str) -> None:
             require_member(name, cfg["env_methods"][env], source, f"{name!r} (methods of {env})")
     lam0 = cfg["methods"][claims["lam0_method"]]
     if lam0["kind"] != "st_gfn" or lam0["lam"] != 0 or lam0["filter"] != "tikhonov":
-        raise ConfigError(f"{source}: claims.lam0_method = {claims['lam0_method']!r} must be an st_gfn method with filter tikhonov and lam 0")
+        raise ConfigError(
+            f"{source}: claims.lam0_method = {claims['lam0_method']!r} must be an st_gfn method with filter tikhonov and lam 0"
+        )
     if cfg["evaluate"]["last_visited"] > cfg["train"]["iterations"] * cfg["train"]["batch_size"]:
-        raise ConfigError(f"{source}: evaluate.last_visited = {cfg['evaluate']['last_visited']} exceeds the "
-                          f"{cfg['train']['iterations'] * cfg['train']['batch_size']} trajectories of training")
+        raise ConfigError(
+            f"{source}: evaluate.last_visited = {cfg['evaluate']['last_visited']} exceeds the "
+            f"{cfg['train']['iterations'] * cfg['train']['batch_size']} trajectories of training"
+        )
     if cfg["evaluate"]["loss_window"] > cfg["train"]["iterations"]:
         raise ConfigError(f"{source}: evaluate.loss_window exceeds train.iterations")

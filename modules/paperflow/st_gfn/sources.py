@@ -6,8 +6,9 @@ games need no data: spec section 4)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -32,8 +33,17 @@ def download(name: str, spec: Mapping[str, Any], cache_dir: str | Path, out: str
         source = {key: str(path) for key, path in files.items()}
     elif kind in GAME_KINDS:
         game = make_game(spec)
-        frame = pd.DataFrame([{"game": game.name, "rows": game.rows, "cols": game.cols, "connect": game.connect,
-                               "gravity": game.gravity}])
+        frame = pd.DataFrame(
+            [
+                {
+                    "game": game.name,
+                    "rows": game.rows,
+                    "cols": game.cols,
+                    "connect": game.connect,
+                    "gravity": game.gravity,
+                }
+            ]
+        )
         source = "game rules (no download)"
     else:
         raise ValueError(f"unknown env kind {kind!r}")

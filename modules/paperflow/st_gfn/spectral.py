@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -68,8 +68,9 @@ def frequency_weights(weight: Filter, n: int, dtype: torch.dtype, device: torch.
     return weight(frequencies(n, dtype=dtype, device=device))
 
 
-def spectral_loss_per_trajectory(delta: torch.Tensor, lengths: torch.Tensor, weight: Filter,
-                                 pad_to_max: bool = False) -> torch.Tensor:
+def spectral_loss_per_trajectory(
+    delta: torch.Tensor, lengths: torch.Tensor, weight: Filter, pad_to_max: bool = False
+) -> torch.Tensor:
     """L_ST per trajectory for padded residuals `delta` (T, B) whose column b has `lengths[b]` valid steps.
 
     Default: the circular DFT of each trajectory's own length (trajectories grouped by length, one

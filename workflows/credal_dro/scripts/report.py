@@ -12,4 +12,6 @@ with snakemake_job(snakemake) as job:
         params=dict(job.params.items()),
         out=dict(job.output.items()),
     )
-    job.note(seeds=sorted({s for v in job.params.seeds.values() for s in v}), claims_held={c.id: c.held for c in claims})
+    job.note(
+        seeds=sorted({s for v in job.params.seeds.values() for s in v}), claims_held={c.id: c.held for c in claims}
+    )

@@ -5,7 +5,12 @@ from paperflow.credal_dro.heads import train_text
 from paperflow.credal_dro.tables import load_splits
 
 with snakemake_job(snakemake) as job:
-    doc = train_text(job.wildcards.method, load_splits(job.input.splits), json.loads(open(job.input.bulks).read()),
-                     dict(job.params.cfg), job.params.seeds)
+    doc = train_text(
+        job.wildcards.method,
+        load_splits(job.input.splits),
+        json.loads(open(job.input.bulks).read()),
+        dict(job.params.cfg),
+        job.params.seeds,
+    )
     open(job.output[0], "w").write(json.dumps(doc, indent=1))
     job.note(seeds=job.params.seeds)

@@ -11,5 +11,7 @@ with snakemake_job(snakemake) as job:
     runs = [(part, m) for part in p.partitions for m in p.methods for _ in p.groups]  # the rule's input order
     curves = pd.concat(pd.read_csv(f).assign(partition=k[0], method=k[1]) for k, f in zip(runs, job.input.curves))
     clients = pd.concat(pd.read_csv(f).assign(partition=k[0], method=k[1]) for k, f in zip(runs, job.input.clients))
-    claims = write_report(frames=frames, curves=curves, clients=clients, params=dict(p.items()), out=dict(job.output.items()))
+    claims = write_report(
+        frames=frames, curves=curves, clients=clients, params=dict(p.items()), out=dict(job.output.items())
+    )
     job.note(seeds=p.seeds, claims_held={c.id: c.held for c in claims})

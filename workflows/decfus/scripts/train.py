@@ -4,8 +4,14 @@ from paperflow.decfus.training import train_run
 with snakemake_job(snakemake) as job:
     seeds = list(job.params.seeds)
     info = train_run(
-        method=job.wildcards.method, train_file=job.input.train, test_file=job.input.test,
-        partition_files=list(job.input.partitions), seeds=seeds, model=dict(job.params.model), train=dict(job.params.train),
-        decfus=dict(job.params.decfus), out=dict(job.output.items()),
+        method=job.wildcards.method,
+        train_file=job.input.train,
+        test_file=job.input.test,
+        partition_files=list(job.input.partitions),
+        seeds=seeds,
+        model=dict(job.params.model),
+        train=dict(job.params.train),
+        decfus=dict(job.params.decfus),
+        out=dict(job.output.items()),
     )
     job.note(seeds=seeds, **info)

@@ -2,8 +2,8 @@ import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.job import snakemake_job
-from paperflow.mtbl_wc.experiment import evaluate
 from paperflow.mtbl_wc.arrays import load_npz
+from paperflow.mtbl_wc.experiment import evaluate
 
 with snakemake_job(snakemake) as job:
     seeds, methods = list(job.params.seeds), list(job.params.methods)

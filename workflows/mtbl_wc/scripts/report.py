@@ -1,7 +1,7 @@
 from paperflow.core.io import read_frame
 from paperflow.core.job import snakemake_job
-from paperflow.mtbl_wc.claims import write_report
 from paperflow.mtbl_wc.arrays import load_npz
+from paperflow.mtbl_wc.claims import write_report
 
 with snakemake_job(snakemake) as job:
     names, seeds = list(job.params.problems), list(job.params.seeds)

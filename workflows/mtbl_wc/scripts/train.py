@@ -1,7 +1,7 @@
 from paperflow.core.io import write_frame
 from paperflow.core.job import snakemake_job
-from paperflow.mtbl_wc.experiment import train
 from paperflow.mtbl_wc.arrays import load_npz, save_npz
+from paperflow.mtbl_wc.experiment import train
 
 with snakemake_job(snakemake) as job:
     seed = int(job.wildcards.seed)

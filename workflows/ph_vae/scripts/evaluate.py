@@ -11,8 +11,12 @@ with snakemake_job(snakemake) as job:
     ckpts = iter(job.input.checkpoints)  # ordered decoder-major, seed-minor (see the rule)
     metrics, samples = evaluate(
         checkpoints=[(d, s, next(ckpts)) for d in job.params.decoders for s in seeds],
-        x_test=x_test, x_all=x_all, truth=meta["truth"], n_samples=cfg["n_samples"],
-        tail_q=cfg["tail_q"], min_tail=cfg["min_tail"],
+        x_test=x_test,
+        x_all=x_all,
+        truth=meta["truth"],
+        n_samples=cfg["n_samples"],
+        tail_q=cfg["tail_q"],
+        min_tail=cfg["min_tail"],
     )
     write_frame(job.output.metrics, metrics, {"dataset": job.wildcards.dataset, "truth": meta["truth"]})
     write_frame(job.output.samples, samples, {"dataset": job.wildcards.dataset})

@@ -6,9 +6,7 @@ from paperflow.ph_vae.claims import write_report
 
 with snakemake_job(snakemake) as job:
     names = job.params.datasets
-    histories = pd.concat(
-        pd.read_csv(path).assign(dataset=path.split("/")[-3]) for path in job.input.histories
-    )
+    histories = pd.concat(pd.read_csv(path).assign(dataset=path.split("/")[-3]) for path in job.input.histories)
     claims = write_report(
         frames={n: read_frame(p)[0] for n, p in zip(names, job.input.metrics)},
         samples={n: read_frame(p)[0] for n, p in zip(names, job.input.samples)},

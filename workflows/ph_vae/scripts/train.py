@@ -9,8 +9,14 @@ with snakemake_job(snakemake) as job:
     histories, tracking = [], {}
     for seed, ckpt in zip(job.params.seeds, job.output.checkpoints):
         history, tracking[f"seed{seed}"] = fit(
-            x, decoder=job.wildcards.decoder, seed=seed, model=job.params.model, train=job.params.train,
-            run_dir=job.params.run_dir, checkpoint=ckpt, wandb=job.params.wandb,
+            x,
+            decoder=job.wildcards.decoder,
+            seed=seed,
+            model=job.params.model,
+            train=job.params.train,
+            run_dir=job.params.run_dir,
+            checkpoint=ckpt,
+            wandb=job.params.wandb,
             tags={"paper": "ph_vae", "rule": job.rule, "dataset": job.wildcards.dataset},
         )
         histories.append(history)

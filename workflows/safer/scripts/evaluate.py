@@ -2,6 +2,13 @@ from paperflow.core.job import snakemake_job
 from paperflow.safer.evaluation import run_evaluation
 
 with snakemake_job(snakemake) as job:
-    info = run_evaluation(job.wildcards.method, job.input.tasks, job.input.states, dict(job.params.method), job.params.tpr,
-                          job.output.acc, job.output.open)
+    info = run_evaluation(
+        job.wildcards.method,
+        job.input.tasks,
+        job.input.states,
+        dict(job.params.method),
+        job.params.tpr,
+        job.output.acc,
+        job.output.open,
+    )
     job.note(**info)

@@ -18,17 +18,34 @@ with snakemake_job(snakemake) as job:
     for seed in job.params.seeds:  # seeds in one job: process start would dominate runs of seconds
         if lightning:
             states[f"seed{seed}"], history, visited, tracking[f"seed{seed}"] = fit_one(
-                spec, target, method, job.params.model, train, seed, run_dir=job.params.run_dir,
-                name=f"{job.wildcards.env}-{job.wildcards.method}-seed{seed}", wandb=job.params.wandb,
-                tags={"paper": "st_gfn", "rule": job.rule, "env": job.wildcards.env, "method": job.wildcards.method})
+                spec,
+                target,
+                method,
+                job.params.model,
+                train,
+                seed,
+                run_dir=job.params.run_dir,
+                name=f"{job.wildcards.env}-{job.wildcards.method}-seed{seed}",
+                wandb=job.params.wandb,
+                tags={"paper": "st_gfn", "rule": job.rule, "env": job.wildcards.env, "method": job.wildcards.method},
+            )
         elif spec["kind"] in GAME_KINDS:
             states[f"seed{seed}"], history, visited = train_game(spec, target, method, job.params.model, train, seed)
         else:
-            states[f"seed{seed}"], history, visited = train_one(make_env(spec, target), spec, method, job.params.model,
-                                                                train, seed)
+            states[f"seed{seed}"], history, visited = train_one(
+                make_env(spec, target), spec, method, job.params.model, train, seed
+            )
         histories.append(history)
         visits.append(visited)
     torch.save(states, job.output.model)
-    write_frame(job.output.history, pd.concat(histories, ignore_index=True), {"env": job.wildcards.env, "method": job.wildcards.method})
-    write_frame(job.output.visits, pd.concat(visits, ignore_index=True), {"env": job.wildcards.env, "method": job.wildcards.method})
+    write_frame(
+        job.output.history,
+        pd.concat(histories, ignore_index=True),
+        {"env": job.wildcards.env, "method": job.wildcards.method},
+    )
+    write_frame(
+        job.output.visits,
+        pd.concat(visits, ignore_index=True),
+        {"env": job.wildcards.env, "method": job.wildcards.method},
+    )
     job.note(seeds=job.params.seeds, noise_seed_offset=NOISE_SEED_OFFSET, engine=train["engine"], tracking=tracking)

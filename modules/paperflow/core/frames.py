@@ -1,0 +1,41 @@
+"""Long-frame helpers shared by the papers' claims: one value per seed, mean/std/n over seeds.
+
+A long frame has one row per measurement: label columns (method, dataset, metric, ...), a `seed`
+column and a value column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def select(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
+    """The rows whose columns equal the given values; an unknown column raises."""
+    unknown = [c for c in where if c not in frame.columns]
+    if unknown:
+        raise KeyError(f"no column(s) {unknown} in frame; columns are {list(frame.columns)}")
+    mask = np.ones(len(frame), dtype=bool)
+    for column, value in where.items():
+        mask &= (frame[column] == value).to_numpy()
+    return frame[mask]
+
+
+def per_seed(frame: pd.DataFrame, seeds: Sequence[int], value: str = "value", **where: Any) -> list[float]:
+    """The value of the rows matching `where`, one per seed in the order of `seeds`; NaN where a seed
+    has no row (a claim over it then does not hold). Two rows for one seed raise."""
+    rows = select(frame, **where)
+    duplicated = rows.seed[rows.seed.duplicated()].unique().tolist()
+    if duplicated:
+        raise ValueError(f"seed(s) {duplicated} have several rows for {where}")
+    by_seed = dict(zip(rows.seed.tolist(), rows[value].tolist()))
+    return [float(by_seed.get(s, np.nan)) for s in seeds]
+
+
+def seed_summary(frame: pd.DataFrame, by: Sequence[str], value: str = "value") -> pd.DataFrame:
+    """Mean, std (ddof 1) and number of seeds of `value` per group of `by`, sorted by `by`."""
+    grouped = frame.groupby(list(by))[value]
+    return grouped.agg(mean="mean", std="std", n_seeds="count").reset_index()
