@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.ph_vae.plots import qq, survival_curves
 
 LABELS = {"gauss": "Gaussian", "student_t": "Student-t", "gev": "GEV", "ph": "PH"}
 FOLLOW_UP = "follow-up paper (arXiv 2605.18931): PH reduces tail KS up to x6 and extreme-quantile error up to x10 vs Gaussian on Pareto data"
@@ -18,9 +19,7 @@ FOLLOW_UP = "follow-up paper (arXiv 2605.18931): PH reduces tail KS up to x6 and
 
 def per_seed(metrics: pd.DataFrame, decoder: str, metric: str, dim: int, seeds: Sequence[int]) -> list[float]:
     """The metric of `decoder` for each seed, in seed order; NaN where a seed has no value."""
-    rows = metrics[(metrics.decoder == decoder) & (metrics.metric == metric) & (metrics.dim == dim)]
-    by_seed = dict(zip(rows.seed, rows.value))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    return frames_lib.per_seed(metrics, seeds, decoder=decoder, metric=metric, dim=dim)
 
 
 def tail_claims(
@@ -90,8 +89,7 @@ def build_claims(
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Mean and std over seeds of every metric, per dataset, decoder and dim."""
     long = pd.concat([f.assign(dataset=name) for name, f in frames.items()], ignore_index=True)
-    grouped = long.groupby(["dataset", "decoder", "dim", "metric"])["value"]
-    return grouped.agg(mean="mean", std="std", n_seeds="count").reset_index()
+    return frames_lib.seed_summary(long, ["dataset", "decoder", "dim", "metric"])
 
 
 def headline_rows(table: pd.DataFrame, metrics: Sequence[str]) -> list[dict[str, Any]]:
@@ -118,10 +116,13 @@ def figures(
     histories: pd.DataFrame,
     decoders: Sequence[str],
     seed: int,
-    out: Mapping[str, str | Path],
-) -> None:
+) -> list[Figure]:
     names = list(samples)
-    for key, draw in (("tail_figure", plots.survival_curves), ("qq_figure", plots.qq)):
+    out = []
+    for key, caption, draw in (
+        ("figure_tail", "Tail survival functions above the data's 0.9 quantile", survival_curves),
+        ("figure_qq", "QQ plot of model against test-data quantiles (0.5 to 0.999)", qq),
+    ):
         panels = [(n, j) for n in names for j in range(tests[n].shape[1])]
         fig, axes = plots.subplots(len(panels))
         for ax, (name, j) in zip(axes, panels):
@@ -130,7 +131,7 @@ def figures(
                 LABELS[d]: frame[(frame.decoder == d) & (frame.seed == seed)][f"x{j}"].to_numpy() for d in decoders
             }
             draw(ax, model, tests[name][:, j], f"{name} dim {j} (seed {seed})")
-        plots.save(fig, out[key])
+        out.append(Figure(key, caption, fig))
     fig, axes = plots.subplots(len(names))
     for ax, name in zip(axes, names):
         part = histories[histories.dataset == name]
@@ -141,7 +142,7 @@ def figures(
         ax.set_ylabel("negative ELBO (train, mean over seeds)")
         ax.set_title(name)
         ax.legend(fontsize=7)
-    plots.save(fig, out["loss_figure"])
+    return [*out, Figure("figure_loss", "Training loss per epoch", fig)]
 
 
 LIMITATIONS = [
@@ -152,20 +153,17 @@ LIMITATIONS = [
 ]
 
 
-def write_report(
+def build_report(
     *,
     frames: Mapping[str, pd.DataFrame],
     samples: Mapping[str, pd.DataFrame],
     tests: Mapping[str, np.ndarray],
     histories: pd.DataFrame,
     params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
+) -> Report:
     decoders, seeds = list(params["decoders"]), list(params["seeds"])
     claims = build_claims(frames, params["claim_dataset"], decoders, seeds, params["tail_q"])
     table = summary_table(frames)
-    table.to_csv(out["table"], index=False)
-    figures(samples, tests, histories, decoders, seeds[0], out)
     ks = f"ks_tail@{params['tail_q']:g}"
     kl_rows = headline_rows(table, ["test_kl", "test_nelbo_per_dim"])
     sections = [
@@ -191,29 +189,16 @@ def write_report(
         ("Test ELBO and KL (KL near 0 means the decoder acts as one fitted law)", markdown_table(kl_rows)),
         ("Data", "\n".join(f"- `{n}`: {spec}" for n, spec in params["dataset_specs"].items())),
     ]
-    text = render_report(
+    return Report(
         title="PH-VAE: phase-type decoders for heavy-tailed data",
-        scale=params["scale"],
         summary=(
             f"Decoders {', '.join(LABELS[d] for d in decoders)} share the encoder, latent prior and training; "
             f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_dataset']}`."
         ),
         claims=claims,
         sections=sections,
-        figures=[
-            ("Tail survival functions above the data's 0.9 quantile", "figures/tail_survival.png"),
-            ("QQ plot of model against test-data quantiles (0.5 to 0.999)", "figures/qq.png"),
-            ("Training loss per epoch", "figures/training_loss.png"),
-        ],
+        figures=figures(samples, tests, histories, decoders, seeds[0]),
+        tables=[Table("table_tail", "Every metric: mean, std and number of seeds", table)],
         limitations=LIMITATIONS,
+        metrics={"table": table.replace({np.nan: None}).to_dict(orient="records"), "limitation": LIMITATIONS[0]},
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="ph_vae",
-        scale=params["scale"],
-        claims=claims,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        limitation=LIMITATIONS[0],
-    )
-    return claims

@@ -8,9 +8,8 @@ with snakemake_job(snakemake) as job:
     x_test, meta = read_array(job.input.test)
     x_all = np.vstack([read_array(job.input.train)[0], x_test])
     seeds, cfg = job.params.seeds, job.params.evaluate
-    ckpts = iter(job.input.checkpoints)  # ordered decoder-major, seed-minor (see the rule)
     metrics, samples = evaluate(
-        checkpoints=[(d, s, next(ckpts)) for d in job.params.decoders for s in seeds],
+        checkpoints=[(d, s, path) for (d, s), path in job.keyed("ckpt", types=(str, int)).items()],
         x_test=x_test,
         x_all=x_all,
         truth=meta["truth"],
