@@ -4,17 +4,27 @@ Snakemake tracks the `script:` file of a rule but not the modules that script im
 therefore carries `code_hash(<script>)` as a param: the sha256 over every `paperflow` module the
 script imports, transitively (found by reading the import statements, without importing anything,
 so the Snakefile stays fast and needs no torch).
+
+Each file's imports are parsed once per process and kept with the sha256 of the content they were
+parsed from: the many rules of a composed workflow share their library modules, and a file edited
+while the process lives (a long-running Snakemake API session, a test) is parsed again.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-from functools import cache
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "paperflow"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+# fields of a statement (or except handler, match case) that hold a list of statements
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+# (file, module name) -> (sha256 of the content parsed, names it imports)
+_IMPORTS: dict[tuple[Path, str], tuple[str, frozenset[str]]] = {}
 
 
 def module_file(name: str) -> Path | None:
@@ -28,11 +38,23 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def _imported_names(path: Path, module: str) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every statement of `tree`, nested ones (in functions, classes, if/try/with/match blocks) included.
+    Import statements live only in statement bodies, so expressions, far more numerous, are skipped."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in _BLOCK_FIELDS:
+            todo.extend(getattr(node, field, ()))
+
+
+def _parse_imports(source: bytes, path: Path, module: str) -> frozenset[str]:
+    """Every module name `source` (the file `path`, imported as `module`) imports, relative ones resolved."""
+    tree = ast.parse(source, filename=str(path))
     is_package = path.name == "__init__.py"
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -43,35 +65,52 @@ def _imported_names(path: Path, module: str) -> set[str]:
                 parent = node.module or ""
             names.add(parent)
             names.update(f"{parent}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
-@cache
-def module_closure(script: str | Path) -> tuple[tuple[str, Path], ...]:
-    """(module name, file) of every paperflow module that `script` imports, directly or not."""
-    script = Path(script)
+def _imported_names(path: Path, module: str) -> tuple[str, frozenset[str]]:
+    """(sha256 of `path`, the names it imports): parsed only when the content differs from the last parse."""
+    source = path.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()
+    cached = _IMPORTS.get((path, module))
+    if cached is not None and cached[0] == digest:
+        return cached
+    entry = (digest, _parse_imports(source, path, module))
+    _IMPORTS[(path, module)] = entry
+    return entry
+
+
+def _closure(script: Path) -> dict[str, tuple[Path, str]]:
+    """Module name -> (file, sha256) of every paperflow module that `script` imports, directly or not."""
     if not script.is_file():
         raise FileNotFoundError(f"no script {script}")
-    seen: dict[str, Path] = {}
-    todo = sorted(_imported_names(script, "__main__"))
+    seen: dict[str, tuple[Path, str]] = {}
+    visited: set[str] = set()
+    todo = sorted(_imported_names(script, "__main__")[1])
     while todo:
         name = todo.pop()
-        path = module_file(name)
-        if path is None or name in seen:
+        if name in visited:
             continue
-        seen[name] = path
+        visited.add(name)
+        path = module_file(name)
+        if path is None:
+            continue
+        digest, names = _imported_names(path, name)
+        seen[name] = (path, digest)
         parts = name.split(".")
         todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run too
-        todo.extend(_imported_names(path, name))
-    return tuple(sorted(seen.items()))
+        todo.extend(names)
+    return seen
+
+
+def module_closure(script: str | Path) -> tuple[tuple[str, Path], ...]:
+    """(module name, file) of every paperflow module that `script` imports, directly or not."""
+    return tuple(sorted((name, path) for name, (path, _) in _closure(Path(script)).items()))
 
 
 def file_hashes(script: str | Path) -> dict[str, str]:
     """sha256 of each library file in the closure of `script`, keyed by path relative to modules/."""
-    return {
-        str(path.relative_to(PACKAGE_DIR.parent)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for _, path in module_closure(script)
-    }
+    return {str(path.relative_to(PACKAGE_DIR.parent)): digest for path, digest in _closure(Path(script)).values()}
 
 
 def code_hash(script: str | Path) -> str:
