@@ -4,7 +4,7 @@ training loss, as the released code does.
 
 The maths of a step lives in two torch-only tasks (`AdjacencyTask`, `DenoiserTask`); two engines drive
 them with the same random streams (`train.engine`):
-- `loop` (smoke scale): a plain torch loop in this module. A fit lasts seconds there, and importing
+- `loop` (smoke scale): the plain torch loop `paperflow.core.loop.run_loop`. A fit lasts seconds there, and importing
   Lightning alone costs about 4 s of CPU per job, which the 3-minute smoke budget does not leave.
 - `lightning` (tiny and paper scale): `paperflow.spaef.lightning`, a LightningModule around the same task,
   fitted by `paperflow.core.training.make_trainer` on the job's devices (CSV logging, wandb when enabled).
@@ -13,8 +13,6 @@ On the CPU both give the same numbers bit for bit (tests check it)."""
 from __future__ import annotations
 
 import logging
-import random
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,9 @@ import pandas as pd
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm import tqdm
 
+from paperflow.core.loop import run_loop
+from paperflow.core.seeding import seed_all
 from paperflow.spaef.model import Adjacency, AdjacencyAE, SpaEF, with_self_loops, zinb_loss
 
 log = logging.getLogger(__name__)
@@ -36,14 +35,6 @@ ENGINES = ("loop", "lightning")
 def edge_tensor(edges: np.ndarray, n: int) -> torch.Tensor:
     """(E, 2) numpy source/target pairs -> (2, E') long tensor with self-loops."""
     return with_self_loops(torch.as_tensor(np.asarray(edges, dtype=np.int64).reshape(-1, 2).T.copy()), n)
-
-
-def seed_all(seed: int) -> None:
-    """The generators `pytorch_lightning.seed_everything` seeds (python, numpy, torch incl. CUDA), without
-    importing Lightning; both engines seed through this, so they draw the same dropout masks."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class AdjacencyTask(nn.Module):
@@ -115,21 +106,18 @@ class DenoiserTask(nn.Module):
 
 def fit_loop(task: AdjacencyTask | DenoiserTask, epochs: int, name: str, progress: bool | None = None) -> pd.DataFrame:
     """Train `task` for `epochs` full-batch steps; the per-epoch logs as Lightning's CSV logger writes them."""
-    torch.use_deterministic_algorithms(True, warn_only=True)  # as the Lightning engine's trainer (deterministic="warn")
     opt, scheduler = task.optimizer()
     task.train()
-    rows = []
-    show = sys.stderr.isatty() if progress is None else progress  # as make_trainer's progress bar: only on a terminal
-    bar = tqdm(range(epochs), desc=name, mininterval=5, disable=not show)
-    for epoch in bar:
-        loss, logs = task.step_loss(epoch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if scheduler is not None:
-            scheduler.step()
-        rows.append({"epoch": epoch, **{k: float(v.detach()) for k, v in logs.items()}})
-    return pd.DataFrame(rows)
+    records = run_loop(
+        task.step_loss,
+        opt,
+        epochs,
+        scheduler=scheduler,
+        deterministic=True,  # as the Lightning engine's trainer (deterministic="warn")
+        desc=name,
+        progress=progress,
+    )
+    return pd.DataFrame(records).rename(columns={"step": "epoch"})
 
 
 def _fit(

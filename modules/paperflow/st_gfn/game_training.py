@@ -15,12 +15,13 @@ import pandas as pd
 import torch
 from torch import nn
 
+from paperflow.core.seeding import seed_all
 from paperflow.st_gfn.adversarial import GameLoss, first_player_flows, game_residuals, log_children, log_reward
 from paperflow.st_gfn.envs import observed_log_reward
 from paperflow.st_gfn.games import Game, bits_to_mask, boards_from_strings, make_game
 from paperflow.st_gfn.models import optimizer
 from paperflow.st_gfn.sequences import fourier_features, time_frequencies
-from paperflow.st_gfn.training import NOISE_SEED_OFFSET, RunRecords, run_loop
+from paperflow.st_gfn.training import NOISE_SEED_OFFSET, RunRecords
 
 NEG = -1e9
 
@@ -216,15 +217,14 @@ def train_game(
     model: Mapping[str, Any],
     train: Mapping[str, Any],
     seed: int,
-    progress: bool = True,
+    progress: bool | None = None,
 ):
     """Self-play training of one method with one seed in a plain torch loop (CPU scales).
     Returns (state_dict, history, visits: the outcome and length of every training game)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
+    seed_all(seed)
     game = make_game(spec)
     net = make_game_net(game, method, model)
     opt = optimizer(net, train["lr"], train["lr_logz"])
     run = GameRun(game, spec, method, net, train, seed, target)
-    run_loop(run, net, opt, float(train["grad_clip"]), f"{spec['kind']} {method['kind']} seed {seed}", progress)
+    run.fit(net, opt, float(train["grad_clip"]), f"{spec['kind']} {method['kind']} seed {seed}", progress)
     return net.state_dict(), run.history(), run.visits()

@@ -1,8 +1,8 @@
 """The training loop of spec 2.4. `TrainingRun` is one iteration's work (sample, observe the noisy reward,
 intrinsic reward, loss) and the records; two engines drive it with the same random streams:
 
-- `train_one`, a plain torch loop (tiny and smoke scale: runs of seconds, where Lightning's start-up and
-  per-step hooks would dominate);
+- `train_one`, the plain torch loop `paperflow.core.loop.run_loop` (tiny and smoke scale: runs of seconds,
+  where Lightning's start-up and per-step hooks would dominate);
 - `paperflow.st_gfn.lightning` (paper scale, `train.engine: lightning`): a LightningModule whose training
   step is `TrainingRun.loss`, on whatever device the job was given.
 """
@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
+from paperflow.core.loop import run_loop
+from paperflow.core.seeding import seed_all
 from paperflow.st_gfn.envs import max_length, n_state_keys, observed_log_reward, state_keys, terminal_record
 from paperflow.st_gfn.intrinsic import annealed_beta, anticausal_credit, autocorrelation_kernel, lorentzian_psd, novelty
 from paperflow.st_gfn.models import batch_loss, make_gflownet, optimizer
@@ -53,6 +54,22 @@ class RunRecords:
 
     def record_loss(self, it: int, loss: torch.Tensor) -> None:
         self.losses[it] = float(loss.detach())
+
+    def fit(
+        self, net: torch.nn.Module, opt: torch.optim.Optimizer, grad_clip: float, desc: str, progress: bool | None
+    ) -> None:
+        """The plain-loop engine: one `self.loss(it)` step per iteration, the gradients of `net` clipped to
+        norm `grad_clip`, the losses recorded (Lightning drives the same runs at paper scale)."""
+        records = run_loop(
+            self.loss,
+            opt,
+            self.n_iterations,
+            grad_clip=grad_clip,
+            clip_parameters=net.parameters(),
+            desc=desc,
+            progress=progress,
+        )
+        self.losses[:] = [r["loss"] for r in records]
 
     def visits(self) -> pd.DataFrame:
         columns = {k: np.concatenate([v[k] for v in self.visited]) for k in self.visited[0]}
@@ -116,28 +133,13 @@ def train_one(
     model: Mapping[str, Any],
     train: Mapping[str, Any],
     seed: int,
-    progress: bool = True,
+    progress: bool | None = None,
 ):
-    """Train one method on `env` (built from `env_spec`) with one seed, in a plain torch loop.
-    Returns (state_dict, history, visited terminal states)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
+    """Train one method on `env` (built from `env_spec`) with one seed, in a plain torch loop (progress bar
+    on a terminal unless `progress` says). Returns (state_dict, history, visited terminal states)."""
+    seed_all(seed)
     gfn = make_gflownet(env, method, model)
     opt = optimizer(gfn, train["lr"], train["lr_logz"])
     run = TrainingRun(env, env_spec, method, gfn, train, seed)
-    run_loop(run, gfn, opt, float(train["grad_clip"]), f"{method['kind']} seed {seed}", progress)
+    run.fit(gfn, opt, float(train["grad_clip"]), f"{method['kind']} seed {seed}", progress)
     return gfn.state_dict(), run.history(), run.visits()
-
-
-def run_loop(
-    run, net: torch.nn.Module, opt: torch.optim.Optimizer, grad_clip: float, desc: str, progress: bool
-) -> None:
-    """The plain-loop engine: one `run.loss(it)` step per iteration, clipped, recorded (a `TrainingRun` or a
-    `game_training.GameRun`; Lightning drives the same runs at paper scale)."""
-    for it in tqdm(range(run.n_iterations), desc=desc, disable=not progress, mininterval=5):
-        loss = run.loss(it)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), grad_clip)
-        opt.step()
-        run.record_loss(it, loss)
