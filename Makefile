@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: install lint smoke test test-fast report clean
+.PHONY: install lint smoke test test-fast report record clean
 
 $(BIN)/.installed: pyproject.toml envs/no-deps.txt envs/pip-check-allowed.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ test-fast: install
 
 report: install
 	$(BIN)/snakemake --report report.html
+
+record: install  # after `make smoke`: docs/results/smoke.{json,md} from the audited results/smoke
+	$(BIN)/paperflow record write --scale smoke
 
 clean:
 	rm -rf results .snakemake report.html report.zip

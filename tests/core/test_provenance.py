@@ -1,4 +1,5 @@
-"""Provenance records, audit (pass, tamper, missing record) and the code-hash rerun param."""
+"""Provenance records, audit of a file and of a tree (pass, tamper, missing record, unrecorded file)
+and the code-hash rerun param."""
 
 from __future__ import annotations
 
@@ -39,8 +40,16 @@ def chain(tmp_path):
     (raw,) = make_job(tmp_path, "download", [source], {"raw.txt": "raw"})
     train, test = make_job(tmp_path, "preprocess", [raw], {"train.txt": "tr", "test.txt": "te"})
     (model,) = make_job(tmp_path, "train", [train], {"model.bin": "weights"})
-    (report,) = make_job(tmp_path, "report", [model, test], {"report.md": "# r"})
-    return {"source": source, "raw": raw, "train": train, "test": test, "model": model, "report": report}
+    report, metrics = make_job(tmp_path, "report", [model, test], {"report.md": "# r", "metrics.json": '{"held": 1}'})
+    return {
+        "source": source,
+        "raw": raw,
+        "train": train,
+        "test": test,
+        "model": model,
+        "report": report,
+        "metrics": metrics,
+    }
 
 
 def test_record_has_hashes_params_and_environment(chain):
@@ -74,6 +83,55 @@ def test_audit_fails_and_names_a_tampered_file(chain, victim, capsys):
     assert any(str(chain[victim]) in p and p.startswith("MISMATCH") for p in report.problems)
     assert cli_main(["audit", str(chain["report"])]) == 1
     assert str(chain[victim]) in capsys.readouterr().err
+
+
+def test_audit_of_a_report_covers_the_other_outputs_of_its_job(chain, capsys):
+    chain["metrics"].write_text('{"held": 0}')
+    report = audit(chain["report"])
+    assert [p for p in report.problems if p.startswith(f"MISMATCH {chain['metrics']}:")], report.problems
+    assert cli_main(["audit", str(chain["report"])]) == 1
+    assert f"MISMATCH {chain['metrics']}" in capsys.readouterr().err
+    chain["metrics"].unlink()
+    assert any(p.startswith(f"MISSING {chain['metrics']}") for p in audit(chain["report"]).problems)
+
+
+def test_tree_audit_passes_on_a_clean_tree_and_ignores_logs_and_benchmarks(chain, capsys):
+    results = chain["report"].parent
+    for folder in ("logs/train", "benchmarks", ".snakemake"):
+        (results / folder).mkdir(parents=True)
+        (results / folder / "x.txt").write_text("no record by design")
+    report = audit(results)
+    assert report.ok, report.problems
+    assert report.jobs == 4 and set(report.rules.values()) == {"download", "preprocess", "train", "report"}
+    assert len(report.checked) == 6  # every output under the tree
+    assert cli_main(["audit", str(results)]) == 0
+    assert "audit OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("victim", ["raw", "test", "metrics"])
+def test_tree_audit_fails_and_names_a_tampered_file(chain, victim, capsys):
+    chain[victim].write_text("tampered")
+    report = audit(chain["report"].parent)
+    assert any(p.startswith(f"MISMATCH {chain[victim]}:") for p in report.problems), report.problems
+    assert cli_main(["audit", str(chain["report"].parent)]) == 1
+    assert str(chain[victim]) in capsys.readouterr().err
+
+
+def test_tree_audit_names_a_file_without_a_record(chain, capsys):
+    stray = chain["report"].parent / "tables" / "extra.csv"
+    stray.parent.mkdir()
+    stray.write_text("a,b\n")
+    report = audit(chain["report"].parent)
+    assert report.problems == [f"NO RECORD {stray}: a file under {chain['report'].parent} that no job recorded"]
+    assert cli_main(["audit", str(chain["report"].parent)]) == 1
+    assert str(stray) in capsys.readouterr().err
+
+
+def test_tree_audit_fails_on_a_tree_without_records(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert audit(tmp_path / "empty").problems == [
+        f"NO RECORD {tmp_path / 'empty'}: no provenance record anywhere under it"
+    ]
 
 
 def test_audit_fails_on_a_missing_record_or_file(chain):

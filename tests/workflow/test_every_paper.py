@@ -1,10 +1,12 @@
 """Every paper in workflows/ at tiny scale, through the real Snakemake CLI: the DAG has every stage,
-the run finishes, the report states its claims, the provenance audit passes, and a second run has
+the run finishes, the report states its claims, the provenance audit of the report and of the paper's
+whole tree passes (and catches a flipped claim and an unrecorded file), and a second run has
 nothing to do. Paper-specific content is checked in tests/papers/test_<slug>.py."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,28 @@ def test_tiny_run_end_to_end(scratch, slug):
     assert {f"{slug}_{stage}" for stage in ("train", "evaluate", "report")} <= set(result.rules.values())
     again = run_snakemake(scratch, "-n", "--cores", "2", *args)
     assert "Nothing to be done" in again.stdout + again.stderr
+    assert_tree_audit_covers_the_report(out)
+
+
+def assert_tree_audit_covers_the_report(out: Path) -> None:
+    """The paper's whole tree audits clean; a flipped `held` in metrics.json fails the audit of the
+    report beside it, and a file without a record fails the tree audit. Both are undone after."""
+    tree = audit(out)
+    assert tree.ok, tree.problems
+    metrics = out / "metrics.json"
+    saved, stat = metrics.read_bytes(), metrics.stat()
+    doc = json.loads(saved)
+    doc["claims"][0]["held"] = not doc["claims"][0]["held"]
+    try:
+        metrics.write_text(json.dumps(doc, indent=2))
+        problems = audit(out / "report.md").problems
+        assert any(p.startswith(f"MISMATCH results/tiny/{out.name}/metrics.json:") for p in problems), problems
+    finally:
+        metrics.write_bytes(saved)
+        os.utime(metrics, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    stray = out / "unrecorded.txt"
+    stray.write_text("no job wrote this")
+    try:
+        assert audit(out).problems == [f"NO RECORD {stray}: a file under {out} that no job recorded"]
+    finally:
+        stray.unlink()

@@ -4,8 +4,9 @@ Each job writes one record (JSON) and stores it beside each of its outputs as `<
 A record names the rule, wildcards, params, every input and output with its sha256, the code
 (git commit and dirty flag, the hash of the library modules the stage imports, the script), the
 environment (Python, key packages, the conda env file and its hash), the host, the SLURM job, the
-seeds, start and end times and the tracking run ids. `audit` walks the records from any file back to
-the downloads and checks each hash against the file on disk.
+seeds, start and end times and the tracking run ids. `audit` checks a file's job (every output it
+recorded) and walks the records back to the downloads, checking each hash against the file on disk;
+given a directory it audits the whole tree and names every data file that has no record.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ SLURM_VARS = (
     "CUDA_VISIBLE_DEVICES",
     "SLURM_CLUSTER_NAME",
 )
+UNRECORDED_DIRS = ("logs", "benchmarks")  # folders of a results tree that no job records (see audit_tree)
 
 
 def record_path(path: str | Path) -> Path:
@@ -194,19 +196,12 @@ class AuditReport:
     sources: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     rules: dict[str, str] = field(default_factory=dict)
+    jobs: int = 0  # distinct jobs whose outputs and inputs were checked
+    hashed: int = 0  # distinct files hashed
 
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def _check_hash(base: Path, path: str, recorded: str, what: str, report: AuditReport) -> None:
-    if not (base / path).is_file():
-        report.problems.append(f"MISSING {path}: {what} but the file is gone")
-        return
-    actual = sha256_file(base / path)
-    if actual != recorded:
-        report.problems.append(f"MISMATCH {path}: sha256 on disk {actual[:12]}... != {recorded[:12]}... {what}")
 
 
 def _base_dir(target: Path, record: Mapping[str, Any]) -> tuple[Path, str] | None:
@@ -222,55 +217,157 @@ def _base_dir(target: Path, record: Mapping[str, Any]) -> tuple[Path, str] | Non
     return None
 
 
-def audit(target: str | Path) -> AuditReport:
-    """Walk the provenance records from `target` back to its sources, verifying every hash on disk.
+def _job_key(record: Mapping[str, Any]) -> str:
+    """One job's identity: the same record is stored beside each of its outputs."""
+    return json.dumps(record, sort_keys=True)
 
-    Recorded paths are relative to the directory the workflow ran in; that directory is found from
-    the target's own record, so `audit` works from any current directory."""
-    report = AuditReport(target=str(target))
-    target_abs = Path(target).resolve()
-    try:
-        first = read_record(target_abs)
-    except (FileNotFoundError, json.JSONDecodeError) as exc:
-        report.problems.append(f"NO RECORD {target}: {exc}")
-        return report
-    located = _base_dir(target_abs, first)
-    if located is None:
-        report.problems.append(f"BROKEN RECORD {record_path(target)}: it does not list {target} as an output")
-        return report
-    base, recorded_target = located
-    queue: deque[str] = deque([recorded_target])
-    seen: set[str] = set()
-    while queue:
-        path = queue.popleft()
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            record = read_record(base / path)
-        except FileNotFoundError as exc:
-            report.problems.append(f"NO RECORD {path}: {exc}")
-            continue
-        except json.JSONDecodeError as exc:
-            report.problems.append(f"BROKEN RECORD {record_path(path)}: {exc}")
-            continue
-        report.checked.append(path)
-        report.rules[path] = record["rule"]
-        mine = [o for o in record["outputs"] if o["path"] == path]
-        if not mine:
-            report.problems.append(f"BROKEN RECORD {record_path(path)}: it does not list {path} as an output")
-        for out in mine:
-            _check_hash(base, path, out["sha256"], f"(recorded as output of rule {record['rule']})", report)
-        for inp in record["inputs"]:
-            _check_hash(
-                base, inp["path"], inp["sha256"], f"(recorded as input of rule {record['rule']} for {path})", report
+
+class _Auditor:
+    """Walks records into one `AuditReport`, hashing each file and checking each job only once."""
+
+    def __init__(self, report: AuditReport) -> None:
+        self.report = report
+        self._hashes: dict[Path, str | None] = {}
+        self._jobs: set[str] = set()
+        self._walked: set[Path] = set()
+
+    def _sha(self, path: Path) -> str | None:
+        if path not in self._hashes:
+            self._hashes[path] = sha256_file(path) if path.is_file() else None
+            self.report.hashed += self._hashes[path] is not None
+        return self._hashes[path]
+
+    def _check_hash(self, base: Path, path: str, recorded: str, what: str) -> None:
+        actual = self._sha(base / path)
+        if actual is None:
+            self.report.problems.append(f"MISSING {path}: {what} but the file is gone")
+        elif actual != recorded:
+            self.report.problems.append(
+                f"MISMATCH {path}: sha256 on disk {actual[:12]}... != {recorded[:12]}... {what}"
             )
-            if inp.get("source"):
-                if inp["path"] not in report.sources:
-                    report.sources.append(inp["path"])
-            else:
-                queue.append(inp["path"])
+
+    def start(self, target: Path) -> None:
+        """Audit `target`: its job (every output it recorded) and every job upstream of it."""
+        target_abs = target.resolve()
+        try:
+            first = read_record(target_abs)
+        except (FileNotFoundError, json.JSONDecodeError) as exc:
+            self.report.problems.append(f"NO RECORD {target}: {exc}")
+            return
+        located = _base_dir(target_abs, first)
+        if located is None:
+            self.report.problems.append(f"BROKEN RECORD {record_path(target)}: it does not list {target} as an output")
+            return
+        self._walk(*located)
+
+    def _walk(self, base: Path, start: str) -> None:
+        queue: deque[str] = deque([start])
+        while queue:
+            path = queue.popleft()
+            if base / path in self._walked:
+                continue
+            self._walked.add(base / path)
+            try:
+                record = read_record(base / path)
+            except FileNotFoundError as exc:
+                self.report.problems.append(f"NO RECORD {path}: {exc}")
+                continue
+            except json.JSONDecodeError as exc:
+                self.report.problems.append(f"BROKEN RECORD {record_path(path)}: {exc}")
+                continue
+            self.report.checked.append(path)
+            self.report.rules[path] = record["rule"]
+            if not any(o["path"] == path for o in record["outputs"]):
+                self.report.problems.append(f"BROKEN RECORD {record_path(path)}: it does not list {path} as an output")
+            queue.extend(self._job(base, path, record))
+
+    def _job(self, base: Path, path: str, record: Mapping[str, Any]) -> list[str]:
+        """Check every output and input hash of the job behind `path` (once per job); return the
+        generated inputs still to walk."""
+        key = _job_key(record)
+        if key in self._jobs:
+            return []
+        self._jobs.add(key)
+        self.report.jobs += 1
+        rule = record["rule"]
+        for out in record["outputs"]:
+            self._check_hash(base, out["path"], out["sha256"], f"(recorded as output of rule {rule})")
+        upstream = []
+        for inp in record["inputs"]:
+            self._check_hash(base, inp["path"], inp["sha256"], f"(recorded as input of rule {rule} for {path})")
+            if not inp.get("source"):
+                upstream.append(inp["path"])
+            elif inp["path"] not in self.report.sources:
+                self.report.sources.append(inp["path"])
+        return upstream
+
+
+def audit(target: str | Path) -> AuditReport:
+    """Verify `target` against the provenance records, every hash against the file on disk.
+
+    For a file: its job's record, i.e. every output that job wrote (a report's metrics.json, tables
+    and figures as well as the report), then every job upstream of it back to the sources. For a
+    directory: `audit_tree`. Recorded paths are relative to the directory the workflow ran in; that
+    directory is found from the target's own record, so `audit` works from any current directory."""
+    if Path(target).is_dir():
+        return audit_tree(target)
+    report = AuditReport(target=str(target))
+    _Auditor(report).start(Path(target))
     return report
+
+
+def _unrecorded_by_design(name: str) -> bool:
+    """Whether a folder or file of this name in a results tree legitimately has no record."""
+    return name in UNRECORDED_DIRS or name.startswith(".snakemake")
+
+
+def tree_files(root: str | Path) -> tuple[list[Path], list[Path]]:
+    """The provenance records and the data files under `root`, sorted, leaving out what has no record
+    by design (see `audit_tree`)."""
+    records: list[Path] = []
+    data: list[Path] = []
+    top = Path(root)
+    for folder, dirnames, filenames in os.walk(top):
+        here = Path(folder)
+        dirnames[:] = sorted(d for d in dirnames if not _unrecorded_by_design(d))
+        for name in filenames:
+            if _unrecorded_by_design(name):
+                continue
+            (records if name.endswith(SUFFIX) else data).append(here / name)
+    return sorted(records), sorted(data)
+
+
+def audit_tree(root: str | Path) -> AuditReport:
+    """Audit a whole results tree (e.g. `results/smoke`): every record under it as `audit` does for a
+    file, and every data file under it must have a record.
+
+    Left out, because nothing records them by design: the `.prov.json` records themselves (each is
+    checked as a record), any `logs/` folder (job logs, and the CSV and wandb run folders that live in
+    it), any `benchmarks/` folder (Snakemake's `benchmark:` TSVs) and Snakemake's own `.snakemake*`
+    metadata. Anything else without a record is a problem, as is a tree without any record."""
+    report = AuditReport(target=str(root))
+    if not Path(root).is_dir():
+        report.problems.append(f"MISSING {root}: not a directory")
+        return report
+    records, data = tree_files(root)
+    if not records:
+        report.problems.append(f"NO RECORD {root}: no provenance record anywhere under it")
+    for path in data:
+        if not record_path(path).is_file():
+            report.problems.append(f"NO RECORD {path}: a file under {root} that no job recorded")
+    auditor = _Auditor(report)
+    for rec in records:
+        auditor.start(rec.with_name(rec.name.removesuffix(SUFFIX)))
+    return report
+
+
+def job_records(root: str | Path) -> list[dict[str, Any]]:
+    """Each job recorded under `root` once (a job's record stands beside each of its outputs)."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for rec in tree_files(root)[0]:
+        record = json.loads(rec.read_text())
+        jobs.setdefault(_job_key(record), record)
+    return list(jobs.values())
 
 
 def lineage(target: str | Path) -> list[str]:

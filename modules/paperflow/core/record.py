@@ -1,0 +1,365 @@
+"""Results on record: `docs/results/<scale>.json` and `.md`, the one place outcomes are written down.
+
+`write_record` audits the tree `results/<scale>` first (`paperflow.core.provenance.audit_tree`: every
+record, every output of every job, and no data file without a record) and refuses on any problem, so
+the record is built from audited metrics only. It then reads every `results/<scale>/<slug>/metrics.json`
+and writes one JSON document: per paper its claims (id, statement, seeds and per-seed values, the
+aggregate value, threshold, comparison, held, gated), the git commit and dirty flag of the job that
+wrote the metrics, the time of its jobs and its slowest jobs, and the tolerance `check_record` uses.
+The Markdown is rendered from that JSON document only; no number in it is typed.
+
+Times come from the provenance records: a job's `wall_s` is the time inside its script (interpreter
+start and imports excluded), and a paper's time is the sum over its jobs, i.e. the time one core would
+spend on the paper's work. Snakemake's `benchmark:` TSVs under `<slug>/benchmarks/` time whole job
+processes, start-up included, for the rules that have one; their column `s` is summed beside it.
+
+`check_record` builds the same document from a fresh tree and compares it with the committed one.
+A claim fails the check when it appears or disappears, when its definition (gated, comparison,
+aggregate, seeds) changes, when its value, threshold or any per-seed value moves beyond the tolerance,
+or when it flips held / not held. A flip whose fresh value lies within the tolerance of the threshold
+is a warning only: another CPU's rounding must not block a landing.
+
+The tolerance: |fresh - recorded| <= atol + rtol * |recorded|, with rtol = 1e-3 and atol = 1e-9 by
+default. Smoke runs are seeded end to end, and on one machine a rerun reproduces metrics.json byte for
+byte, so any real change of code, data, seeds or hyperparameters shows up far above 1e-3 (such changes
+move the metrics by percents). What 1e-3 absorbs is floating-point reordering on another CPU or BLAS
+build (last bits, amplified by a few training epochs to about 1e-5..1e-4 relative). The absolute
+1e-9 keeps values that are exactly zero comparable without letting anything real through.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paperflow.core.download import sha256_file
+from paperflow.core.provenance import audit_tree, job_records, read_record
+from paperflow.core.report import fmt
+
+SCHEMA = "paperflow.results/1"
+DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = 1e-9
+SLOWEST = 3  # jobs listed per paper
+REQUIRED_CLAIM_KEYS = ("id", "statement", "seeds", "values", "value", "threshold", "comparison", "held", "gated")
+OPTIONAL_CLAIM_KEYS = ("aggregate", "value_std")
+DEFINITION_KEYS = ("gated", "comparison", "aggregate", "seeds")  # compared exactly by the check
+NUMBER_KEYS = ("value", "threshold")  # compared within the tolerance by the check
+
+
+class RecordError(RuntimeError):
+    """The record cannot be written or checked (a failed audit, a malformed metrics.json, ...)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a fresh number may lie from the recorded one: atol + rtol * |recorded|."""
+
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+
+    def allowed(self, reference: float) -> float:
+        return self.atol + self.rtol * abs(reference)
+
+    def close(self, recorded: float | None, fresh: float | None) -> bool:
+        """Whether `fresh` is within the tolerance of `recorded`; a missing (non-finite) value is only
+        close to another missing one."""
+        if recorded is None or fresh is None:
+            return recorded is None and fresh is None
+        return abs(fresh - recorded) <= self.allowed(recorded)
+
+    def describe(self) -> str:
+        return f"|fresh - recorded| <= atol + rtol * |recorded|, rtol={self.rtol:g}, atol={self.atol:g}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rtol": self.rtol, "atol": self.atol, "rule": "|fresh - recorded| <= atol + rtol * |recorded|"}
+
+
+def record_paths(record_dir: str | Path, scale: str) -> tuple[Path, Path]:
+    """The JSON and Markdown files of the record of `scale`."""
+    return Path(record_dir) / f"{scale}.json", Path(record_dir) / f"{scale}.md"
+
+
+def _claim_entry(claim: Mapping[str, Any], source: Path) -> dict[str, Any]:
+    missing = [k for k in REQUIRED_CLAIM_KEYS if k not in claim]
+    if missing:
+        raise RecordError(f"{source}: claim {claim.get('id', '?')!r} lacks {', '.join(missing)}")
+    if len(claim["values"]) != len(claim["seeds"]):
+        raise RecordError(
+            f"{source}: claim {claim['id']!r} has {len(claim['values'])} values for {len(claim['seeds'])} seeds"
+        )
+    keys = REQUIRED_CLAIM_KEYS + tuple(k for k in OPTIONAL_CLAIM_KEYS if k in claim)
+    return {k: claim[k] for k in keys}
+
+
+def _job_time(record: Mapping[str, Any], paper_dir: Path) -> dict[str, Any]:
+    if "wall_s" not in record:
+        raise RecordError(f"a record of rule {record['rule']} under {paper_dir} has no wall_s")
+    return {"rule": record["rule"], "wildcards": record["wildcards"], "wall_s": record["wall_s"]}
+
+
+def _benchmarks(paper_dir: Path) -> dict[str, Any]:
+    """The benchmarked jobs of a paper and the sum of their `s` (the mean over a TSV's repeats)."""
+    seconds = []
+    for tsv in sorted((paper_dir / "benchmarks").rglob("*.tsv")):
+        with tsv.open(newline="") as fh:
+            rows = [float(row["s"]) for row in csv.DictReader(fh, delimiter="\t")]
+        if not rows:
+            raise RecordError(f"benchmark {tsv} has no rows")
+        seconds.append(sum(rows) / len(rows))
+    return {"jobs": len(seconds), "total_s": round(float(sum(seconds)), 3)}
+
+
+def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
+    """The slug and the record entry of one paper, from its metrics.json and the records beside it."""
+    doc = json.loads(metrics_path.read_text())
+    claims = [_claim_entry(c, metrics_path) for c in doc["claims"]]
+    ids = [c["id"] for c in claims]
+    if len(set(ids)) != len(ids):
+        raise RecordError(f"{metrics_path}: claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+    code = read_record(metrics_path)["code"]
+    paper_dir = metrics_path.parent
+    jobs = job_records(paper_dir)
+    times = [_job_time(r, paper_dir) for r in jobs]
+    entry = {
+        "metrics": str(metrics_path),
+        "metrics_sha256": sha256_file(metrics_path),
+        "git_commit": code["git_commit"],
+        "git_dirty": code["git_dirty"],
+        "job_commits": sorted({str(r["code"]["git_commit"]) for r in jobs}),
+        "jobs": len(jobs),
+        "jobs_wall_s": round(sum(t["wall_s"] for t in times), 3),
+        "slowest_jobs": sorted(times, key=lambda t: -t["wall_s"])[:SLOWEST],
+        "benchmarks": _benchmarks(paper_dir),
+        "claims": claims,
+    }
+    return doc["paper"], entry
+
+
+def build_results_record(results: str | Path, scale: str, tolerance: Tolerance = Tolerance()) -> dict[str, Any]:
+    """The record of `results/<scale>`, from its audited metrics.json files; raises RecordError when the
+    tree's audit finds any problem."""
+    tree = Path(results) / scale
+    report = audit_tree(tree)
+    if not report.ok:
+        raise RecordError(f"the audit of {tree} failed:\n" + "\n".join(report.problems))
+    metrics = sorted(tree.glob("*/metrics.json"))
+    if not metrics:
+        raise RecordError(f"no {tree}/*/metrics.json to record")
+    papers: dict[str, dict[str, Any]] = {}
+    for path in metrics:
+        slug, entry = paper_entry(path)
+        if slug in papers:
+            raise RecordError(f"{path}: paper {slug!r} is also {papers[slug]['metrics']}")
+        papers[slug] = entry
+    return {
+        "schema": SCHEMA,
+        "scale": scale,
+        "tolerance": tolerance.to_json(),
+        "git_commits": sorted({str(p["git_commit"]) for p in papers.values()}),
+        "git_dirty": any(bool(p["git_dirty"]) for p in papers.values()),
+        "papers": papers,
+    }
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _job_label(job: Mapping[str, Any]) -> str:
+    wildcards = ",".join(f"{k}={v}" for k, v in job["wildcards"].items())
+    return f"{job['rule']}[{wildcards}]" if wildcards else job["rule"]
+
+
+def _status_rows(record: Mapping[str, Any]) -> list[str]:
+    rows = [
+        "| paper | gated claims held | jobs (Σ wall_s) | benchmarked jobs (Σ s) | slowest jobs (wall_s) |",
+        "|---|---|---|---|---|",
+    ]
+    for slug, paper in record["papers"].items():
+        gated = [c for c in paper["claims"] if c["gated"]]
+        held = sum(bool(c["held"]) for c in gated)
+        slowest = "; ".join(f"`{_job_label(j)}` {j['wall_s']:.1f} s" for j in paper["slowest_jobs"])
+        bench = paper["benchmarks"]
+        rows.append(
+            f"| [{slug}](#{slug}) | {held}/{len(gated)} | {paper['jobs']} ({paper['jobs_wall_s']:.1f} s) "
+            f"| {bench['jobs']} ({bench['total_s']:.1f} s) | {slowest} |"
+        )
+    return rows
+
+
+def _claim_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        "| claim | statement | per seed | value | threshold | held | gated |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c["seeds"], c["values"], strict=True))
+        value = fmt(c["value"]) + (f" ({c['aggregate']})" if "aggregate" in c else "")
+        rows.append(
+            f'| <a id="{slug}-{c["id"]}"></a>`{c["id"]}` | {_cell(c["statement"])} | {per_seed} | {value} '
+            f"| {c['comparison']} {fmt(c['threshold'])} | {'**yes**' if c['held'] else '**NO**'} "
+            f"| {'yes' if c['gated'] else 'no'} |"
+        )
+    return rows
+
+
+def render_markdown(record: Mapping[str, Any]) -> str:
+    """The readable record: a status table, then one claims table per paper; every number from `record`."""
+    scale = record["scale"]
+    tol = Tolerance(record["tolerance"]["rtol"], record["tolerance"]["atol"])
+    commits = ", ".join(f"`{c[:12]}`" for c in record["git_commits"])
+    lines = [
+        f"# Results on record — scale `{scale}`",
+        "",
+        f"Generated by `paperflow record write --scale {scale}` from the audited "
+        f"`results/{scale}/*/metrics.json` and their provenance records; do not edit by hand. "
+        f"`paperflow record check --scale {scale}` compares a fresh run with `{scale}.json`.",
+        "",
+        f"- commit(s): {commits}{' (dirty working tree)' if record['git_dirty'] else ''}",
+        f"- tolerance of the check: {tol.describe()}",
+        "- times: a job's `wall_s` is the time inside its script; benchmarks time whole job processes",
+        "",
+        "## Status",
+        "",
+        *_status_rows(record),
+    ]
+    for slug, paper in record["papers"].items():
+        dirty = " (dirty)" if paper["git_dirty"] else ""
+        lines += [
+            "",
+            f"## {slug}",
+            "",
+            f"From `{paper['metrics']}`, written at commit `{str(paper['git_commit'])[:12]}`{dirty}.",
+            "",
+            *_claim_rows(slug, paper["claims"]),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_record(
+    results: str | Path, scale: str, out: str | Path, tolerance: Tolerance = Tolerance()
+) -> tuple[Path, Path]:
+    """Write `<out>/<scale>.json` and `<out>/<scale>.md` from the audited `results/<scale>` tree."""
+    record = build_results_record(results, scale, tolerance)
+    json_path, md_path = record_paths(out, scale)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+    md_path.write_text(render_markdown(json.loads(json_path.read_text())))
+    return json_path, md_path
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference between the record and a fresh run; `level` is FAIL or WARN."""
+
+    level: str
+    paper: str
+    claim: str
+    what: str
+    recorded: Any
+    fresh: Any
+    note: str = ""
+
+
+def _claims_by_key(record: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {(slug, c["id"]): c for slug, paper in record["papers"].items() for c in paper["claims"]}
+
+
+def _flip_level(fresh: Mapping[str, Any], tol: Tolerance) -> tuple[str, str]:
+    value, threshold = fresh["value"], fresh["threshold"]
+    if value is not None and threshold is not None and abs(value - threshold) <= tol.allowed(threshold):
+        return "WARN", "flipped within the tolerance of the threshold"
+    return "FAIL", "flipped"
+
+
+def claim_findings(paper: str, recorded: Mapping[str, Any], fresh: Mapping[str, Any], tol: Tolerance) -> list[Finding]:
+    """Every way the fresh claim differs from the recorded one beyond the tolerance."""
+    cid = recorded["id"]
+    found = [
+        Finding("FAIL", paper, cid, key, recorded.get(key), fresh.get(key), "definition changed")
+        for key in DEFINITION_KEYS
+        if recorded.get(key) != fresh.get(key)
+    ]
+    found += [
+        Finding("FAIL", paper, cid, key, recorded[key], fresh[key], "moved")
+        for key in NUMBER_KEYS
+        if not tol.close(recorded[key], fresh[key])
+    ]
+    if len(recorded["values"]) != len(fresh["values"]):
+        found.append(Finding("FAIL", paper, cid, "values", recorded["values"], fresh["values"], "seed count changed"))
+    else:
+        found += [
+            Finding("FAIL", paper, cid, f"values[seed {seed}]", r, f, "moved")
+            for seed, r, f in zip(recorded["seeds"], recorded["values"], fresh["values"], strict=True)
+            if not tol.close(r, f)
+        ]
+    if recorded["held"] != fresh["held"]:
+        level, note = _flip_level(fresh, tol)
+        found.append(Finding(level, paper, cid, "held", recorded["held"], fresh["held"], note))
+    return found
+
+
+def compare_records(recorded: Mapping[str, Any], fresh: Mapping[str, Any], tol: Tolerance) -> list[Finding]:
+    """Every finding of the check, claim by claim, papers and claims in sorted order."""
+    old, new = _claims_by_key(recorded), _claims_by_key(fresh)
+    found: list[Finding] = []
+    for paper, cid in sorted(old.keys() | new.keys()):
+        if (paper, cid) not in new:
+            found.append(Finding("FAIL", paper, cid, "claim", "present", "absent", "disappeared"))
+        elif (paper, cid) not in old:
+            found.append(Finding("FAIL", paper, cid, "claim", "absent", "present", "appeared"))
+        else:
+            found += claim_findings(paper, old[paper, cid], new[paper, cid], tol)
+    return found
+
+
+def read_committed(record_dir: str | Path, scale: str) -> dict[str, Any]:
+    """The committed record of `scale`; raises RecordError when it is missing or its Markdown is not
+    the rendering of its JSON (hand-edited, or not regenerated)."""
+    json_path, md_path = record_paths(record_dir, scale)
+    if not json_path.is_file() or not md_path.is_file():
+        raise RecordError(
+            f"no record {json_path} and {md_path}; write it with `paperflow record write --scale {scale}`"
+        )
+    record = json.loads(json_path.read_text())
+    if md_path.read_text() != render_markdown(record):
+        raise RecordError(f"{md_path} is not the rendering of {json_path}; regenerate it with `paperflow record write`")
+    return record
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "n/a" if value is None else str(value)
+
+
+def _delta(finding: Finding, tol: Tolerance) -> tuple[str, str]:
+    r, f = finding.recorded, finding.fresh
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r, f))
+    if numbers:
+        return f"{abs(f - r):.3g}", f"{tol.allowed(r):.3g}"
+    return "", ""
+
+
+def findings_table(findings: Sequence[Finding], tol: Tolerance) -> str:
+    """A plain-text table of what moved (level, paper, claim, field, recorded, fresh, |Δ|, allowed, note)."""
+    header = ("level", "paper", "claim", "field", "recorded", "fresh", "|Δ|", "allowed", "note")
+    rows = [header] + [
+        (f.level, f.paper, f.claim, f.what, _show(f.recorded), _show(f.fresh), *_delta(f, tol), f.note)
+        for f in findings
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def check_record(
+    results: str | Path, scale: str, record_dir: str | Path, tolerance: Tolerance = Tolerance()
+) -> list[Finding]:
+    """Compare the audited fresh tree `results/<scale>` with the committed record of `scale`."""
+    recorded = read_committed(record_dir, scale)
+    fresh = build_results_record(results, scale, tolerance)
+    return compare_records(recorded, fresh, tolerance)

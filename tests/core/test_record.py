@@ -1,0 +1,196 @@
+"""Results on record: write from an audited synthetic tree, then check a fresh tree against it (pass,
+a moved value, a flip far from and within the tolerance of the threshold, claims that come and go)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from paperflow.core.cli import main as cli_main
+from paperflow.core.provenance import build_record, utc_now, write_record
+from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, render_markdown
+from paperflow.core.report import compare_claim, fmt, write_metrics
+
+SCALE = "smoke"
+THRESHOLD = 0.5
+BASE = {"ph_x": [0.1, 0.2, 0.15], "ph_y": [0.3, 0.35, 0.25]}  # per-seed values of each paper's claim
+
+
+def job(rule: str, wildcards: dict, inputs: list[str], outputs: list[str], wall_s: float) -> None:
+    """A real provenance record of a finished job whose outputs are already written."""
+    record = build_record(
+        rule=rule,
+        wildcards=wildcards,
+        params={},
+        inputs=inputs,
+        outputs=outputs,
+        generated_roots=["results"],
+        started=utc_now(),
+        extra={"wall_s": wall_s},
+    )
+    write_record(record)
+
+
+def run_paper(slug: str, values: list[float], extra_claim: bool = False) -> Path:
+    """One paper's smoke run in the current directory: a train job, then a report job writing metrics.json."""
+    out = Path("results") / SCALE / slug
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    source = Path("sources") / f"{slug}.csv"
+    source.parent.mkdir(exist_ok=True)
+    source.write_text("x\n1\n")
+    model = out / "models" / "m.bin"
+    model.write_text(",".join(map(str, values)))
+    job(f"{slug}_train", {"seed": "s0-1-2"}, [str(source)], [str(model)], 2.5)
+    seeds = list(range(len(values)))
+    claims = [
+        compare_claim(
+            id="err_small", statement="error | below", values=values, seeds=seeds, comparison="<", threshold=THRESHOLD
+        )
+    ]
+    if extra_claim:
+        claims.append(
+            compare_claim(id="extra", statement="new", values=values, seeds=seeds, comparison=">", threshold=0.0)
+        )
+    report, metrics = out / "report.md", out / "metrics.json"
+    report.write_text("# report\n")
+    write_metrics(metrics, paper=slug, scale=SCALE, claims=claims)
+    job(f"{slug}_report", {}, [str(model)], [str(report), str(metrics)], 0.5)
+    (out / "logs").mkdir(exist_ok=True)
+    (out / "logs" / "report.log").write_text("no record by design\n")
+    return metrics
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch) -> Path:
+    """A clean two-paper tree with its record written by the CLI."""
+    monkeypatch.chdir(tmp_path)
+    for slug, values in BASE.items():
+        run_paper(slug, values)
+    bench = Path("results") / SCALE / "ph_x" / "benchmarks"
+    bench.mkdir()
+    (bench / "train.tsv").write_text("s\th:m:s\tmax_rss\n3.25\t0:00:03\t100.0\n")
+    assert cli_main(["record", "write", "--scale", SCALE]) == 0
+    return tmp_path
+
+
+def check(capsys, *extra: str) -> tuple[int, str]:
+    code = cli_main(["record", "check", "--scale", SCALE, *extra])
+    return code, capsys.readouterr().out
+
+
+def load(tmp: Path) -> dict:
+    return json.loads((tmp / "docs" / "results" / f"{SCALE}.json").read_text())
+
+
+def test_write_records_claims_times_and_commit_and_renders_from_the_json(recorded):
+    doc = load(recorded)
+    assert set(doc["papers"]) == set(BASE) and doc["scale"] == SCALE
+    assert doc["tolerance"]["rtol"] == DEFAULT_RTOL and doc["git_commits"]
+    paper = doc["papers"]["ph_x"]
+    (claim,) = paper["claims"]
+    assert claim["values"] == BASE["ph_x"] and claim["seeds"] == [0, 1, 2]
+    assert claim["held"] is True and claim["gated"] is True and claim["threshold"] == THRESHOLD
+    assert paper["jobs"] == 2 and paper["jobs_wall_s"] == 2.5 + 0.5
+    assert [j["rule"] for j in paper["slowest_jobs"]] == ["ph_x_train", "ph_x_report"]
+    assert paper["benchmarks"] == {"jobs": 1, "total_s": 3.25}
+    md = (recorded / "docs" / "results" / f"{SCALE}.md").read_text()
+    assert md == render_markdown(doc)
+    assert "| [ph_x](#ph_x) | 1/1 |" in md and fmt(claim["value"]) in md and "error \\| below" in md
+
+
+def test_check_passes_on_an_identical_fresh_run(recorded, capsys):
+    for slug, values in BASE.items():
+        run_paper(slug, values)
+    code, out = check(capsys)
+    assert code == 0, out
+    assert Tolerance().describe() in out and "0 failure(s), 0 warning(s)" in out
+
+
+def test_check_fails_when_a_value_moves_beyond_the_tolerance(recorded, capsys):
+    run_paper("ph_x", [v * (1 + 10 * DEFAULT_RTOL) for v in BASE["ph_x"]])
+    code, out = check(capsys)
+    assert code == 1
+    moved = [line for line in out.splitlines() if line.startswith("FAIL") and "err_small" in line]
+    assert {line.split()[3] for line in moved} == {"value", "values[seed"}, out  # the mean and each seed
+    assert check(capsys, "--rtol", str(100 * DEFAULT_RTOL))[0] == 0  # the tolerance is the only reason
+
+
+def test_check_fails_when_one_seed_moves_and_the_mean_does_not(recorded, capsys):
+    a, b, c = BASE["ph_y"]
+    run_paper("ph_y", [b, a, c])
+    code, out = check(capsys)
+    assert code == 1 and "values[seed 0]" in out and "values[seed 1]" in out and "ph_y" in out
+
+
+def test_a_flip_far_from_the_threshold_fails(recorded, capsys):
+    run_paper("ph_x", [v + THRESHOLD for v in BASE["ph_x"]])
+    code, out = check(capsys)
+    assert code == 1
+    flips = [line for line in out.splitlines() if " held " in f" {line} "]
+    assert flips and flips[0].startswith("FAIL") and "True" in flips[0] and "False" in flips[0], out
+
+
+def test_a_flip_within_the_tolerance_of_the_threshold_warns_and_passes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    near = THRESHOLD * DEFAULT_RTOL / 5
+    run_paper("ph_x", [THRESHOLD - near] * 3)
+    assert cli_main(["record", "write", "--scale", SCALE]) == 0
+    run_paper("ph_x", [THRESHOLD + near] * 3)
+    code, out = check(capsys)
+    assert code == 0, out
+    assert "WARN" in out and "within the tolerance of the threshold" in out and "1 warning(s)" in out
+    run_paper("ph_x", [THRESHOLD + 20 * near] * 3)  # flipped beyond the tolerance: fails
+    assert check(capsys)[0] == 1
+
+
+def test_compare_records_names_the_flip_level():
+    def record(value: float) -> dict:
+        claim = compare_claim(id="c", statement="s", values=[value], seeds=[0], comparison="<", threshold=THRESHOLD)
+        return {"papers": {"p": {"claims": [claim.to_json()]}}}
+
+    tol = Tolerance()
+    far = [f for f in compare_records(record(THRESHOLD / 2), record(2 * THRESHOLD), tol) if f.what == "held"]
+    assert [f.level for f in far] == ["FAIL"]
+    edge = THRESHOLD * tol.rtol / 4
+    close = compare_records(record(THRESHOLD - edge), record(THRESHOLD + edge), tol)
+    assert [(f.what, f.level) for f in close] == [("held", "WARN")]
+
+
+def test_check_fails_when_a_claim_appears_or_disappears(recorded, capsys):
+    run_paper("ph_x", BASE["ph_x"], extra_claim=True)
+    code, out = check(capsys)
+    assert code == 1 and "appeared" in out and "extra" in out
+    run_paper("ph_x", BASE["ph_x"])
+    shutil.rmtree(recorded / "results" / SCALE / "ph_y")
+    code, out = check(capsys)
+    assert code == 1 and "disappeared" in out and "ph_y" in out
+
+
+def test_write_refuses_a_tampered_metrics_json(recorded, capsys):
+    metrics = Path("results") / SCALE / "ph_x" / "metrics.json"
+    doc = json.loads(metrics.read_text())
+    doc["claims"][0]["held"] = not doc["claims"][0]["held"]
+    metrics.write_text(json.dumps(doc))
+    before = (recorded / "docs" / "results" / f"{SCALE}.json").read_text()
+    assert cli_main(["record", "write", "--scale", SCALE]) == 1
+    err = capsys.readouterr().err
+    assert "record write refused" in err and f"MISMATCH {metrics}" in err
+    assert (recorded / "docs" / "results" / f"{SCALE}.json").read_text() == before
+    assert check(capsys)[0] == 1  # the check audits the fresh tree too
+
+
+def test_write_refuses_a_file_without_a_record(recorded, capsys):
+    stray = Path("results") / SCALE / "ph_y" / "figure.png"
+    stray.write_bytes(b"png")
+    assert cli_main(["record", "write", "--scale", SCALE]) == 1
+    assert f"NO RECORD {stray}" in capsys.readouterr().err
+
+
+def test_check_refuses_a_hand_edited_markdown(recorded, capsys):
+    md = recorded / "docs" / "results" / f"{SCALE}.md"
+    md.write_text(md.read_text().replace("**yes**", "**NO**"))
+    assert cli_main(["record", "check", "--scale", SCALE]) == 1
+    assert "is not the rendering of" in capsys.readouterr().err
