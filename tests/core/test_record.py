@@ -11,7 +11,7 @@ import pytest
 
 from paperflow.core.cli import main as cli_main
 from paperflow.core.provenance import build_record, utc_now, write_record
-from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, render_markdown
+from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, readme_status, render_markdown
 from paperflow.core.report import compare_claim, fmt, write_metrics
 
 SCALE = "smoke"
@@ -194,3 +194,20 @@ def test_check_refuses_a_hand_edited_markdown(recorded, capsys):
     md.write_text(md.read_text().replace("**yes**", "**NO**"))
     assert cli_main(["record", "check", "--scale", SCALE]) == 1
     assert "is not the rendering of" in capsys.readouterr().err
+
+
+def test_readme_status_counts_gated_claims_and_marks_scales_not_run():
+    record = {
+        "papers": {
+            "a": {
+                "claims": [
+                    {"gated": True, "held": True},
+                    {"gated": True, "held": False},
+                    {"gated": False, "held": True},
+                ]
+            }
+        }
+    }
+    table = readme_status({"smoke": record}, ["a", "b"], {"a": "Paper A"}).splitlines()
+    assert table[2] == "| Paper A | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a) | not run |"
+    assert table[3] == "| b | [`b`](workflows/b/README.md) | not run | not run |"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from paperflow.core.config import available_papers, repo_root
 from paperflow.core.provenance import audit, lineage
 from paperflow.core.record import (
     DEFAULT_ATOL,
@@ -13,6 +14,7 @@ from paperflow.core.record import (
     Tolerance,
     check_record,
     findings_table,
+    refresh_readme,
     write_record,
 )
 
@@ -32,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     actions = p_record.add_subparsers(dest="action", required=True)
     p_write = actions.add_parser("write", help="write the record from the audited results/<scale> tree")
     p_check = actions.add_parser("check", help="compare a fresh results/<scale> tree with the committed record")
+    p_readme = actions.add_parser("readme", help="rewrite README.md's status table from docs/results/<scale>.json")
+    p_readme.add_argument("--record", default="docs/results", help="the committed record (default: docs/results)")
+    p_readme.add_argument("--readme", default="README.md")
     for p in (p_write, p_check):
         p.add_argument("--scale", required=True)
         p.add_argument("--results", default="results", help="the results root (default: results)")
@@ -61,6 +66,10 @@ def _audit(target: str) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     try:
+        if args.action == "readme":
+            changed = refresh_readme(args.readme, args.record, available_papers(), repo_root())
+            print(f"{args.readme}: status table {'rewritten' if changed else 'already up to date'}")
+            return 0
         if args.action == "write":
             json_path, md_path = write_record(args.results, args.scale, args.out)
             print(f"record written: {json_path} and {md_path}")
