@@ -104,3 +104,17 @@ def test_unpinned_download_is_refused(tmp_path):
             seed=0,
             cache_dir=tmp_path,
         )
+
+
+@pytest.mark.parametrize("kind, key", [("t_copula", "correlation"), ("download", "rescale")])
+def test_a_dataset_kind_names_the_key_it_lacks(kind, key):
+    """Kind-specific keys have one default, in config/ph_vae.yaml; a spec without one is refused by name."""
+    from paperflow.core.config import load_paper_config
+    from paperflow.ph_vae.settings import NEEDS, check
+
+    cfg = load_paper_config("ph_vae", "smoke")
+    name = next(n for n, spec in cfg["datasets"].items() if spec["kind"] == kind)
+    assert key in NEEDS[kind]
+    del cfg["datasets"][name][key]
+    with pytest.raises(ConfigError, match=rf"datasets\.{name} \(kind {kind}\) is missing key\(s\) {key}"):
+        check(cfg, "config/ph_vae.yaml")

@@ -163,8 +163,14 @@ def test_official_5d_generator_reproduced() -> None:
 def test_make_dataset_truth_round_trips_through_json() -> None:
     specs = [
         {"kind": "marginal", "marginal": "burr"},
-        {"kind": "t_copula", "marginals": ["pareto", "lognormal"], "rho": 0.7, "df": 4},
-        {"kind": "danish_surrogate"},
+        {
+            "kind": "t_copula",
+            "marginals": ["pareto", "lognormal"],
+            "rho": 0.7,
+            "df": 4,
+            "correlation": "equicorrelation",
+        },
+        {"kind": "danish_surrogate", "shape": 0.5, "scale": 1.0},
     ]
     for spec in specs:
         x, truth = data.make_dataset(spec, 1000, 0)

@@ -133,17 +133,17 @@ def make_dataset(spec: dict[str, Any], n: int, seed: int) -> tuple[NDArray[np.fl
     spec forms:
       {"kind": "marginal", "marginal": "pareto"}                                  -> D = 1
       {"kind": "t_copula", "marginals": [...], "rho": 0.7, "df": 4,
-       "correlation": "equicorrelation" (default) | "block_ar1"}                 -> D = len(marginals)
-      {"kind": "danish_surrogate", "shape": 0.5, "scale": 1.0}  (both optional)   -> D = 1
+       "correlation": "equicorrelation" | "block_ar1"}                           -> D = len(marginals)
+      {"kind": "danish_surrogate", "shape": 0.5, "scale": 1.0}                    -> D = 1
     """
-    kind = spec.get("kind")
+    kind = spec["kind"]
     truth: dict[str, Any] = {"kind": kind, "synthetic": True, "n": n, "seed": seed}
     if kind == "marginal":
         x = sample_marginal(spec["marginal"], n, seed)[:, None]
         truth["marginals"] = [_law_record(marginal(spec["marginal"]))]
     elif kind == "t_copula":
         names = list(spec["marginals"])
-        correlation = spec.get("correlation", "equicorrelation")
+        correlation = spec["correlation"]
         corr = _correlation(correlation, len(names), spec["rho"])
         x = sample_t_copula(names, corr, spec["df"], n, seed)
         truth["marginals"] = [_law_record(marginal(name)) for name in names]
@@ -155,7 +155,7 @@ def make_dataset(spec: dict[str, Any], n: int, seed: int) -> tuple[NDArray[np.fl
             "corr": corr.tolist(),
         }
     elif kind == "danish_surrogate":
-        shape, scale = float(spec.get("shape", 0.5)), float(spec.get("scale", 1.0))
+        shape, scale = float(spec["shape"]), float(spec["scale"])
         x = danish_surrogate(n, seed, shape, scale)[:, None]
         truth["marginals"] = [_law_record(_danish_surrogate_law(shape, scale))]
         truth["stand_in_for"] = "danish"

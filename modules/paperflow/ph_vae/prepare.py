@@ -46,16 +46,17 @@ def download(name: str, spec: dict[str, Any], seed: int, cache_dir: str | Path, 
 
 
 def preprocess(
-    raw: str | Path, train_out: str | Path, test_out: str | Path, test_fraction: float, seed: int, rescale: float
+    raw: str | Path, train_out: str | Path, test_out: str | Path, test_fraction: float, seed: int, rescale: float | None
 ) -> None:
-    """Positivity check, optional rescaling (real data only), seeded train/test split."""
+    """Positivity check, rescaling (downloaded data only: `rescale` is None for synthetic sets), seeded
+    train/test split."""
     x, meta = read_array(raw)
     if not np.isfinite(x).all() or (x <= 0).any():
         bad = int((~np.isfinite(x) | (x <= 0)).sum())
         raise ValueError(f"{raw}: {bad} value(s) are not finite and positive; PH-VAE models positive data only")
-    if rescale != 1.0:
+    if rescale is not None:
         if meta["truth"]["synthetic"]:
-            raise ConfigError(f"{raw}: rescale = {rescale} would break the true law of a synthetic dataset; use 1.0")
+            raise ConfigError(f"{raw}: rescale = {rescale} would break the true law of a synthetic dataset; remove it")
         x = x * rescale
     train, test = train_test_split(x, test_fraction, seed)
     meta = meta | {"rescale": rescale, "split": {"test_fraction": test_fraction, "seed": seed}}

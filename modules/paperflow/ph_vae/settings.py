@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, require_keys, require_member
 
 NEEDS = {
     "marginal": ("marginal", "n"),
-    "t_copula": ("marginals", "n", "rho", "df"),
-    "danish_surrogate": ("n",),
-    "download": ("url", "sha256"),
+    "t_copula": ("marginals", "n", "rho", "df", "correlation"),
+    "danish_surrogate": ("n", "shape", "scale"),
+    "download": ("url", "sha256", "rescale"),
 }
 
 
@@ -28,6 +28,4 @@ def check(cfg: dict[str, Any], source: str) -> None:
             f"{source}: train.batch_size = {cfg['train']['batch_size']} must be divisible by train.devices = {devices}"
         )
     for name, spec in cfg["datasets"].items():
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
-        if missing:
-            raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        require_keys(spec, NEEDS[spec["kind"]], f"{source}: datasets.{name} (kind {spec['kind']})")

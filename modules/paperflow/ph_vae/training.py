@@ -73,7 +73,7 @@ def fit(
 
     With `train["devices"] > 1` training is DDP over that many devices; each takes batch_size/devices
     rows per step, so the global batch (and the optimisation) matches a single-device run."""
-    devices = int(train.get("devices", 1))
+    devices = int(train["devices"])
     if train["batch_size"] % devices:
         raise ValueError(f"batch_size {train['batch_size']} is not divisible by devices {devices}")
     seed_everything(seed)
