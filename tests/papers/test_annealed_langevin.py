@@ -22,6 +22,7 @@ from paperflow.annealed_langevin.settings import check
 from paperflow.core.config import ConfigError, load_paper_config, read_yaml, repo_root, validate
 
 SEEDS = [0, 1, 2]
+VARIANTS = {"tempering": "canonical", "dilation": "code", "score": "stable"}  # the drifts under test
 RUNS = {
     "gmm1d": {
         "paths": ["ula", "diffusion", "tempering", "dilation"],
@@ -107,12 +108,19 @@ def test_sampler_and_evaluation_end_to_end_separate_diffusion_from_ula():
     diffusion path does not; both curves start at iteration 0 and end at t >= t_max."""
     gmm = GMM([[-2.0], [0.0], [2.0]], [[0.2], [0.1], [0.3]], [0.3, 0.4, 0.3])
     gt = gmm.sample(5000, np.random.default_rng(0))
-    spec = {"metric": "density_1d", "bins": [200]}
+    spec = {"metric": "density_1d", "bins": [200], "marginals": None}
     out = {}
     for path in ("ula", "diffusion"):
-        grid = build_grid(path, gmm, 1.0, 0.99, 4.0, 10**7)
+        grid = build_grid(path, gmm, 1.0, 0.99, 4.0, 10**7, "adaptive")
         snaps = sample_path(
-            gmm, grid, drift(path, gmm), x0=-1.0, n_particles=400, seeds=[0], check_every=500, progress=False
+            gmm,
+            grid,
+            drift(path, gmm, **VARIANTS, prox_iters=None),
+            x0=-1.0,
+            n_particles=400,
+            seeds=[0],
+            check_every=500,
+            progress=False,
         )
         curve = curves(snaps, gmm, gt, spec)
         assert curve.it.min() == 0 and curve.t.max() >= 4.0 - 2e-3  # ULA: arange(0, t_max, h), as the official grid
@@ -179,3 +187,13 @@ def test_imaging_sampler_recovers_the_closed_form_gaussian_posterior():
     assert slope(obs) == pytest.approx(lam / (1 + lam), abs=0.05)
     assert abs(slope(~obs)) < 0.1
     assert torch.allclose(imaging_taus("ula", None, 5, step, 0.01), torch.full((5,), 0.01, dtype=torch.float64))
+
+
+def test_claims_read_runs_by_key_not_by_position():
+    """Keyed inputs: the runs in another order (as a reordered config lists them) give the same claims."""
+    runs = finals(GOOD)
+    before = build_claims(runs, claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
+    after = build_claims(
+        dict(reversed(list(runs.items()))), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke"
+    )
+    assert [c.to_json() for c in before] == [c.to_json() for c in after]

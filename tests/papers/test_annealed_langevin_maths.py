@@ -15,6 +15,12 @@ from paperflow.annealed_langevin.sampler import build_grid, run_em
 
 GMM1 = GMM([[-2.0], [0.0], [2.0]], [[0.2], [0.1], [0.3]], [0.3, 0.4, 0.3])
 GMM3 = GMM([[0.0, 1.0, -1.0], [1.5, -0.5, 0.3]], [[0.3, 0.5, 0.2], [0.4, 0.25, 0.6]], [0.35, 0.65])
+VARIANTS = {"tempering": "canonical", "dilation": "code", "score": "stable"}  # the drifts under test
+
+
+def path_drift(path: str, gmm: GMM, prox_iters: int | None = None, **variant: str):
+    """`drift` with the variants under test, any of them overridden by `variant`."""
+    return drift(path, gmm, **{**VARIANTS, **variant}, prox_iters=prox_iters)
 
 
 def torch_log_density(gmm: GMM, x: torch.Tensor) -> torch.Tensor:
@@ -38,7 +44,7 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("tau", [0.0, 0.05, 0.5, 0.95])
 def test_diffusion_score_is_the_gradient_of_the_convolved_log_density(gmm, tau):
     x = np.random.default_rng(1).normal(scale=2.0, size=(64, gmm.dim))
-    ours = drift("diffusion", gmm)(x, tau)
+    ours = path_drift("diffusion", gmm)(x, tau)
     conv = gmm.convolved(tau)
     assert rel_err(ours, autograd(lambda y: torch_log_density(conv, y), x)) < 1e-6
 
@@ -61,22 +67,22 @@ def test_convolved_mixture_is_the_law_of_the_noised_variable(tau):
 def test_tempering_drift_is_the_score_of_the_geometric_path(tau):
     x = np.random.default_rng(2).normal(scale=2.0, size=(64, GMM3.dim))
     target = autograd(lambda y: (1 - tau) * torch_log_density(GMM3, y) - tau * 0.5 * (y**2).sum(-1), x)
-    assert rel_err(drift("tempering", GMM3, tempering="canonical")(x, tau), target) < 1e-6
+    assert rel_err(path_drift("tempering", GMM3, tempering="canonical")(x, tau), target) < 1e-6
     official = autograd(
         lambda y: (
             (1 - tau) * np.sqrt(1 - tau) * torch_log_density(GMM3, y / np.sqrt(1 - tau)) - tau * 0.5 * (y**2).sum(-1)
         ),
         x,
     )
-    assert rel_err(drift("tempering", GMM3, tempering="official")(x, tau), official) < 1e-6
+    assert rel_err(path_drift("tempering", GMM3, tempering="official")(x, tau), official) < 1e-6
 
 
 @pytest.mark.parametrize("tau", [0.1, 0.5, 0.9])
 def test_dilation_drifts_against_the_score_of_the_dilated_density(tau):
     x = np.random.default_rng(3).normal(scale=2.0, size=(64, GMM3.dim))
     exact = autograd(lambda y: torch_log_density(GMM3, y / np.sqrt(1 - tau)), x)
-    assert rel_err(drift("dilation", GMM3, dilation="exact")(x, tau), exact) < 1e-6
-    assert rel_err(drift("dilation", GMM3, dilation="code")(x, tau), (1 - tau) * exact) < 1e-6
+    assert rel_err(path_drift("dilation", GMM3, dilation="exact")(x, tau), exact) < 1e-6
+    assert rel_err(path_drift("dilation", GMM3, dilation="code")(x, tau), (1 - tau) * exact) < 1e-6
 
 
 @pytest.mark.parametrize("tau", [0.002, 0.05, 0.3])
@@ -87,7 +93,7 @@ def test_daz_drift_is_minus_the_gradient_of_the_moreau_envelope(tau):
     f = -GMM1.log_density(ys)
     envelope = lambda x: float(np.min(f + (x - ys[:, 0]) ** 2 / (2 * tau)))  # noqa: E731
     xs = np.array([[-2.6], [-1.0], [-0.3], [0.4], [1.2], [2.5]])
-    ours = drift("daz", GMM1, prox_iters=300)(xs, tau)[:, 0]
+    ours = path_drift("daz", GMM1, prox_iters=300)(xs, tau)[:, 0]
     eps = 1e-3
     fd = np.array([-(envelope(x + eps) - envelope(x - eps)) / (2 * eps) for x in xs[:, 0]])
     assert np.allclose(ours, fd, rtol=2e-3, atol=2e-3), (ours, fd)
@@ -131,7 +137,11 @@ def test_gaussian_target_em_particles_follow_the_moment_odes():
     gmm = GMM([[m]], [[s]], [1.0])
     times = np.arange(0, t_end + h / 2, h)
     x = run_em(
-        np.full((100_000, 1), -1.0), times, schedule(times, T, tau0), drift("diffusion", gmm), np.random.default_rng(0)
+        np.full((100_000, 1), -1.0),
+        times,
+        schedule(times, T, tau0),
+        path_drift("diffusion", gmm),
+        np.random.default_rng(0),
     )[len(times) - 1][:, 0]
     mu_ode, V_ode = gaussian_moment_ode(m, s, T, tau0, times[-1])
     n = x.size
@@ -152,7 +162,7 @@ def test_ula_stationary_variance_has_the_closed_form_bias():
     s, h = 0.5, 0.05
     gmm = GMM([[0.0]], [[s]], [1.0])
     times = np.arange(0, 600 * h, h)
-    x = run_em(np.zeros((200_000, 1)), times, np.zeros_like(times), drift("ula", gmm), np.random.default_rng(1))[
+    x = run_em(np.zeros((200_000, 1)), times, np.zeros_like(times), path_drift("ula", gmm), np.random.default_rng(1))[
         len(times) - 1
     ]
     predicted = s**2 / (1 - h / (2 * s**2))
@@ -169,7 +179,7 @@ def test_tau_zero_makes_every_path_identical_to_ula(gmm):
             np.full((50, gmm.dim), -1.0),
             times,
             taus,
-            drift(p, gmm, prox_iters=5),
+            path_drift(p, gmm, prox_iters=5),
             np.random.default_rng(7),
             snapshots=np.arange(len(times)),
         )
@@ -183,7 +193,7 @@ def test_tau_zero_makes_every_path_identical_to_ula(gmm):
 def mean_floor(n: int, bins: int, reps: int = 5) -> float:
     out = []
     for seed in range(reps):
-        ref = reference("density_1d", GMM1, GMM1.sample(n, np.random.default_rng(100 + seed)), [bins])
+        ref = reference("density_1d", GMM1, GMM1.sample(n, np.random.default_rng(100 + seed)), [bins], None)
         out.append(noise_floor(GMM1, ref, n, np.random.default_rng(seed))[0][0])
     return float(np.mean(out))
 
@@ -199,7 +209,7 @@ def test_noise_floor_matches_the_official_kl_gt_column():
 
 def test_histogram_kl_is_zero_for_matching_mass_and_large_for_a_wrong_mode_weight():
     gt = GMM1.sample(5000, np.random.default_rng(0))
-    ref = reference("density_1d", GMM1, gt, [200])
+    ref = reference("density_1d", GMM1, gt, [200], None)
     wrong = GMM([[-2.0], [0.0], [2.0]], [[0.2], [0.1], [0.3]], [0.8, 0.1, 0.1]).sample(5000, np.random.default_rng(1))
     good_kl = panel_metrics(GMM1.sample(5000, np.random.default_rng(1)), ref)[0][0]
     assert panel_metrics(wrong, ref)[0][0] > 10 * good_kl
@@ -207,15 +217,15 @@ def test_histogram_kl_is_zero_for_matching_mass_and_large_for_a_wrong_mode_weigh
 
 def test_grids_follow_the_step_rule():
     L_pi, a_pi = GMM1.lipschitz, GMM1.convexity
-    ula = build_grid("ula", GMM1, 1.0, 0.99, 1.0, 10**7)
+    ula = build_grid("ula", GMM1, 1.0, 0.99, 1.0, 10**7, "adaptive")
     assert np.allclose(np.diff(ula.t), a_pi / L_pi**2) and a_pi / L_pi**2 == pytest.approx(1.0 / 900)
     for path in ("diffusion", "tempering", "dilation", "daz"):
-        grid = build_grid(path, GMM1, 1.0, 0.99, 3.0, 10**7)
+        grid = build_grid(path, GMM1, 1.0, 0.99, 3.0, 10**7, "adaptive")
         assert grid.t.iloc[-1] >= 3.0 > grid.t.iloc[-2]
         n = len(grid) // 2
         L, a = step_constants(path, grid.tau.iloc[n], L_pi, a_pi, 0.01, 0.09)
         assert grid.t.iloc[n + 1] - grid.t.iloc[n] == pytest.approx(a / L**2)
-    assert len(build_grid("dilation", GMM1, 1.0, 0.99, 3.0, 500)) == 500
+    assert len(build_grid("dilation", GMM1, 1.0, 0.99, 3.0, 500, "adaptive")) == 500
     assert step_constants("diffusion", 0.0, L_pi, a_pi, 0.01, 0.09) == pytest.approx((L_pi, a_pi))
 
 
@@ -226,7 +236,7 @@ def test_2d_and_marginal_references_are_probability_masses_that_exact_samples_fi
         [0.2, 0.4, 0.2, 0.2],
     )
     gt = gmm2.sample(5000, np.random.default_rng(0))
-    ref2 = reference("density_2d", gmm2, gt, [200, 202])
+    ref2 = reference("density_2d", gmm2, gt, [200, 202], None)
     assert ref2.mass[0].shape == (200, 202) and ref2.mass[0].sum() == pytest.approx(1.0, abs=0.01)
     exact = panel_metrics(gmm2.sample(5000, np.random.default_rng(1)), ref2)[0][0]
     shifted = panel_metrics(gmm2.sample(5000, np.random.default_rng(1)) + 0.3, ref2)[0][0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -12,8 +11,9 @@ import pandas as pd
 
 from paperflow.annealed_langevin.evaluation import final_values
 from paperflow.annealed_langevin.paths import LABELS
-from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core import frames as frames_lib
+from paperflow.core import plots  # noqa: F401 (selects the headless backend; publish saves the figures)
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 
 # Official committed results (results/gmm_1d/T_1.0/KL_comparison.csv): 1-D GMM, T = 1, N = 5000, t_max = 150.
 PAPER_FINAL_KL = {"diffusion": 0.015, "tempering": 0.271, "ula": 1.21, "daz": 0.023, "dilation": 0.765}
@@ -24,11 +24,10 @@ Key = tuple[str, str, str]  # (target, path, T)
 
 
 def per_seed(finals: Mapping[Key, pd.DataFrame], key: Key, column: str, seeds: Sequence[int]) -> list[float]:
-    frame = finals.get(key)
-    if frame is None:
+    """`column` of run `key` per seed; NaN for every seed of a run that is missing (its claims then fail)."""
+    if key not in finals:
         return [float("nan")] * len(seeds)
-    by_seed = dict(zip(frame.seed, frame[column]))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    return frames_lib.per_seed(finals[key], seeds, value=column)
 
 
 def build_claims(
@@ -166,9 +165,7 @@ def final_table(finals: Mapping[Key, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def curve_figure(
-    curves: Mapping[Key, pd.DataFrame], target: str, horizons: Sequence[str], metric: str, path_out: str | Path
-) -> None:
+def curve_figure(curves: Mapping[Key, pd.DataFrame], target: str, horizons: Sequence[str], metric: str):
     """Per horizon: the metric (mean over seeds and panels) against iteration (top) and time t (bottom),
     every path, with the mean noise floor dashed."""
     fig, axes = plt.subplots(2, len(horizons), figsize=(4.6 * len(horizons), 6.4), squeeze=False)
@@ -190,7 +187,7 @@ def curve_figure(
             ax.set_ylabel(f"histogram {metric.upper()}")
             ax.set_title(f"{target}, T = {T}")
             ax.legend(fontsize=7)
-    plots.save(fig, path_out)
+    return fig
 
 
 def imaging_rows(imaging: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -227,31 +224,33 @@ def limitations(scale: str, runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def write_report(
+def figures(curves: Mapping[Key, pd.DataFrame], runs: Mapping[str, Mapping[str, Any]]) -> list[Figure]:
+    """Per target, the KL and the TV curves (output keys figure_kl_<target>, figure_tv_<target>)."""
+    return [
+        Figure(
+            f"figure_{metric}_{target}",
+            f"{target}: histogram {metric.upper()} per path against iteration and time "
+            "(mean over seeds), noise floor dashed",
+            curve_figure(curves, target, runs[target]["horizons"], metric),
+        )
+        for target in runs
+        for metric in ("kl", "tv")
+    ]
+
+
+def build_report(
     *,
     curves: Mapping[Key, pd.DataFrame],
     imaging: Sequence[Mapping[str, Any]],
     params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
-    runs, seeds, scale = params["runs"], list(params["seeds"]), params["scale"]
+    scale: str,
+) -> Report:
+    runs, seeds = params["runs"], list(params["seeds"])
     finals = {key: final_values(c) for key, c in curves.items()}
     claims = build_claims(
         finals, claim_target=params["claim_target"], claim_T=params["claim_T"], seeds=seeds, runs=runs, scale=scale
     )
     table = final_table(finals)
-    table.to_csv(out["table"], index=False)
-    figures = []
-    for target in runs:
-        for metric in ("kl", "tv"):
-            curve_figure(curves, target, runs[target]["horizons"], metric, out[f"{metric}_{target}"])
-            figures.append(
-                (
-                    f"{target}: histogram {metric.upper()} per path against iteration and time "
-                    "(mean over seeds), noise floor dashed",
-                    f"figures/{metric}_{target}.png",
-                )
-            )
     rows = [
         {
             "target": r.target,
@@ -277,9 +276,8 @@ def write_report(
             ("Imaging: inpainting with a diffusion prior (PSNR in dB)", markdown_table(imaging_rows(imaging)))
         )
     lims = limitations(scale, runs)
-    text = render_report(
+    return Report(
         title="Time-inhomogeneous Langevin diffusions: annealing paths on Gaussian mixtures",
-        scale=scale,
         summary=(
             f"Euler-Maruyama on the {params['grid']} grid ({GRID_TEXT[params['grid']]}) with tau(t) = {params['tau0']} exp(-t/T); "
             f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_target']}` at "
@@ -287,17 +285,12 @@ def write_report(
         ),
         claims=claims,
         sections=sections,
-        figures=figures,
+        figures=figures(curves, runs),
+        tables=[Table("table_final", "Final KL and TV per target, path and horizon", table)],
         limitations=lims,
+        metrics={
+            "table": table.replace({np.nan: None}).to_dict(orient="records"),
+            "imaging": list(imaging),
+            "limitation": lims[1] if len(lims) > 1 else lims[0],
+        },
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="annealed_langevin",
-        scale=scale,
-        claims=claims,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        imaging=list(imaging),
-        limitation=lims[1] if len(lims) > 1 else lims[0],
-    )
-    return claims

@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 
 from paperflow.annealed_langevin.gmm import GMM
+from paperflow.core.config import reject_unknown
+
+SPEC_KEYS = ("means", "stds", "weights", "random")
 
 
 def official_random_gmm(
@@ -24,8 +27,10 @@ def official_random_gmm(
 
 
 def build_target(spec: Mapping[str, Any]) -> GMM:
-    """An explicit mixture (means, stds, weights) or the official random n-D one (`random` block)."""
-    if "random" in spec:
+    """An explicit mixture (means, stds, weights) or the official random n-D one (`random` block, the
+    means and stds null)."""
+    reject_unknown(spec, SPEC_KEYS, "annealed_langevin target spec")
+    if spec["random"] is not None:
         r = spec["random"]
         return official_random_gmm(
             r["dim"], len(spec["weights"]), r["std_low"], r["std_high"], spec["weights"], r["seed"]

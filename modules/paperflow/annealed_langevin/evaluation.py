@@ -11,13 +11,16 @@ import pandas as pd
 
 from paperflow.annealed_langevin.gmm import GMM
 from paperflow.annealed_langevin.metrics import noise_floor, panel_metrics, reference
+from paperflow.core.config import reject_unknown
 
 FLOOR_SEED_OFFSET = 10_000  # floor samples of seed s use default_rng(FLOOR_SEED_OFFSET + s)
 
 
 def curves(snapshots: pd.DataFrame, gmm: GMM, gt: np.ndarray, spec: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (seed, iteration, panel): it, t, kl, tv, and the seed's floor_kl / floor_tv."""
-    ref = reference(spec["metric"], gmm, gt, list(spec["bins"]), spec.get("marginals", 5))
+    """One row per (seed, iteration, panel): it, t, kl, tv, and the seed's floor_kl / floor_tv. `spec`:
+    the target's metric, bins and marginals (null for the density metrics)."""
+    reject_unknown(spec, ("metric", "bins", "marginals"), "annealed_langevin metric spec")
+    ref = reference(spec["metric"], gmm, gt, list(spec["bins"]), spec["marginals"])
     cols = [c for c in snapshots.columns if c.startswith("x")]
     rows = []
     for seed, by_seed in snapshots.groupby("seed", sort=True):

@@ -20,6 +20,9 @@ from scipy.ndimage import gaussian_filter
 from tqdm import tqdm
 
 from paperflow.core import plots
+from paperflow.core.config import reject_unknown
+
+IMAGING_KEYS = ("downsample", "mask_rate", "mask_seed", "lam", "step", "n_iter", "burn_in", "sigma_final")
 
 IMAGING_PATHS = ("ula", "diffusion")
 
@@ -103,6 +106,7 @@ def run_inpainting(
     figure_out: str,
 ) -> dict:
     """One (path, horizon) of the inpainting experiment: writes metrics JSON and a figure; returns the metrics."""
+    reject_unknown(cfg, IMAGING_KEYS, "annealed_langevin imaging config")
     x_true = torch.from_numpy(prepare_image(mpimg.imread(image_path)[..., :3], cfg["downsample"]))[None].to(device)
     mask = inpainting_mask(tuple(x_true.shape), cfg["mask_rate"], cfg["mask_seed"]).to(device)
     taus = imaging_taus(path, T, cfg["n_iter"], cfg["step"], cfg["sigma_final"])

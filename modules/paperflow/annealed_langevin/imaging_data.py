@@ -14,7 +14,7 @@ class UnpinnedDownload(RuntimeError):
 
 
 def fetch_pinned(name: str, source: Mapping[str, Any], dest: str | Path) -> Path:
-    if not source.get("sha256"):
+    if not source["sha256"]:
         raise UnpinnedDownload(
             f"imaging.{name}.sha256 is null in config/annealed_langevin.yaml, and paperflow does not download "
             f"unpinned files. On a machine with network: curl -L -o {Path(dest).name} '{source['url']}'; "

@@ -28,7 +28,8 @@ class Reference:
     columns: list[tuple[int, ...]]
 
 
-def reference(kind: str, gmm: GMM, gt: np.ndarray, bins: list[int], n_marginals: int = 5) -> Reference:
+def reference(kind: str, gmm: GMM, gt: np.ndarray, bins: list[int], n_marginals: int | None) -> Reference:
+    """The reference of metric `kind`; `n_marginals` is used by the marginals kind only."""
     if kind == "density_1d":
         edges = np.linspace(gt[:, 0].min(), gt[:, 0].max(), bins[0] + 1)
         dens = gmm.density(edges[:, None])

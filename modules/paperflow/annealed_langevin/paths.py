@@ -77,15 +77,16 @@ def drift(
     path: str,
     gmm: GMM,
     *,
-    tempering: str = "canonical",
-    dilation: str = "code",
-    score: str = "stable",
-    prox_iters: int = 50,
+    tempering: str,
+    dilation: str,
+    score: str,
+    prox_iters: int | None,
 ) -> Callable[[np.ndarray, float], np.ndarray]:
     """b(x, tau) of `path` (table of spec §2). Variants: tempering canonical (1-tau) s(x) - tau x or the
     official code's (1-tau) s(x / sqrt(1-tau)) - tau x; dilation as in the code, sqrt(1-tau)
     s(x / sqrt(1-tau)), or the exact score of pi(x / sqrt(1-tau)), s(x / sqrt(1-tau)) / sqrt(1-tau);
-    score 'official' uses the float32 un-stabilised score (spec §9)."""
+    score 'official' uses the float32 un-stabilised score (spec §9). `prox_iters`: DAZ's prox
+    iterations (None for the other paths)."""
     if score not in SCORES:
         raise ValueError(f"unknown score {score!r}; known: {', '.join(SCORES)}")
     s = gmm.score if score == "stable" else gmm.official_score
@@ -108,6 +109,8 @@ def drift(
             return lambda x, tau: s(x / np.sqrt(1 - tau)) / np.sqrt(1 - tau)
         raise ValueError(f"unknown dilation drift {dilation!r}; known: {', '.join(DILATION_DRIFTS)}")
     if path == "daz":
+        if prox_iters is None:
+            raise ValueError("the daz drift needs prox_iters")
         # -grad M_tau f(x) = -(x - prox)/tau = s_pi(prox_{tau f}(x)); at tau = 0 this is s_pi(x)
         return lambda x, tau: s(prox(gmm, x, tau, prox_iters, s))
     raise ValueError(f"unknown path {path!r}; known: {', '.join(PATHS)}")

@@ -22,9 +22,7 @@ log = logging.getLogger(__name__)
 GRIDS = ("adaptive", "uniform")
 
 
-def build_grid(
-    path: str, gmm: GMM, T: float, tau0: float, t_max: float, maxit: int, grid: str = "adaptive"
-) -> pd.DataFrame:
+def build_grid(path: str, gmm: GMM, T: float, tau0: float, t_max: float, maxit: int, grid: str) -> pd.DataFrame:
     """Times t_0 = 0 < t_1 < ... (stop once t >= t_max or the grid has maxit points) and tau_n = tau(t_n).
     ULA's grid is the constant step a_pi / L_pi^2 from 0 below t_max, as in the official script;
     grid = 'uniform' gives every path that step (the official experiment_gmm_1D_unif_step.py)."""

@@ -22,8 +22,8 @@ def check(cfg: dict[str, Any], source: str) -> None:
     for path in ("ula", "diffusion", "tempering"):
         require_member(path, target["paths"], source, f"targets.{claim['target']}.paths (the claim needs it)")
     for name, spec in cfg["targets"].items():
-        explicit = all(k in spec for k in ("means", "stds"))
-        if explicit == ("random" in spec):
+        explicit = spec["means"] is not None and spec["stds"] is not None
+        if explicit == (spec["random"] is not None):
             raise ConfigError(
                 f"{source}: targets.{name} needs either means + stds or a random block, not both or neither"
             )
@@ -50,6 +50,10 @@ def check(cfg: dict[str, Any], source: str) -> None:
             )
         if spec["metric"] == "density_2d" and len(spec["bins"]) != 2:
             raise ConfigError(f"{source}: targets.{name}.bins must give two counts for density_2d")
+        if (spec["metric"] == "marginals") != (spec["marginals"] is not None):
+            raise ConfigError(
+                f"{source}: targets.{name}.marginals must be set for the marginals metric and null otherwise"
+            )
         if spec["metric"] == "marginals" and spec["marginals"] > dim:
             raise ConfigError(f"{source}: targets.{name}.marginals = {spec['marginals']} exceeds the dimension {dim}")
     if cfg["imaging"]["enabled"] and not cfg["imaging"]["horizons"]:
