@@ -11,7 +11,7 @@ import torch
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.mtbl_wc import data, fronts
 from paperflow.mtbl_wc.algorithm import run
-from paperflow.mtbl_wc.claims import cleaning_claims, concave_claims, quadratic_claims
+from paperflow.mtbl_wc.claims import cleaning_claims, concave_claims, quadratic_claims, summary_table
 from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d
 from paperflow.mtbl_wc.kkt import kkt_measure
 from paperflow.mtbl_wc.prepare import preference_matrix
@@ -115,8 +115,8 @@ def test_penalty_gradient_autograd_matches_explicit_jacobian_on_the_quadratic():
 
 def small_cleaning(seed=0):
     pixels, labels = data.load_digits_arrays()
-    feats = data.whitened_features(pixels, 3)
-    split = data.split_and_corrupt(labels, {"n_train": 80, "n_val": 60, "noise": 0.4}, seed)
+    feats = data.whitened_features(pixels, 3, None)
+    split = data.split_and_corrupt(labels, {"n_train": 80, "n_val": 60, "n_test": None, "noise": 0.4}, seed)
     inst = {
         "phi_train": feats[split["train"]],
         "noisy_labels": split["noisy_labels"],
@@ -314,3 +314,20 @@ def test_config_errors_name_the_key(tmp_path, monkeypatch):
         load_paper_config("mtbl_wc", "smoke", root)
     for scale in ("tiny", "smoke", "paper"):
         assert load_paper_config("mtbl_wc", scale)["problems"]
+
+
+def test_summary_table_keeps_the_metrics_over_all_preferences():
+    """The hypervolume has no preference (r1 NaN): the summary keeps it as its own row, after the
+    per-preference rows of its method."""
+    frame = pd.DataFrame(
+        {
+            "method": ["wc"] * 4,
+            "seed": [0, 1, 0, 1],
+            "r1": [0.5, 0.5, np.nan, np.nan],
+            "metric": ["f1", "f1", "hypervolume", "hypervolume"],
+            "value": [1.0, 3.0, 2.0, 4.0],
+        }
+    )
+    table = summary_table({"quadratic": frame})
+    assert table.metric.tolist() == ["f1", "hypervolume"]
+    assert np.isnan(table.r1.iloc[1]) and table["mean"].tolist() == [2.0, 3.0] and table.n_seeds.tolist() == [2, 2]

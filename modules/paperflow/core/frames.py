@@ -35,7 +35,8 @@ def per_seed(frame: pd.DataFrame, seeds: Sequence[int], value: str = "value", **
     return [float(by_seed.get(s, np.nan)) for s in seeds]
 
 
-def seed_summary(frame: pd.DataFrame, by: Sequence[str], value: str = "value") -> pd.DataFrame:
-    """Mean, std (ddof 1) and number of seeds of `value` per group of `by`, sorted by `by`."""
-    grouped = frame.groupby(list(by))[value]
+def seed_summary(frame: pd.DataFrame, by: Sequence[str], value: str = "value", dropna: bool = True) -> pd.DataFrame:
+    """Mean, std (ddof 1) and number of seeds of `value` per group of `by`, sorted by `by`; with
+    `dropna=False` a NaN label (e.g. a metric over all preferences) is a group of its own, sorted last."""
+    grouped = frame.groupby(list(by), dropna=dropna)[value]
     return grouped.agg(mean="mean", std="std", n_seeds="count").reset_index()

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 
 MIDDLE = (0.25, 0.75)  # "middle" preferences of the concave-front check: r_1 strictly inside
 
@@ -24,7 +23,7 @@ def per_seed(
     keep=lambda r1: np.ones_like(r1, dtype=bool),
 ) -> list[float]:
     """One number per seed: `agg` (max / min / mean) over the kept preferences; NaN where missing."""
-    rows = frame[(frame.method == method) & (frame.metric == metric)]
+    rows = frames_lib.select(frame, method=method, metric=metric)
     rows = rows[keep(rows.r1.to_numpy())]
     by_seed = rows.groupby("seed")["value"].agg(agg)
     return [float(by_seed.get(s, np.nan)) for s in seeds]
@@ -216,15 +215,13 @@ def build_claims(
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Mean, std and number of seeds of every metric per problem, method and r_1 (NaN r_1: over all
+    preferences, e.g. the hypervolume)."""
     long = pd.concat([f.assign(problem=n) for n, f in frames.items()], ignore_index=True)
-    return (
-        long.groupby(["problem", "method", "r1", "metric"], dropna=False)["value"]
-        .agg(mean="mean", std="std", n_seeds="count")
-        .reset_index()
-    )
+    return frames_lib.seed_summary(long, ["problem", "method", "r1", "metric"], dropna=False)
 
 
-def front_figure(fronts: Mapping[str, dict], frames: Mapping[str, pd.DataFrame], seed: int, path) -> None:
+def front_figure(fronts: Mapping[str, dict], frames: Mapping[str, pd.DataFrame], seed: int):
     names = list(fronts)
     fig, axes = plots.subplots(len(names))
     for ax, name in zip(axes, names):
@@ -242,10 +239,10 @@ def front_figure(fronts: Mapping[str, dict], frames: Mapping[str, pd.DataFrame],
         ax.set_ylabel("f_2")
         ax.set_title(f"{name} (seed {seed})")
         ax.legend(fontsize=7)
-    plots.save(fig, path)
+    return fig
 
 
-def kkt_figure(curves: pd.DataFrame, seed: int, path) -> None:
+def kkt_figure(curves: pd.DataFrame, seed: int):
     fig, axes = plots.subplots(1, width=5.5, height=4.2)
     ax = axes[0]
     part = curves[(curves.seed == seed) & (curves.step > 0)]
@@ -265,7 +262,7 @@ def kkt_figure(curves: pd.DataFrame, seed: int, path) -> None:
     ax.set_ylabel("best-iterate K (KKT residual)")
     ax.set_title(f"quadratic, seed {seed}")
     ax.legend(fontsize=7)
-    plots.save(fig, path)
+    return fig
 
 
 LIMITATIONS = [
@@ -276,19 +273,34 @@ LIMITATIONS = [
 ]
 
 
-def write_report(*, frames, curves, fronts, specs, params: Mapping[str, Any], out: Mapping[str, Any]) -> list[Claim]:
-    seeds = list(params["seeds"])
+def build_report(
+    *,
+    frames: Mapping[str, pd.DataFrame],
+    curves: Mapping[str, pd.DataFrame],
+    fronts: Mapping[str, dict],
+    specs: Mapping[str, dict],
+    seeds: Sequence[int],
+) -> Report:
+    seeds = list(seeds)
     claims = build_claims(frames, curves, specs, seeds)
     table = summary_table(frames)
-    table.to_csv(out["table"], index=False)
     synthetic = {n: f for n, f in fronts.items() if specs[n]["kind"] in ("quadratic", "concave")}
-    front_figure(synthetic, frames, seeds[0], out["front_figure"])
     quad = [n for n in frames if specs[n]["kind"] == "quadratic"]
-    kkt_figure(
-        curves[quad[0]] if quad else pd.DataFrame(columns=["seed", "step", "method", "pref", "K_best"]),
-        seeds[0],
-        out["kkt_figure"],
-    )
+    figures = [
+        Figure(
+            "figure_fronts",
+            "Explored fronts against the exact front (closed form)",
+            front_figure(synthetic, frames, seeds[0]),
+        ),
+        Figure(
+            "figure_kkt",
+            "Best-iterate KKT residual against iterations (log-log) with a T^(-1/2) reference",
+            kkt_figure(
+                curves[quad[0]] if quad else pd.DataFrame(columns=["seed", "step", "method", "pref", "K_best"]),
+                seeds[0],
+            ),
+        ),
+    ]
     keep = [
         "rel_dist_wc",
         "angle_deg",
@@ -312,31 +324,18 @@ def write_report(*, frames, curves, fronts, specs, params: Mapping[str, Any], ou
         }
         for _, r in table[table.metric.isin(keep)].iterrows()
     ]
-    text = render_report(
+    return Report(
         title="mtbl_wc: multi-task bilevel learning by a weighted-Chebyshev penalty method",
-        scale=params["scale"],
         summary=(
             f"Problems {', '.join(frames)}; methods per problem as configured; seeds {', '.join(map(str, seeds))}. "
             "WC-penalty, LS-penalty and MGDA-penalty share one loop (only the weights on the UL gradients differ)."
         ),
         claims=claims,
         sections=[("Metrics (mean ± std over seeds, per preference r_1)", markdown_table(rows))],
-        figures=[
-            ("Explored fronts against the exact front (closed form)", "figures/fronts.png"),
-            (
-                "Best-iterate KKT residual against iterations (log-log) with a T^(-1/2) reference",
-                "figures/kkt_rate.png",
-            ),
+        figures=figures,
+        tables=[
+            Table("table_metrics", "Every metric: mean, std and number of seeds per problem, method and r_1", table)
         ],
         limitations=LIMITATIONS,
+        metrics={"table": table.replace({np.nan: None}).to_dict(orient="records"), "limitation": LIMITATIONS[0]},
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="mtbl_wc",
-        scale=params["scale"],
-        claims=claims,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        limitation=LIMITATIONS[0],
-    )
-    return claims

@@ -31,9 +31,10 @@ def load_mnist_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def whitened_features(pixels: np.ndarray, zero_columns: int, n_components: int | None = None) -> np.ndarray:
+def whitened_features(pixels: np.ndarray, zero_columns: int, n_components: int | None) -> np.ndarray:
     """Centre, project on the non-zero principal directions (at most n_components), scale to unit
-    variance, append `zero_columns` zero columns and a bias column of ones."""
+    variance, append `zero_columns` zero columns and a bias column of ones; `n_components` None keeps
+    every non-zero direction."""
     centred = pixels - pixels.mean(0)
     _, sv, vt = np.linalg.svd(centred, full_matrices=False)
     rank = int(np.sum(sv > RANK_RTOL * sv[0]))
@@ -52,7 +53,7 @@ def split_and_corrupt(labels: np.ndarray, spec: dict[str, Any], seed: int) -> di
     order = rng.permutation(len(labels))
     n_tr, n_val = spec["n_train"], spec["n_val"]
     train, val, test = order[:n_tr], order[n_tr : n_tr + n_val], order[n_tr + n_val :]
-    if "n_test" in spec:
+    if spec["n_test"] is not None:
         test = test[: spec["n_test"]]
     noisy = labels[train].copy()
     corrupt = rng.random(n_tr) < spec["noise"]

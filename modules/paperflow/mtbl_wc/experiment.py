@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from paperflow.core.config import reject_unknown
 from paperflow.mtbl_wc import data
 from paperflow.mtbl_wc.algorithm import RunResult, measure, run
 from paperflow.mtbl_wc.problems import ConcaveECMO, HyperCleaning, Problem, QuadraticECMO, as_tensor
@@ -49,7 +50,26 @@ def reference_point(solver: dict[str, Any], inst: dict[str, np.ndarray]) -> np.n
     return inst["ideal"] if solver["f_ref"] == "ideal" else np.zeros(inst["prefs"].shape[1])
 
 
+SOLVER_KEYS = (
+    "steps",
+    "rho0",
+    "rho_max",
+    "ramp",
+    "tau",
+    "eta0",
+    "x_step",
+    "eval_every",
+    "chebyshev",
+    "penalty_grad",
+    "f_ref",
+    "output",
+    "noise_std",
+    "decay_steps",
+)
+
+
 def train(kind: str, method: str, inst: dict[str, np.ndarray], solver: dict[str, Any], seed: int) -> RunResult:
+    reject_unknown(solver, SOLVER_KEYS, "mtbl_wc solver")
     torch.manual_seed(seed)
     problem = build_problem(kind, inst, device())
     z0 = starting_point(kind, problem, inst, len(inst["prefs"]), seed)
@@ -77,8 +97,9 @@ def hypervolume_2d(points: np.ndarray, ref: np.ndarray) -> float:
 
 
 def synthetic_metrics(
-    kind: str, inst, z: np.ndarray, history: pd.DataFrame, checkpoints: list[int]
+    kind: str, inst, z: np.ndarray, history: pd.DataFrame, checkpoints: list[int] | None
 ) -> dict[str, np.ndarray]:
+    """The metrics of a synthetic run; K_best at each of `checkpoints` (None for a problem without a rate claim)."""
     problem = build_problem(kind, inst)
     zt = torch.as_tensor(z, dtype=torch.float64)
     with torch.no_grad():
@@ -98,7 +119,7 @@ def synthetic_metrics(
         "f2": f[:, 1],
     }
     by_step = history.pivot(index="step", columns="pref", values="K_best")
-    for c in checkpoints:
+    for c in checkpoints if checkpoints is not None else []:
         if c in by_step.index:
             out[f"K_best@{c}"] = by_step.loc[c].to_numpy()
     return out
@@ -135,7 +156,7 @@ def evaluate(
     runs: dict[tuple[str, int], dict],
     histories: pd.DataFrame,
     output: str,
-    checkpoints: list[int],
+    checkpoints: list[int] | None,
 ) -> pd.DataFrame:
     """Long table: method, seed, pref (index), r1, metric, value; plus hypervolume per (method, seed)."""
     rows = []

@@ -8,6 +8,7 @@ mnist -> the pinned Keras mnist.npz. preprocess: per seed, the instance and its 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def download(name: str, spec: dict[str, Any], seeds: list[int], cache_dir: str |
     if kind == "digits":
         pixels, labels = data.load_digits_arrays()
     else:
-        if not spec.get("sha256"):
+        if not spec["sha256"]:
             raise ConfigError(
                 f"problems.{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned "
                 f"data. Fetch the file once, run `sha256sum` on it, and set it in config/mtbl_wc.yaml"
@@ -48,21 +49,20 @@ def download(name: str, spec: dict[str, Any], seeds: list[int], cache_dir: str |
     log.info("%s: %d images with %d pixels", name, *pixels.shape)
 
 
-def preprocess(
-    name: str, spec: dict[str, Any], raw: str | Path, seeds: list[int], n_front: int, outs: list[str]
-) -> None:
+def preprocess(name: str, spec: dict[str, Any], raw: str | Path, outs: Mapping[int, str], n_front: int) -> None:
+    """Write the instance of each seed of `outs` ({seed: file})."""
     kind, arrays = spec["kind"], load_npz(raw)
     prefs = preference_matrix(spec["preferences"])
     if kind in ("quadratic", "concave"):
         front_of = fronts.quadratic_front if kind == "quadratic" else fronts.concave_front
-        for seed, out in zip(seeds, outs):
+        for seed, out in outs.items():
             inst = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(f"seed{seed}/")}
             save_npz(out, prefs=prefs, **inst, **front_of(inst, prefs, n_front))
         return
     inst = spec["instance"]
-    feats = data.whitened_features(arrays["pixels"].astype(float), inst["zero_columns"], inst.get("n_components"))
+    feats = data.whitened_features(arrays["pixels"].astype(float), inst["zero_columns"], inst["n_components"])
     labels = arrays["labels"]
-    for seed, out in zip(seeds, outs):
+    for seed, out in outs.items():
         split = data.split_and_corrupt(labels, inst, seed)
         tr, va, te = split["train"], split["val"], split["test"]
         save_npz(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, reject_unknown, require_keys, require_member
 
 SYNTHETIC = ("quadratic", "concave")
 CLEANING = ("digits", "mnist")
 NEEDS = {
     "quadratic": ("n_obj", "dim_x", "dim_y", "rows", "rank", "sv_range", "b_scale", "c_scale"),
     "concave": ("dim_x", "dim_y", "sv_range"),
-    "digits": ("n_train", "n_val", "noise", "zero_columns", "groups"),
+    "digits": ("n_train", "n_val", "n_test", "noise", "zero_columns", "n_components", "groups"),
     "mnist": ("n_train", "n_val", "n_test", "noise", "zero_columns", "n_components", "groups"),
 }
 
@@ -21,10 +21,9 @@ def check(cfg: dict[str, Any], source: str) -> None:
         require_member(name, cfg["problems"], source, "run_problems[...]")
     for name, spec in cfg["problems"].items():
         where = f"{source}: problems.{name}"
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec["instance"]]
-        if missing:
-            raise ConfigError(f"{where}.instance (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
-        if spec["kind"] == "mnist" and "url" not in spec:
+        require_keys(spec["instance"], NEEDS[spec["kind"]], f"{where}.instance (kind {spec['kind']})")
+        reject_unknown(spec["instance"], NEEDS[spec["kind"]], f"{where}.instance (kind {spec['kind']})")
+        if spec["kind"] == "mnist" and spec["url"] is None:
             raise ConfigError(f"{where} (kind mnist) needs url and sha256")
         inst = spec["instance"]
         if spec["kind"] == "quadratic" and not inst["rank"] < min(inst["rows"], inst["dim_y"]):
@@ -39,7 +38,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
                 f"{where}.methods: 'uniform' (the warm start, no steps) is a hyper-cleaning baseline only"
             )
         if spec["kind"] == "quadratic":
-            if "rate_checkpoints" not in spec:
+            if spec["rate_checkpoints"] is None:
                 raise ConfigError(f"{where}: rate_checkpoints is required for kind quadratic")
             cps, solver = spec["rate_checkpoints"], spec["solver"]
             if any(c % solver["eval_every"] for c in cps) or max(cps) > solver["steps"]:

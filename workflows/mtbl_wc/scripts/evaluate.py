@@ -6,12 +6,11 @@ from paperflow.mtbl_wc.arrays import load_npz
 from paperflow.mtbl_wc.experiment import evaluate
 
 with snakemake_job(snakemake) as job:
-    seeds, methods = list(job.params.seeds), list(job.params.methods)
-    insts = {s: load_npz(p) for s, p in zip(seeds, job.input.instances)}
-    keys = [(m, s) for m in methods for s in seeds]  # method-major, seed-minor: the rule's input order
-    runs = {k: load_npz(p) for k, p in zip(keys, job.input.runs)}
-    curves = pd.concat([read_frame(p)[0] for p in job.input.histories], ignore_index=True)
-    metrics = evaluate(job.params.kind, insts, runs, curves, job.params.output, list(job.params.checkpoints))
+    insts = {seed: load_npz(path) for seed, path in job.keyed("instance", types=(int,)).items()}
+    runs = {key: load_npz(path) for key, path in job.keyed("run", types=(str, int)).items()}
+    histories = job.keyed("history", types=(str, int)).values()
+    curves = pd.concat([read_frame(path)[0] for path in histories], ignore_index=True)
+    metrics = evaluate(job.params.kind, insts, runs, curves, job.params.output, job.params.checkpoints)
     write_frame(job.output.metrics, metrics, {"problem": job.wildcards.problem})
     write_frame(job.output.curves, curves, {"problem": job.wildcards.problem})
-    job.note(seeds=seeds)
+    job.note(seeds=sorted(insts))

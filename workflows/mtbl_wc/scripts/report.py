@@ -1,16 +1,16 @@
 from paperflow.core.io import read_frame
 from paperflow.core.job import snakemake_job
+from paperflow.core.report import publish_job
 from paperflow.mtbl_wc.arrays import load_npz
-from paperflow.mtbl_wc.claims import write_report
+from paperflow.mtbl_wc.claims import build_report
 
 with snakemake_job(snakemake) as job:
-    names, seeds = list(job.params.problems), list(job.params.seeds)
-    claims = write_report(
-        frames={n: read_frame(p)[0] for n, p in zip(names, job.input.metrics)},
-        curves={n: read_frame(p)[0] for n, p in zip(names, job.input.curves)},
-        fronts={n: load_npz(p) for n, p in zip(names, job.input.fronts)},
-        specs={n: dict(job.params.specs[n]) for n in names},
-        params=dict(job.params.items()),
-        out=dict(job.output.items()),
+    report = build_report(
+        frames={name: read_frame(path)[0] for name, path in job.keyed("metrics").items()},
+        curves={name: read_frame(path)[0] for name, path in job.keyed("curves").items()},
+        fronts={name: load_npz(path) for name, path in job.keyed("front").items()},
+        specs={name: dict(spec) for name, spec in job.params.specs.items()},
+        seeds=list(job.params.seeds),
     )
-    job.note(seeds=seeds, claims_held={c.id: c.held for c in claims})
+    publish_job(job, report)
+    job.note(seeds=job.params.seeds)
