@@ -15,10 +15,12 @@ from scipy import stats
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.spaef import graphs as gr
+from paperflow.spaef.baselines import run_baselines
 from paperflow.spaef.claims import build_claims, limitations
 from paperflow.spaef.metrics import genewise_pcc, morans_i
 from paperflow.spaef.model import GATConv, SpaEF, with_self_loops, zinb_loglik
 from paperflow.spaef.settings import check, units
+from paperflow.spaef.stages import evaluate_stage
 from paperflow.spaef.synth import generate, hex_grid
 
 
@@ -442,6 +444,29 @@ def test_gated_claims_hold_for_a_better_method_and_fail_for_the_negative_control
     assert not by_id["ari_gmm_spaef_gt_raw"].held
 
 
+def test_claims_do_not_depend_on_the_order_of_methods_and_baselines():
+    """Keyed inputs: reordering `methods` or `baselines` in a config reorders the jobs' inputs, but every
+    claim keeps its values."""
+    pairs = [(f"synth_s{s}", s) for s in (0, 1, 2)]
+    metrics = fake_metrics({"spaef": 0.8, "spaef_nolm": 0.5, "raw": 0.3, "delaunay_smooth": 0.4, "magic": 0.6})
+    forward = build_claims(metrics, pairs, ["spaef", "spaef_nolm"], ["raw", "delaunay_smooth", "magic"])
+    backward = build_claims(metrics.iloc[::-1], pairs, ["spaef_nolm", "spaef"], ["magic", "delaunay_smooth", "raw"])
+    assert {c.id: c for c in forward} == {c.id: c for c in backward}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: run_baselines(np.zeros((2, 2)), None, None, [], {"smooth_alpha": 0.5, "smoth_alpha": 0.5}),
+        lambda: generate({"kind": "synthetic", "n_rowz": 4}, 0),
+        lambda: evaluate_stage("unused", {}, "unused", [0], {"n_pcs": 2, "n_marker_gene": 3}),
+    ],
+)
+def test_library_code_refuses_a_config_key_it_does_not_read(call):
+    with pytest.raises(ConfigError, match="unknown key"):
+        call()
+
+
 def test_limitations_follow_the_config():
     def lines(scale, edit=lambda cfg: None):
         cfg = load_paper_config("spaef", scale)
@@ -492,6 +517,10 @@ def test_units_pair_one_synthetic_instance_with_each_seed(tiny_cfg):
         (lambda c: c.update(claim_dataset="nope"), "claim_dataset = 'nope' is not allowed"),
         (lambda c: c["embedding"].update(device="cuda"), "resources.gpus = 0"),
         (lambda c: c["embedding"].update(gene_model="genept"), "needs embedding.genept"),
+        (
+            lambda c: c["datasets"]["synth"].update(kind="visium"),
+            r"datasets.synth \(kind visium\) is missing key\(s\) files",
+        ),
     ],
 )
 def test_config_cross_checks_name_the_key(tiny_cfg, edit, message):

@@ -9,6 +9,8 @@ from scipy import sparse
 from sklearn.decomposition import PCA
 from sklearn.neighbors import NearestNeighbors
 
+from paperflow.spaef.settings import known_keys
+
 
 def delaunay_smooth(x: np.ndarray, adjacency: sparse.spmatrix, alpha: float) -> np.ndarray:
     """x_i <- (1 - alpha) x_i + alpha * mean_{j in N(i)} x_j on the (binary) spatial graph."""
@@ -80,6 +82,7 @@ def graphst_reconstruction(
 def run_baselines(
     x: np.ndarray, adjacency: sparse.spmatrix, coords: np.ndarray, names: list[str], cfg: dict
 ) -> dict[str, np.ndarray]:
+    known_keys("baseline", cfg)
     impl = {
         "raw": lambda: np.asarray(x, dtype=np.float64),
         "delaunay_smooth": lambda: delaunay_smooth(x, adjacency, cfg["smooth_alpha"]),

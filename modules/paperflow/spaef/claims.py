@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core import frames, plots
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 from paperflow.spaef.settings import PUBLISHED_BASELINES, units
 
 LABELS = {
@@ -37,10 +36,10 @@ NO_PAPER = "not public (abstract only)"
 
 
 def per_seed(metrics: pd.DataFrame, pairs: Sequence[tuple[str, int]], method: str, metric: str) -> list[float]:
-    """The metric of `method` on each (sample, seed) unit, in unit order; NaN where missing."""
-    rows = metrics[(metrics.method == method) & (metrics.metric == metric)]
-    by_unit = {(s, int(k)): v for s, k, v in zip(rows["sample"], rows.seed, rows.value)}
-    return [float(by_unit.get((s, k), np.nan)) for s, k in pairs]
+    """The metric of `method` on each (sample, seed) unit, in unit order; NaN where missing. The units of
+    one dataset have one sample per seed (synthetic) or one sample for every seed (real)."""
+    units_rows = metrics[metrics["sample"].isin({s for s, _ in pairs})]
+    return frames.per_seed(units_rows, [k for _, k in pairs], method=method, metric=metric)
 
 
 def build_claims(
@@ -80,18 +79,14 @@ def build_claims(
 
 
 def summary_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    return (
-        metrics.groupby(["sample", "method", "metric"])["value"]
-        .agg(mean="mean", std="std", n_seeds="count")
-        .reset_index()
-    )
+    return frames.seed_summary(metrics, ["sample", "method", "metric"])
 
 
 def by_dataset(metrics: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
-    """Mean ± std over the (sample, seed) units of each dataset."""
+    """Mean ± std over the (sample, seed) units of each dataset (`n`: the number of units)."""
     ds = metrics["sample"].map(lambda s: next(d for d in datasets if s == d or s.startswith(f"{d}_s")))
-    grouped = metrics.assign(dataset=ds).groupby(["dataset", "method", "metric"])["value"]
-    return grouped.agg(mean="mean", std="std", n="count").reset_index()
+    table = frames.seed_summary(metrics.assign(dataset=ds), ["dataset", "method", "metric"])
+    return table.rename(columns={"n_seeds": "n"})
 
 
 def headline_rows(table: pd.DataFrame, order: Sequence[str]) -> list[dict[str, Any]]:
@@ -122,7 +117,7 @@ def quality_rows(graph_quality: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     return rows
 
 
-def bar_figure(table: pd.DataFrame, order: Sequence[str], out: str | Path) -> None:
+def bar_figure(table: pd.DataFrame, order: Sequence[str]) -> Figure:
     names = [m for m in ("pcc", "ari_gmm", "morans_i") if m in set(table.metric)]
     fig, axes = plots.subplots(len(names), width=5.0, height=3.8)
     for ax, metric in zip(axes, names):
@@ -131,10 +126,10 @@ def bar_figure(table: pd.DataFrame, order: Sequence[str], out: str | Path) -> No
         ax.set_title(METRIC_NAMES[metric], fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
         ax.invert_yaxis()
-    plots.save(fig, out)
+    return Figure("figure_metrics", "Metrics per method (mean ± std over seeds)", fig)
 
 
-def spatial_figure(inputs: Mapping[str, Any], out: str | Path) -> str:
+def spatial_figure(inputs: Mapping[str, Any]) -> Figure:
     """One marker gene on the slide: clean, raw, Delaunay smoothing, SpaEF, SpaEF no-LM (scanpy's
     spatial embedding plot), plus the domains."""
     import anndata as ad
@@ -160,11 +155,11 @@ def spatial_figure(inputs: Mapping[str, Any], out: str | Path) -> str:
     sc.pl.embedding(show, basis="spatial", color=colors, show=False, ncols=len(colors), size=60, frameon=False)
     import matplotlib.pyplot as plt
 
-    plots.save(plt.gcf(), out)
-    return str(name)
+    caption = f"Gene {name} on the slide: clean, raw, smoothed and denoised (first unit)"
+    return Figure("figure_spatial", caption, plt.gcf())
 
 
-def loss_figure(histories: pd.DataFrame, methods: Sequence[str], out: str | Path) -> None:
+def loss_figure(histories: pd.DataFrame, methods: Sequence[str]) -> Figure:
     fig, axes = plots.subplots(1, width=5.5)
     for method in methods:
         curve = histories[histories.method == method].groupby("epoch")["loss"].mean()
@@ -172,7 +167,7 @@ def loss_figure(histories: pd.DataFrame, methods: Sequence[str], out: str | Path
     axes[0].set_xlabel("epoch")
     axes[0].set_ylabel("ZINB loss (train, mean over units)")
     axes[0].legend(fontsize=7)
-    plots.save(fig, out)
+    return Figure("figure_loss", "Training loss per epoch", fig)
 
 
 def limitations(
@@ -217,26 +212,21 @@ def limitations(
     ]
 
 
-def write_report(
+def build_report(
     *,
     metrics: pd.DataFrame,
     graph_quality: Sequence[Mapping[str, Any]],
     histories: pd.DataFrame,
     plot_inputs: Mapping[str, Any],
     params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
+    scale: str,
+) -> Report:
     cfg = {"run_datasets": [params["claim_dataset"]], "datasets": params["datasets"], "seeds": params["seeds"]}
     pairs = units(cfg)
     methods, baselines = list(params["methods"]), list(params["baselines"])
     claims = build_claims(metrics, pairs, methods, baselines)
     order = ["clean", *methods, *baselines]
-    summary_table(metrics).to_csv(out["table"], index=False)
-    metrics.sort_values(["sample", "seed", "method", "metric"]).to_csv(out["per_seed"], index=False)
     table = by_dataset(metrics, list(params["datasets"]))
-    bar_figure(table[table.dataset == params["claim_dataset"]], order, out["bars"])
-    gene = spatial_figure(plot_inputs, out["spatial"])
-    loss_figure(histories, methods, out["loss"])
     wide = (
         metrics[metrics["sample"].isin({s for s, _ in pairs})]
         .pivot_table(index=["sample", "seed", "method"], columns="metric", values="value")
@@ -255,13 +245,10 @@ def write_report(
         ("Data", "\n".join(f"- `{n}`: {spec}" for n, spec in params["datasets"].items())),
     ]
     lims = limitations(
-        params["scale"],
-        params["datasets"],
-        {k: params[k] for k in ("embedding", "graphs", "model", "train", "baselines")},
+        scale, params["datasets"], {k: params[k] for k in ("embedding", "graphs", "model", "train", "baselines")}
     )
-    text = render_report(
+    return Report(
         title="SpaEF: element-wise SRT denoising with LM-built spot and gene graphs",
-        scale=params["scale"],
         summary=(
             f"Methods {', '.join(LABELS[m] for m in methods)} against baselines {', '.join(LABELS[b] for b in baselines)}; "
             f"units (sample, seed): {', '.join(f'{s}/{k}' for s, k in pairs)}. Gated claims are measured on `{params['claim_dataset']}`."
@@ -269,20 +256,26 @@ def write_report(
         claims=claims,
         sections=sections,
         figures=[
-            ("Metrics per method (mean ± std over seeds)", "figures/metrics.png"),
-            (f"Gene {gene} on the slide: clean, raw, smoothed and denoised (first unit)", "figures/spatial_gene.png"),
-            ("Training loss per epoch", "figures/training_loss.png"),
+            bar_figure(table[table.dataset == params["claim_dataset"]], order),
+            spatial_figure(plot_inputs),
+            loss_figure(histories, methods),
+        ],
+        tables=[
+            Table(
+                "table_metrics",
+                "Every metric per sample and method: mean, std and number of seeds",
+                summary_table(metrics),
+            ),
+            Table(
+                "table_per_seed",
+                "Every metric per sample, seed and method",
+                metrics.sort_values(["sample", "seed", "method", "metric"]),
+            ),
         ],
         limitations=lims,
+        metrics={
+            "table": table.replace({np.nan: None}).to_dict(orient="records"),
+            "graph_quality": quality_rows(graph_quality),
+            "limitation": lims[0],
+        },
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="spaef",
-        scale=params["scale"],
-        claims=claims,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        graph_quality=quality_rows(graph_quality),
-        limitation=lims[0],
-    )
-    return claims

@@ -23,7 +23,7 @@ def fetch_all(name: str, files: dict[str, dict[str, Any]], cache: str | Path) ->
     """Every file of a real dataset, each with its sha256; an unpinned file stops the run with instructions."""
     paths = {}
     for key, spec in files.items():
-        if not spec.get("sha256"):
+        if not spec["sha256"]:
             raise ConfigError(
                 f"datasets.{name}.files.{key}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. "
                 f"Fetch the file once on a machine with network, run `sha256sum` on it, and set the value in config/spaef.yaml "

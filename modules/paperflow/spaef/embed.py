@@ -19,6 +19,7 @@ import pandas as pd
 
 from paperflow.core.config import ConfigError
 from paperflow.core.io import read_frame, write_frame
+from paperflow.spaef.settings import known_keys
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ def gene_texts(adata: ad.AnnData) -> tuple[pd.DataFrame, pd.DataFrame]:
 def embed_stage(
     proc: str, sentences: str, cfg: Mapping[str, Any], cache: str, out_spots: str, out_genes: str, out_ggi: str
 ) -> dict[str, Any]:
+    known_keys("embedding", cfg)
     adata = ad.read_h5ad(proc)
     sent, _ = read_frame(sentences)
     device = cfg["device"]

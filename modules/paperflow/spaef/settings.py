@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, reject_unknown, require_keys, require_member
 
 # what each method trains: which graphs (LM-built or plain expression/correlation) and which gate
 METHODS = {
@@ -18,6 +19,51 @@ METHODS = {
 BASELINES = ("raw", "delaunay_smooth", "magic", "magic_impute", "graphst")
 PUBLISHED_BASELINES = ("magic_impute", "graphst")  # run by the published packages magic-impute and graphst
 NEEDS = {"synthetic": ("n_rows", "n_cols", "n_domains"), "visium": ("files",)}
+# the keys each config block's library code reads (config/schemas/spaef.schema.yaml lists the same)
+KEYS = {
+    "datasets.<synthetic>": (
+        "kind",
+        "n_rows",
+        "n_cols",
+        "n_domains",
+        "n_modules",
+        "genes_per_module",
+        "n_housekeeping",
+        "module_boost",
+        "housekeeping_boost",
+        "library_size",
+        "library_sd",
+        "library_gradient",
+        "nb_theta",
+        "capture",
+        "n_decoy_pairs",
+        "decoy_sd",
+        "ggi_genes_per_module",
+    ),
+    "embedding": ("spot_model", "gene_model", "batch_size", "device", "sentence_tokens", "omiclip", "genept"),
+    "graphs": ("ggi_seed", "spot", "gene"),
+    "graphs.spot": (
+        "hidden",
+        "heads",
+        "latent",
+        "dropout",
+        "lr",
+        "epochs",
+        "k",
+        "double_sigmoid",
+        "directed_like_code",
+    ),
+    "graphs.gene": ("k", "threshold"),
+    "model": ("hidden", "latent", "heads", "dropout", "gate"),
+    "train": ("epochs", "lr", "gamma", "mu_penalty", "engine"),
+    "baseline": ("smooth_alpha", "magic_k", "magic_t", "magic_pcs", "seed", "magic_impute", "graphst"),
+    "evaluate": ("n_pcs", "n_marker_genes"),
+}
+
+
+def known_keys(block: str, cfg: Mapping[str, Any]) -> None:
+    """ConfigError when `cfg`, the config block `block`, has a key its library code does not read."""
+    reject_unknown(cfg, KEYS[block], block)
 
 
 def sample_names(cfg: dict[str, Any]) -> list[str]:
@@ -78,9 +124,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
                 f"{source}: baselines must contain '{base}' (a gated claim compares with it); got {cfg['baselines']}"
             )
     for name, spec in cfg["datasets"].items():
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
-        if missing:
-            raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        require_keys(spec, NEEDS[spec["kind"]], f"{source}: datasets.{name} (kind {spec['kind']})")
         if spec["kind"] == "synthetic" and spec["n_domains"] > 6:
             raise ConfigError(
                 f"{source}: datasets.{name}.n_domains = {spec['n_domains']}; SynthSRT has 6 modules, at most 6 domains"

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
+from paperflow.spaef.settings import known_keys
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ def graphs_stage(
     from paperflow.spaef import graphs as gr
     from paperflow.spaef.training import fit_spot_latent
 
+    known_keys("graphs", cfg)
+    known_keys("graphs.gene", cfg["gene"])
     adata = ad.read_h5ad(proc)
     x = dense(adata.X)
     spot_emb = read_frame(spots)[0].drop(columns="spot").to_numpy(np.float32)
@@ -121,16 +124,15 @@ def train_stage(
     proc: str,
     graph: str,
     seed: int,
-    methods: Sequence[str],
+    outs: Mapping[str, str],
     model: Mapping[str, Any],
     train: Mapping[str, Any],
-    outs: Sequence[str],
     run_dir: str,
     wandb: Mapping[str, Any] | None,
     tags: dict[str, str],
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Train every method on one (sample, seed) graph file, one after the other in this process (each
-    from the same seed), writing method i's denoised .h5ad to outs[i]."""
+    """Train every method of `outs` ({method: denoised .h5ad path}) on one (sample, seed) graph file, one
+    after the other in this process, each from the same seed (so the order does not matter)."""
     from paperflow.spaef.settings import METHODS
     from paperflow.spaef.training import fit_denoiser
 
@@ -138,7 +140,7 @@ def train_stage(
     x = dense(adata.X)
     graphs, _ = read_frame(graph)  # once for every method
     histories, tracking = [], {}
-    for method, out in zip(methods, outs, strict=True):
+    for method, out in outs.items():
         spec = METHODS[method]
         fusion = "entry" if spec["fusion"] == "learned" and model["gate"] == "entry" else spec["fusion"]
         mu, w, hist, tracking[method] = fit_denoiser(
@@ -191,6 +193,7 @@ def evaluate_stage(
 ) -> pd.DataFrame:
     from paperflow.spaef.metrics import domain_scores, genewise_pcc, morans_i
 
+    known_keys("evaluate", cfg)
     adata = ad.read_h5ad(proc)
     base = ad.read_h5ad(baselines)
     labels = adata.obs["domain"].to_numpy() if "domain" in adata.obs else None

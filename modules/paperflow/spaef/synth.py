@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from paperflow.spaef.settings import known_keys
+
 PATHWAYS = [
     "Wnt signalling",
     "interferon immune response",
@@ -59,6 +61,7 @@ def gene_description(name: str, module: int, rng: np.random.Generator) -> str:
 
 def generate(spec: dict[str, Any], seed: int) -> ad.AnnData:
     """One SynthSRT instance: X = observed counts (sparse), layers['clean'] = log1p-CPM of the true rate."""
+    known_keys("datasets.<synthetic>", spec)
     rng = np.random.default_rng(seed)
     n_mod, per_mod, n_hk = spec["n_modules"], spec["genes_per_module"], spec["n_housekeeping"]
     coords = hex_grid(spec["n_rows"], spec["n_cols"])

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 from paperflow.core.loop import run_loop
 from paperflow.core.seeding import seed_all
 from paperflow.spaef.model import Adjacency, AdjacencyAE, SpaEF, with_self_loops, zinb_loss
+from paperflow.spaef.settings import known_keys
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class AdjacencyTask(nn.Module):
 
     def __init__(self, emb: np.ndarray, edges: np.ndarray, cfg: Mapping[str, Any]):
         super().__init__()
+        known_keys("graphs.spot", cfg)
         n = len(emb)
         self.net = AdjacencyAE(
             emb.shape[1], cfg["hidden"], cfg["heads"], cfg["latent"], cfg["dropout"], cfg["double_sigmoid"]
@@ -83,6 +85,8 @@ class DenoiserTask(nn.Module):
         fusion: str,
     ):
         super().__init__()
+        known_keys("model", model)
+        known_keys("train", train)
         n, g = x.shape
         self.net = SpaEF(n, g, model["hidden"], model["latent"], model["heads"], model["dropout"], fusion)
         self.register_buffer("x", torch.as_tensor(x, dtype=torch.float32))
