@@ -4,6 +4,7 @@ config errors, data generators and the torchvision-free ResNet-50."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -33,7 +34,27 @@ from paperflow.dro_flow.samplers import (
     wgf,
     wrm,
 )
-from paperflow.dro_flow.training import batch_objective
+from paperflow.dro_flow.training import batch_objective, sampler_config
+
+# the tests' own sampler settings; each test sets the values it is about
+SAMPLER = {
+    "particles": 8,
+    "steps": 20,
+    "lr": 0.01,
+    "weight_lr": 0.08,
+    "clamp": None,
+    "birth_death": True,
+    "grad_scale": 1.0,
+    "svgd_init_std": None,
+    "rgo_smoothness": None,
+    "rgo_trials": 50,
+    "dual_max_level": 4,
+    "dual_noise": "official",
+}
+
+
+def sampler(**values) -> SamplerConfig:
+    return SamplerConfig(**{**SAMPLER, **values})
 
 
 @pytest.fixture(autouse=True)
@@ -68,14 +89,14 @@ def within_mc(z: torch.Tensor, mean: float, var: float, n_se: float = 3.0) -> No
 @pytest.mark.slow
 def test_wgf_particles_have_the_closed_form_gibbs_law():
     a, lam, eps, x0 = 0.5, 1.0, 0.5, 1.0
-    cfg = SamplerConfig(lam=lam, eps=eps, particles=20_000, steps=300, lr=0.02)
+    cfg = sampler(lam=lam, eps=eps, particles=20_000, steps=300, lr=0.02)
     parts = wgf(quadratic(a), torch.full((1, 1, 1), x0), cfg, torch.Generator().manual_seed(0))
     within_mc(parts.z, *gibbs_moments(a, lam, eps, x0))
 
 
 def test_rgo_is_an_exact_sampler_of_the_gibbs_law():
     a, lam, eps, x0 = 0.3, 1.0, 0.4, -0.5
-    cfg = SamplerConfig(lam=lam, eps=eps, particles=50_000, steps=200, lr=0.05, rgo_smoothness=2 * a, rgo_trials=200)
+    cfg = sampler(lam=lam, eps=eps, particles=50_000, steps=200, lr=0.05, rgo_smoothness=2 * a, rgo_trials=200)
     parts = rgo(quadratic(a), torch.full((1, 1, 1), x0), cfg, torch.Generator().manual_seed(1))
     assert parts.info["fallback_rate"] < 1e-3
     within_mc(parts.z, *gibbs_moments(a, lam, eps, x0))
@@ -83,7 +104,7 @@ def test_rgo_is_an_exact_sampler_of_the_gibbs_law():
 
 def test_rgo_refuses_a_negative_proposal_variance():
     with pytest.raises(ValueError, match="lam > L/2"):
-        rgo(quadratic(0.5), torch.zeros(1, 1, 1), SamplerConfig(lam=0.1, eps=0.5, rgo_smoothness=0.5))
+        rgo(quadratic(0.5), torch.zeros(1, 1, 1), sampler(lam=0.1, eps=0.5, rgo_smoothness=0.5))
 
 
 # 2. Fisher-Rao weight fixed points and the pure-reweighting reduction to the dual estimator -----
@@ -123,7 +144,7 @@ def test_pure_reweighting_flow_gives_the_dual_estimators_theta_gradient():
     y = torch.tensor([0, 1, 1, 0])
     problem = Problem(kind="classifier", x=x[:, 0], y=y, model_spec={"hidden": [5]}, n_classes=2)
     model = problem.build(0).double()
-    cfg = SamplerConfig(lam=lam, eps=eps, particles=32, weight_lr=0.5)
+    cfg = sampler(lam=lam, eps=eps, particles=32, weight_lr=0.5)
     parts = fisher_rao_reweighting(lambda z: problem.loss(model, z, y), x, cfg, gen, steps=800)
     grads = []
     for objective in ("flow", "dual"):
@@ -148,7 +169,7 @@ def classifier_problem(seed: int = 0, n: int = 12):
 
 def test_wgf_at_zero_entropy_with_one_particle_is_wrm():
     problem, model = classifier_problem()
-    cfg = SamplerConfig(lam=1.0, eps=0.0, particles=1, steps=15, lr=0.05)
+    cfg = sampler(lam=1.0, eps=0.0, particles=1, steps=15, lr=0.05)
     energy = lambda z: problem.loss(model, z, problem.y)  # noqa: E731
     x = problem.x[:, None, :]
     z_wgf = wgf(energy, x, cfg, torch.Generator().manual_seed(0)).z
@@ -163,7 +184,7 @@ def test_wgf_at_zero_entropy_with_one_particle_is_wrm():
         ].backward()
         grads[method] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert torch.allclose(grads["wgf"], grads["wrm"], atol=1e-14, rtol=0)
-    noisy = SamplerConfig(lam=1.0, eps=0.1, particles=1, steps=15, lr=0.05)
+    noisy = sampler(lam=1.0, eps=0.1, particles=1, steps=15, lr=0.05)
     assert not torch.allclose(wgf(energy, x, noisy, torch.Generator().manual_seed(0)).z, z_wrm, atol=1e-6)
 
 
@@ -180,7 +201,7 @@ def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
     z1 = dual(
         lambda z: z.sum(-1),
         x[:1].expand(50_000, 1, 3),
-        SamplerConfig(lam=lam, eps=eps, dual_max_level=0, dual_noise=noise),
+        sampler(lam=lam, eps=eps, dual_max_level=0, dual_noise=noise),
         gen,
     ).z
     s2 = float(z1[:, 0, 0].var())
@@ -199,7 +220,7 @@ def test_dual_objective_matches_the_gaussian_closed_form(noise, var_factor):
 def test_svgd_recovers_the_gaussian_base_without_a_loss():
     eps, lam = 0.5, 1.0
     x = torch.tensor([[[1.0, -2.0]]])
-    cfg = SamplerConfig(lam=lam, eps=eps, particles=200, steps=1500, lr=0.02, svgd_init_std=0.1)
+    cfg = sampler(lam=lam, eps=eps, particles=200, steps=1500, lr=0.02, svgd_init_std=0.1)
     z = svgd(lambda z: 0.0 * z.sum(-1), x, cfg, torch.Generator().manual_seed(5)).z[0]
     assert torch.allclose(z.mean(0), x[0, 0], atol=0.1 * math.sqrt(eps / 2))
     assert torch.allclose(z.var(0), torch.full((2,), eps / 2), rtol=0.10)
@@ -221,7 +242,7 @@ def test_birth_death_moves_dead_particles_and_conserves_mass():
 
 def test_wfr_weights_sum_to_one_and_favour_high_loss():
     problem, model = classifier_problem(1)
-    cfg = SamplerConfig(lam=1.0, eps=0.5, particles=6, steps=30, lr=0.05, weight_lr=0.5)
+    cfg = sampler(lam=1.0, eps=0.5, particles=6, steps=30, lr=0.05, weight_lr=0.5)
     parts = wfr(
         lambda z: problem.loss(model, z, problem.y), problem.x[:, None, :], cfg, torch.Generator().manual_seed(0)
     )
@@ -369,6 +390,27 @@ def test_rgo_with_lambda_below_half_the_smoothness_is_refused(config_root):
         load_paper_config("dro_flow", "smoke", config_root)
 
 
+def test_rgo_without_its_settings_is_refused(config_root):
+    edit_config(config_root, lambda c: c["defaults"]["datasets"]["circle"]["dro"].update(rgo_trials=None))
+    with pytest.raises(ConfigError, match="method rgo needs rgo_trials"):
+        load_paper_config("dro_flow", "smoke", config_root)
+
+
+def test_a_data_key_of_another_kind_is_refused(config_root):
+    edit_config(config_root, lambda c: c["defaults"]["datasets"]["circle"]["data"].update(noise=0.1))
+    with pytest.raises(ConfigError, match=r"datasets.circle.data \(kind circle\): unknown key\(s\) 'noise'"):
+        load_paper_config("dro_flow", "smoke", config_root)
+
+
+def test_sampler_config_takes_the_whole_dro_block_and_nothing_else():
+    dro = load_paper_config("dro_flow", "smoke")["datasets"]["uls"]["dro"]
+    assert sampler_config(dro).clamp == tuple(dro["clamp"])
+    with pytest.raises(ConfigError, match="unknown key"):
+        sampler_config({**dro, "death_thresold": 1e-3})
+    with pytest.raises(ConfigError, match="missing key"):
+        sampler_config({k: v for k, v in dro.items() if k != "grad_scale"})
+
+
 def test_claim_methods_must_be_trained(config_root):
     edit_config(config_root, lambda c: c["defaults"]["datasets"]["uls"].update(methods=["erm", "wgf"]))
     with pytest.raises(ConfigError, match="needed by claim.dro_methods"):
@@ -439,3 +481,33 @@ def test_resnet50_has_torchvisions_parameter_names_and_a_512d_head():
 
 def test_mlp_with_no_hidden_layer_is_logistic_regression():
     assert isinstance(mlp(64, [], 10), torch.nn.Sequential) and len(mlp(64, [], 10)) == 1
+
+
+# Keyed inputs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_reordered_methods_and_datasets_give_the_same_claims(tmp_path):
+    """The evaluate and report inputs are keyed by method and dataset: listing them in another order
+    reorders the inputs, but every claim keeps its values."""
+    from conftest import copy_repo, run_snakemake
+
+    repo = copy_repo(tmp_path / "repo")
+    args = ("--cores", "2", "--config", "scale=tiny", "papers=[dro_flow]")
+    run_snakemake(repo, *args)
+    metrics = repo / "results" / "tiny" / "dro_flow" / "metrics.json"
+    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    path = repo / "config" / "dro_flow.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    for name in cfg["tiny"]["run_datasets"]:
+        methods = cfg["tiny"]["datasets"][name]["methods"]
+        assert len(methods) >= 2
+        cfg["tiny"]["datasets"][name]["methods"] = list(reversed(methods))
+    cfg["tiny"]["run_datasets"] = list(reversed(cfg["tiny"]["run_datasets"]))
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run_snakemake(repo, *args, "--forcerun", "dro_flow_evaluate", "dro_flow_report")
+    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    assert before.keys() == after.keys()
+    for cid, claim in before.items():
+        for key in ("values", "threshold_values", "held"):
+            assert claim[key] == after[cid][key], (cid, key)

@@ -19,7 +19,7 @@ def fetch_sources(spec: dict[str, Any], images_out: str | Path, weights_out: str
         ("images_url", "images_sha256", images_out),
         ("weights_url", "weights_sha256", weights_out),
     ):
-        url, sha = spec[url_key], spec.get(sha_key)
+        url, sha = spec[url_key], spec[sha_key]
         if not sha:
             raise ConfigError(
                 f"data.{sha_key} is not set for {url}: paperflow never downloads unpinned data. Fetch the file once on a "

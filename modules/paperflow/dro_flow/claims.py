@@ -9,14 +9,14 @@ PGD accuracy of the DRO methods against ERM on the classification sets.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 
 LABELS = {"erm": "ERM", "wrm": "WRM", "dual": "Dual", "wgf": "WGF", "wfr": "WFR", "svg": "SVGD", "rgo": "RGO"}
 PAPER_ULS = "qualitative (Fig. 8): ERM lowest near Delta = 0, blows up as Delta grows; WGF/WFR/WRM/Dual stay low"
@@ -32,14 +32,12 @@ def window_means(frame: pd.DataFrame, method: str, window: Sequence[float], seed
         & (frame.level >= lo - 1e-12)
         & (frame.level <= hi + 1e-12)
     ]
-    by_seed = part.groupby("seed")["value"].mean()
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    return frames_lib.per_seed(part.groupby("seed", as_index=False)["value"].mean(), seeds)
 
 
 def level_values(frame: pd.DataFrame, method: str, metric: str, level: float, seeds: Sequence[int]) -> list[float]:
-    part = frame[(frame.method == method) & (frame.metric == metric) & np.isclose(frame.level, level)]
-    by_seed = dict(zip(part.seed, part.value))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    """Per seed: the metric of `method` at `level` (levels matched within float tolerance)."""
+    return frames_lib.per_seed(frame[np.isclose(frame.level, level)], seeds, method=method, metric=metric)
 
 
 def first_level(frame: pd.DataFrame) -> float:
@@ -155,12 +153,9 @@ def build_claims(
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Mean and std over seeds of every metric, per dataset, method and level."""
     long = pd.concat([f.assign(dataset=n) for n, f in frames.items()], ignore_index=True)
-    return (
-        long.groupby(["dataset", "method", "metric", "level"])["value"]
-        .agg(mean="mean", std="std", n_seeds="count")
-        .reset_index()
-    )
+    return frames_lib.seed_summary(long, ["dataset", "method", "metric", "level"])
 
 
 def _pm(values: Sequence[float]) -> str:
@@ -216,8 +211,7 @@ def figures(
     frames: Mapping[str, pd.DataFrame],
     specs: Mapping[str, Mapping[str, Any]],
     histories: pd.DataFrame,
-    out: Mapping[str, str | Path],
-) -> None:
+) -> list[Figure]:
     shift = [n for n in frames if specs[n]["evaluate"]["kind"] == "shift"]
     attack = [n for n in frames if specs[n]["evaluate"]["kind"] == "attack"]
     fig, axes = plots.subplots(max(len(shift), 1))
@@ -230,18 +224,18 @@ def figures(
         ax.set_ylabel("test loss (mean ± std over seeds)")
         ax.set_title(name)
         ax.legend(fontsize=7)
-    plots.save(fig, out["loss_figure"])
+    shift_fig = Figure("figure_shift_loss", "Test loss against perturbation Delta per method", fig)
     fig, axes = plots.subplots(max(len(attack), 1))
     for ax, name in zip(axes, attack):
         for i, m in enumerate(specs[name]["methods"]):
             _curve(ax, frames[name], m, "pgd_acc", color=f"C{i}")
             _curve(ax, frames[name], m, "fgsm_acc", color=f"C{i}", ls="--", lw=0.8)
-        unit = "x mean feature norm" if specs[name]["evaluate"].get("radius_relative") else ""
+        unit = "x mean feature norm" if specs[name]["evaluate"]["radius_relative"] else ""
         ax.set_xlabel(f"attack radius ({specs[name]['evaluate']['norm']}) {unit}")
         ax.set_ylabel("test accuracy: PGD solid, FGSM dashed")
         ax.set_title(name)
         ax.legend(fontsize=7)
-    plots.save(fig, out["attack_figure"])
+    attack_fig = Figure("figure_attack", "Accuracy against attack radius (PGD solid, FGSM dashed)", fig)
     names = list(frames)
     fig, axes = plots.subplots(len(names))
     for ax, name in zip(axes, names):
@@ -253,7 +247,7 @@ def figures(
         ax.set_ylabel("outer loss on particles (mean over seeds)")
         ax.set_title(name)
         ax.legend(fontsize=7)
-    plots.save(fig, out["training_figure"])
+    return [shift_fig, attack_fig, Figure("figure_training", "Outer training loss per epoch", fig)]
 
 
 PAPER_EPOCHS = {
@@ -287,18 +281,16 @@ def limitations(scale: str, specs: Mapping[str, Mapping[str, Any]]) -> list[str]
     ]
 
 
-def write_report(
+def build_report(
     *,
     frames: Mapping[str, pd.DataFrame],
     histories: pd.DataFrame,
     params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
+    scale: str,
+) -> Report:
     specs, claim, seeds = params["dataset_specs"], params["claim"], list(params["seeds"])
     claims = build_claims(frames, specs, claim, seeds)
     table = summary_table(frames)
-    table.to_csv(out["table"], index=False)
-    figures(frames, specs, histories, out)
     sections = []
     for name, frame in frames.items():
         spec = specs[name]
@@ -319,10 +311,9 @@ def write_report(
             ),
         )
     )
-    lims = limitations(params["scale"], specs)
-    text = render_report(
+    lims = limitations(scale, specs)
+    return Report(
         title="Gradient-flow samplers for distributionally robust optimisation (WGF, WFR, SVGD, RGO)",
-        scale=params["scale"],
         summary=(
             f"Methods per dataset as configured; seeds {', '.join(map(str, seeds))}. Gated claims are measured on "
             f"`{claim['dataset']}` (the corrected-gradient configuration; `uls_official` is the official script's "
@@ -330,20 +321,10 @@ def write_report(
         ),
         claims=claims,
         sections=sections,
-        figures=[
-            ("Test loss against perturbation Delta per method", "figures/uls_test_loss.png"),
-            ("Accuracy against attack radius (PGD solid, FGSM dashed)", "figures/robust_accuracy.png"),
-            ("Outer training loss per epoch", "figures/training_loss.png"),
+        figures=figures(frames, specs, histories),
+        tables=[
+            Table("table_summary", "Every metric per dataset, method and level: mean, std and number of seeds", table)
         ],
         limitations=lims,
+        metrics={"table": table.replace({np.nan: None}).to_dict(orient="records"), "limitation": lims[0]},
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="dro_flow",
-        scale=params["scale"],
-        claims=claims,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        limitation=lims[0],
-    )
-    return claims

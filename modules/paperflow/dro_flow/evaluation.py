@@ -36,7 +36,7 @@ def attack_accuracies(
 ) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(seed + ATTACK_SEED_OFFSET)
     rows = [{"metric": "clean_acc", "level": 0.0, "value": accuracy(model, x, y)}]
-    unit = float(x.norm(dim=1).mean()) if cfg.get("radius_relative") else 1.0  # CIFAR: radius x mean feature norm
+    unit = float(x.norm(dim=1).mean()) if cfg["radius_relative"] else 1.0  # CIFAR: radius x mean feature norm
     for level in cfg["radii"]:
         r = level * unit
         alpha = cfg["pgd_alpha"] if cfg["pgd_alpha"] is not None else r / 8.0

@@ -82,5 +82,4 @@ def make_problem(train: Any, meta: dict[str, Any], model_spec: dict[str, Any]) -
     dtype = torch.float64 if kind == "least_squares" else torch.float32
     x = torch.as_tensor(train[cols].to_numpy(), dtype=dtype)
     y = torch.as_tensor(train["y"].to_numpy(), dtype=torch.long)
-    n_classes = int(model_spec.get("n_classes") or (int(y.max()) + 1))
-    return Problem(kind=kind, x=x, y=y, model_spec=model_spec, meta=meta, n_classes=n_classes)
+    return Problem(kind=kind, x=x, y=y, model_spec=model_spec, meta=meta, n_classes=int(y.max()) + 1)

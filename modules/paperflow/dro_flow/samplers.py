@@ -20,23 +20,27 @@ import torch
 Energy = Callable[[torch.Tensor], torch.Tensor]
 
 
+DEATH_THRESHOLD = 1e-4  # WFR: a particle lighter than this is dead and jumps onto its point's heaviest
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
+    """A dataset's `dro` config block (every key set in config/dro_flow.yaml, null where it does not apply)."""
+
     lam: float  # Lagrange multiplier lambda of the transport penalty
     eps: float  # entropy weight epsilon
-    particles: int = 8  # M
-    steps: int = 20  # K inner steps
-    lr: float = 0.01  # eta, inner step
-    weight_lr: float = 0.08  # eta_w, Fisher-Rao weight step (WFR)
-    clamp: tuple[float, float] | None = None  # data domain (uncertain least squares: [-1, 1])
-    birth_death: bool = True  # WFR resampling of dead particles
-    death_threshold: float = 1e-4
-    grad_scale: float = 1.0  # multiplies every loss gradient (10 = official ULS script)
-    svgd_init_std: float | None = None  # None: sqrt(eps/2), the Gibbs base std
-    rgo_smoothness: float = 0.5  # L, the loss's smoothness in z (RGO needs lam > L/2)
-    rgo_trials: int = 50
-    dual_max_level: int = 4  # m = 2^L, P(L = l) propto 2^-l on {0..L_max}
-    dual_noise: str = "official"  # official: x + sqrt(eps) N(0, I); gibbs: x + sqrt(eps/2) N(0, I)
+    particles: int  # M
+    steps: int  # K inner steps
+    lr: float  # eta, inner step
+    weight_lr: float  # eta_w, Fisher-Rao weight step (WFR)
+    clamp: tuple[float, float] | None  # data domain (uncertain least squares: [-1, 1]); None: unbounded
+    birth_death: bool  # WFR resampling of dead particles
+    grad_scale: float  # multiplies every loss gradient (10 = official ULS script)
+    svgd_init_std: float | None  # None: sqrt(eps/2), the Gibbs base std
+    rgo_smoothness: float | None  # L, the loss's smoothness in z (RGO needs lam > L/2); None without RGO
+    rgo_trials: int | None  # RGO proposals per particle before the fall-back; None without RGO
+    dual_max_level: int  # m = 2^L, P(L = l) propto 2^-l on {0..L_max}
+    dual_noise: str  # official: x + sqrt(eps) N(0, I); gibbs: x + sqrt(eps/2) N(0, I)
 
 
 @dataclass
@@ -135,7 +139,7 @@ def wfr(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generato
         loss, grad = loss_and_grad(energy, z, cfg.grad_scale)
         log_w = fisher_rao_step(log_w, penalised(loss, z, x, cfg.lam), cfg.lam, cfg.eps, cfg.weight_lr)
         if cfg.birth_death:
-            z, w, n, grad = birth_death(z, log_w.exp(), cfg.death_threshold, grad)
+            z, w, n, grad = birth_death(z, log_w.exp(), DEATH_THRESHOLD, grad)
             if n:
                 deaths += n
                 log_w = torch.log(w)
@@ -178,6 +182,8 @@ def rgo(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generato
     rejection sampling of g(z) = (-l + lam ||z - x||^2) / (lam eps) with proposals N(z*, s^2 I),
     s^2 = lam eps / (2 lam - L); acceptance exp(-g(z) + g(z*) + ||z - z*||^2 / (2 s^2)) <= 1 when l
     is L-smooth. Particles still rejected after `rgo_trials` stay at z* (counted as fall-backs)."""
+    if cfg.rgo_smoothness is None or cfg.rgo_trials is None:
+        raise ValueError("RGO needs rgo_smoothness and rgo_trials in the dro config (they are null)")
     if 2.0 * cfg.lam <= cfg.rgo_smoothness:
         raise ValueError(f"RGO needs lam > L/2; lam = {cfg.lam}, L = {cfg.rgo_smoothness}")
     z_star = wrm(energy, x, cfg).z.expand(-1, cfg.particles, -1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, reject_unknown, require_keys, require_member
 
 NEEDS = {
     "uls": ("dim", "n_train", "n_test", "matrix_seed", "stream"),
@@ -13,7 +13,10 @@ NEEDS = {
     "digits": ("test_fraction",),
     "cifar10": ("images_url", "images_sha256", "weights_url", "weights_sha256", "head_seed", "batch_size"),
 }
-EVALUATE_NEEDS = {"shift": ("delta_max", "delta_steps"), "attack": ("norm", "radii", "pgd_steps", "pgd_alpha")}
+EVALUATE_NEEDS = {
+    "shift": ("delta_max", "delta_steps"),
+    "attack": ("norm", "radii", "radius_relative", "pgd_steps", "pgd_alpha"),
+}
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -33,14 +36,13 @@ def check(cfg: dict[str, Any], source: str) -> None:
         require_member(m, claim_methods, source, f"datasets.{claim['dataset']}.methods (needed by claim.dro_methods)")
     for name, spec in cfg["datasets"].items():
         where = f"{source}: datasets.{name}"
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec["data"]]
-        if missing:
-            raise ConfigError(f"{where}.data (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
-        missing = [k for k in EVALUATE_NEEDS[spec["evaluate"]["kind"]] if k not in spec["evaluate"]]
-        if missing:
-            raise ConfigError(
-                f"{where}.evaluate (kind {spec['evaluate']['kind']}) is missing key(s) {', '.join(missing)}"
-            )
+        data_where = f"{where}.data (kind {spec['kind']})"
+        require_keys(spec["data"], NEEDS[spec["kind"]], data_where)
+        reject_unknown(spec["data"], NEEDS[spec["kind"]], data_where)
+        evaluate_keys = ("kind", *EVALUATE_NEEDS[spec["evaluate"]["kind"]])
+        evaluate_where = f"{where}.evaluate (kind {spec['evaluate']['kind']})"
+        require_keys(spec["evaluate"], evaluate_keys, evaluate_where)
+        reject_unknown(spec["evaluate"], evaluate_keys, evaluate_where)
         expected = "shift" if spec["kind"] == "uls" else "attack"
         if spec["evaluate"]["kind"] != expected:
             raise ConfigError(
@@ -53,13 +55,15 @@ def check(cfg: dict[str, Any], source: str) -> None:
         if spec["model"]["kind"] == "mlp" and "hidden" not in spec["model"]:
             raise ConfigError(f"{where}.model: kind mlp needs `hidden` (a list of widths, [] for a linear model)")
         dro = spec["dro"]
-        if "wfr" in spec["methods"] and "weight_lr" not in dro:
-            raise ConfigError(f"{where}.dro.weight_lr is required by method wfr")
         if "wfr" in spec["methods"] and dro["lam"] * dro["eps"] * dro["weight_lr"] >= 1:
             raise ConfigError(
                 f"{where}.dro: lam * eps * weight_lr = {dro['lam'] * dro['eps'] * dro['weight_lr']:g} must be < 1 (else the Fisher-Rao step flips the sign of log w)"
             )
-        if "rgo" in spec["methods"] and 2 * dro["lam"] <= dro.get("rgo_smoothness", 0.5):
-            raise ConfigError(
-                f"{where}.dro: method rgo needs lam > rgo_smoothness / 2 (lam = {dro['lam']}, rgo_smoothness = {dro.get('rgo_smoothness', 0.5)}): the proposal variance lam eps / (2 lam - L) would be negative"
-            )
+        if "rgo" in spec["methods"]:
+            unset = [k for k in ("rgo_smoothness", "rgo_trials") if dro[k] is None]
+            if unset:
+                raise ConfigError(f"{where}.dro: method rgo needs {' and '.join(unset)} (null here)")
+            if 2 * dro["lam"] <= dro["rgo_smoothness"]:
+                raise ConfigError(
+                    f"{where}.dro: method rgo needs lam > rgo_smoothness / 2 (lam = {dro['lam']}, rgo_smoothness = {dro['rgo_smoothness']}): the proposal variance lam eps / (2 lam - L) would be negative"
+                )

@@ -8,6 +8,7 @@ dominate the smoke run (see the README).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from paperflow.core.config import reject_unknown, require_keys
 from paperflow.dro_flow.problems import Problem
 from paperflow.dro_flow.samplers import SAMPLERS, SamplerConfig
 
@@ -26,12 +28,12 @@ log = logging.getLogger(__name__)
 
 
 def sampler_config(dro: dict[str, Any]) -> SamplerConfig:
-    """SamplerConfig from a dataset's `dro` config block."""
-    keys = SamplerConfig.__dataclass_fields__
-    values = {k: v for k, v in dro.items() if k in keys}
-    if values.get("clamp") is not None:
-        values["clamp"] = tuple(values["clamp"])
-    return SamplerConfig(**values)
+    """SamplerConfig from a dataset's `dro` config block; a missing or unknown key raises."""
+    keys = [f.name for f in dataclasses.fields(SamplerConfig)]
+    reject_unknown(dro, keys, "dro")
+    require_keys(dro, keys, "dro")
+    clamp = None if dro["clamp"] is None else tuple(dro["clamp"])
+    return SamplerConfig(**{**dro, "clamp": clamp})
 
 
 def optimizer(model: nn.Module, train: dict[str, Any]) -> torch.optim.Optimizer:
@@ -46,10 +48,11 @@ def batch_objective(
     method: str,
     xb: torch.Tensor,
     yb: torch.Tensor,
-    cfg: SamplerConfig,
+    cfg: SamplerConfig | None,
     gen: torch.Generator,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss whose theta-gradient is the method's outer gradient, and the sampler's diagnostics."""
+    """The loss whose theta-gradient is the method's outer gradient, and the sampler's diagnostics
+    (`cfg` is None for ERM, which samples nothing)."""
     x = xb[:, None, :]
     if method == "erm":
         return problem.loss(model, x, yb).mean(), {}
@@ -64,7 +67,8 @@ def fit(
     """Train one model; returns it and its per-epoch history (mean outer loss, sampler diagnostics)."""
     model = problem.build(seed)
     gen = torch.Generator().manual_seed(seed)
-    cfg = sampler_config(dro) if method != "erm" else SamplerConfig(lam=1.0, eps=1.0)  # ERM uses no sampler
+    cfg = None if method == "erm" else sampler_config(dro)  # ERM uses no sampler (and gets no `dro` block)
+    grad_scale = 1.0 if cfg is None else cfg.grad_scale
     if method == "erm" and problem.kind == "least_squares":
         model.erm_fit(problem.x.numpy())
         with torch.no_grad():
@@ -79,7 +83,7 @@ def fit(
             idx = order[start : start + train["batch_size"]]
             loss, info = batch_objective(problem, model, method, problem.x[idx], problem.y[idx], cfg, gen)
             opt.zero_grad()
-            (loss * cfg.grad_scale).backward()
+            (loss * grad_scale).backward()
             nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
             opt.step()
             losses.append(float(loss.detach()))

@@ -7,7 +7,6 @@ with snakemake_job(snakemake) as job:
     train, meta = read_frame(job.input.train)
     test, _ = read_frame(job.input.test)
     problem = make_problem(train, meta, dict(job.params.model))
-    # checkpoints come in the order of params.methods (see the rule)
-    frame = evaluate(problem, test, list(zip(job.params.methods, job.input.checkpoints)), dict(job.params.evaluate))
+    frame = evaluate(problem, test, list(job.keyed("ckpt").items()), dict(job.params.evaluate))
     write_frame(job.output[0], frame, {"dataset": job.wildcards.dataset})
     job.note(seeds=sorted(set(frame.seed.tolist())), attack_seed_offset=ATTACK_SEED_OFFSET)

@@ -2,13 +2,15 @@ import pandas as pd
 
 from paperflow.core.io import read_frame
 from paperflow.core.job import snakemake_job
-from paperflow.dro_flow.claims import write_report
+from paperflow.core.report import publish_job
+from paperflow.dro_flow.claims import build_report
 
 with snakemake_job(snakemake) as job:
-    claims = write_report(
-        frames={n: read_frame(p)[0] for n, p in zip(job.params.datasets, job.input.evals)},
-        histories=pd.concat(pd.read_csv(p) for p in job.input.histories),
+    report = build_report(
+        frames={name: read_frame(path)[0] for name, path in job.keyed("eval").items()},
+        histories=pd.concat(pd.read_csv(path) for path in job.keyed("history").values()),
         params=dict(job.params.items()),
-        out=dict(job.output.items()),
+        scale=job.scale,
     )
-    job.note(seeds=job.params.seeds, claims_held={c.id: c.held for c in claims})
+    publish_job(job, report)
+    job.note(seeds=job.params.seeds)
