@@ -10,7 +10,13 @@ from conftest import copy_repo, run_snakemake
 
 from paperflow.core.config import ConfigError, deep_merge, load_paper_config, load_run_config
 
-GOOD = {"scale": "smoke", "papers": ["ph_vae"], "results": "results", "resources": "resources"}
+GOOD = {
+    "scale": "smoke",
+    "papers": ["ph_vae"],
+    "results": "results",
+    "resources": "resources",
+    "wandb": {"enabled": False, "mode": "offline", "project": "paperflow"},
+}
 
 
 def edit_yaml(path: Path, fn) -> None:
@@ -103,3 +109,9 @@ def test_bad_config_fails_in_snakemake_before_any_job(tmp_path):
     assert not (repo / "results").exists()
     proc = run_snakemake(repo, "-n", "--config", "scale=big", check=False)
     assert proc.returncode != 0 and "scale = 'big' is not allowed" in proc.stderr + proc.stdout
+
+
+def test_a_missing_global_key_is_named(repo_root):
+    """config/config.yaml is the one source of the global defaults: the code has no second one."""
+    with pytest.raises(ConfigError, match="results"):
+        load_run_config({k: v for k, v in GOOD.items() if k != "results"}, repo_root)

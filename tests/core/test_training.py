@@ -19,7 +19,7 @@ MODEL = {
     "beta": 1.0,
     "likelihood": "expm",
 }
-TRAIN = {"epochs": 2, "batch_size": 64, "lr": 1e-2, "weight_decay": 0.0, "grad_clip": 1.0}
+TRAIN = {"epochs": 2, "batch_size": 64, "lr": 1e-2, "weight_decay": 0.0, "grad_clip": 1.0, "devices": 1}
 
 
 def data():

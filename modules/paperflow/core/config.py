@@ -218,9 +218,9 @@ def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunC
     return RunConfig(
         scale=scale,
         papers=tuple(papers),
-        results=config.get("results", "results"),
-        resources=config.get("resources", "resources"),
-        wandb=dict(config.get("wandb") or {}),
+        results=config["results"],
+        resources=config["resources"],
+        wandb=dict(config["wandb"]),
         paper_configs={slug: load_paper_config(slug, scale, root) for slug in papers},
     )
 

@@ -36,15 +36,14 @@ def make_loggers(run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir / "csv" / name, ignore_errors=True)  # a rerun must not append to old logs
     loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="csv", version=name)]
-    wandb = dict(wandb or {})
-    if wandb.get("enabled"):
-        mode = wandb.get("mode", "offline")
+    if wandb is not None and wandb["enabled"]:  # None: no wandb (tests); else config.yaml's wandb block
+        mode = wandb["mode"]
         os.environ["WANDB_MODE"] = mode
         loggers.append(
             WandbLogger(
                 name=name,
                 save_dir=str(run_dir),
-                project=wandb.get("project", "paperflow"),
+                project=wandb["project"],
                 offline=mode == "offline",
                 group=tags.get("paper"),
                 job_type=tags.get("rule"),
