@@ -26,7 +26,7 @@ import pytest
 import yaml
 from conftest import copy_repo, job_counts, run_snakemake
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster, one run
 
 PROFILE = "profiles/slurm-ci"
 ARGS = ("--profile", PROFILE, "--config", "scale=tiny", "papers=[ph_vae]")

@@ -17,7 +17,7 @@ from conftest import copy_repo, job_counts, run_snakemake
 
 from paperflow.core.provenance import audit, read_record
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_run")]  # one worker builds the tiny_run fixture
 TINY = ("--config", "scale=tiny", "papers=[ph_vae]")
 
 
