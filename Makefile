@@ -26,11 +26,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 
-test: install lint
-	$(BIN)/python -m pytest
+test: install lint  # both cores (pytest-xdist); CI prints the 25 slowest tests
+	$(BIN)/python -m pytest -n $(CORES) --durations=25
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(CORES) -m "not slow"
 
 report: install
 	$(BIN)/snakemake --report report.html

@@ -24,6 +24,8 @@ from paperflow.safer.sources import save_graph
 from paperflow.safer.tasks import TEST, TRAIN, build_task_graph
 from paperflow.safer.training import expert_config, method_config, rebuild_backbone, sub_state, train_method
 
+pytestmark = pytest.mark.xdist_group("safer")  # one worker trains the module's backbone and experts
+
 TINY = load_paper_config("safer", "tiny")
 
 
