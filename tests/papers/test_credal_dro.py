@@ -4,6 +4,7 @@ to end in tests/workflow/test_every_paper.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -68,6 +69,18 @@ def test_cuda_encoder_without_gpus_is_a_config_error(config_root):
     _edit(config_root, "smoke", {"text": {"encoder": {"device": "cuda"}}})
     with pytest.raises(ConfigError, match="needs resources.gpus >= 1"):
         load_paper_config("credal_dro", "smoke", config_root)
+
+
+def test_a_box_quantile_on_the_ellipsoid_only_text_bulk_is_refused(config_root):
+    _edit(config_root, "smoke", {"text": {"bulk": {"box_quantile": 0.5}}})
+    with pytest.raises(ConfigError, match=r"unknown key 'smoke.text.bulk.box_quantile'"):
+        load_paper_config("credal_dro", "smoke", config_root)
+
+
+def test_a_box_block_needs_its_quantile():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="box block needs box_quantile"):
+        calibrate(rng.normal(size=(50, 2)), rng.normal(size=(50, 2)), [("box", range(2))], 0.25, 0.1, None)
 
 
 def _newsvendor_frame(lv_like_saa: bool) -> pd.DataFrame:
@@ -157,7 +170,7 @@ def test_contamination_stays_inside_the_bulk_and_raises_cost_of_saa():
     rng = np.random.default_rng(1)
     cfg = {"loc": 20.0, "scale": 4.0, "df": 3.0, "dim": 5}
     fit, select, test = nv.demand(100, cfg, rng), nv.demand(100, cfg, rng), nv.demand(5000, cfg, rng)
-    bulk = calibrate(fit, select, [("box", range(5))], 0.25, 0.1)
+    bulk = calibrate(fit, select, [("box", range(5))], 0.25, 0.1, box_quantile=0.75)
     cont = nv.contaminate(test, bulk, 0.2, (0.5, 1.0), rng)
     changed = (cont != test).any(axis=1)
     assert changed.mean() == pytest.approx(0.2, abs=0.02) and bulk.contains(cont[changed]).all()
@@ -171,3 +184,30 @@ def test_geo_split_is_disjoint_and_ordered_along_u():
     assert len(sp["fit"]) + len(sp["select"]) == 500 and len(sp["test"]) == 200
     assert sp["u_select"].max() < sp["u_test"].min()
     np.testing.assert_allclose(sp["fit"][:, :-1].mean(axis=0), 0.0, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_reordered_methods_and_experiments_give_the_same_claims(tmp_path):
+    """The evaluate and report inputs are keyed by method and experiment: listing them in another
+    order reorders the inputs, but every claim keeps its values."""
+    from conftest import copy_repo, run_snakemake
+
+    repo = copy_repo(tmp_path / "repo")
+    args = ("--cores", "2", "--config", "scale=tiny", "papers=[credal_dro]")
+    run_snakemake(repo, *args)
+    metrics = repo / "results" / "tiny" / "credal_dro" / "metrics.json"
+    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    path = repo / "config" / "credal_dro.yaml"
+    doc = yaml.safe_load(path.read_text())
+    defaults = doc["defaults"]
+    for exp in defaults["experiments"]:
+        assert len(defaults[exp]["methods"]) >= 2
+        defaults[exp]["methods"] = dict(reversed(list(defaults[exp]["methods"].items())))
+    defaults["experiments"] = list(reversed(defaults["experiments"]))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run_snakemake(repo, *args, "--forcerun", "credal_dro_evaluate", "credal_dro_report")
+    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    assert before.keys() == after.keys()
+    for cid, claim in before.items():
+        for key in ("values", "threshold_values", "held"):
+            assert claim[key] == after[cid][key], (cid, key)

@@ -217,7 +217,7 @@ def newsvendor_case():
     rng = np.random.default_rng(11)
     cfg = {"loc": 20.0, "scale": 4.0, "df": 3.0, "dim": 4}
     fit, select = nv.demand(100, cfg, rng), nv.demand(100, cfg, rng)
-    bulk = calibrate(fit, select, [("box", range(4))], 0.25, 0.1)
+    bulk = calibrate(fit, select, [("box", range(4))], 0.25, 0.1, box_quantile=0.75)
     return np.vstack([fit, select]), bulk
 
 
@@ -242,7 +242,7 @@ def test_regression_reductions():
     rng = np.random.default_rng(12)
     x = rng.standard_normal((300, 3))
     xy = np.column_stack([x, x @ np.array([1.0, -0.5, 0.2]) + 0.3 + rng.standard_t(3, 300)])
-    bulk = calibrate(xy[:150], xy[150:], [("ellipsoid", range(3)), ("box", [3])], 0.3, 0.1)
+    bulk = calibrate(xy[:150], xy[150:], [("ellipsoid", range(3)), ("box", [3])], 0.3, 0.1, box_quantile=0.75)
     central = sample_central("gcopula", xy[:150], 800, rng)
     inside = central[bulk.contains(central)]
     th, th0 = rg.lv_lad(central, bulk, 0.0, "CLARABEL")
@@ -258,7 +258,7 @@ def test_small_gamma_on_bounded_data_recovers_the_support():
     Huber set), overshooting only by the asymmetry of a box centred at the sample median."""
     rng = np.random.default_rng(13)
     fit, select = rng.random((2000, 2)), rng.random((20000, 2))
-    bulk = calibrate(fit, select, [("box", range(2))], dkw_radius(20000, 0.1) + 1e-4, 0.1)
+    bulk = calibrate(fit, select, [("box", range(2))], dkw_radius(20000, 0.1) + 1e-4, 0.1, box_quantile=0.75)
     lo, hi = bulk.box_corners()
     assert (lo <= 0.002).all() and (hi >= 0.998).all() and (hi - lo <= 1.06).all()
     assert bulk.contains(rng.random((100000, 2))).mean() >= 0.999
@@ -299,10 +299,10 @@ def test_kl_matches_dro_package(lad_data):
 def test_wasserstein_baseline_at_zero_radius_is_erm_lad(lad_data):
     x, y = lad_data
     xy = np.column_stack([x, y])
-    th, th0 = rg.dro_baseline("wass", xy, 0.0, "CLARABEL")
+    th, th0 = rg.dro_baseline("wass", xy, 0.0, "CLARABEL", or_eta=None)
     eth, eth0 = rg.erm_lad(xy, "CLARABEL")
     assert rg.abs_errors(th, th0, xy).mean() == pytest.approx(rg.abs_errors(eth, eth0, xy).mean(), rel=1e-6)
-    th, th0 = rg.dro_baseline("wass", xy, 0.5, "CLARABEL")
+    th, th0 = rg.dro_baseline("wass", xy, 0.5, "CLARABEL", or_eta=None)
     assert np.abs(th).max() < np.abs(eth).max()  # the radius shrinks the coefficients
 
 

@@ -131,12 +131,14 @@ def dkw_threshold(scores: np.ndarray, gamma: float, delta: float) -> float:
 
 
 def fit_block(
-    geometry: str, idx: Sequence[int], xi_fit: np.ndarray, box_quantile: float = 0.75, ridge: float = 1e-8
+    geometry: str, idx: Sequence[int], xi_fit: np.ndarray, box_quantile: float | None, ridge: float = 1e-8
 ) -> Block:
     """Centre and shape of one block from the fitting split: ellipsoid = mean and covariance; box =
-    coordinate medians and the `box_quantile` quantile of |xi - median| (spec §7)."""
+    coordinate medians and the `box_quantile` quantile of |xi - median| (spec §7; None without a box)."""
     if geometry not in GEOMETRIES:
         raise ValueError(f"geometry {geometry!r} not in {GEOMETRIES}")
+    if geometry == "box" and box_quantile is None:
+        raise ValueError("a box block needs box_quantile (the bulk config's box_quantile)")
     z = np.atleast_2d(xi_fit)[:, list(idx)]
     if geometry == "ellipsoid":
         sigma = np.atleast_2d(np.cov(z, rowvar=False))
@@ -153,7 +155,7 @@ def calibrate(
     blocks: Sequence[tuple[str, Sequence[int]]],
     gamma: float,
     delta: float,
-    box_quantile: float = 0.75,
+    box_quantile: float | None,
 ) -> Bulk:
     """Fit every block on D_fit, set its threshold by DKW on D_select with gamma/B and delta/B."""
     n_blocks = len(blocks)

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import (
-    Claim,
-    compare_claim,
-    markdown_table,
-    render_report,
-    write_metrics,
-)
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 
 LABELS = {
     "saa": "SAA",
@@ -44,10 +38,8 @@ def per_seed(
     frame: pd.DataFrame, method: str, metric: str, seeds: Sequence[int], param: float | None = None
 ) -> list[float]:
     """Per-seed value of `metric` for `method` at grid value `param` (None: the validated choice)."""
-    rows = frame[(frame.method == method) & (frame.metric == metric)]
-    rows = rows[rows.chosen] if param is None else rows[np.isclose(rows.param, param)]
-    by_seed = dict(zip(rows.seed, rows.value))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    rows = frame[frame.chosen] if param is None else frame[np.isclose(frame.param, param)]
+    return frames_lib.per_seed(rows, seeds, method=method, metric=metric)
 
 
 def newsvendor_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
@@ -204,9 +196,9 @@ def text_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Mean and std over seeds of every metric, per experiment, method, parameter and validated choice."""
     long = pd.concat([f.assign(experiment=e) for e, f in frames.items()], ignore_index=True)
-    grouped = long.groupby(["experiment", "method", "param", "chosen", "metric"])["value"]
-    return grouped.agg(mean="mean", std="std", n_seeds="count").reset_index()
+    return frames_lib.seed_summary(long, ["experiment", "method", "param", "chosen", "metric"])
 
 
 def runtime_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -255,7 +247,7 @@ FRONTIERS = {
 }
 
 
-def frontier_figure(table: pd.DataFrame, experiments: Sequence[str], path: str | Path) -> None:
+def frontier_figure(table: pd.DataFrame, experiments: Sequence[str]) -> Figure:
     panels = [(e, spec) for e in experiments for spec in FRONTIERS[e]]
     fig, axes = plots.subplots(len(panels))
     for ax, (exp, (mx, my, lx, ly)) in zip(axes, panels):
@@ -268,7 +260,9 @@ def frontier_figure(table: pd.DataFrame, experiments: Sequence[str], path: str |
         ax.set_ylabel(ly)
         ax.set_title(f"{exp}: mean over seeds, points labelled by parameter", fontsize=8)
         ax.legend(fontsize=7)
-    plots.save(fig, path)
+    return Figure(
+        "figure_frontier", "Robustness-accuracy frontiers per experiment (grid of each method's parameter)", fig
+    )
 
 
 def headline_rows(table: pd.DataFrame, exp: str, metrics: Sequence[str], chosen_only: bool) -> list[dict[str, Any]]:
@@ -315,24 +309,20 @@ LIMITATIONS = [
 ]
 
 
-def write_report(
+def build_report(
     *,
     frames: Mapping[str, pd.DataFrame],
     bulks: Mapping[str, Mapping[str, dict]],
     params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
-    exps, cfg, seeds = list(params["experiments"]), params["cfg"], params["seeds"]
+) -> Report:
+    exps, cfg, seeds = list(frames), params["cfg"], params["seeds"]
     builders = {"newsvendor": newsvendor_claims, "regression": regression_claims, "text": text_claims}
     claims: list[Claim] = []
     for exp in exps:
         claims += builders[exp](frames[exp], cfg[exp], list(seeds[exp]))
         claims.append(coverage_claim(frames[exp], exp, list(seeds[exp])))
     table = summary_table(frames)
-    table.to_csv(out["table"], index=False)
     runtime = runtime_table(frames)
-    runtime.to_csv(out["runtime"], index=False)
-    frontier_figure(table, exps, out["frontier"])
     metric_sets = {
         "newsvendor": (["cont_mean", "cont_std", "clean_mean", "clean_std", "cont_msd", "clean_msd"], False),
         "regression": (["mae", "rmse", "p98", "cvar2"], True),
@@ -351,28 +341,23 @@ def write_report(
         ("Runtime per replication, seconds (Table 4 analogue)", markdown_table(runtime.to_dict(orient="records"))),
         ("Bulk calibration (DKW threshold and certificate per seed)", markdown_table(bulk_rows(bulks))),
     ]
-    text = render_report(
+    return Report(
         title="Bulk-calibrated credal ambiguity sets: LV-DRO under contamination",
-        scale=params["scale"],
         summary=(
             f"Experiments: {', '.join(exps)}. Gated claims are the spec §7 newsvendor claims; the others are reported. "
             "LV = (1 - eps) mean over central samples inside the DKW-calibrated bulk + eps sup over the bulk."
         ),
         claims=claims,
         sections=sections,
-        figures=[
-            ("Robustness-accuracy frontiers per experiment (grid of each method's parameter)", "figures/frontier.png")
+        figures=[frontier_figure(table, exps)],
+        tables=[
+            Table("table_results", "Every metric: mean, std and number of seeds per method and parameter", table),
+            Table("table_runtime", "Seconds per replication and per solve, per method", runtime),
         ],
         limitations=LIMITATIONS,
+        metrics={
+            "table": table.replace({np.nan: None}).to_dict(orient="records"),
+            "runtime": runtime.replace({np.nan: None}).to_dict(orient="records"),
+            "limitation": LIMITATIONS[0],
+        },
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="credal_dro",
-        scale=params["scale"],
-        claims=claims,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        runtime=runtime.replace({np.nan: None}).to_dict(orient="records"),
-        limitation=LIMITATIONS[0],
-    )
-    return claims

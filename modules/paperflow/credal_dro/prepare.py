@@ -33,7 +33,7 @@ CONTAMINATION_SEED_OFFSET = 10_000
 
 
 def _fetch(spec: Mapping[str, Any], cache: str | Path, name: str) -> Path:
-    if not spec.get("sha256"):
+    if not spec["sha256"]:
         raise ConfigError(
             f"{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. Fetch the file once "
             f"on a machine with network, run `sha256sum` on it and set {name}.sha256 in config/credal_dro.yaml"
@@ -179,7 +179,7 @@ def _text_split(frame: pd.DataFrame, cfg: Mapping[str, Any], seed: int) -> tuple
     parts = {p: pca.transform(x_all[i]) for p, i in idx.items()}
     bcfg = cfg["bulk"]
     bulk = calibrate(
-        parts["fit"], parts["select"], [("ellipsoid", range(cfg["pca_dim"]))], bcfg["gamma"], bcfg["delta"]
+        parts["fit"], parts["select"], [("ellipsoid", range(cfg["pca_dim"]))], bcfg["gamma"], bcfg["delta"], None
     )
     extra = {p: {"label": frame["label"].to_numpy()[i], "group": frame["group"].to_numpy()[i]} for p, i in idx.items()}
     return bulk, _long(parts, seed, extra)

@@ -110,9 +110,12 @@ def ridge(xy: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
     return np.asarray(model.coef_), float(model.intercept_)
 
 
-def dro_baseline(kind: str, xy: np.ndarray, value: float, solver: str, or_eta: float = 0.1) -> tuple[np.ndarray, float]:
+def dro_baseline(
+    kind: str, xy: np.ndarray, value: float, solver: str, or_eta: float | None
+) -> tuple[np.ndarray, float]:
     """CVaR-DRO (alpha = value), Wasserstein-DRO (eps = value, p = 1, kappa = inf) or outlier-robust
-    Wasserstein-DRO (Nietert et al. 2023; eps = value, outlier fraction `or_eta`) with LAD loss, from `dro`.
+    Wasserstein-DRO (Nietert et al. 2023; eps = value, outlier fraction `or_eta`, used by or_wass only) with
+    LAD loss, from `dro`.
     `dro.ORWDRO` has no intercept: y is centred at its median, which becomes theta0."""
     lm = dro_linear_model()
     d = xy.shape[1] - 1

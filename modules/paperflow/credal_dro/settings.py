@@ -24,7 +24,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
             raise ConfigError(
                 f"{source}: newsvendor.claim.eps {missing} are not in newsvendor.methods.lv {nv['methods']['lv']}"
             )
-        if nv["bulk"].get("geometry", "box") != "box":
+        if nv["bulk"]["geometry"] != "box":
             raise ConfigError(
                 f"{source}: newsvendor.bulk.geometry must be 'box' (the LP and the in-bulk spikes use the box corners)"
             )

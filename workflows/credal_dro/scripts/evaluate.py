@@ -6,7 +6,7 @@ from paperflow.credal_dro.evaluation import evaluate
 from paperflow.credal_dro.tables import load_splits
 
 with snakemake_job(snakemake) as job:
-    models = {m: json.loads(open(p).read()) for m, p in zip(job.params.methods, job.input.models)}
+    models = {method: json.loads(open(path).read()) for method, path in job.keyed("model").items()}
     frame = evaluate(
         job.wildcards.exp,
         models,
