@@ -465,6 +465,28 @@ def test_config_errors_name_the_key(repo_copy):
         load_paper_config("decfus", "smoke", repo_copy)
 
 
+def test_a_run_rejects_an_unknown_config_key():
+    from paperflow.decfus.simulation import simulate
+
+    cfg = load_paper_config("decfus", "tiny")
+    blocks = {"model": cfg["model"], "train": cfg["train"], "decfus": cfg["decfus"]}
+    for name in blocks:
+        bad = blocks | {name: blocks[name] | {"warmup": 3}}
+        with pytest.raises(ConfigError, match=f"decfus {name}: unknown key\\(s\\) 'warmup'"):
+            simulate(
+                method="decfus",
+                x_train=np.zeros((4, 64), np.float32),
+                y_train=np.zeros(4, np.int64),
+                x_test=np.zeros((4, 64), np.float32),
+                y_test=np.zeros(4, np.int64),
+                parts=[np.arange(4)] * M,
+                neighbours=NB,
+                classes=10,
+                seed=0,
+                **bad,
+            )
+
+
 def test_every_scale_resolves():
     for scale in ("tiny", "smoke", "paper"):
         cfg = load_paper_config("decfus", scale)
@@ -525,3 +547,30 @@ def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
         assert (
             claims[f"averaged_fraction_ends_high_{part}"].value > claims[f"averaged_fraction_starts_low_{part}"].value
         )
+
+
+# keyed inputs: the evaluate and report jobs read every file under its own labels
+@pytest.mark.slow
+def test_reordered_methods_and_partitions_give_the_same_claims(tmp_path):
+    import json
+
+    import yaml
+    from conftest import copy_repo, run_snakemake
+
+    repo = copy_repo(tmp_path / "repo")
+    args = ("--cores", "2", "--config", "scale=tiny", "papers=[decfus]")
+    run_snakemake(repo, *args)
+    metrics = repo / "results" / "tiny" / "decfus" / "metrics.json"
+    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    path = repo / "config" / "decfus.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    tiny = load_paper_config("decfus", "tiny")
+    assert len(tiny["methods"]) >= 2 and len(tiny["run_partitions"]) >= 2
+    cfg["tiny"] |= {"methods": tiny["methods"][::-1], "run_partitions": tiny["run_partitions"][::-1]}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run_snakemake(repo, *args, "--forcerun", "decfus_evaluate", "decfus_report")
+    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    assert before.keys() == after.keys()
+    for cid, claim in before.items():
+        for key in ("values", "threshold_values", "held"):
+            assert claim[key] == after[cid][key], (cid, key)

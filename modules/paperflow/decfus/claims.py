@@ -4,14 +4,14 @@ run logs; `held` always comes from the numbers."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 
 LABELS = {
     "decfus": "DecFus",
@@ -25,9 +25,7 @@ NO_PAPER_NUMBER = "no public number (abstract only)"
 
 def per_seed(frame: pd.DataFrame, method: str, column: str, seeds: Sequence[int]) -> list[float]:
     """`column` of `method` in seed order; NaN where a seed is missing (the claim then fails)."""
-    rows = frame[frame.method == method]
-    by_seed = dict(zip(rows.seed, rows[column]))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    return frames_lib.per_seed(frame, seeds, value=column, method=method)
 
 
 def comparison_claims(
@@ -167,9 +165,9 @@ def figures(
     partitions: Sequence[str],
     methods: Sequence[str],
     seed: int,
-    out: Mapping[str, str | Path],
-) -> None:
+) -> list[Figure]:
     """Accuracy per round per method; DecFus's θ trajectories, fraction of averaged tensors and V_i."""
+    out = []
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
         for method in methods:
@@ -177,7 +175,7 @@ def figures(
             ax.plot(c.index, c.to_numpy(), label=LABELS[method])
         ax.set(xlabel="round", ylabel="client-mean test accuracy (mean over seeds)", title=part)
         ax.legend(fontsize=7)
-    plots.save(fig, out["accuracy_figure"])
+    out.append(Figure("figure_accuracy", "Client-mean test accuracy per round", fig))
     dec = clients[clients.method == "decfus"]
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
@@ -193,7 +191,7 @@ def figures(
             ylim=(0.2, 0.8),
         )
         ax.legend(fontsize=7)
-    plots.save(fig, out["threshold_figure"])
+    out.append(Figure("figure_threshold", "DecFus threshold θ_i per round", fig))
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
         frac = dec[dec.partition == part].groupby(["seed", "round"]).averaged_fraction.mean().unstack(0)
@@ -201,7 +199,7 @@ def figures(
             ax.plot(frac.index, frac[s].to_numpy(), lw=1, label=f"seed {s}")
         ax.set(xlabel="round", ylabel="fraction of tensors averaged (mean over clients)", title=part, ylim=(0, 1))
         ax.legend(fontsize=7)
-    plots.save(fig, out["fraction_figure"])
+    out.append(Figure("figure_fraction", "DecFus fraction of averaged tensors per round", fig))
     fig, axes = plots.subplots(len(partitions))
     for ax, part in zip(axes, partitions):
         var = (
@@ -215,7 +213,7 @@ def figures(
             ax.semilogy(var.index, var[s].to_numpy(), lw=1, label=f"seed {s}")
         ax.set(xlabel="round", ylabel="neighbour loss variance V_i (mean over clients)", title=part)
         ax.legend(fontsize=7)
-    plots.save(fig, out["variance_figure"])
+    return [*out, Figure("figure_variance", "DecFus neighbour loss variance (the detector's input) per round", fig)]
 
 
 DATA_TEXT = {"digits": "scikit-learn's digits (1,797 8×8 images)"}
@@ -243,24 +241,13 @@ def limitations(scale: str, datasets: Sequence[str], model: Mapping[str, Any], t
     return lines
 
 
-def write_report(
-    *,
-    frames: Mapping[tuple[str, str], pd.DataFrame],
-    curves: pd.DataFrame,
-    clients: pd.DataFrame,
-    params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
-    methods, seeds, partitions = list(params["methods"]), list(params["seeds"]), list(params["partitions"])
-    dataset = params["claims"]["dataset"]
-    claims = build_claims({p: f for (d, p), f in frames.items() if d == dataset}, methods, seeds, params["claims"])
-    table = summary_table(frames)
-    table.to_csv(out["table"], index=False)
-    figures(curves, clients, partitions, methods, seeds[0], out)  # curves/clients: the claim dataset's runs
+def stability_rows(clients: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per partition: the earliest and latest round at which a DecFus client became stable, and how
+    many (seed, client) pairs never did."""
     stable = (
         clients[(clients.method == "decfus")].groupby(["partition", "seed", "client"]).stable_round.last().reset_index()
     )
-    stable_rows = [
+    return [
         {
             "partition": p,
             "min stable round": g.stable_round.min(),
@@ -269,10 +256,25 @@ def write_report(
         }
         for p, g in stable.groupby("partition")
     ]
-    lims = limitations(params["scale"], params["datasets"], params["model"], params["train"])
-    text = render_report(
+
+
+def build_report(
+    *,
+    frames: Mapping[tuple[str, str], pd.DataFrame],
+    curves: pd.DataFrame,
+    clients: pd.DataFrame,
+    params: Mapping[str, Any],
+    scale: str,
+) -> Report:
+    """The report from the evaluation rows of every (dataset, partition) and the claim dataset's run
+    logs (`curves`, `clients`: columns partition and method added)."""
+    methods, seeds, partitions = list(params["methods"]), list(params["seeds"]), list(params["partitions"])
+    dataset = params["claims"]["dataset"]
+    claims = build_claims({p: f for (d, p), f in frames.items() if d == dataset}, methods, seeds, params["claims"])
+    table = summary_table(frames)
+    lims = limitations(scale, params["datasets"], params["model"], params["train"])
+    return Report(
         title="DecFus: decentralised layer-wise fusion with dynamic exploration and exploitation",
-        scale=params["scale"],
         summary=(
             f"Claims on dataset `{dataset}`, partitions {', '.join(partitions)}, methods {', '.join(LABELS[m] for m in methods)}, "
             f"seeds {', '.join(map(str, seeds))}; 10 clients on the official 4-regular graph. Accuracy is the client-mean "
@@ -282,29 +284,22 @@ def write_report(
         claims=claims,
         sections=[
             ("Accuracy (mean ± std over seeds)", markdown_table(headline_rows(table))),
-            ("DecFus stability detector (rounds at which clients became stable)", markdown_table(stable_rows)),
+            (
+                "DecFus stability detector (rounds at which clients became stable)",
+                markdown_table(stability_rows(clients)),
+            ),
             (
                 "Columns",
                 "`final_acc`: mean of the last evaluations; `best_acc`: best evaluation; `fused_acc`: the clients' "
                 "models after the last fusion; `consensus`: (1/m) Σ‖w_i − w̄‖² at the last evaluation.",
             ),
         ],
-        figures=[
-            ("Client-mean test accuracy per round", "figures/accuracy.png"),
-            ("DecFus threshold θ_i per round", "figures/threshold.png"),
-            ("DecFus fraction of averaged tensors per round", "figures/averaged_fraction.png"),
-            ("DecFus neighbour loss variance (the detector's input) per round", "figures/variance.png"),
-        ],
+        figures=figures(curves, clients, partitions, methods, seeds[0]),
+        tables=[Table("table_accuracy", "Accuracy, loss and consensus: mean and std over seeds", table)],
         limitations=lims,
+        metrics={
+            "dataset": dataset,
+            "table": table.replace({np.nan: None}).to_dict(orient="records"),
+            "limitation": lims[0],
+        },
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="decfus",
-        scale=params["scale"],
-        claims=claims,
-        dataset=dataset,
-        table=table.replace({np.nan: None}).to_dict(orient="records"),
-        limitation=lims[0],
-    )
-    return claims

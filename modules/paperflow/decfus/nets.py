@@ -121,7 +121,7 @@ def he_init(net: nn.Module) -> nn.Module:
 def build_network(model: Mapping[str, Any], input_shape: Sequence[int], classes: int) -> nn.Module:
     """The network of `model.arch` with torch's default initialisation, or He's (`model.init`)."""
     net = _architecture(model, input_shape, classes)
-    return he_init(net) if model.get("init", "default") == "he" else net
+    return he_init(net) if model["init"] == "he" else net
 
 
 def _architecture(model: Mapping[str, Any], input_shape: Sequence[int], classes: int) -> nn.Module:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, require_keys, require_member
 
 NEEDS = {
     "digits": ("test_fraction", "split_seed"),
@@ -27,12 +27,10 @@ def check(cfg: dict[str, Any], source: str) -> None:
         if method not in cfg["methods"]:
             raise ConfigError(f"{source}: methods must include {method!r} (the claims compare DecFus with DFLAvg)")
     for name, spec in cfg["partitions"].items():
-        if spec["kind"] == "dirichlet" and "beta" not in spec:
-            raise ConfigError(f"{source}: partitions.{name} (kind dirichlet) is missing key beta")
+        if spec["kind"] == "dirichlet":
+            require_keys(spec, ["beta"], f"{source}: partitions.{name} (kind dirichlet)")
     for name, spec in cfg["datasets"].items():
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
-        if missing:
-            raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        require_keys(spec, NEEDS[spec["kind"]], f"{source}: datasets.{name} (kind {spec['kind']})")
     if cfg["train"]["backend"] == "batched" and cfg["model"]["arch"] != "mlp":
         raise ConfigError(
             f"{source}: train.backend = 'batched' runs only model.arch = 'mlp'; use 'looped' for {cfg['model']['arch']!r}"

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from paperflow.core.config import reject_unknown
 from paperflow.decfus.clients import batch_plan, local_losses, local_round, make_clients, stack_states, test_metrics
 from paperflow.decfus.fusion import States, consensus_distance, round_fusion
 from paperflow.decfus.nets import build_network
@@ -20,6 +21,34 @@ from paperflow.decfus.schedule import DetectorSteps, StabilityDetector, client_t
 from paperflow.decfus.topology import Neighbours, closed_neighbourhood, metropolis_mixing
 
 log = logging.getLogger(__name__)
+
+# the keys of the config blocks a run reads (config/schemas/decfus.schema.yaml)
+MODEL_KEYS = ("arch", "hidden", "init")
+TRAIN_KEYS = (
+    "rounds",
+    "local_epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "test_round",
+    "eval_batch_size",
+    "seeds_per_job",
+    "backend",
+    "device",
+)
+DECFUS_KEYS = (
+    "theta0",
+    "theta1",
+    "steepness",
+    "midpoint",
+    "kappa",
+    "window",
+    "stability_ratio",
+    "protection",
+    "ref_start",
+    "ref_end",
+    "p_exchange",
+)
 
 
 @dataclass
@@ -56,7 +85,11 @@ def simulate(
     seed: int,
     progress: bool = False,
 ) -> RunResult:
-    """Run `method` for train["rounds"] rounds from one shared initialisation (seeded by `seed`)."""
+    """Run `method` for train["rounds"] rounds from one shared initialisation (seeded by `seed`);
+    `model`, `train` and `decfus` are the config blocks of those names."""
+    reject_unknown(model, MODEL_KEYS, "decfus model")
+    reject_unknown(train, TRAIN_KEYS, "decfus train")
+    reject_unknown(decfus, DECFUS_KEYS, "decfus decfus")
     device = pick_device(train["device"])
     torch.manual_seed(seed)
     plan_rng, fusion_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))

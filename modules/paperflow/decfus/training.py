@@ -33,21 +33,22 @@ def train_run(
     method: str,
     train_file: str,
     test_file: str,
-    partition_files: list[str],
+    partition_files: Mapping[int, str],
     seeds: list[int],
     model: Mapping[str, Any],
     train: Mapping[str, Any],
     decfus: Mapping[str, Any],
     out: Mapping[str, str],
 ) -> dict[str, Any]:
-    """Run `method` once per seed (seed s uses partition_files[k] for seeds[k]); write the curves and
+    """Run `method` once per seed (seed s on the clients of partition_files[s]); write the curves and
     per-client logs of all seeds (column `seed`) and one checkpoint with every seed's final states."""
     x_train, y_train, meta = load_split(train_file)
     x_test, y_test, _ = load_split(test_file)
     neighbours = paper_topology()
     check_topology(neighbours)
     curves, clients, states, walls = [], [], {}, {}
-    for seed, partition_file in zip(seeds, partition_files):
+    for seed in seeds:
+        partition_file = partition_files[seed]
         parts = read_partition(partition_file)
         if len(parts) != len(neighbours):
             raise ValueError(f"{partition_file} has {len(parts)} clients; the topology has {len(neighbours)}")

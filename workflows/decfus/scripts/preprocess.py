@@ -2,5 +2,6 @@ from paperflow.core.job import snakemake_job
 from paperflow.decfus.prepare import preprocess
 
 with snakemake_job(snakemake) as job:
-    sizes = preprocess(job.input[0], dict(job.params.spec), job.output.train, job.output.test)
-    job.note(seeds=[job.params.spec.get("split_seed", 0)], sizes=sizes)
+    spec = dict(job.params.spec)
+    sizes = preprocess(job.input[0], spec, job.output.train, job.output.test)
+    job.note(seeds=[spec["split_seed"]] if "split_seed" in spec else None, sizes=sizes)  # official splits: no seed

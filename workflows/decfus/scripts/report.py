@@ -2,16 +2,25 @@ import pandas as pd
 
 from paperflow.core.io import read_frame
 from paperflow.core.job import snakemake_job
-from paperflow.decfus.claims import write_report
+from paperflow.core.report import publish_job
+from paperflow.decfus.claims import build_report
+
+
+def run_logs(job, name):
+    """One of the claim dataset's run logs (curves or clients) of every training job, with its labels."""
+    return pd.concat(
+        pd.read_csv(path).assign(partition=part, method=method)
+        for (part, method, _group), path in job.keyed(name).items()
+    )
+
 
 with snakemake_job(snakemake) as job:
-    p = job.params
-    keys = [(ds, part) for ds in p.datasets for part in p.partitions]  # the rule's input order
-    frames = {key: read_frame(path)[0] for key, path in zip(keys, job.input.evals)}
-    runs = [(part, m) for part in p.partitions for m in p.methods for _ in p.groups]  # the rule's input order
-    curves = pd.concat(pd.read_csv(f).assign(partition=k[0], method=k[1]) for k, f in zip(runs, job.input.curves))
-    clients = pd.concat(pd.read_csv(f).assign(partition=k[0], method=k[1]) for k, f in zip(runs, job.input.clients))
-    claims = write_report(
-        frames=frames, curves=curves, clients=clients, params=dict(p.items()), out=dict(job.output.items())
+    report = build_report(
+        frames={key: read_frame(path)[0] for key, path in job.keyed("eval").items()},
+        curves=run_logs(job, "curves"),
+        clients=run_logs(job, "clients"),
+        params=dict(job.params.items()),
+        scale=job.scale,
     )
-    job.note(seeds=p.seeds, claims_held={c.id: c.held for c in claims})
+    publish_job(job, report)
+    job.note(seeds=job.params.seeds)

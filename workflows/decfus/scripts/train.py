@@ -7,7 +7,7 @@ with snakemake_job(snakemake) as job:
         method=job.wildcards.method,
         train_file=job.input.train,
         test_file=job.input.test,
-        partition_files=list(job.input.partitions),
+        partition_files=job.keyed("split", types=(int,)),
         seeds=seeds,
         model=dict(job.params.model),
         train=dict(job.params.train),
