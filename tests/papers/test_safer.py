@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 
 import numpy as np
 import pandas as pd
@@ -437,6 +438,18 @@ def test_config_errors_name_the_key(repo_copy):
         load_paper_config("safer", "smoke", repo_copy)
 
 
+def test_library_stages_reject_an_unknown_config_key():
+    from paperflow.safer.backbone import pretrain_grace
+    from paperflow.safer.baselines import train_stage
+
+    with pytest.raises(ConfigError, match="safer backbone: unknown key\\(s\\) 'epoch'"):
+        pretrain_grace(np.zeros((4, 3), np.float32), sp.identity(4, format="csr"), TINY["backbone"] | {"epoch": 1}, 0)
+    with pytest.raises(ConfigError, match="safer class_il: unknown key\\(s\\) 'warmup'"):
+        train_stage(None, None, None, None, None, 2, TINY["class_il"] | {"warmup": 1}, None)
+    with pytest.raises(ConfigError, match="datasets.digits: unknown key\\(s\\) 'class_order'"):
+        acquire("digits", TINY["datasets"]["digits"], "unused")
+
+
 def test_every_scale_resolves():
     assert load_paper_config("safer", "paper")["resources"]["gpus"] >= 1
     assert load_paper_config("safer", "smoke")["resources"]["gpus"] == 0
@@ -476,6 +489,19 @@ def test_a_changed_setting_reruns_only_the_jobs_that_read_it(tmp_path):
     assert dry_run_after({"class_il": original["tiny"]["class_il"] | {"lr": 0.02}}) == one_method  # fine-tune's alone
     backbone = dry_run_after({"backbone": original["tiny"]["backbone"] | {"epochs": 6}})
     assert backbone == one_method | {"safer_pretrain": 1, "safer_train": 3, "safer_evaluate": 3}
+
+    # keyed inputs: with the methods listed the other way round the report reads every file under its own labels
+    metrics = repo / "results" / "tiny" / "safer" / "metrics.json"
+    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    path.write_text(
+        yaml.safe_dump(original | {"tiny": original["tiny"] | {"methods": original["tiny"]["methods"][::-1]}})
+    )
+    run_snakemake(repo, *args, "--forcerun", "safer_report")
+    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    assert before.keys() == after.keys()
+    for cid, claim in before.items():
+        for key in ("values", "threshold_values", "held"):
+            assert claim[key] == after[cid][key], (cid, key)
 
 
 def test_nearest_prototype_matches_the_brute_force_distance():

@@ -13,7 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from paperflow.core.config import reject_unknown
 from paperflow.safer.graph import gcn_norm, propagate, to_torch
+
+BACKBONE_KEYS = ("k", "hidden", "epochs", "lr", "weight_decay", "edge_drop", "feature_drop", "tau", "batch_nodes")
 
 
 class SGC(nn.Module):
@@ -59,7 +62,9 @@ def grace_loss(h1: torch.Tensor, h2: torch.Tensor, tau: float) -> torch.Tensor:
 def pretrain_grace(
     x: np.ndarray, adj: sp.csr_matrix, cfg: Mapping[str, Any], seed: int, progress: bool = False
 ) -> tuple[SGC, list[float]]:
-    """Pretrain an SGC on one graph (task 1) with GRACE; returns the frozen encoder and the loss per epoch."""
+    """Pretrain an SGC on one graph (task 1) with GRACE; returns the frozen encoder and the loss per epoch.
+    `cfg` is the `backbone` config block."""
+    reject_unknown(cfg, BACKBONE_KEYS, "safer backbone")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)

@@ -14,7 +14,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from paperflow.core.config import reject_unknown
 from paperflow.safer.backbone import SGC
+
+CLASS_IL_KEYS = ("epochs", "lr", "weight_decay", "ewc_strength", "energy_temperature")
 
 
 class ClassIL(nn.Module):
@@ -52,7 +55,9 @@ def train_stage(
     progress: bool = False,
 ) -> list[float]:
     """One stage: cross-entropy over the `seen` classes on this task's training nodes (labels `y` are
-    learning-order positions), plus strength × the EWC penalty when `anchors` is given."""
+    learning-order positions), plus strength × the EWC penalty when `anchors` is given; `cfg` is the
+    `class_il` config block (fine-tuning's without `ewc_strength`)."""
+    reject_unknown(cfg, CLASS_IL_KEYS, "safer class_il")
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     losses = []
     for _ in tqdm(range(cfg["epochs"]), desc="class-IL", disable=not progress, leave=False):

@@ -4,14 +4,13 @@ always comes from the numbers."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from paperflow.core import plots
-from paperflow.core.report import Claim, compare_claim, markdown_table, render_report, write_metrics
+from paperflow.core import frames, plots
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 from paperflow.safer.metrics import average_accuracy, average_forgetting
 
 LABELS = {
@@ -60,9 +59,7 @@ def seed_summary(acc: pd.DataFrame, opn: pd.DataFrame) -> pd.DataFrame:
 
 def per_seed(summary: pd.DataFrame, variant: str, column: str, seeds: Sequence[int]) -> list[float]:
     """`column` of `variant` in seed order; NaN where a seed is missing (the claim then fails)."""
-    rows = summary[summary.variant == variant]
-    by_seed = dict(zip(rows.seed, rows[column]))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+    return frames.per_seed(summary, seeds, value=column, variant=variant)
 
 
 def difference(summary: pd.DataFrame, a: str, b: str, column: str, seeds: Sequence[int]) -> list[float]:
@@ -183,9 +180,8 @@ def seed_rows(summary: pd.DataFrame, dataset: str) -> list[dict[str, Any]]:
     ]
 
 
-def figures(
-    accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame], dataset: str, out: Mapping[str, str | Path]
-) -> None:
+def figures(accs: Mapping[str, pd.DataFrame], opens: Mapping[str, pd.DataFrame], dataset: str) -> list[Figure]:
+    """The mean accuracy matrix of each variant on `dataset`, and the open-set AUROC per stage of every dataset."""
     acc = accs[dataset]
     variants = [v for v in MATRIX_VARIANTS if v in set(acc.variant)]
     fig, axes = plots.subplots(len(variants), width=3.4, height=3.2)
@@ -212,7 +208,7 @@ def figures(
             yticks=range(len(mean)),
         )
         ax.title.set_fontsize(9)
-    plots.save(fig, out["matrix_figure"])
+    matrix = Figure("figure_matrix", f"Accuracy matrix on {dataset}: test accuracy of task j after stage t", fig)
     fig, axes = plots.subplots(len(opens))
     for ax, (name, opn) in zip(axes, opens.items()):
         for variant, group in opn.groupby("variant", sort=False):
@@ -225,7 +221,7 @@ def figures(
             xticks=sorted(opn.stage.unique() + 1),
         )
         ax.legend(fontsize=7)
-    plots.save(fig, out["auroc_figure"])
+    return [matrix, Figure("figure_auroc", "Open-set AUROC per stage", fig)]
 
 
 def limitations(cfg: Mapping[str, Any], scale: str) -> list[str]:
@@ -245,25 +241,24 @@ def limitations(cfg: Mapping[str, Any], scale: str) -> list[str]:
     return lines
 
 
-def write_report(
+def build_report(
     *,
     accs: Mapping[str, pd.DataFrame],
     opens: Mapping[str, pd.DataFrame],
     params: Mapping[str, Any],
-    out: Mapping[str, str | Path],
-) -> list[Claim]:
+    scale: str,
+) -> Report:
+    """The report from every dataset's accuracy and open-set rows (all methods and seeds)."""
     seeds, ccfg = list(params["seeds"]), params["claims"]
     summaries = {d: seed_summary(accs[d], opens[d]) for d in accs}
     claims = build_claims(summaries[ccfg["dataset"]], ccfg["dataset"], seeds, ccfg, gated=True)
     for dataset in summaries:
         if dataset != ccfg["dataset"]:
             claims += build_claims(summaries[dataset], dataset, seeds, ccfg, gated=False)
-    pd.concat([s.assign(dataset=d) for d, s in summaries.items()]).to_csv(out["table"], index=False)
-    figures(accs, opens, ccfg["dataset"], out)
-    lines = limitations(params["cfg"], params["scale"])
-    text = render_report(
+    table = pd.concat([s.assign(dataset=d) for d, s in summaries.items()])
+    lines = limitations(params["cfg"], scale)
+    return Report(
         title="SAFER: subspace-aware feature reshaping for open-set graph class-incremental learning (reconstructed)",
-        scale=params["scale"],
         summary=(
             f"Gated claims on `{ccfg['dataset']}`; the other datasets ({', '.join(d for d in accs if d != ccfg['dataset']) or 'none'}) "
             f"are reported. {len(seeds)} seed(s): {', '.join(map(str, seeds))}. Open-set AUROC: known = test nodes of the learned "
@@ -275,25 +270,12 @@ def write_report(
             ("Results (mean ± std over seeds)", markdown_table(table_rows(summaries))),
             ("Per seed", markdown_table([r for d, s in summaries.items() for r in seed_rows(s, d)])),
         ],
-        figures=[
-            (
-                f"Accuracy matrix on {ccfg['dataset']}: test accuracy of task j after stage t",
-                "figures/accuracy_matrix.png",
-            ),
-            ("Open-set AUROC per stage", "figures/auroc.png"),
-        ],
+        figures=figures(accs, opens, ccfg["dataset"]),
+        tables=[Table("table_summary", "Per variant and seed: AA, AF, task-ID accuracy and open-set metrics", table)],
         limitations=lines,
+        metrics={
+            "dataset": ccfg["dataset"],
+            "table": table.replace({np.nan: None}).to_dict(orient="records"),
+            "limitation": lines[0],
+        },
     )
-    Path(out["report"]).write_text(text)
-    write_metrics(
-        out["metrics"],
-        paper="safer",
-        scale=params["scale"],
-        claims=claims,
-        dataset=ccfg["dataset"],
-        table=pd.concat([s.assign(dataset=d) for d, s in summaries.items()])
-        .replace({np.nan: None})
-        .to_dict(orient="records"),
-        limitation=lines[0],
-    )
-    return claims

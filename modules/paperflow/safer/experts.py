@@ -16,9 +16,24 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from paperflow.core.config import reject_unknown
 from paperflow.safer.backbone import SGC
 
 RESHAPES = ("subspace", "none")
+# an expert's settings: the `expert` config block and SAFER's own keys (paperflow.safer.training.expert_config)
+EXPERT_KEYS = (
+    "prompt_basis",
+    "epochs",
+    "lr",
+    "weight_decay",
+    "reshape",
+    "energy_share",
+    "max_rank",
+    "beta",
+    "temperature",
+    "regularizer",
+    "energy_propagation",
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,7 @@ def train_expert(
     """Train (p_t, φ_t) on one task graph: CE + λ_c compactness + λ_s consistency + λ_e energy margin
     (spec §2.2 step 5). `x` and `a_hat` are the task's own graph, `y` the local labels 0..n_classes-1
     of `train_idx`. The backbone stays frozen; the fingerprint is taken from its unprompted embeddings."""
+    reject_unknown(cfg, EXPERT_KEYS, "safer expert")
     with torch.no_grad():
         z0 = backbone(a_hat, x)[train_idx]
     fp = fingerprint(z0, cfg["energy_share"], cfg["max_rank"])

@@ -16,13 +16,13 @@ def auroc(known: np.ndarray, unknown: np.ndarray) -> float:
     return float((ranks[: len(known)].sum() - len(known) * (len(known) + 1) / 2) / (len(known) * len(unknown)))
 
 
-def known_threshold(known: np.ndarray, tpr: float = 0.95) -> float:
+def known_threshold(known: np.ndarray, tpr: float) -> float:
     """The largest threshold that accepts (score >= threshold) at least `tpr` of the knowns."""
     ordered = np.sort(np.asarray(known, float))[::-1]
     return float(ordered[int(np.ceil(tpr * len(ordered))) - 1])
 
 
-def fpr_at_tpr(known: np.ndarray, unknown: np.ndarray, tpr: float = 0.95) -> float:
+def fpr_at_tpr(known: np.ndarray, unknown: np.ndarray, tpr: float) -> float:
     """Fraction of unknowns accepted at the threshold that accepts `tpr` of the knowns."""
     return float(np.mean(np.asarray(unknown, float) >= known_threshold(known, tpr)))
 

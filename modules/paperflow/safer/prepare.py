@@ -13,10 +13,11 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.datasets import load_digits
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, reject_unknown
 from paperflow.core.download import fetch
 from paperflow.safer.backbone import pretrain_grace
 from paperflow.safer.graph import knn_graph, submatrix
+from paperflow.safer.settings import NEEDS
 from paperflow.safer.sources import Graph, drop_classes, load_graph, read_source, save_graph
 from paperflow.safer.tasks import TaskGraph, build_task_graph, load_task_graph, save_task_graph
 from paperflow.safer.training import save_states
@@ -37,7 +38,12 @@ def digits_graph(name: str, k: int, noise: float, noise_seed: int) -> Graph:
     )
 
 
+PROTOCOL_KEYS = ("classes_per_task", "split", "split_seed", "holdout_fraction")
+
+
 def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> Graph:
+    """One dataset as a graph; `spec` is its `datasets` entry without `class_order` (a preprocess key)."""
+    reject_unknown(spec, ("kind", *NEEDS[spec["kind"]]), f"datasets.{name}")
     if spec["kind"] == "digits":
         return digits_graph(name, spec["knn"], spec["noise"], spec["noise_seed"])
     if not spec["sha256"]:
@@ -65,6 +71,7 @@ def preprocess(
     raw: str | Path, class_order: Sequence[int] | None, protocol: Mapping[str, Any], out: str | Path
 ) -> dict[str, Any]:
     """The task sequence of one dataset; classes in `class_order`, or in id order (CGLB's default) when None."""
+    reject_unknown(protocol, PROTOCOL_KEYS, "safer protocol")
     graph = load_graph(raw)
     order = list(class_order or range(int(graph.labels.max()) + 1))
     tasks = build_task_graph(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, require_keys, require_member
 
 NEEDS = {
     "digits": ("knn", "noise", "noise_seed"),
@@ -27,9 +27,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
     for name in cfg["run_datasets"]:
         require_member(name, cfg["datasets"], source, "run_datasets[...]")
     for name, spec in cfg["datasets"].items():
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
-        if missing:
-            raise ConfigError(f"{source}: datasets.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        require_keys(spec, NEEDS[spec["kind"]], f"{source}: datasets.{name} (kind {spec['kind']})")
     claims = cfg["claims"]
     require_member(claims["dataset"], cfg["run_datasets"], source, "claims.dataset")
     for method in ("safer", "tpp", "finetune"):

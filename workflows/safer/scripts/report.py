@@ -2,12 +2,21 @@ import pandas as pd
 
 from paperflow.core.io import read_frame
 from paperflow.core.job import snakemake_job
-from paperflow.safer.claims import write_report
+from paperflow.core.report import publish_job
+from paperflow.safer.claims import build_report
+
+
+def by_dataset(job, name):
+    """The rows of every evaluation in group `name` (acc or open), one frame per dataset, in input order."""
+    parts = {}
+    for (dataset, _method, _group), path in job.keyed(name).items():
+        parts.setdefault(dataset, []).append(read_frame(path)[0])
+    return {dataset: pd.concat(frames) for dataset, frames in parts.items()}
+
 
 with snakemake_job(snakemake) as job:
-    p = job.params
-    keys = [d for d in p.datasets for _ in p.methods for _ in p.groups]  # the rule's input order
-    accs = {d: pd.concat(read_frame(f)[0] for k, f in zip(keys, job.input.acc) if k == d) for d in p.datasets}
-    opens = {d: pd.concat(read_frame(f)[0] for k, f in zip(keys, job.input.open) if k == d) for d in p.datasets}
-    claims = write_report(accs=accs, opens=opens, params=dict(p.items()), out=dict(job.output.items()))
-    job.note(seeds=p.seeds, claims_held={c.id: c.held for c in claims})
+    report = build_report(
+        accs=by_dataset(job, "acc"), opens=by_dataset(job, "open"), params=dict(job.params.items()), scale=job.scale
+    )
+    publish_job(job, report)
+    job.note(seeds=job.params.seeds)
