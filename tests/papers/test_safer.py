@@ -21,9 +21,10 @@ from paperflow.safer.experts import Fingerprint, fingerprint, free_energy, resha
 from paperflow.safer.graph import gcn_norm, propagate, smooth, to_torch
 from paperflow.safer.metrics import auroc, average_forgetting, fpr_at_tpr
 from paperflow.safer.prepare import acquire, digits_graph, pretrain
+from paperflow.safer.settings import expert_config, method_config
 from paperflow.safer.sources import save_graph
 from paperflow.safer.tasks import TEST, TRAIN, build_task_graph
-from paperflow.safer.training import expert_config, method_config, rebuild_backbone, sub_state, train_method
+from paperflow.safer.training import rebuild_backbone, sub_state, train_method
 
 pytestmark = pytest.mark.xdist_group("safer")  # one worker trains the module's backbone and experts
 

@@ -27,9 +27,9 @@ from paperflow.core.io import write_frame
 from paperflow.safer.experts import free_energy
 from paperflow.safer.graph import gcn_norm, smooth, to_torch
 from paperflow.safer.metrics import auroc, fpr_at_tpr, known_threshold
+from paperflow.safer.settings import EXPERT_METHODS
 from paperflow.safer.tasks import TEST, VAL, TaskGraph, load_task_graph
 from paperflow.safer.training import (
-    EXPERT_METHODS,
     load_states,
     rebuild_backbone,
     rebuild_class_il,

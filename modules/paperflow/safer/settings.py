@@ -2,9 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from paperflow.core.config import ConfigError, require_keys, require_member
+
+EXPERT_METHODS = ("safer", "tpp")
+CLASS_IL_METHODS = ("finetune", "ewc")
+METHODS = EXPERT_METHODS + CLASS_IL_METHODS
+
+
+def expert_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """SAFER's expert settings, or TPP's: the same prompt and optimiser, no reshaping, no residual, no regulariser."""
+    expert = dict(cfg["expert"])
+    if method == "safer":
+        return expert | dict(cfg["safer"])
+    safer = cfg["safer"]
+    return expert | {
+        "reshape": "none",
+        "beta": 0.0,
+        "temperature": safer["temperature"],
+        "energy_share": safer["energy_share"],
+        "max_rank": safer["max_rank"],
+        "energy_propagation": safer["energy_propagation"],
+        "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0},
+    }
+
+
+def method_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Exactly the settings `method` reads in its train and evaluate stages (a rule's params), so that
+    a changed value reruns only the methods that use it: e.g. `safer.beta` reruns SAFER alone."""
+    if method in EXPERT_METHODS:
+        extra = {"prototype_k": cfg["tpp"]["prototype_k"]} if method == "tpp" else {}
+        return {"k": cfg["backbone"]["k"], "expert": expert_config(method, cfg)} | extra
+    if method in CLASS_IL_METHODS:
+        drop = () if method == "ewc" else ("ewc_strength",)
+        return {"k": cfg["backbone"]["k"], "class_il": {k: v for k, v in cfg["class_il"].items() if k not in drop}}
+    raise ValueError(f"method {method!r} is not known; known: {', '.join(METHODS)}")
+
 
 NEEDS = {
     "digits": ("knn", "noise", "noise_seed"),

@@ -25,13 +25,10 @@ from paperflow.safer.backbone import SGC
 from paperflow.safer.baselines import ClassIL, fisher_anchor, train_stage
 from paperflow.safer.experts import Expert, Fingerprint, train_expert
 from paperflow.safer.graph import gcn_norm, smooth, submatrix, to_torch
+from paperflow.safer.settings import CLASS_IL_METHODS, EXPERT_METHODS, METHODS
 from paperflow.safer.tasks import TRAIN, TaskGraph, load_task_graph
 
 log = logging.getLogger(__name__)
-
-EXPERT_METHODS = ("safer", "tpp")
-CLASS_IL_METHODS = ("finetune", "ewc")
-METHODS = EXPERT_METHODS + CLASS_IL_METHODS
 
 
 @dataclass(frozen=True)
@@ -61,35 +58,6 @@ def task_block(graph: TaskGraph, a_hat: Any, t: int) -> TaskBlock:
         train_idx=torch.as_tensor(train),
         labels=graph.labels[nodes][train],
     )
-
-
-def expert_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """SAFER's expert settings, or TPP's: the same prompt and optimiser, no reshaping, no residual, no regulariser."""
-    expert = dict(cfg["expert"])
-    if method == "safer":
-        return expert | dict(cfg["safer"])
-    safer = cfg["safer"]
-    return expert | {
-        "reshape": "none",
-        "beta": 0.0,
-        "temperature": safer["temperature"],
-        "energy_share": safer["energy_share"],
-        "max_rank": safer["max_rank"],
-        "energy_propagation": safer["energy_propagation"],
-        "regularizer": {"compactness": 0.0, "consistency": 0.0, "energy": 0.0, "warmup": 0},
-    }
-
-
-def method_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Exactly the settings `method` reads in its train and evaluate stages (a rule's params), so that
-    a changed value reruns only the methods that use it: e.g. `safer.beta` reruns SAFER alone."""
-    if method in EXPERT_METHODS:
-        extra = {"prototype_k": cfg["tpp"]["prototype_k"]} if method == "tpp" else {}
-        return {"k": cfg["backbone"]["k"], "expert": expert_config(method, cfg)} | extra
-    if method in CLASS_IL_METHODS:
-        drop = () if method == "ewc" else ("ewc_strength",)
-        return {"k": cfg["backbone"]["k"], "class_il": {k: v for k, v in cfg["class_il"].items() if k not in drop}}
-    raise ValueError(f"method {method!r} is not known; known: {', '.join(METHODS)}")
 
 
 def train_experts(
