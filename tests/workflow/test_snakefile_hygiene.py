@@ -1,0 +1,75 @@
+"""Static rules of every paper's Snakefile, read as text: composition by `include:` shares one
+namespace, so a paper's module-level names carry its slug, wildcard constraints are per rule (a
+global block applies to every rule defined so far, other papers' included), GPUs are asked for only
+through `heavy_resources`, and every train and evaluate rule writes a benchmark file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from paperflow.core.config import available_papers
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPERS = available_papers(ROOT)
+TOP_LEVEL_NAME = re.compile(r"^(?:def\s+(\w+)|class\s+(\w+)|(\w+)\s*(?::[^=]+)?=[^=])")
+RULE = re.compile(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", re.M)
+
+
+def snakefile(slug: str) -> str:
+    return (ROOT / "workflows" / slug / "Snakefile").read_text()
+
+
+def workflow_files(slug: str) -> list[Path]:
+    """The paper's Snakefile and the .smk files beside it (its functions, kept apart for --lint)."""
+    folder = ROOT / "workflows" / slug
+    return [folder / "Snakefile", *sorted(folder.glob("*.smk"))]
+
+
+def module_level_names(text: str) -> list[str]:
+    names = []
+    for line in text.splitlines():
+        match = TOP_LEVEL_NAME.match(line)
+        if match:
+            names.append(next(g for g in match.groups() if g))
+    return names
+
+
+def test_the_name_pattern_sees_assignments_and_functions():
+    text = "A = 1\ndef b(x):\n    y = 2\nrule c:\n    input:\n        d=1\nE: dict = {}\nif A == 1:\n    pass\n"
+    assert module_level_names(text) == ["A", "b", "E"]
+
+
+@pytest.mark.parametrize("slug", PAPERS)
+def test_module_level_names_carry_the_slug(slug):
+    for path in workflow_files(slug):
+        names = module_level_names(path.read_text())
+        stray = [n for n in names if n.lower() != slug and not n.lower().startswith(slug + "_")]
+        assert not stray, f"{path.relative_to(ROOT)} defines {stray}: prefix them with {slug}_ or {slug.upper()}_"
+
+
+@pytest.mark.parametrize("slug", PAPERS)
+def test_wildcard_constraints_are_per_rule(slug):
+    assert not re.search(r"^wildcard_constraints:", snakefile(slug), re.M), (
+        f"workflows/{slug}/Snakefile has a global wildcard_constraints block; put them in each rule"
+    )
+
+
+@pytest.mark.parametrize("slug", PAPERS)
+def test_gpus_only_through_heavy_resources(slug):
+    text = snakefile(slug)
+    assert not re.search(r"\bgpu\s*=", text), f"workflows/{slug}/Snakefile sets gpu= itself; use heavy_resources"
+    for rule, body in RULE.findall(text):
+        if "heavy_resources(" in body:
+            assert re.search(r'heavy_resources\(\s*"(train|infer)_gpu"', body), rule
+
+
+@pytest.mark.parametrize("slug", PAPERS)
+def test_train_and_evaluate_rules_write_benchmarks(slug):
+    rules = dict(RULE.findall(snakefile(slug)))
+    heavy = [r for r in rules if re.search(r"_(train|evaluate)(_|$)", r)]
+    assert heavy, f"workflows/{slug}/Snakefile has no train or evaluate rule"
+    missing = [r for r in heavy if "\n    benchmark:" not in "\n" + rules[r]]
+    assert not missing, f"rules without benchmark: {missing}"

@@ -1,0 +1,26 @@
+# ph_vae: the functions of its Snakefile (input lists, labels, resources), included first by it;
+# kept apart so the Snakefile holds rules only (snakemake --lint). Names carry the slug.
+
+
+def ph_vae_checkpoints(dataset):
+    """{(decoder, seed): checkpoint} of one dataset."""
+    return {
+        (d, s): ph_vae_path("models", dataset, d, f"seed{s}.ckpt") for d in PH_VAE["decoders"] for s in PH_VAE["seeds"]
+    }
+
+
+def ph_vae_report_inputs(wildcards):
+    """The report's inputs, keyed by dataset (and decoder for the training histories)."""
+    return {
+        **keyed("metrics", {ds: ph_vae_path("eval", ds, "metrics.parquet") for ds in PH_VAE_DATASETS}),
+        **keyed("samples", {ds: ph_vae_path("eval", ds, "samples.parquet") for ds in PH_VAE_DATASETS}),
+        **keyed("test", {ds: ph_vae_path("data", ds, "test.parquet") for ds in PH_VAE_DATASETS}),
+        **keyed(
+            "history",
+            {
+                (ds, d): ph_vae_path("models", ds, d, "history.csv")
+                for ds in PH_VAE_DATASETS
+                for d in PH_VAE["decoders"]
+            },
+        ),
+    }
