@@ -37,6 +37,7 @@ report: install
 
 record: install  # after `make smoke`: docs/results/smoke.{json,md} from the audited results/smoke
 	$(BIN)/paperflow record write --scale smoke
+	$(BIN)/paperflow record readme
 
 clean:
 	rm -rf results .snakemake report.html report.zip
