@@ -14,10 +14,11 @@ import torch
 import yaml
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.st_gfn.claims import build_claims, direction_rows, limitations
+from paperflow.st_gfn.claims import build_claims
 from paperflow.st_gfn.envs import make_env, mode_mask, observed_log_reward
 from paperflow.st_gfn.evaluation import empirical_pmf, l1_mean, sample_terminal_states, total_variation
 from paperflow.st_gfn.prepare import target
+from paperflow.st_gfn.report import direction_rows, limitations
 from paperflow.st_gfn.training import train_one
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,11 +163,15 @@ def config_root(tmp_path: Path, edit) -> Path:
             r"methods.subtb \(kind subtb\) is missing key\(s\) lamda",
         ),
         (
+            lambda d: d["defaults"]["methods"]["tb"].update(time_features=4),
+            r"methods.tb \(kind tb\): unknown key\(s\) 'time_features'",
+        ),
+        (
             lambda d: d["smoke"].update(evaluate={"last_visited": 10**6}),
             r"evaluate.last_visited = 1000000 exceeds the 12800 trajectories of training",
         ),
     ],
-    ids=["kind", "filter", "method-typo", "lam0-control", "missing-key", "window"],
+    ids=["kind", "filter", "method-typo", "lam0-control", "missing-key", "foreign-key", "window"],
 )
 def test_config_errors_name_the_key_and_the_allowed_values(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
@@ -216,6 +221,23 @@ def test_every_method_trains_and_is_reproducible(name):
     np.testing.assert_allclose(history.loss, again.loss, rtol=1e-6)
     if name == "st_gfn":
         assert history.beta.iloc[0] > 0 and history.beta.iloc[-1] == 0.0  # annealed to 0 by the half
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda m, t: (m, dict(t, grad_clipp=1.0)),
+            r"train: unknown key\(s\) 'grad_clipp' \(did you mean 'grad_clip'\?\)",
+        ),
+        (lambda m, t: (dict(m, lamda=0.9), t), r"a tb method: unknown key\(s\) 'lamda'"),
+    ],
+)
+def test_training_refuses_a_config_key_it_does_not_read(edit, message):
+    specs, train = methods()
+    method, train = edit(specs["tb"], train)
+    with pytest.raises(ConfigError, match=message):
+        train_one(make_env(CLEAN8), CLEAN8, method, MODEL, train, seed=0, progress=False)
 
 
 @pytest.mark.slow

@@ -98,7 +98,7 @@ class GameLoss(nn.Module):
         self.kind = method["kind"]
         if self.kind not in OBJECTIVES:
             raise ValueError(f"unknown method kind {self.kind!r} for a game; known: {', '.join(OBJECTIVES)}")
-        self.lamda = float(method.get("lamda", 0.9))
+        self.lamda = float(method["lamda"]) if self.kind == "subtb" else None
         if self.kind == "st_gfn":
             self.weight = make_filter(
                 method["filter"], lam=float(method["lam"]), omega_c=float(method["omega_c"]), order=int(method["order"])
@@ -108,7 +108,7 @@ class GameLoss(nn.Module):
     @staticmethod
     def uses_log_z(method: Mapping[str, Any]) -> bool:
         """TB (and st_gfn with s0_flow logz) put log Z at s_0; DB, SubTB and st_gfn logf the flow estimator."""
-        return method["kind"] == "tb" or (method["kind"] == "st_gfn" and method.get("s0_flow") == "logz")
+        return method["kind"] == "tb" or (method["kind"] == "st_gfn" and method["s0_flow"] == "logz")
 
     def forward(self, delta: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         if self.kind == "tb":

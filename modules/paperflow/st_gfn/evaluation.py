@@ -18,7 +18,7 @@ from paperflow.st_gfn.identities import identity_gaps
 from paperflow.st_gfn.models import make_gflownet
 from paperflow.st_gfn.sampling import make_sampler
 from paperflow.st_gfn.sequences import sequence_metrics
-from paperflow.st_gfn.settings import ENUMERABLE
+from paperflow.st_gfn.settings import ENUMERABLE, known_keys
 
 EVAL_SEED_OFFSET = 20_000  # fresh on-policy samples of seed s use torch seed s + this
 UNIFORM = "uniform"  # the uniform-policy sampler (every valid action equally likely)
@@ -125,6 +125,7 @@ def evaluate_env(
     for sequence envs). `target` is the preprocessed target (exact pmf, or the reference modes of a sequence
     env); `runs` yields (method, seed, checkpoint path, visits, history). Every env also gets the uniform
     sampler's rows and the same-batch loss identities. Game envs: `game_evaluation.evaluate_game`."""
+    known_keys("evaluate", cfg)
     if spec["kind"] in GAME_KINDS:
         from paperflow.st_gfn.game_evaluation import evaluate_game  # imports this module's constants
 

@@ -16,6 +16,7 @@ from paperflow.st_gfn.adversarial import log_reward
 from paperflow.st_gfn.evaluation import EVAL_SEED_OFFSET, IDENTITY, UNIFORM
 from paperflow.st_gfn.game_training import GameNet, Positions, make_game_net, optimal_fractions, residuals_of, self_play
 from paperflow.st_gfn.games import Game, bits_to_mask, boards_from_strings
+from paperflow.st_gfn.models import time_features_of
 from paperflow.st_gfn.spectral import dc_only, spectral_loss_per_trajectory, tikhonov
 
 Agent = Callable[[torch.Tensor], torch.Tensor]  # boards -> moves
@@ -97,7 +98,8 @@ def game_identity_gaps(
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        net = make_game_net(game, dict(method, kind="tb"), model)
+        # the method's time features with log Z at s_0 (TB's parameterisation), whatever the method's kind
+        net = GameNet(game, int(model["hidden"]), int(model["layers"]), time_features_of(method), with_log_z=True)
         games = self_play(game, net, batch, 0.0)
         delta = residuals_of(net, games, log_reward(games.outcomes, lambd)).detach()
     finally:

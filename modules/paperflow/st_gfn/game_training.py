@@ -19,8 +19,9 @@ from paperflow.core.seeding import seed_all
 from paperflow.st_gfn.adversarial import GameLoss, first_player_flows, game_residuals, log_children, log_reward
 from paperflow.st_gfn.envs import observed_log_reward
 from paperflow.st_gfn.games import Game, bits_to_mask, boards_from_strings, make_game
-from paperflow.st_gfn.models import optimizer
+from paperflow.st_gfn.models import optimizer, time_features_of
 from paperflow.st_gfn.sequences import fourier_features, time_frequencies
+from paperflow.st_gfn.settings import known_keys, known_method
 from paperflow.st_gfn.training import NOISE_SEED_OFFSET, RunRecords
 
 NEG = -1e9
@@ -71,11 +72,13 @@ def mlp(width: int, hidden: int, layers: int, out: int) -> nn.Sequential:
 
 
 def make_game_net(game: Game, method: Mapping[str, Any], model: Mapping[str, Any]) -> GameNet:
+    known_method(method)
+    known_keys("model", model)
     return GameNet(
         game,
         int(model["hidden"]),
         int(model["layers"]),
-        int(method.get("time_features", 0)),
+        time_features_of(method),
         GameLoss.uses_log_z(method),
     )
 
@@ -221,6 +224,7 @@ def train_game(
 ):
     """Self-play training of one method with one seed in a plain torch loop (CPU scales).
     Returns (state_dict, history, visits: the outcome and length of every training game)."""
+    known_keys("train", train)
     seed_all(seed)
     game = make_game(spec)
     net = make_game_net(game, method, model)

@@ -25,6 +25,7 @@ from paperflow.st_gfn.envs import make_env
 from paperflow.st_gfn.game_training import GameRun, make_game_net
 from paperflow.st_gfn.games import GAME_KINDS, make_game
 from paperflow.st_gfn.models import make_gflownet, optimizer
+from paperflow.st_gfn.settings import known_keys
 from paperflow.st_gfn.training import TrainingRun
 
 
@@ -131,6 +132,8 @@ def fit_one(
     """Train one method with one seed through Lightning. Returns (state_dict of the GFlowNet / game network, history,
     visited terminal states, tracking ids). `deterministic="warn"`: deterministic kernels where torch has
     them, a warning (not an error) for the scatter-adds of the visit counts on a GPU."""
+    known_keys("model", model)
+    known_keys("train", train)
     seed_everything(seed)
     kind = GameModule if env_spec["kind"] in GAME_KINDS else GFlowNetModule
     module = kind(env_spec, target, method, model, train, seed)

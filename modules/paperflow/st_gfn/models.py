@@ -15,6 +15,7 @@ from torch import nn
 
 from paperflow.st_gfn.envs import make_preprocessor
 from paperflow.st_gfn.residuals import residuals
+from paperflow.st_gfn.settings import known_method
 from paperflow.st_gfn.spectral import make_filter, reduce_trajectories, spectral_loss_per_trajectory
 
 
@@ -69,9 +70,15 @@ class SpectralGFlowNet(nn.Module):
         return reduce_trajectories(per_traj, lengths, self.length_weighting)
 
 
+def time_features_of(method: Mapping[str, Any]) -> int:
+    """K Fourier frequencies of the step index an st_gfn method sets (0: none); the baselines take none."""
+    return int(method["time_features"]) if method["kind"] == "st_gfn" else 0
+
+
 def make_gflownet(env: HyperGrid, method: Mapping[str, Any], model: Mapping[str, Any]) -> nn.Module:
+    known_method(method)
     kind = method["kind"]
-    time_features = int(method.get("time_features", 0))
+    time_features = time_features_of(method)
     pf, pb, log_f = make_estimators(env, model["hidden"], model["layers"], time_features)
     if kind == "tb":
         return TBGFlowNet(pf=pf, pb=pb, init_logZ=0.0)

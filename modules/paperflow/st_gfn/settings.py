@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_member
+from paperflow.core.config import ConfigError, reject_unknown, require_keys, require_member
 
 ENV_NEEDS = {
     "hypergrid": ("ndim", "height", "R0", "R1", "R2"),
@@ -49,12 +50,36 @@ NEEDS = {
 }
 
 
+# the keys the library reads from each of these config blocks (the schema lists the same)
+KEYS = {
+    "model": ("hidden", "layers"),
+    "train": ("iterations", "batch_size", "lr", "lr_logz", "epsilon", "grad_clip", "engine"),
+    "evaluate": (
+        "last_visited",
+        "loss_window",
+        "n_eval_samples",
+        "eval_batch",
+        "efficiency_l1",
+        "efficiency_stride",
+        "top_k",
+    ),
+}
+
+
+def known_keys(block: str, cfg: Mapping[str, Any]) -> None:
+    """ConfigError when `cfg`, the config block `block`, has a key its library code does not read."""
+    reject_unknown(cfg, KEYS[block], block)
+
+
+def known_method(method: Mapping[str, Any]) -> None:
+    """ConfigError when a method spec has a key its kind does not take."""
+    reject_unknown(method, ("kind", *NEEDS[method["kind"]]), f"a {method['kind']} method")
+
+
 def check_env(name: str, spec: dict[str, Any], source: str) -> None:
     kind = spec["kind"]
     needs = ENV_NEEDS[kind] + (SOURCE_NEEDS[spec["source"]] if kind == "geneset" and "source" in spec else ())
-    missing = [k for k in needs if k not in spec]
-    if missing:
-        raise ConfigError(f"{source}: envs.{name} (kind {kind}) is missing key(s) {', '.join(missing)}")
+    require_keys(spec, needs, f"{source}: envs.{name} (kind {kind})")
     foreign = sorted(k for k in set(spec) & GAME_KEYS if k not in needs)
     if foreign:
         raise ConfigError(
@@ -84,9 +109,9 @@ def check(cfg: dict[str, Any], source: str) -> None:
         for m in methods:
             require_member(m, cfg["methods"], source, f"env_methods.{env}[...]")
     for name, spec in cfg["methods"].items():
-        missing = [k for k in NEEDS[spec["kind"]] if k not in spec]
-        if missing:
-            raise ConfigError(f"{source}: methods.{name} (kind {spec['kind']}) is missing key(s) {', '.join(missing)}")
+        where = f"{source}: methods.{name} (kind {spec['kind']})"
+        require_keys(spec, NEEDS[spec["kind"]], where)
+        reject_unknown(spec, ("kind", *NEEDS[spec["kind"]]), where)
     claims = cfg["claims"]
     for key in ("noisy_env", "clean_env"):
         require_member(claims[key], cfg["run_envs"], source, f"claims.{key}")

@@ -24,6 +24,7 @@ from paperflow.st_gfn.intrinsic import annealed_beta, anticausal_credit, autocor
 from paperflow.st_gfn.models import batch_loss, make_gflownet, optimizer
 from paperflow.st_gfn.residuals import step_mask
 from paperflow.st_gfn.sampling import make_sampler
+from paperflow.st_gfn.settings import known_keys
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +97,14 @@ class TrainingRun(RunRecords):
         self.method = method
         self.noise = torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET)
         self.sampler = make_sampler(env, gflownet.pf)
-        self.use_intrinsic = method["kind"] == "st_gfn" and method.get("intrinsic", False)
+        self.use_intrinsic = method["kind"] == "st_gfn" and bool(method["intrinsic"])
         device = next(gflownet.parameters()).device
         self.counts = torch.zeros(n_state_keys(env), dtype=torch.float64, device=device) if self.use_intrinsic else None
-        self.rho = autocorrelation_kernel(lorentzian_psd(max_length(env), float(method.get("omega_r", 0.1)))).to(device)
+        self.rho = (
+            autocorrelation_kernel(lorentzian_psd(max_length(env), float(method["omega_r"]))).to(device)
+            if self.use_intrinsic
+            else None
+        )
         self.losses, self.betas = np.full(self.n_iterations, np.nan), np.zeros(self.n_iterations)
         self.visited: list[dict[str, np.ndarray]] = []
 
@@ -137,6 +142,8 @@ def train_one(
 ):
     """Train one method on `env` (built from `env_spec`) with one seed, in a plain torch loop (progress bar
     on a terminal unless `progress` says). Returns (state_dict, history, visited terminal states)."""
+    known_keys("model", model)
+    known_keys("train", train)
     seed_all(seed)
     gfn = make_gflownet(env, method, model)
     opt = optimizer(gfn, train["lr"], train["lr_logz"])

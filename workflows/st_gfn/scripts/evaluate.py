@@ -4,15 +4,13 @@ from paperflow.st_gfn.envs import make_env
 from paperflow.st_gfn.evaluation import EVAL_SEED_OFFSET, evaluate_env
 
 with snakemake_job(snakemake) as job:
-    methods, seeds, spec = list(job.params.methods), list(job.params.seeds), dict(job.params.spec)
+    seeds, spec = list(job.params.seeds), dict(job.params.spec)
     target, _ = read_frame(job.input.target)
-    per_method = {
-        m: (ckpt, read_frame(v)[0], read_frame(h)[0])
-        for m, ckpt, v, h in zip(methods, job.input.models, job.input.visits, job.input.histories)
-    }
+    models, visits, histories = (job.keyed(name) for name in ("model", "visits", "history"))
+    per_method = {m: (ckpt, read_frame(visits[m])[0], read_frame(histories[m])[0]) for m, ckpt in models.items()}
     runs = (
-        (m, s, per_method[m][0], per_method[m][1].query("seed == @s"), per_method[m][2].query("seed == @s"))
-        for m in methods
+        (m, s, ckpt, visited.query("seed == @s"), history.query("seed == @s"))
+        for m, (ckpt, visited, history) in per_method.items()
         for s in seeds
     )
     metrics, pmfs = evaluate_env(

@@ -1,0 +1,51 @@
+"""What st_gfn's report says of the adversarial games: the metrics of a game env, the reported directions
+against TB, the games' table section and the figure of optimal moves over training."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from paperflow.core import plots
+from paperflow.core.report import Figure
+
+GAME_METRICS = [
+    "optimal_argmax",
+    "optimal_sampled",
+    "win_rate_vs_random",
+    "draw_rate_vs_random",
+    "loss_rate_vs_random",
+    "win_rate_vs_minimax",
+    "draw_rate_vs_minimax",
+    "loss_rate_vs_minimax",
+]
+
+# (metric, baseline, comparison, wording) of the reported direction on a game env
+GAME_DIRECTIONS = [
+    ("optimal_argmax", "tb", ">=", "plays at least the fraction of optimal moves of"),
+    ("win_rate_vs_random", "tb", ">=", "wins at least as often against the random player as"),
+]
+
+
+def game_figure(histories: pd.DataFrame, env_methods: Mapping[str, Sequence[str]]) -> Figure:
+    """Fraction of reference positions whose argmax move is optimal, over training (mean over seeds)."""
+    envs = [
+        e
+        for e in env_methods
+        if "optimal_argmax" in histories and histories[histories.env == e]["optimal_argmax"].notna().any()
+    ]
+    fig, axes = plots.subplots(max(len(envs), 1))
+    if not envs:
+        axes[0].text(0.5, 0.5, "no game env in this run", ha="center", va="center")
+        axes[0].set_axis_off()
+    for ax, name in zip(axes, envs):
+        part = histories[(histories.env == name) & histories["optimal_argmax"].notna()]
+        for method in env_methods[name]:
+            curve = part[part.method == method].groupby("iteration")["optimal_argmax"].mean()
+            ax.plot(curve.index, curve.to_numpy(), marker=".", label=method)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("optimal argmax moves (fraction of positions)")
+        ax.set_title(name)
+        ax.legend(fontsize=7)
+    return Figure("figure_games", "Games: fraction of optimal argmax moves over training", fig)
