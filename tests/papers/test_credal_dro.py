@@ -4,7 +4,6 @@ to end in tests/workflow/test_every_paper.py."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -184,30 +183,3 @@ def test_geo_split_is_disjoint_and_ordered_along_u():
     assert len(sp["fit"]) + len(sp["select"]) == 500 and len(sp["test"]) == 200
     assert sp["u_select"].max() < sp["u_test"].min()
     np.testing.assert_allclose(sp["fit"][:, :-1].mean(axis=0), 0.0, atol=1e-10)
-
-
-@pytest.mark.slow
-def test_reordered_methods_and_experiments_give_the_same_claims(tmp_path):
-    """The evaluate and report inputs are keyed by method and experiment: listing them in another
-    order reorders the inputs, but every claim keeps its values."""
-    from conftest import copy_repo, run_snakemake
-
-    repo = copy_repo(tmp_path / "repo")
-    args = ("--cores", "2", "--config", "scale=tiny", "papers=[credal_dro]")
-    run_snakemake(repo, *args)
-    metrics = repo / "results" / "tiny" / "credal_dro" / "metrics.json"
-    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
-    path = repo / "config" / "credal_dro.yaml"
-    doc = yaml.safe_load(path.read_text())
-    defaults = doc["defaults"]
-    for exp in defaults["experiments"]:
-        assert len(defaults[exp]["methods"]) >= 2
-        defaults[exp]["methods"] = dict(reversed(list(defaults[exp]["methods"].items())))
-    defaults["experiments"] = list(reversed(defaults["experiments"]))
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run_snakemake(repo, *args, "--forcerun", "credal_dro_evaluate", "credal_dro_report")
-    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
-    assert before.keys() == after.keys()
-    for cid, claim in before.items():
-        for key in ("values", "threshold_values", "held"):
-            assert claim[key] == after[cid][key], (cid, key)

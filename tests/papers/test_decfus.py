@@ -547,30 +547,3 @@ def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
         assert (
             claims[f"averaged_fraction_ends_high_{part}"].value > claims[f"averaged_fraction_starts_low_{part}"].value
         )
-
-
-# keyed inputs: the evaluate and report jobs read every file under its own labels
-@pytest.mark.slow
-def test_reordered_methods_and_partitions_give_the_same_claims(tmp_path):
-    import json
-
-    import yaml
-    from conftest import copy_repo, run_snakemake
-
-    repo = copy_repo(tmp_path / "repo")
-    args = ("--cores", "2", "--config", "scale=tiny", "papers=[decfus]")
-    run_snakemake(repo, *args)
-    metrics = repo / "results" / "tiny" / "decfus" / "metrics.json"
-    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
-    path = repo / "config" / "decfus.yaml"
-    cfg = yaml.safe_load(path.read_text())
-    tiny = load_paper_config("decfus", "tiny")
-    assert len(tiny["methods"]) >= 2 and len(tiny["run_partitions"]) >= 2
-    cfg["tiny"] |= {"methods": tiny["methods"][::-1], "run_partitions": tiny["run_partitions"][::-1]}
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    run_snakemake(repo, *args, "--forcerun", "decfus_evaluate", "decfus_report")
-    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
-    assert before.keys() == after.keys()
-    for cid, claim in before.items():
-        for key in ("values", "threshold_values", "held"):
-            assert claim[key] == after[cid][key], (cid, key)

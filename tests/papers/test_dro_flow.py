@@ -4,7 +4,6 @@ config errors, data generators and the torchvision-free ResNet-50."""
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from pathlib import Path
@@ -481,33 +480,3 @@ def test_resnet50_has_torchvisions_parameter_names_and_a_512d_head():
 
 def test_mlp_with_no_hidden_layer_is_logistic_regression():
     assert isinstance(mlp(64, [], 10), torch.nn.Sequential) and len(mlp(64, [], 10)) == 1
-
-
-# Keyed inputs ----------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_reordered_methods_and_datasets_give_the_same_claims(tmp_path):
-    """The evaluate and report inputs are keyed by method and dataset: listing them in another order
-    reorders the inputs, but every claim keeps its values."""
-    from conftest import copy_repo, run_snakemake
-
-    repo = copy_repo(tmp_path / "repo")
-    args = ("--cores", "2", "--config", "scale=tiny", "papers=[dro_flow]")
-    run_snakemake(repo, *args)
-    metrics = repo / "results" / "tiny" / "dro_flow" / "metrics.json"
-    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
-    path = repo / "config" / "dro_flow.yaml"
-    cfg = yaml.safe_load(path.read_text())
-    for name in cfg["tiny"]["run_datasets"]:
-        methods = cfg["tiny"]["datasets"][name]["methods"]
-        assert len(methods) >= 2
-        cfg["tiny"]["datasets"][name]["methods"] = list(reversed(methods))
-    cfg["tiny"]["run_datasets"] = list(reversed(cfg["tiny"]["run_datasets"]))
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    run_snakemake(repo, *args, "--forcerun", "dro_flow_evaluate", "dro_flow_report")
-    after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
-    assert before.keys() == after.keys()
-    for cid, claim in before.items():
-        for key in ("values", "threshold_values", "held"):
-            assert claim[key] == after[cid][key], (cid, key)

@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import copy_repo, job_counts, run_snakemake
 
-from paperflow.core.config import available_papers
+from paperflow.core.config import available_papers, load_paper_config
 from paperflow.core.provenance import audit
 
 PAPERS = available_papers()
@@ -54,6 +55,68 @@ def test_tiny_run_end_to_end(scratch, slug):
     again = run_snakemake(scratch, "-n", "--cores", "2", *args)
     assert "Nothing to be done" in again.stdout + again.stderr
     assert_tree_audit_covers_the_report(out)
+    if slug in REORDER:
+        assert_reordered_config_keeps_every_claim(scratch, slug, args)
+
+
+def _reversed(value):
+    return dict(reversed(list(value.items()))) if isinstance(value, dict) else list(reversed(value))
+
+
+def _reverse_tiny(slug: str, doc: dict, *keys: str) -> None:
+    """Set `keys` of the tiny block to the reverse of their resolved tiny values."""
+    resolved = load_paper_config(slug, "tiny")
+    for key in keys:
+        assert len(resolved[key]) >= 2, (slug, key)
+        doc["tiny"][key] = _reversed(resolved[key])
+
+
+def _reverse_dro_flow(doc: dict) -> None:
+    for name in doc["tiny"]["run_datasets"]:
+        doc["tiny"]["datasets"][name]["methods"] = _reversed(doc["tiny"]["datasets"][name]["methods"])
+    doc["tiny"]["run_datasets"] = _reversed(doc["tiny"]["run_datasets"])
+
+
+def _reverse_credal_dro(doc: dict) -> None:
+    defaults = doc["defaults"]  # methods are mappings, merged key by key: reorder them where they are defined
+    for exp in defaults["experiments"]:
+        defaults[exp]["methods"] = _reversed(defaults[exp]["methods"])
+    defaults["experiments"] = _reversed(defaults["experiments"])
+
+
+# How to list each paper's methods (and datasets, partitions, experiments) in the other order, and the
+# rules whose keyed inputs then arrive in another order.
+REORDER = {
+    "ph_vae": (lambda doc: _reverse_tiny("ph_vae", doc, "decoders"), ("ph_vae_evaluate", "ph_vae_report")),
+    "decfus": (
+        lambda doc: _reverse_tiny("decfus", doc, "methods", "run_partitions"),
+        ("decfus_evaluate", "decfus_report"),
+    ),
+    "dro_flow": (_reverse_dro_flow, ("dro_flow_evaluate", "dro_flow_report")),
+    "credal_dro": (_reverse_credal_dro, ("credal_dro_evaluate", "credal_dro_report")),
+}
+
+
+def assert_reordered_config_keeps_every_claim(repo: Path, slug: str, args: tuple[str, ...]) -> None:
+    """Keyed inputs: with the methods listed in the other order the inputs arrive in another order,
+    but every claim keeps its values (no file is read under another label). The config is restored."""
+    metrics = repo / "results" / "tiny" / slug / "metrics.json"
+    before = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    path = repo / "config" / f"{slug}.yaml"
+    saved = path.read_text()
+    edit, rules = REORDER[slug]
+    doc = yaml.safe_load(saved)
+    edit(doc)
+    try:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        run_snakemake(repo, "--cores", "2", "--forcerun", *rules, *args)
+        after = {c["id"]: c for c in json.loads(metrics.read_text())["claims"]}
+    finally:
+        path.write_text(saved)
+    assert before.keys() == after.keys()
+    for cid, claim in before.items():
+        for key in ("values", "threshold_values", "held"):
+            assert claim[key] == after[cid][key], (slug, cid, key)
 
 
 def assert_tree_audit_covers_the_report(out: Path) -> None:

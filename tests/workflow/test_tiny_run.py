@@ -133,21 +133,3 @@ def test_snakemake_html_report_holds_the_figures_and_table(tiny_run):
     names = zipfile.ZipFile(target).namelist()
     for item in ("tail_survival.png", "qq.png", "training_loss.png", "tail_metrics.csv", "summary.md"):
         assert any(n.endswith(item) for n in names), (item, names[:20])
-
-
-def test_reordered_methods_give_the_same_claims(tiny_run, tmp_path):
-    """Keyed inputs: listing the decoders in the other order reorders the evaluate and report inputs,
-    but every claim keeps its values (no file is read under another decoder's label)."""
-    repo = copy_state(tiny_run, tmp_path)
-    before = {c["id"]: c for c in json.loads((repo / "results/tiny/ph_vae/metrics.json").read_text())["claims"]}
-    cfg_path = repo / "config" / "ph_vae.yaml"
-    cfg = yaml.safe_load(cfg_path.read_text())
-    assert len(cfg["tiny"]["decoders"]) >= 2
-    cfg["tiny"]["decoders"] = list(reversed(cfg["tiny"]["decoders"]))
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    run_snakemake(repo, "--cores", "2", "--forcerun", "ph_vae_evaluate", "ph_vae_report", *TINY)
-    after = {c["id"]: c for c in json.loads((repo / "results/tiny/ph_vae/metrics.json").read_text())["claims"]}
-    assert before.keys() == after.keys()
-    for cid, claim in before.items():
-        for key in ("values", "threshold_values", "held"):
-            assert claim[key] == after[cid][key], (cid, key)
