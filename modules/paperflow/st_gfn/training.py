@@ -46,12 +46,14 @@ def intrinsic_rewards(env, trajectories, counts: torch.Tensor, rho: torch.Tensor
 
 class RunRecords:
     """The records every kind of run keeps (`TrainingRun` here, `game_training.GameRun`): the loss of each
-    iteration in `losses` and, per iteration, a dict of arrays over the batch in `visited`."""
+    iteration in `losses` and, per iteration, a dict of arrays over the batch in `visited`. Each kind of
+    run defines `loss(it)`, iteration `it`'s work and loss, which `fit` and the Lightning module drive."""
 
     losses: np.ndarray
     visited: list[dict[str, np.ndarray]]
     batch: int
     seed: int
+    n_iterations: int
 
     def record_loss(self, it: int, loss: torch.Tensor) -> None:
         self.losses[it] = float(loss.detach())
