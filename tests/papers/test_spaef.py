@@ -541,19 +541,6 @@ def test_schema_rejects_an_unknown_method(tmp_path, repo_root):
         load_paper_config("spaef", "tiny", tmp_path)
 
 
-def test_minilm_reads_a_sentence_up_to_its_token_limit():
-    from paperflow.spaef.embed import encode_minilm, minilm
-
-    words = " ".join(f"GENE_{i:03d}" for i in range(50))
-    ids = minilm()[0].tokenizer(words, add_special_tokens=False)["input_ids"]
-    head = minilm()[0].tokenizer.decode(ids[:15])  # the first 15 word pieces: [CLS] + 15 + [SEP] = 17 tokens
-    capped, cut, full = encode_minilm([words, head, words], 8, max_tokens=17)
-    np.testing.assert_allclose(capped, cut, atol=1e-5)
-    assert not np.allclose(capped, encode_minilm([words], 8)[0], atol=1e-3)
-    np.testing.assert_allclose(full, capped)  # one limit for the whole call
-    assert minilm().max_seq_length == 256  # the model's own limit is restored
-
-
 def test_model_downloads_only_for_the_paper_models():
     from paperflow.spaef.settings import model_paths
 

