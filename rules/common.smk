@@ -9,6 +9,7 @@ if str(PAPERFLOW_ROOT / "modules") not in sys.path:
 
 from paperflow.core.codehash import code_hash
 from paperflow.core.keys import keyed
+from paperflow.core.launch import launch_command
 from paperflow.core.config import load_run_config, prepare_job_environment
 
 prepare_job_environment(PAPERFLOW_ROOT)
@@ -23,6 +24,9 @@ RESOURCE_CLASSES = {
     "cpu_medium": {"mem_mb": 8000, "runtime": 60},
     "train_gpu": {"mem_mb": 16000, "runtime": 240},
     "infer_gpu": {"mem_mb": 16000, "runtime": 120},
+    # several GPUs of one node for one training job (an RL or draft-model run of a 7B model); the job starts
+    # one process per GPU itself (torchrun_prefix below), so SLURM gives it one task on one node
+    "train_node_gpu": {"mem_mb": 256000, "runtime": 1440, "nodes": 1, "tasks": 1},
 }
 
 
@@ -52,6 +56,13 @@ def heavy_resources(klass, paper_cfg, stage=None):
             if name in res:
                 overrides[key] = res[name]
     return resources_of(klass, gpu=res["gpus"], gpu_model=res["gpu_model"], **overrides)
+
+
+def torchrun_prefix(n_procs):
+    """The command that starts a training module on `n_procs` processes of this node: plain `python` for one,
+    `torchrun --standalone` (one process per GPU) for more. A rule of class train_node_gpu runs
+    `{params.launch} -m paperflow.<slug>.<entry> ...` with `launch=torchrun_prefix(gpus)`."""
+    return launch_command(int(n_procs))
 
 
 def env_file(stack):

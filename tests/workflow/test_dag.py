@@ -153,3 +153,25 @@ def test_multi_device_training_requests_matching_gpus_and_cpus(repo_copy):
             assert "threads: 2" in block, block
             res = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
             assert f"gpu={gpus}" in res, res
+
+
+def test_node_gpu_class_asks_one_node_and_launches_one_process_per_gpu(repo_copy):
+    """The multi-GPU class (train_node_gpu): a dry run shows gpu=N on one node as one task, the CPUs the rule
+    asks for, and the torchrun command that starts N processes inside the job; one GPU starts plain python."""
+    (repo_copy / "probe.smk").write_text(
+        'configfile: "config/config.yaml"\n\n\ninclude: "rules/common.smk"\n\n\n'
+        "rule all:\n    input:\n        expand('results/probe_{n}.txt', n=[1, 4]),\n\n\n"
+        "rule probe_train:\n    output:\n        'results/probe_{n}.txt',\n    threads: 16\n"
+        "    resources:\n        **resources_of('train_node_gpu', gpu=4),\n"
+        "    params:\n        launch=lambda wc: torchrun_prefix(int(wc.n)),\n"
+        "    shell:\n        '{params.launch} -m paperflow.probe > {output}'\n"
+    )
+    out = run_snakemake(repo_copy, "-s", "probe.smk", "-n", "-p", "--cores", "16").stdout
+    blocks = [b for b in out.split("\nrule ")[1:] if b.startswith("probe_train:")]
+    assert len(blocks) == 2
+    for block in blocks:
+        assert "threads: 16" in block, block
+        res = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
+        assert all(f in res for f in ("gpu=4", "nodes=1", "tasks=1", "mem_mb=256000")), res
+    assert "python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=4 -m paperflow.probe" in out
+    assert "python -m paperflow.probe > results/probe_1.txt" in out, out[-3000:]

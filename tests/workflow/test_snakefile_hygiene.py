@@ -63,7 +63,7 @@ def test_gpus_only_through_heavy_resources(slug):
     assert not re.search(r"\bgpu\s*=", text), f"workflows/{slug}/Snakefile sets gpu= itself; use heavy_resources"
     for rule, body in RULE.findall(text):
         if "heavy_resources(" in body:
-            assert re.search(r'heavy_resources\(\s*"(train|infer)_gpu"', body), rule
+            assert re.search(r'heavy_resources\(\s*"(train|infer|train_node)_gpu"', body), rule
 
 
 @pytest.mark.parametrize("slug", PAPERS)
