@@ -161,3 +161,26 @@ def test_smollm2_gguf_loads_round_trips_its_tokenizer_and_generates(monkeypatch)
         out = model.generate(**prompt, max_new_tokens=8, do_sample=False)
     answer = tok.decode(out[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer, answer
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_single_file_checkpoint_carries_its_spec_and_weights(arch, tmp_path):
+    model = models.build_model(TINY[arch], seed=5).eval()
+    with torch.no_grad():
+        model.model.norm.weight.mul_(1.5)  # a trained-looking change the spec alone cannot reproduce
+    path = models.save_checkpoint(model, tmp_path / "m.safetensors", TINY[arch])
+    again = models.load_checkpoint(path)
+    ids = _ids(TINY[arch]["vocab_size"])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+    fresh = models.build_model(TINY[arch], seed=0).eval()
+    with torch.no_grad():
+        assert not torch.equal(fresh(ids).logits, again(ids).logits)
+
+
+def test_a_plain_safetensors_file_is_refused_by_load_checkpoint(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "plain.safetensors"))
+    with pytest.raises(ValueError, match="not a save_checkpoint file"):
+        models.load_checkpoint(tmp_path / "plain.safetensors")

@@ -173,3 +173,35 @@ def load_gguf(path: str | Path):
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     return tok, model
+
+
+SPEC_METADATA_KEY = "paperflow_model_spec"
+
+
+def save_checkpoint(model, path: str | Path, spec: Mapping[str, Any]) -> Path:
+    """One safetensors file holding the weights (tied ones once) and, in its metadata, the model spec that
+    `build_model` takes: a single-file output for a Snakemake rule, loadable by `load_checkpoint`."""
+    import json
+
+    from safetensors.torch import save_model as st_save_model
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    st_save_model(model, str(path), metadata={SPEC_METADATA_KEY: json.dumps(dict(spec), sort_keys=True)})
+    return path
+
+
+def load_checkpoint(path: str | Path):
+    """The model saved by `save_checkpoint`: built from the spec in the file's metadata, weights loaded strictly."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_model as st_load_model
+
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata() or {}
+    if SPEC_METADATA_KEY not in meta:
+        raise ValueError(f"{path}: no {SPEC_METADATA_KEY!r} in the safetensors metadata; not a save_checkpoint file")
+    model = build_model(json.loads(meta[SPEC_METADATA_KEY]), seed=0)
+    st_load_model(model, str(path), strict=True)
+    return model.eval()
