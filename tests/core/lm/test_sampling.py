@@ -1,6 +1,6 @@
 """The kit's sampler: greedy decoding equals transformers' generate, recorded log-probs equal a recomputation
-with `sequence_logprobs` at the same temperature, a hook that replaces nothing changes nothing, a hook's
-tokens and log-probs are the ones recorded, draws follow the generator and the softmax."""
+with `sequence_logprobs` at the same temperature, left padding changes nothing, a hook that replaces nothing
+changes nothing, a hook's tokens and log-probs are the ones recorded, draws follow the generator and the softmax."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from scipy.stats import chisquare
 
 from paperflow.core.lm.digitworld import DigitWorld
 from paperflow.core.lm.models import build_model
-from paperflow.core.lm.sampling import StepOverride, sample, sequence_logprobs
+from paperflow.core.lm.sampling import (
+    CachedForward,
+    StepOverride,
+    position_ids_from_mask,
+    sample,
+    sequence_entropies,
+    sequence_logprobs,
+)
 from paperflow.core.lm.tokenizer import encode_words
 
 WORLD = DigitWorld.from_config({"sorting": {"min_len": 2, "max_len": 7}})
@@ -30,17 +37,25 @@ BASE = {
 }
 
 
-def _model(arch: str, seed: int = 0):
+def _model(arch: str = "llama", seed: int = 0):
     return build_model({**BASE, **SPECS[arch]}, seed=seed).eval()
 
 
 def _prompts(n: int = 6, seed: int = 0):
     examples = WORLD.sample("sorting", n, np.random.default_rng(seed))
-    return encode_words(TOK, [ex.prompt for ex in examples])  # unequal lengths: left padding
+    batch = encode_words(TOK, [ex.prompt for ex in examples])
+    assert batch["attention_mask"].sum(1).min() < batch["attention_mask"].shape[1]  # unequal lengths: left padding
+    return batch
 
 
-def _run(model, batch, **kw):
-    args = {"max_new_tokens": 8, "temperature": 1.0, "eos_token_id": TOK.eos_token_id, "pad_token_id": TOK.pad_token_id}
+def _run(model, batch, seed: int = 0, **kw):
+    args = {
+        "max_new_tokens": 8,
+        "temperature": 1.0,
+        "eos_token_id": TOK.eos_token_id,
+        "pad_token_id": TOK.pad_token_id,
+        "generator": torch.Generator().manual_seed(seed),
+    }
     args.update(kw)
     return sample(model, batch["input_ids"], batch["attention_mask"], **args)
 
@@ -50,12 +65,32 @@ def _eos_biased(model):
     half the rows of `_prompts()` end at once and the others at later steps."""
     batch = _prompts()
     with torch.no_grad():
-        logits = model(**batch).logits[:, -1]
+        logits = model(**batch, position_ids=position_ids_from_mask(batch["attention_mask"])).logits[:, -1]
     gap = (logits.max(-1).values - logits[:, TOK.eos_token_id]).median()
     bias = torch.zeros(len(TOK))
     bias[TOK.eos_token_id] = float(gap) + 1e-3
     model.lm_head.register_forward_hook(lambda mod, inp, out: out + bias)
     return model
+
+
+def _no_eos(model):
+    """The model with EOS's logit at -1e9: rows end only where a hook injects EOS."""
+    bias = torch.zeros(len(TOK))
+    bias[TOK.eos_token_id] = -1e9
+    model.lm_head.register_forward_hook(lambda mod, inp, out: out + bias)
+    return model
+
+
+def _assert_ended_rows_are_padding(r):
+    m = r.completion_mask.bool()
+    assert (r.completion_ids[~m] == TOK.pad_token_id).all()
+    assert (r.logprobs[~m] == 0).all() and (r.entropies[~m] == 0).all() and not r.replaced[~m].any()
+    # the mask is 1 up to and including the first EOS, and the sequence mask is the prompt's then the completion's
+    is_eos = (r.completion_ids == TOK.eos_token_id) & m
+    ended_before = (is_eos.long().cumsum(1) - is_eos.long()) > 0
+    assert torch.equal(m, ~ended_before)
+    assert torch.equal(r.attention_mask[:, r.prompt_length :], r.completion_mask)
+    assert torch.equal(r.sequences[:, r.prompt_length :], r.completion_ids)
 
 
 @pytest.mark.parametrize("arch", sorted(SPECS))
@@ -65,115 +100,222 @@ def test_greedy_equals_transformers_generate_on_a_left_padded_batch(arch, eos_bi
     if eos_biased:
         model = _eos_biased(model)
     batch = _prompts()
-    ours = _run(model, batch, temperature=0.0, generator=torch.Generator().manual_seed(0))
+    ours = _run(model, batch, temperature=0.0)
     ref = model.generate(
-        **batch,
-        do_sample=False,
-        max_new_tokens=8,
-        eos_token_id=TOK.eos_token_id,
-        pad_token_id=TOK.pad_token_id,
+        **batch, do_sample=False, max_new_tokens=8, eos_token_id=TOK.eos_token_id, pad_token_id=TOK.pad_token_id
     )
     width = ours.sequences.shape[1]
     assert torch.equal(ours.sequences, ref[:, :width])
     assert (ref[:, width:] == TOK.pad_token_id).all()
-    if eos_biased:  # the finished-row path is exercised: some rows stopped before others
-        lengths = ours.completion_mask.sum(1)
-        assert lengths.min() < lengths.max()
+    _assert_ended_rows_are_padding(ours)
+    lengths = ours.completion_mask.sum(1)
+    if eos_biased:  # the finished-row path is exercised: some rows stopped before others, and sampling stopped early
+        assert lengths.min() < lengths.max() and width < batch["input_ids"].shape[1] + 8
+    else:
+        assert (lengths == 8).all()
+
+
+def test_greedy_rows_alone_equal_the_rows_in_a_left_padded_batch():
+    model = _eos_biased(_model("llama"))
+    batch = _prompts()
+    together = _run(model, batch, temperature=0.0)
+    for i in range(batch["input_ids"].shape[0]):
+        keep = batch["attention_mask"][i].bool()
+        row = {k: v[i : i + 1, keep] for k, v in batch.items()}
+        alone = _run(model, row, temperature=0.0)
+        n = alone.completion_ids.shape[1]
+        assert torch.equal(alone.completion_ids[0], together.completion_ids[i, :n])
+        assert int(alone.completion_mask.sum()) == int(together.completion_mask[i].sum())
+        torch.testing.assert_close(alone.logprobs[0], together.logprobs[i, :n], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(alone.entropies[0], together.entropies[i, :n], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 2.0, 0.0])
 def test_recorded_logprobs_equal_a_recomputation_at_the_same_temperature(temperature):
     model = _eos_biased(_model("llama"))
-    r = _run(model, _prompts(), temperature=temperature, generator=torch.Generator().manual_seed(3))
-    recomputed, ent = sequence_logprobs(
-        model, r.sequences, r.attention_mask, temperature=temperature or 1.0, entropies=True
-    )
-    m = r.completion_mask.bool()
-    p = r.prompt_length
+    batch = _prompts()
+    r = _run(model, batch, seed=3, temperature=temperature)
+    _assert_ended_rows_are_padding(r)
+    recomputed, ent = sequence_logprobs(model, r.sequences, r.attention_mask, temperature, entropies=True)
+    m, p = r.completion_mask.bool(), r.prompt_length
     torch.testing.assert_close(recomputed[:, p:][m], r.logprobs[m], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent[:, p:][m], r.entropies[m], atol=1e-5, rtol=1e-5)
-    assert (r.logprobs[~m] == 0).all() and (r.completion_ids[~m] == TOK.pad_token_id).all()
+    # the first new token, from the model's logits directly: log_softmax(logits / T), T = 0 recording T = 1
+    with torch.no_grad():
+        logits = model(**batch, position_ids=position_ids_from_mask(batch["attention_mask"])).logits[:, -1]
+    first = torch.log_softmax(logits / (temperature or 1.0), -1).gather(-1, r.completion_ids[:, :1])[:, 0]
+    torch.testing.assert_close(r.logprobs[:, 0], first, atol=1e-5, rtol=1e-5)
     if temperature == 2.0:  # the temperature is really applied: T = 1 gives other values
         plain = sequence_logprobs(model, r.sequences, r.attention_mask, temperature=1.0)
         assert not torch.allclose(plain[:, p:][m], r.logprobs[m], atol=1e-3)
 
 
-def test_left_padding_does_not_change_a_rows_logprobs():
+def test_sequence_logprobs_left_padding_chunks_and_entropies():
     model = _model("qwen2")
     batch = _prompts()
-    full = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"])
+    full, ent = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], entropies=True)
+    assert full.shape == batch["input_ids"].shape == ent.shape
+    assert (full[:, 0] == 0).all() and (full[batch["attention_mask"] == 0] == 0).all()
     for i in range(batch["input_ids"].shape[0]):
         keep = batch["attention_mask"][i].bool()
         alone = sequence_logprobs(model, batch["input_ids"][i : i + 1, keep], batch["attention_mask"][i : i + 1, keep])
         torch.testing.assert_close(full[i, keep], alone[0], atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        chunked = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], chunk_size=4)
+        chunked_ent = sequence_entropies(model, batch["input_ids"], batch["attention_mask"], chunk_size=4)
+    torch.testing.assert_close(chunked, full, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(chunked_ent, ent, atol=1e-6, rtol=1e-6)
+    assert (ent[:, 1:][batch["attention_mask"][:, 1:] * batch["attention_mask"][:, :-1] == 1] > 0).all()
 
 
 def test_a_hook_that_replaces_nothing_leaves_the_rollout_unchanged():
     model = _eos_biased(_model("llama"))
     batch = _prompts()
-    plain = _run(model, batch, generator=torch.Generator().manual_seed(11))
+    plain = _run(model, batch, seed=11)
     seen = []
 
     def idle(state):
         seen.append(state.step)
+        assert state.input_ids.shape[1] == batch["input_ids"].shape[1] + state.step
         return StepOverride(state.tokens * 0 + 5, state.entropies * 0, torch.zeros_like(state.done))
 
-    hooked = _run(model, batch, generator=torch.Generator().manual_seed(11), hook=idle)
+    for hook in (idle, lambda state: None):
+        hooked = _run(model, batch, seed=11, hook=hook)
+        for name in ("sequences", "attention_mask", "completion_mask", "logprobs", "entropies", "replaced"):
+            assert torch.equal(getattr(plain, name), getattr(hooked, name)), name
     assert seen == list(range(plain.completion_ids.shape[1]))
-    for name in ("sequences", "completion_mask", "logprobs", "entropies", "replaced"):
-        assert torch.equal(getattr(plain, name), getattr(hooked, name)), name
-    none_hook = _run(model, batch, generator=torch.Generator().manual_seed(11), hook=lambda s: None)
-    assert torch.equal(plain.sequences, none_hook.sequences)
+    assert plain.completion_mask.sum(1).min() < plain.completion_mask.shape[1]  # some rows ended early
 
 
 def test_a_hooks_tokens_and_logprobs_are_what_the_rollout_records():
-    model = _model("llama")
+    model = _no_eos(_model("llama"))
     batch = _prompts()
     forced = TOK.convert_tokens_to_ids("7")
+    even = torch.arange(batch["input_ids"].shape[0]) % 2 == 0
 
     def inject(state):
-        rows = torch.arange(state.tokens.shape[0]) % 2 == 0
-        replace = rows & (torch.tensor(state.step) == 1)
-        return StepOverride(torch.full_like(state.tokens, forced), torch.full_like(state.entropies, -0.25), replace)
+        tokens = torch.full_like(state.tokens, forced)
+        if state.step == 1:  # even rows take "7" with a made-up behaviour log-prob
+            return StepOverride(tokens, torch.full_like(state.entropies, -0.25), even)
+        if state.step == 2:  # odd rows: a log-prob recorded without a token replaced (EAPO: critical, not injected)
+            return StepOverride(tokens, torch.full_like(state.entropies, -0.5), torch.zeros_like(even), record=~even)
+        if state.step == 3:  # all rows take "7" and, no log-prob given, record the policy's own log-prob of it
+            return StepOverride(tokens, None, torch.ones_like(even))
+        return None
 
-    r = _run(model, batch, generator=torch.Generator().manual_seed(5), hook=inject)
-    assert (r.completion_ids[0::2, 1] == forced).all()
-    assert (r.logprobs[0::2, 1] == -0.25).all()
-    assert r.replaced[0::2, 1].all() and r.replaced.sum() == r.replaced[0::2, 1].numel()
-    # the policy's own probability of the injected token differs from what the hook recorded
-    own = sequence_logprobs(model, r.sequences, r.attention_mask)[:, r.prompt_length + 1]
-    assert not torch.allclose(own[0::2], torch.full_like(own[0::2], -0.25))
+    r = _run(model, batch, seed=5, hook=inject)
+    own = sequence_logprobs(model, r.sequences, r.attention_mask)[:, r.prompt_length :]
+    assert (r.completion_ids[even, 1] == forced).all() and (r.logprobs[even, 1] == -0.25).all()
+    assert not torch.allclose(own[even, 1], torch.full_like(own[even, 1], -0.25))
+    assert (r.logprobs[~even, 2] == -0.5).all()
+    assert (r.completion_ids[:, 3] == forced).all()
+    recorded_own = torch.ones_like(r.logprobs, dtype=torch.bool)
+    recorded_own[even, 1] = recorded_own[~even, 2] = False
+    torch.testing.assert_close(r.logprobs[recorded_own], own[recorded_own], atol=1e-5, rtol=1e-5)
+    expected = torch.zeros_like(r.replaced)
+    expected[even, 1] = expected[:, 3] = True
+    assert torch.equal(r.replaced, expected)
+    # the policy's draws at the other steps are the ones of the run without the hook (same generator stream)
+    plain = _run(model, batch, seed=5)
+    assert torch.equal(plain.completion_ids[:, 0], r.completion_ids[:, 0])
+
+
+def test_a_hook_that_injects_eos_ends_those_rows_and_is_ignored_on_ended_rows():
+    model = _no_eos(_model("qwen2"))
+    batch = _prompts()
+    n = batch["input_ids"].shape[0]
+    first_half = torch.arange(n) < n // 2
+
+    def stop(state):
+        eos = torch.full_like(state.tokens, TOK.eos_token_id)
+        if state.step == 2:
+            return StepOverride(eos, torch.zeros(n), first_half)
+        if state.step >= 3:  # overrides of ended rows are ignored; the others end at step 5
+            assert torch.equal(state.done, first_half)
+            return StepOverride(eos, torch.zeros(n), torch.full((n,), state.step == 5))
+        return None
+
+    r = _run(model, batch, hook=stop)
+    _assert_ended_rows_are_padding(r)
+    assert r.completion_ids.shape[1] == 6  # stopped early: every row ended
+    assert (r.completion_mask.sum(1) == torch.where(first_half, 3, 6)).all()
+    assert r.replaced[:, 2].tolist() == first_half.tolist() and not r.replaced[first_half, 3:].any()
+
+
+def test_a_second_model_on_the_same_prefix_through_cached_forward():
+    """EAPO's prior: a CachedForward of another model called by the hook at every step sees the prefix the policy
+    sees; with the prior := the policy its tempered log-probs are the policy's (the identity-prior check)."""
+    model, other = _model("llama"), _model("llama", seed=7)
+    batch = _prompts()
+    same, prior = CachedForward(model), CachedForward(other)
+    gaps = []
+
+    def watch(state):
+        mine = torch.log_softmax(same(state.input_ids, state.attention_mask) / state.temperature, -1)
+        gaps.append(float((mine - state.logprobs).abs().max()))
+        theirs = prior(state.input_ids, state.attention_mask)
+        pos = position_ids_from_mask(state.attention_mask)
+        full = other(input_ids=state.input_ids, attention_mask=state.attention_mask, position_ids=pos).logits[:, -1]
+        torch.testing.assert_close(theirs, full, atol=1e-5, rtol=1e-5)
+        return None
+
+    with torch.no_grad():
+        _run(model, batch, temperature=2.0, hook=watch)
+    assert len(gaps) == 8 and max(gaps) < 1e-5
+    with pytest.raises(ValueError, match="extend"):
+        same(batch["input_ids"], batch["attention_mask"])  # not longer than what it has seen
 
 
 def test_draws_follow_the_generator():
     model = _model("qwen2")
     batch = _prompts()
-    a = _run(model, batch, generator=torch.Generator().manual_seed(1))
-    b = _run(model, batch, generator=torch.Generator().manual_seed(1))
-    c = _run(model, batch, generator=torch.Generator().manual_seed(2))
-    assert torch.equal(a.sequences, b.sequences) and not torch.equal(a.sequences, c.sequences)
+    a, b, c = _run(model, batch, seed=1), _run(model, batch, seed=1), _run(model, batch, seed=2)
+    assert torch.equal(a.sequences, b.sequences) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.sequences, c.sequences)
+    # the caller's global torch stream is neither used nor moved
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    _run(model, batch, seed=1)
+    assert torch.equal(torch.rand(3), expected)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
 def test_first_token_frequencies_match_the_tempered_softmax(temperature):
     model = _model("llama", seed=4)
-    batch = encode_words(TOK, [["sort", "3", "1", "="]] * 4000)
-    r = _run(model, batch, temperature=temperature, max_new_tokens=1, generator=torch.Generator().manual_seed(0))
+    n = 4000
+    batch = encode_words(TOK, [["sort", "3", "1", "="]] * n)
+    r = _run(model, batch, temperature=temperature, max_new_tokens=1)
     with torch.no_grad():
         logits = model(batch["input_ids"][:1]).logits[0, -1]
     probs = torch.softmax(logits.double() / temperature, -1).numpy()
     counts = np.bincount(r.completion_ids[:, 0].numpy(), minlength=len(probs))
     # 4000 draws: a binomial proportion's standard error is at most 0.008
-    assert np.abs(counts / 4000 - probs).max() < 0.03
-    assert chisquare(counts, probs / probs.sum() * counts.sum()).pvalue > 1e-3
-    uniform = np.full(len(probs), 4000 / len(probs))
-    assert chisquare(counts, uniform).pvalue < 1e-6  # the test can tell the softmax from uniform draws
+    assert np.abs(counts / n - probs).max() < 0.03
+    assert chisquare(counts, probs / probs.sum() * n).pvalue > 1e-3
+    assert chisquare(counts, np.full(len(probs), n / len(probs))).pvalue < 1e-6  # it can tell softmax from uniform
 
 
 def test_sequence_logprobs_is_differentiable():
     model = _model("llama")
     batch = _prompts()
-    lp = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"])
+    lp = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=0.7)
+    assert lp.requires_grad
     lp.sum().backward()
-    assert model.model.embed_tokens.weight.grad is not None
-    assert model.model.embed_tokens.weight.grad.abs().sum() > 0
+    grad = model.model.embed_tokens.weight.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_arguments_are_checked():
+    model = _model("llama")
+    batch = _prompts()
+    right = {k: v.flip(1) for k, v in batch.items()}  # right padding
+    with pytest.raises(ValueError, match="left-padded"):
+        _run(model, right)
+    with pytest.raises(ValueError, match="temperature"):
+        _run(model, batch, temperature=-1.0)
+    empty = _run(model, batch, max_new_tokens=0)
+    assert empty.completion_ids.shape == (batch["input_ids"].shape[0], 0)
+    assert torch.equal(empty.sequences, batch["input_ids"])
+    with pytest.raises(ValueError, match="shape"):
+        _run(model, batch, hook=lambda s: StepOverride(s.tokens[:2], None, torch.zeros(2, dtype=torch.bool)))

@@ -191,17 +191,23 @@ def save_checkpoint(model, path: str | Path, spec: Mapping[str, Any]) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path):
-    """The model saved by `save_checkpoint`: built from the spec in the file's metadata, weights loaded strictly."""
+def checkpoint_spec(path: str | Path) -> dict[str, Any]:
+    """The model spec stored in a `save_checkpoint` file."""
     import json
 
     from safetensors import safe_open
-    from safetensors.torch import load_model as st_load_model
 
     with safe_open(str(path), framework="pt") as fh:
         meta = fh.metadata() or {}
     if SPEC_METADATA_KEY not in meta:
         raise ValueError(f"{path}: no {SPEC_METADATA_KEY!r} in the safetensors metadata; not a save_checkpoint file")
-    model = build_model(json.loads(meta[SPEC_METADATA_KEY]), seed=0)
+    return json.loads(meta[SPEC_METADATA_KEY])
+
+
+def load_checkpoint(path: str | Path):
+    """The model saved by `save_checkpoint`: built from the spec in the file's metadata, weights loaded strictly."""
+    from safetensors.torch import load_model as st_load_model
+
+    model = build_model(checkpoint_spec(path), seed=0)
     st_load_model(model, str(path), strict=True)
     return model.eval()

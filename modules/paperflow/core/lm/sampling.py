@@ -1,85 +1,183 @@
-"""Batched, KV-cached sampling with the log-probabilities of the distribution actually sampled, and the one
-label-shift convention of the kit.
+"""Batched, KV-cached sampling that records the log-probabilities of the distribution actually sampled, and the
+one label-shift convention of the kit.
 
 Conventions:
 - Prompts are left-padded (`tokenizer.encode_words`); position ids come from the attention mask, so padding
   changes no logit.
 - `sequence_logprobs(model, ids, mask)` has the shape of `ids`: entry i is log p(ids[i] | ids[:i]), 0 at
-  padding and at each row's first real token. A completion mask from `encode_pairs` or a `Rollout` applies to it directly.
+  padding and at each row's first real token. A completion mask from `encode_pairs` applies to it directly, and
+  so does a `Rollout`'s: `sequence_logprobs(model, r.sequences, r.attention_mask, T)[:, r.prompt_length:]`
+  equals `r.logprobs` where `r.completion_mask` is 1 (when no hook changed a recorded log-prob).
 - Temperature T is applied once: the sampled distribution is softmax(logits / T), and the recorded log-probs
-  and entropies are that distribution's. T = 0 decodes greedily and records the T = 1 distribution.
-- Every random draw goes through the caller's `torch.Generator`, one uniform per row and step whether or not
-  a hook replaces the token, so a hook that replaces nothing leaves the rollout bit for bit unchanged.
+  and entropies are that distribution's. T = 0 decodes greedily (argmax of the logits, as `generate` does) and
+  records the T = 1 distribution; `sequence_logprobs` also reads T = 0 as T = 1, so the equality above holds.
+- Every random draw goes through the caller's `torch.Generator`: one float64 uniform per row and step, turned
+  into a token by the inverse CDF, drawn whether the step is greedy or not and whether or not a hook replaces the
+  token. A hook that replaces nothing therefore leaves the rollout bit for bit unchanged. A hook that draws
+  random numbers of its own must use its own generator.
 
-A hook sees each step before its token is committed and may replace tokens: EAPO injects the prior's action
-at critical steps and records the mixture's probability of it.
+A hook sees each step before its tokens are committed and may replace tokens and the log-probs recorded for them:
+EAPO injects the experience prior's token at critical steps and records the mixture's probability of it (the
+prior runs on the same prefix through a `CachedForward` of its own).
 
     def hook(state: StepState) -> StepOverride | None: ...
+    rollout = sample(model, ids, mask, max_new_tokens=4, temperature=1.0, generator=g,
+                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, hook=hook)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """0, 1, 2, ... over each row's real tokens (left padding sits at position 0)."""
+    """0, 1, 2, ... over each row's real tokens; left padding sits at position 0."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _log_dist(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    scaled = logits.float() if temperature in (0, 1) else logits.float() / temperature
-    return torch.log_softmax(scaled, dim=-1)
+def _check_left_padded(attention_mask: torch.Tensor) -> None:
+    mask = attention_mask.long()
+    if mask.ndim != 2 or mask.shape[1] == 0:
+        raise ValueError(f"attention_mask must be [batch, length>0], got shape {tuple(mask.shape)}")
+    if not bool((mask[:, -1] == 1).all()) or not bool((mask[:, 1:] >= mask[:, :-1]).all()):
+        raise ValueError(
+            "prompts must be left-padded (each mask row 0...0 1...1, ending in 1; tokenizer.encode_words pads so)"
+        )
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Float32 logits divided by the temperature (T = 0 reads as 1: greedy decoding records the T = 1 law)."""
+    logits = logits.float()
+    return logits if temperature in (0, 1) else logits / temperature
 
 
 def _entropy(logp: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def sequence_logprobs(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, entropies: bool = False
-):
-    """Per-token log-probs [B, L] of `input_ids` under the model at `temperature` (the label shift done here):
-    out[:, i] = log p(input_ids[:, i] | input_ids[:, :i]); 0 at padding and at each row's first real token
-    (it has no context). Differentiable.
-    With `entropies`, also the entropy [B, L] of the distribution each token was drawn from (same alignment)."""
+def _forward_logprobs(model, input_ids, attention_mask, temperature: float, entropies: bool):
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask)
     ).logits
-    logp_all = _log_dist(logits[:, :-1], temperature)
-    picked = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    keep = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(picked.dtype)  # a real token after a real one
-    out = torch.cat([torch.zeros_like(picked[:, :1]), picked * keep], dim=1)
+    scaled = _scaled(logits[:, :-1], temperature)
+    keep = (attention_mask[:, 1:] != 0) & (attention_mask[:, :-1] != 0)  # a real token after a real one
+    targets = input_ids[:, 1:, None]
+    if entropies:
+        logp_all = torch.log_softmax(scaled, dim=-1)
+        picked = logp_all.gather(-1, targets).squeeze(-1)
+        ent = torch.where(keep, _entropy(logp_all), 0.0)
+    else:  # no [B, L, V] log-softmax kept: the token's logit minus the log-normaliser
+        picked = scaled.gather(-1, targets).squeeze(-1) - scaled.logsumexp(-1)
+        ent = None
+    picked = torch.where(keep, picked, 0.0)
+    first = torch.zeros_like(picked[:, :1])
+    return torch.cat([first, picked], 1), None if ent is None else torch.cat([first, ent], 1)
+
+
+def sequence_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    entropies: bool = False,
+    chunk_size: int | None = None,
+):
+    """Per-token log-probs [B, L] of `input_ids` under softmax(logits / temperature), the label shift done here:
+    out[:, i] = log p(input_ids[:, i] | input_ids[:, :i]); 0 at padding and at each row's first real token
+    (it has no context). T = 0 reads as T = 1, like `sample`'s record.
+
+    Differentiable when called under grad (training uses it); under `torch.no_grad()` with `chunk_size` rows per
+    forward pass, memory stays at one chunk's logits. With `entropies`, returns (log-probs, entropies), the second
+    the entropy [B, L] of the distribution each token was drawn from (same alignment, same zeros)."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    n = input_ids.shape[0]
+    step = max(n, 1) if chunk_size is None else int(chunk_size)
+    parts = [
+        _forward_logprobs(model, input_ids[i : i + step], attention_mask[i : i + step], temperature, entropies)
+        for i in range(0, max(n, 1), step)
+    ]
+    logp = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     if not entropies:
-        return out
-    ent = torch.cat([torch.zeros_like(picked[:, :1]), _entropy(logp_all) * keep], dim=1)
-    return out, ent
+        return logp
+    return logp, torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+
+
+def sequence_entropies(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, *, chunk_size=None
+) -> torch.Tensor:
+    """Entropy [B, L] of the distribution each token of `input_ids` was drawn from (`sequence_logprobs`' alignment)."""
+    return sequence_logprobs(model, input_ids, attention_mask, temperature, entropies=True, chunk_size=chunk_size)[1]
+
+
+class CachedForward:
+    """Next-token logits of a model along sequences that grow on the right, feeding only the columns new since the
+    last call (a KV cache), with position ids from the attention mask. `sample` decodes through one; a hook runs a
+    second model (EAPO's prior) on the same prefix through another, calling it at every step."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        # transformers 5 renamed the model's `past_key_values` argument to `cache` (the old name warns)
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._seen: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits [B, V] at the last column of `input_ids` [B, L]; earlier columns must be the ones seen before."""
+        done = 0 if self._seen is None else self._seen.shape[1]
+        if input_ids.shape[1] <= done or (self._seen is not None and not torch.equal(input_ids[:, :done], self._seen)):
+            raise ValueError(
+                f"CachedForward: the sequences must extend the {done} columns seen before by at least one on the right"
+            )
+        out = self.model(
+            input_ids=input_ids[:, done:],
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask)[:, done:],
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: self.cache},
+        )
+        self._seen = input_ids
+        return out.logits[:, -1]
 
 
 @dataclass
 class StepState:
     """What a hook sees at step t, before the step's tokens are committed."""
 
-    step: int
-    logprobs: torch.Tensor  # [B, V] log of the sampled distribution (after temperature)
+    step: int  # t, 0 for the first new token
+    logprobs: torch.Tensor  # [B, V] log of the sampled distribution, softmax(logits / T) (T = 1 when greedy)
     entropies: torch.Tensor  # [B] its entropy
-    tokens: torch.Tensor  # [B] the policy's own draw
+    tokens: torch.Tensor  # [B] the policy's own choice (its draw, or the argmax when T = 0)
     input_ids: torch.Tensor  # [B, P + t] the sequences so far
     attention_mask: torch.Tensor  # [B, P + t]
-    done: torch.Tensor  # [B] rows that already emitted EOS (their token will be padding)
+    done: torch.Tensor  # [B] bool, rows that already emitted EOS (their token will be padding, overrides ignored)
+    temperature: float  # T, to apply the same one to another model's logits
 
 
 @dataclass
 class StepOverride:
-    """A hook's answer: rows with `replace` take `tokens`, and the rollout records `logprobs` for them (the
-    probability the token was really sampled with, e.g. EAPO's mixture mu)."""
+    """A hook's answer. Rows with `replace` take `tokens`. Rows with `record` (default: the replaced rows, if
+    `logprobs` is given) get `logprobs` as their recorded log-prob: the probability the token was really sampled
+    with, e.g. EAPO's mixture mu, which holds at every critical step whether or not the prior's token was injected.
+    Every other row records the sampled distribution's log-prob of its final token (with `logprobs` None, a
+    replaced row records the policy's log-prob of the token put in: a forced token, to be masked by `replaced`)."""
 
     tokens: torch.Tensor  # [B] long
-    logprobs: torch.Tensor  # [B]
+    logprobs: torch.Tensor | None  # [B]
     replace: torch.Tensor  # [B] bool
+    record: torch.Tensor | None = None  # [B] bool
 
 
 Hook = Callable[[StepState], "StepOverride | None"]
@@ -87,26 +185,49 @@ Hook = Callable[[StepState], "StepOverride | None"]
 
 @dataclass
 class Rollout:
-    """Prompts and their sampled completions."""
+    """Prompts and their sampled completions (T <= max_new_tokens columns: sampling stops when all rows ended)."""
 
     sequences: torch.Tensor  # [B, P + T] prompt + completion, padding after EOS
-    attention_mask: torch.Tensor  # [B, P + T]
+    attention_mask: torch.Tensor  # [B, P + T] long
     prompt_length: int  # P
     completion_ids: torch.Tensor  # [B, T]
-    completion_mask: torch.Tensor  # [B, T] 1 up to and including EOS
+    completion_mask: torch.Tensor  # [B, T] long, 1 up to and including EOS
     logprobs: torch.Tensor  # [B, T] log-prob each token was sampled with (0 under the mask's zeros)
-    entropies: torch.Tensor  # [B, T] entropy of the policy's sampled distribution
+    entropies: torch.Tensor  # [B, T] entropy of the policy's sampled distribution (0 under the mask's zeros)
     replaced: torch.Tensor  # [B, T] bool, tokens a hook put in
 
 
-def _draw(logp: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row; a uniform per row is drawn even when greedy, so the generator advances the same."""
+def _draw(logits: torch.Tensor, logp: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+    """One token per row by the inverse CDF of exp(logp) at a float64 uniform; the uniform is drawn even when
+    greedy (argmax of the raw logits, `generate`'s tie-breaking), so the generator always advances the same."""
     u = torch.rand(logp.shape[0], 1, generator=generator, dtype=torch.float64, device=logp.device)
     if temperature == 0:
-        return logp.argmax(-1)
+        return logits.argmax(-1)
     cdf = logp.double().exp().cumsum(-1)
     cdf = cdf / cdf[:, -1:]
-    return torch.searchsorted(cdf, u).squeeze(-1).clamp(max=logp.shape[-1] - 1)
+    # right=True: the first index whose cdf exceeds u, never a zero-probability token
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
+
+
+def _apply(override: StepOverride, live, token, token_logp, logp):
+    """(token, recorded log-prob, replaced) after a hook's override; shapes checked, finished rows untouched."""
+    batch = token.shape[0]
+    for name in ("tokens", "logprobs", "replace", "record"):
+        value = getattr(override, name)
+        if value is not None and tuple(value.shape) != (batch,):
+            raise ValueError(f"StepOverride.{name} must have shape ({batch},), got {tuple(value.shape)}")
+    replaced = override.replace.bool() & live
+    if override.record is not None:
+        record = override.record.bool() & live
+    else:
+        record = replaced if override.logprobs is not None else torch.zeros_like(replaced)
+    if bool(record.any()) and override.logprobs is None:
+        raise ValueError("StepOverride: rows to record but no logprobs given")
+    token = torch.where(replaced, override.tokens.to(token), token)
+    token_logp = torch.where(replaced, logp.gather(-1, token[:, None]).squeeze(-1), token_logp)
+    if override.logprobs is not None:
+        token_logp = torch.where(record, override.logprobs.to(token_logp), token_logp)
+    return token, token_logp, replaced
 
 
 @torch.no_grad()
@@ -118,56 +239,59 @@ def sample(
     max_new_tokens: int,
     temperature: float,
     generator: torch.Generator | None,
-    eos_token_id: int,
+    eos_token_id: int | Sequence[int] | None,
     pad_token_id: int,
     hook: Hook | None = None,
 ) -> Rollout:
-    """Sample up to `max_new_tokens` per row with a KV cache; rows stop at EOS, all stop when every row has."""
-    from transformers import DynamicCache
-
+    """Up to `max_new_tokens` per row from left-padded prompts, KV-cached; a row ends at its first EOS (any of
+    `eos_token_id`; None: never), later columns are `pad_token_id` under mask 0; sampling stops when all rows ended.
+    `hook(StepState)` may return a `StepOverride` at every step (module docstring)."""
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    _check_left_padded(attention_mask)
     batch, prompt_len = input_ids.shape
+    device = input_ids.device
+    eos = torch.as_tensor([] if eos_token_id is None else eos_token_id, dtype=torch.long, device=device).reshape(-1)
     seq, mask = input_ids, attention_mask.long()
-    cache = DynamicCache()
-    step_ids, positions = seq, position_ids_from_mask(mask)
-    done = torch.zeros(batch, dtype=torch.bool, device=seq.device)
+    forward = CachedForward(model)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
     tokens_out, logp_out, ent_out, repl_out, live_out = [], [], [], [], []
     for t in range(max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
-        logp = _log_dist(out.logits[:, -1], temperature)
+        logits = forward(seq, mask)
+        logp = torch.log_softmax(_scaled(logits, temperature), dim=-1)
         ent = _entropy(logp)
-        token = _draw(logp, temperature, generator)
+        token = _draw(logits, logp, temperature, generator)
         token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
-        replaced = torch.zeros(batch, dtype=torch.bool, device=seq.device)
-        if hook is not None:
-            override = hook(StepState(t, logp, ent, token, seq, mask, done.clone()))
-            if override is not None:
-                replaced = override.replace.bool() & ~done
-                token = torch.where(replaced, override.tokens.long(), token)
-                token_logp = torch.where(replaced, override.logprobs.to(token_logp.dtype), token_logp)
         live = ~done
-        token = torch.where(live, token, torch.full_like(token, pad_token_id))
+        replaced = torch.zeros_like(done)
+        if hook is not None:
+            override = hook(StepState(t, logp, ent, token, seq, mask, done.clone(), float(temperature)))
+            if override is not None:
+                token, token_logp, replaced = _apply(override, live, token, token_logp, logp)
+        token = torch.where(live, token, pad_token_id)
         tokens_out.append(token)
-        logp_out.append(torch.where(live, token_logp, torch.zeros_like(token_logp)))
-        ent_out.append(torch.where(live, ent, torch.zeros_like(ent)))
-        repl_out.append(replaced & live)
+        logp_out.append(torch.where(live, token_logp, 0.0))
+        ent_out.append(torch.where(live, ent, 0.0))
+        repl_out.append(replaced)
         live_out.append(live)
         seq = torch.cat([seq, token[:, None]], dim=1)
         mask = torch.cat([mask, live.long()[:, None]], dim=1)
-        done = done | (live & (token == eos_token_id))
-        step_ids = token[:, None]
-        positions = (position_ids_from_mask(mask)[:, -1:]).clone()
+        done = done | (live & torch.isin(token, eos))
         if bool(done.all()):
             break
-    completion = torch.stack(tokens_out, dim=1)
+
+    def stack(rows: list[torch.Tensor], dtype) -> torch.Tensor:
+        return torch.stack(rows, 1) if rows else torch.zeros(batch, 0, dtype=dtype, device=device)
+
     return Rollout(
         sequences=seq,
         attention_mask=mask,
         prompt_length=prompt_len,
-        completion_ids=completion,
-        completion_mask=torch.stack(live_out, dim=1).long(),
-        logprobs=torch.stack(logp_out, dim=1),
-        entropies=torch.stack(ent_out, dim=1),
-        replaced=torch.stack(repl_out, dim=1),
+        completion_ids=stack(tokens_out, input_ids.dtype),
+        completion_mask=stack(live_out, torch.bool).long(),
+        logprobs=stack(logp_out, torch.float32),
+        entropies=stack(ent_out, torch.float32),
+        replaced=stack(repl_out, torch.bool),
     )
