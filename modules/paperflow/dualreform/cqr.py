@@ -1,0 +1,139 @@
+"""The tiny CQR model (spec section 7) in its two roles, on the language-model kit.
+
+One causal LM rewrites the current utterance of a conversation into a self-contained one:
+`<hist> q_1 ... q_{t-1} <cur> x <rew>` -> the rewrite of x. In the rewrite role x is the query q_t; in the
+refine role (the dual role, spec section 11: "the CQR model's own rewrite ranking applied to" the response)
+x is the response r_t and the history ends with q_t. The history holds the queries; the responses are left out
+to keep sequences short at smoke scale (every entity a response names was named by a query first).
+
+Inference ranks a turn's candidates by length-normalised log-probability under the model (spec section 7,
+inference (a)); training is SFT on the best candidate, then DPO against the frozen SFT copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from paperflow.core.config import reject_unknown, require_keys
+from paperflow.core.lm.losses import dpo_loss
+from paperflow.core.lm.sampling import sequence_logprobs
+from paperflow.core.lm.tokenizer import encode_pairs, word_level_tokenizer
+
+MARKERS = ("<hist>", "<cur>", "<rew>")
+SFT_KEYS = ("epochs", "batch_size", "lr")
+DPO_KEYS = ("epochs", "batch_size", "lr", "beta", "sft_weight")
+
+
+def make_tokenizer(words: Sequence[str]):
+    """The word-level tokenizer over the world's words and the prompt markers."""
+    return word_level_tokenizer([*MARKERS, *words])
+
+
+def rewrite_prompt(history_queries: Sequence[str], query: str) -> list[str]:
+    return ["<hist>", *" ".join(history_queries).split(), "<cur>", *query.split(), "<rew>"]
+
+
+def refine_prompt(history_queries: Sequence[str], query: str, response: str) -> list[str]:
+    return rewrite_prompt([*history_queries, query], response)
+
+
+def _batches(n: int, batch_size: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def completion_logprobs(model, tok, prompts, completions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed log-prob of each completion (its EOS included) given its prompt, and its token count."""
+    batch = encode_pairs(tok, prompts, completions)
+    logp = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"])
+    mask = batch["completion_mask"].to(logp.dtype)
+    return (logp * mask).sum(-1), mask.sum(-1)
+
+
+def sft(model, tok, prompts, targets, settings: Mapping[str, Any], seed: int, desc: str = "sft") -> list[dict]:
+    """Supervised fine-tuning on (prompt, target) word lists: mean token NLL of the targets, AdamW."""
+    require_keys(settings, SFT_KEYS, "sft")
+    reject_unknown(settings, SFT_KEYS, "sft")
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"])
+    model.train()
+    history = []
+    steps = [b for _ in range(settings["epochs"]) for b in _batches(len(prompts), settings["batch_size"], rng)]
+    for step, idx in enumerate(tqdm(steps, desc=desc, disable=None, leave=False)):
+        total, count = completion_logprobs(model, tok, [prompts[i] for i in idx], [targets[i] for i in idx])
+        loss = -total.sum() / count.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append({"phase": desc, "step": step, "loss": loss.item()})
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def _reference_logprobs(ref, tok, prompts, completions, batch_size: int) -> torch.Tensor:
+    out = [
+        completion_logprobs(ref, tok, [prompts[i] for i in idx], [completions[i] for i in idx])[0]
+        for idx in _batches(len(prompts), batch_size, None)
+    ]
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def dpo(model, tok, prompts, chosen, rejected, settings: Mapping[str, Any], seed: int, desc: str = "dpo") -> list[dict]:
+    """DPO (sigmoid loss, beta) of `model` against a frozen copy of itself taken now (the SFT model), with an
+    optional SFT term on the chosen completions (`sft_weight`, spec section 9's guard against collapse)."""
+    require_keys(settings, DPO_KEYS, "dpo")
+    reject_unknown(settings, DPO_KEYS, "dpo")
+    ref = copy.deepcopy(model).eval()
+    ref_chosen = _reference_logprobs(ref, tok, prompts, chosen, 4 * settings["batch_size"])
+    ref_rejected = _reference_logprobs(ref, tok, prompts, rejected, 4 * settings["batch_size"])
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"])
+    model.train()
+    history = []
+    steps = [b for _ in range(settings["epochs"]) for b in _batches(len(prompts), settings["batch_size"], rng)]
+    for step, idx in enumerate(tqdm(steps, desc=desc, disable=None, leave=False)):
+        n = len(idx)
+        both, count = completion_logprobs(
+            model, tok, [prompts[i] for i in idx] * 2, [chosen[i] for i in idx] + [rejected[i] for i in idx]
+        )
+        pc, pr = both[:n], both[n:]
+        losses, rc, rr = dpo_loss(pc, pr, ref_chosen[idx], ref_rejected[idx], beta=settings["beta"])
+        loss = losses.mean() - settings["sft_weight"] * pc.sum() / count[:n].sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append(
+            {
+                "phase": desc,
+                "step": step,
+                "loss": loss.item(),
+                "reward_accuracy": (rc > rr).float().mean().item(),
+                "chosen_logp": pc.detach().mean().item(),
+                "rejected_logp": pr.detach().mean().item(),
+            }
+        )
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def rank_candidates(model, tok, prompts, candidate_lists, batch_size: int = 256) -> np.ndarray:
+    """The index of the best candidate (a string) of each prompt by length-normalised log-prob (ties: the first)."""
+    flat_p = [p for p, cands in zip(prompts, candidate_lists) for _ in cands]
+    flat_c = [c.split() for cands in candidate_lists for c in cands]
+    scores = []
+    for idx in _batches(len(flat_p), batch_size, None):
+        total, count = completion_logprobs(model, tok, [flat_p[i] for i in idx], [flat_c[i] for i in idx])
+        scores.append((total / count).numpy())
+    flat = np.concatenate(scores)
+    k = len(candidate_lists[0])
+    if any(len(c) != k for c in candidate_lists):
+        raise ValueError("every turn needs the same number of candidates")
+    return flat.reshape(len(prompts), k).argmax(axis=1)

@@ -1,0 +1,261 @@
+"""dualreform's acceptance checks (spec sections 10 and 11): BM25 ranks equal rank-bm25's, retrieval metrics equal
+pytrec_eval's, gold references reduce to the reference-based preferences, the generator and the candidate
+templates do what the spec says, the claims fail on their negative controls, config errors are named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.dualreform import claims, pipeline
+from paperflow.dualreform.candidates import TEMPLATES, candidates, mentioned_entities
+from paperflow.dualreform.data import generate
+from paperflow.dualreform.retrieval import BM25Index, retrieval_metrics
+
+WORLD = {
+    "n_entities": 40,
+    "values_per_aspect": 12,
+    "values_per_passage": 8,
+    "filler_vocab": 30,
+    "filler_per_passage": 29,
+    "n_train": 30,
+    "n_test": 10,
+    "min_turns": 4,
+    "max_turns": 6,
+    "p_switch": 0.3,
+    "response_values": 5,
+    "response_noise": 3,
+    "p_entity_in_response": 0.3,
+}
+
+
+@pytest.fixture(scope="module")
+def world():
+    return generate(WORLD, seed=0)
+
+
+@pytest.fixture(scope="module")
+def table(world):
+    return pipeline.candidate_table(world, k1=0.9, b=0.4, tiebreak_seed=2, teacher_seed=1)
+
+
+def test_bm25s_ranks_equal_rank_bm25_on_the_synthetic_corpus(world):
+    from rank_bm25 import BM25Okapi
+
+    texts = world.passages["text"].tolist()
+    ours = BM25Index(texts, k1=0.9, b=0.4, tiebreak_seed=0)
+    ref = BM25Okapi([t.split() for t in texts], k1=0.9, b=0.4)
+    queries = world.turns["response"].tolist()[:60] + world.turns["human_rewrite"].tolist()[:60]
+    scores = ours.scores(queries)
+    for q, s in zip(queries, scores):
+        theirs = ref.get_scores(q.split())
+        # bm25s leaves out Okapi's constant factor (k1 + 1): the scores are proportional, so the rankings agree
+        # (ties included, up to bm25s's float32 rounding)
+        np.testing.assert_allclose(s * (0.9 + 1), theirs, rtol=1e-5, atol=1e-6, err_msg=q)
+        top = np.argsort(-theirs, kind="stable")[:50]
+        assert (np.diff(s[top]) <= 1e-5).all(), q  # our scores fall along their top-50 order
+    assert not np.allclose(
+        BM25Index(texts, k1=1.5, b=0.75, tiebreak_seed=0).scores(queries[:5]) * 1.9,
+        [ref.get_scores(q.split()) for q in queries[:5]],
+        rtol=1e-3,
+    )
+
+
+def test_metrics_equal_pytrec_eval(world, table):
+    import pytrec_eval
+
+    test = table[table["split"] == "test"].reset_index(drop=True)
+    index = BM25Index(world.passages["text"].tolist(), 0.9, 0.4, tiebreak_seed=2)
+    queries = [c[1] for c in test["qcands"]]  # the "+ previous entity" rewrites: ranks from 1 to beyond 100
+    top = index.rankings(queries, 100)
+    ranks = index.rank_of(queries, test["gold_pid"].tolist())
+    assert (ranks > 1).any() and (ranks == 1).any()
+    run = {f"q{i}": {f"d{pid}": float(100 - r) for r, pid in enumerate(row)} for i, row in enumerate(top)}
+    qrels = {f"q{i}": {f"d{pid}": 1} for i, pid in enumerate(test["gold_pid"])}
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank", "ndcg_cut_3", "recall_10", "recall_100"})
+    per_query = evaluator.evaluate(run)
+    theirs = {
+        key: np.mean([v[name] for v in per_query.values()])
+        for key, name in (
+            ("mrr", "recip_rank"),
+            ("ndcg@3", "ndcg_cut_3"),
+            ("recall@10", "recall_10"),
+            ("recall@100", "recall_100"),
+        )
+    }
+    ours = retrieval_metrics(ranks)
+    for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, abs=1e-9), key
+
+
+def test_gold_references_reduce_to_the_reference_based_preferences(table):
+    train = table[table["split"] == "train"].reset_index(drop=True)
+    gold = pipeline.pseudo_references("retpo", train, 0, np.random.default_rng(0))
+    assert np.array_equal(gold, train["gold_pid"].to_numpy())
+    via_refs = pipeline.reference_ranks(np.stack(train["q_top"].to_numpy()), gold)
+    direct = np.minimum(np.stack(train["q_gold_rank"].to_numpy()), pipeline.DEPTH + 1)
+    assert np.array_equal(via_refs, direct)
+    a = pipeline.preferences(via_refs, np.random.default_rng(5))
+    b = pipeline.preferences(direct, np.random.default_rng(5))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_preferences_pick_the_best_rank_and_a_strictly_worse_one():
+    ranks = np.array([[3, 1, 1, 7], [2, 2, 2, 2]])
+    best, worse = pipeline.preferences(ranks, np.random.default_rng(0))
+    assert best[0] in (1, 2) and ranks[0, worse[0]] > 1
+    assert worse[1] == -1  # every candidate ties: no DPO pair
+
+
+def test_the_generator_keeps_the_phenomenon(world):
+    turns, passages = world.turns, world.passages.set_index("pid")
+    for row in turns.itertuples():
+        gold = set(passages.loc[row.gold_pid, "text"].split())
+        name = world.entities[row.entity]
+        values = [w for w in row.response.split() if w not in name.split()]
+        assert sum(w in gold for w in values) >= WORLD["response_values"]
+        if row.query.startswith("and its"):
+            assert name not in row.query and row.human_rewrite == f"{row.query} {name}"
+        else:
+            assert name in row.query and row.human_rewrite == row.query
+    index = BM25Index(passages["text"].tolist(), 0.9, 0.4, tiebreak_seed=0)
+    top_human = index.top1(turns["human_rewrite"].tolist())
+    top_raw = index.top1(turns["response"].tolist())
+    assert np.mean(top_human == turns["gold_pid"]) > 0.95  # a resolved query finds its passage
+    assert np.mean(top_raw == turns["gold_pid"]) < 0.7  # a response without its entity often does not
+
+
+def test_candidate_templates_follow_the_history():
+    lexicon = {("ka", "lo"): "ka lo", ("mi", "nu"): "mi nu"}
+    history = [("what about ka lo founding", "x y"), ("what about mi nu leader", "z mi nu")]
+    names, last = mentioned_entities(history, lexicon)
+    assert names == ["ka lo", "mi nu"] and last == "mi nu"
+    aspect_values = {"founding": ["a", "b", "c", "d"], "awards": ["e", "f", "g", "h"]}
+    out = candidates("and its awards", history, lexicon, aspect_values, np.random.default_rng(0))
+    assert dict(zip(TEMPLATES, out)) | {"prev_expand": None} == {
+        "raw": "and its awards",
+        "prev_entity": "and its awards mi nu",
+        "first_entity": "and its awards ka lo",
+        "all_entities": "and its awards ka lo mi nu",
+        "prev_expand": None,
+        "drop_aspect": "and its",
+    }
+    expand = out[TEMPLATES.index("prev_expand")].split()
+    assert expand[:5] == ["and", "its", "awards", "mi", "nu"] and set(expand[5:]) <= set(aspect_values["awards"])
+
+
+def _evals(mrr: dict[str, list[float]], seeds, iterations=2) -> pd.DataFrame:
+    rows = []
+    for method, values in mrr.items():
+        its = {"raw": [0], "sft_human": [0], "dualreform": list(range(1, iterations + 1))}.get(method, [1])
+        rows += [{"method": method, "seed": s, "iteration": it, "mrr": v} for s, v in zip(seeds, values) for it in its]
+    return pd.DataFrame(rows)
+
+
+def _refs(acc: list[float], seeds, n=100, iterations=2) -> pd.DataFrame:
+    rows = []
+    for s, a in zip(seeds, acc):
+        for it in range(1, iterations + 1):
+            hit = np.arange(n) < round(a * n)
+            rows.append(pd.DataFrame({"iteration": it, "seed": s, "ref": np.where(hit, 1, 0), "gold": 1}))
+    return pd.concat(rows)
+
+
+SEEDS = [0, 1, 2]
+GOOD = {
+    "raw": [0.48, 0.48, 0.48],
+    "sft_human": [0.91, 0.91, 0.92],
+    "retpo": [0.96, 0.97, 0.96],
+    "dualreform": [0.95, 0.96, 0.94],
+    "random_ref": [0.25, 0.3, 0.2],
+}
+
+
+def _held(mrr, acc=(0.95, 0.95, 0.95), raw_acc=0.36):
+    out = claims.build_claims(_evals(mrr, SEEDS), _refs(list(acc), SEEDS), raw_acc, SEEDS, iterations=2)
+    return {c.id: c.held for c in out if c.gated}
+
+
+def test_claims_hold_on_good_results_and_fail_on_their_controls():
+    assert all(_held(GOOD).values())
+    # the SFT-only model's results in DualReform's place: G3 against SFT cannot hold
+    as_sft = dict(GOOD, dualreform=GOOD["sft_human"])
+    assert not _held(as_sft)["g3_dualreform_gt_sft_every_seed"]
+    # the random-reference control's results in DualReform's place: G2 and G3 fail
+    as_random = dict(GOOD, dualreform=GOOD["random_ref"])
+    held = _held(as_random)
+    assert not held["g2_dualreform_ge_90pct_of_reference_based"] and not held["g3_dualreform_gt_raw_every_seed"]
+    # one seed below SFT is enough to fail "every seed"
+    one_low = dict(GOOD, dualreform=[0.95, 0.96, 0.90])
+    assert not _held(one_low)["g3_dualreform_gt_sft_every_seed"]
+    # unrefined (raw-response) references in place of the refined ones: G1 fails
+    assert not _held(GOOD, acc=(0.36, 0.36, 0.36))["g1_refined_refs_beat_raw_by_10pts"]
+    # the control fails when random references beat SFT
+    assert not _held(dict(GOOD, random_ref=[0.95, 0.95, 0.95]))["control_random_refs_do_not_beat_sft"]
+
+
+def test_claims_do_not_depend_on_row_order():
+    evals = _evals(GOOD, SEEDS)
+    refs = _refs([0.9, 0.95, 0.97], SEEDS)
+    a = claims.build_claims(evals, refs, 0.36, SEEDS, 2)
+    b = claims.build_claims(evals.iloc[::-1], refs.iloc[::-1], 0.36, SEEDS, 2)
+    assert [(c.id, c.values) for c in a] == [(c.id, c.values) for c in b]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            (
+                "methods: [raw, sft_human, retpo, dualreform, single_role, random_ref]",
+                "methods: [raw, sft_human, dualreform, dualref]",
+            ),
+            "dualref",
+        ),
+        (("    hidden_size: 64\n", "    hiden_size: 64\n"), "did you mean 'hidden_size'"),
+        (
+            ("methods: [raw, sft_human, retpo, dualreform, single_role, random_ref]", "methods: [raw, retpo]"),
+            "starts from",
+        ),
+        (("  iterations: 2 ", "  iteration: 2 "), "iteration"),
+    ],
+)
+def test_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "dualreform.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("dualreform", "smoke", repo_copy)
+
+
+def test_sft_then_dpo_on_the_cqr_model_moves_the_preference_margin():
+    """Spec 10.1 in the pipeline: DPO (the kit's loss, equal to TRL's) raises log pi(y_w) - log pi(y_l) against the
+    frozen SFT copy, and its first step's loss is log 2 (policy = reference)."""
+    import math
+
+    import torch
+
+    from paperflow.core.lm.models import build_model
+    from paperflow.dualreform import cqr
+
+    tok = cqr.make_tokenizer(["and", "its", "founding", "ka", "lo", "mi", "nu"])
+    spec = {"arch": "qwen2", "vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64}
+    spec |= {"num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32}
+    model = build_model(spec, seed=0)
+    prompts = [cqr.rewrite_prompt(["ka lo"], "and its founding")] * 8
+    chosen, rejected = [["and", "its", "founding", "ka", "lo"]] * 8, [["and", "its", "founding", "mi", "nu"]] * 8
+
+    def margin():
+        with torch.no_grad():
+            c, _ = cqr.completion_logprobs(model, tok, prompts[:1], chosen[:1])
+            r, _ = cqr.completion_logprobs(model, tok, prompts[:1], rejected[:1])
+        return float(c - r)
+
+    before = margin()
+    settings = {"epochs": 10, "batch_size": 8, "lr": 1e-2, "beta": 0.1, "sft_weight": 0.0}
+    history = cqr.dpo(model, tok, prompts, chosen, rejected, settings, seed=0)
+    assert history[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert margin() > before + 1.0 and history[-1]["loss"] < history[0]["loss"]
