@@ -125,14 +125,3 @@ def generate(cfg: Mapping[str, Any], seed: int) -> World:
                     }
                 )
     return World(passages, pd.DataFrame(turns), entities, aspect_values)
-
-
-def history_of(turns: pd.DataFrame) -> list[list[tuple[str, str]]]:
-    """For each row of `turns` (sorted by conv, turn), the (query, response) pairs of its earlier turns."""
-    out, last_conv, hist = [], None, []
-    for row in turns.itertuples():
-        if row.conv != last_conv:
-            last_conv, hist = row.conv, []
-        out.append(list(hist))
-        hist.append((row.query, row.response))
-    return out

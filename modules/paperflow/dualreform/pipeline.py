@@ -34,7 +34,6 @@ from paperflow.dualreform.candidates import TEMPLATES, candidates
 from paperflow.dualreform.data import QUERY_WORDS, World
 from paperflow.dualreform.retrieval import BM25Index
 
-METHODS = ("raw", "sft_human", "retpo", "dualreform", "single_role", "random_ref")
 PREFERENCE_METHODS = ("retpo", "dualreform", "single_role", "random_ref")
 DEPTH = 100  # candidates' rankings are kept to this depth; a reference below it ranks DEPTH + 1
 TEACHER_REFINE = TEMPLATES.index("prev_entity")
@@ -104,12 +103,6 @@ def pseudo_references(method: str, train: pd.DataFrame, n_passages: int, rng: np
     raise ConfigError(
         f"method {method!r} has no pseudo references; preference methods: retpo, dualreform, single_role, random_ref"
     )
-
-
-def check_methods(methods, where: str) -> None:
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ConfigError(f"{where}: unknown method(s) {unknown}; allowed values: {list(METHODS)}")
 
 
 def vocabulary(passages: pd.DataFrame) -> list[str]:
@@ -191,13 +184,6 @@ def train_method(
         histories.append(history.assign(iteration=it))
         models[it] = refiner = model
     return models, pd.concat(histories, ignore_index=True), pd.concat(ref_rows, ignore_index=True)
-
-
-def raw_response_references(table: pd.DataFrame) -> pd.DataFrame:
-    """The pseudo references of the raw responses (no refinement) of the training turns: the baseline of G1."""
-    train = table[table["split"] == "train"].reset_index(drop=True)
-    refs = np.stack(train["r_top1"].to_numpy())[:, TEMPLATES.index("raw")]
-    return pd.DataFrame({"turn_index": np.arange(len(train)), "ref": refs, "gold": train["gold_pid"].to_numpy()})
 
 
 def evaluate_choices(model, table: pd.DataFrame, passages: pd.DataFrame) -> pd.DataFrame:
