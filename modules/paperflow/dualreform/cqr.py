@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from paperflow.core.config import reject_unknown, require_keys
 from paperflow.core.lm.losses import dpo_loss
 from paperflow.core.lm.sampling import sequence_logprobs
 from paperflow.core.lm.tokenizer import encode_pairs, word_level_tokenizer
+from paperflow.core.loop import run_loop
 
 MARKERS = ("<hist>", "<cur>", "<rew>")
 SFT_KEYS = ("epochs", "batch_size", "lr")
@@ -56,24 +56,32 @@ def completion_logprobs(model, tok, prompts, completions) -> tuple[torch.Tensor,
     return (logp * mask).sum(-1), mask.sum(-1)
 
 
+def _epoch_batches(n: int, settings: Mapping[str, Any], seed: int) -> list[np.ndarray]:
+    """The index batches of `epochs` shuffled passes over n examples, drawn from the seed's generator."""
+    rng = np.random.default_rng(seed)
+    return [b for _ in range(settings["epochs"]) for b in _batches(n, settings["batch_size"], rng)]
+
+
+def _fit(model, step, n_steps: int, lr: float, desc: str) -> list[dict]:
+    """AdamW over `step(i)` on the core's plain loop (paperflow.core.loop.run_loop), model in train mode."""
+    model.train()
+    records = run_loop(step, torch.optim.AdamW(model.parameters(), lr=lr), n_steps, desc=desc)
+    model.eval()
+    return [{"phase": desc, **r} for r in records]
+
+
 def sft(model, tok, prompts, targets, settings: Mapping[str, Any], seed: int, desc: str = "sft") -> list[dict]:
     """Supervised fine-tuning on (prompt, target) word lists: mean token NLL of the targets, AdamW."""
     require_keys(settings, SFT_KEYS, "sft")
     reject_unknown(settings, SFT_KEYS, "sft")
-    rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"])
-    model.train()
-    history = []
-    steps = [b for _ in range(settings["epochs"]) for b in _batches(len(prompts), settings["batch_size"], rng)]
-    for step, idx in enumerate(tqdm(steps, desc=desc, disable=None, leave=False)):
-        total, count = completion_logprobs(model, tok, [prompts[i] for i in idx], [targets[i] for i in idx])
-        loss = -total.sum() / count.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        history.append({"phase": desc, "step": step, "loss": loss.item()})
-    model.eval()
-    return history
+    batches = _epoch_batches(len(prompts), settings, seed)
+
+    def step(i: int):
+        idx = batches[i]
+        total, count = completion_logprobs(model, tok, [prompts[j] for j in idx], [targets[j] for j in idx])
+        return -total.sum() / count.sum()
+
+    return _fit(model, step, len(batches), settings["lr"], desc)
 
 
 @torch.no_grad()
@@ -93,34 +101,21 @@ def dpo(model, tok, prompts, chosen, rejected, settings: Mapping[str, Any], seed
     ref = copy.deepcopy(model).eval()
     ref_chosen = _reference_logprobs(ref, tok, prompts, chosen, 4 * settings["batch_size"])
     ref_rejected = _reference_logprobs(ref, tok, prompts, rejected, 4 * settings["batch_size"])
-    rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"])
-    model.train()
-    history = []
-    steps = [b for _ in range(settings["epochs"]) for b in _batches(len(prompts), settings["batch_size"], rng)]
-    for step, idx in enumerate(tqdm(steps, desc=desc, disable=None, leave=False)):
+    batches = _epoch_batches(len(prompts), settings, seed)
+
+    def step(i: int):
+        idx = batches[i]
         n = len(idx)
         both, count = completion_logprobs(
-            model, tok, [prompts[i] for i in idx] * 2, [chosen[i] for i in idx] + [rejected[i] for i in idx]
+            model, tok, [prompts[j] for j in idx] * 2, [chosen[j] for j in idx] + [rejected[j] for j in idx]
         )
         pc, pr = both[:n], both[n:]
         losses, rc, rr = dpo_loss(pc, pr, ref_chosen[idx], ref_rejected[idx], beta=settings["beta"])
         loss = losses.mean() - settings["sft_weight"] * pc.sum() / count[:n].sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        history.append(
-            {
-                "phase": desc,
-                "step": step,
-                "loss": loss.item(),
-                "reward_accuracy": (rc > rr).float().mean().item(),
-                "chosen_logp": pc.detach().mean().item(),
-                "rejected_logp": pr.detach().mean().item(),
-            }
-        )
-    model.eval()
-    return history
+        logs = {"reward_accuracy": (rc > rr).float().mean(), "chosen_logp": pc.mean(), "rejected_logp": pr.mean()}
+        return loss, logs
+
+    return _fit(model, step, len(batches), settings["lr"], desc)
 
 
 @torch.no_grad()
