@@ -1,0 +1,30 @@
+"""eapo's config rules that the JSON schema cannot state (called by paperflow.core.config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paperflow.core.config import ConfigError
+from paperflow.core.lm.models import model_config
+
+GATED = ("grpo", "eapo", "eapo_baseprior")  # the methods the gated claims compare (all `seeds`)
+NEEDED_BY = {"eapo": ("grpo",), "eapo_baseprior": ("grpo", "eapo")}
+
+
+def seeds_of(method: str, cfg: dict[str, Any]) -> list[int]:
+    """The seeds a method runs: the gated comparison's `seeds`, or `report_seeds` for the report-only methods."""
+    return list(cfg["seeds"] if method in GATED else cfg["report_seeds"])
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    """Cross-key rules: the model spec is one the kit builds, G_aug < G, the claims' methods are all there."""
+    model_config({**cfg["model"], "vocab_size": 16})  # refuses a misspelt model key by name
+    g, g_aug = cfg["rl"]["group_size"], cfg["eapo"]["g_aug"]
+    if not 0 <= g_aug < g:
+        raise ConfigError(f"{source}: eapo.g_aug ({g_aug}) must be below rl.group_size ({g})")
+    if cfg["model"].get("max_position_embeddings", 10**9) < 3 * cfg["task"]["n_digits"] + 5:
+        raise ConfigError(f"{source}: model.max_position_embeddings is shorter than a prompt and its answer")
+    for method, needs in NEEDED_BY.items():
+        missing = [n for n in needs if method in cfg["methods"] and n not in cfg["methods"]]
+        if missing:
+            raise ConfigError(f"{source}: method {method!r} is judged against {missing}; add it to methods")
