@@ -62,7 +62,7 @@ def test_set(task):
 class ParityTask(AdditionTask):
     """Reward 1 when the first completion token has an even id: varied rewards from an untrained model."""
 
-    def reward_ids(self, completion_ids, gold):
+    def reward_ids(self, batch, completion_ids):
         return (completion_ids[:, 0] % 2 == 0).float()
 
 
@@ -74,10 +74,10 @@ def test_reward_ids_equals_the_digit_worlds_reward(task):
     rng = np.random.default_rng(0)
     ex = task.world.sample("addition", 200, rng)
     batch = task.encode(ex)
-    comp = batch.gold.clone()
+    comp = batch.answer_ids.clone()
     flip = torch.from_numpy(rng.random((200, 4)) < 0.15)
     comp[flip] = torch.from_numpy(rng.integers(0, len(task.vocab), int(flip.sum())))
-    ours = task.reward_ids(comp, batch.gold)
+    ours = task.reward_ids(batch, comp)
     inv = {v: k for k, v in task.vocab.items()}
     theirs = [task.world.reward(e, [inv[int(i)] for i in row]) for e, row in zip(ex, comp)]
     assert ours.tolist() == theirs

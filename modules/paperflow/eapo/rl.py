@@ -188,7 +188,7 @@ def _rollout(model, batch: Batch, task: AdditionTask, s: Settings, generator, ho
     return sample(
         model,
         batch.prompt_ids,
-        batch.attention_mask,
+        batch.prompt_mask,
         max_new_tokens=task.answer_length,
         temperature=s.temperature,
         generator=generator,
@@ -315,7 +315,7 @@ class Runner:
         self._update_threshold_from(entropies[pure], mask[pure])
         if m.inject == "critical" and s.critical_rule != "entropy":
             self._update_kl_threshold(roll, pure)
-        rewards = task.reward_ids(completion, rows.gold)
+        rewards = task.reward_ids(rows, completion)
         special = (
             (luffy_rows[:, None] & mask.bool()) if m.luffy else (injected if s.is_mode != "mixture_clip" else zeros)
         )
@@ -327,7 +327,7 @@ class Runner:
             old_logp,
             entropies,
             rewards,
-            rows.gold,
+            rows.answer_ids,
             augmented,
             special,
             critical,

@@ -30,7 +30,7 @@ def train_base(task: AdditionTask, spec: Mapping[str, Any], sft: Mapping[str, An
     evals: dict[int, float] = {}
 
     def step(i: int):
-        b = task.sft_batch(task.draw(int(sft["batch_size"]), rng, exclude))
+        b = task.draw(int(sft["batch_size"]), rng, exclude).sft()
         logp = sequence_logprobs(model, b["input_ids"], b["attention_mask"])
         mask = b["completion_mask"].float()
         return -(logp * mask).sum() / mask.sum()

@@ -98,3 +98,37 @@ def test_reward_needs_the_exact_answer_closed_by_eos():
 def test_bad_task_configs_are_named(cfg, message):
     with pytest.raises(ConfigError, match=message):
         DigitWorld.from_config(cfg)
+
+
+def test_encoded_batches_reward_and_supervise_as_the_word_level_api():
+    """`DigitWorld.encode`: left-padded prompts (sampler convention), answers + EOS right-padded; `rewards` equals
+    `DigitWorld.reward` row by row on tasks of varying answer length; `sft` puts the completion mask on the answer."""
+    import torch
+
+    from paperflow.core.lm.tokenizer import encode_pairs
+
+    world = DigitWorld.from_config({"sorting": {"min_len": 2, "max_len": 5}, "addition": {"n_digits": 2}})
+    tok = world.tokenizer()
+    rng = np.random.default_rng(0)
+    examples = world.sample("sorting", 40, rng) + world.sample("addition", 10, rng)
+    batch = world.encode(tok, examples)
+    assert (batch.prompt_mask[:, -1] == 1).all() and (batch.prompt_mask[:, 0] == 0).any()
+    assert batch.prompt_ids[batch.prompt_mask.bool()].eq(tok.bos_token_id).sum() == len(examples)
+    inv = {i: w for w, i in tok.get_vocab().items()}
+    comps = [batch.answer_ids.clone()]
+    noisy = batch.answer_ids.clone()
+    flip = torch.from_numpy(rng.random(noisy.shape) < 0.1)
+    noisy[flip] = torch.from_numpy(rng.integers(4, len(inv), int(flip.sum())))
+    comps += [noisy, batch.answer_ids[:, :2]]  # exact, perturbed, cut short
+    for comp in comps:
+        ours = batch.rewards(comp).tolist()
+        theirs = [world.reward(ex, [inv[int(i)] for i in row]) for ex, row in zip(examples, comp)]
+        assert ours == theirs
+    assert sum(batch.rewards(comps[0])) == len(examples) and 0 < sum(batch.rewards(noisy)) < len(examples)
+    sft = batch.sft()
+    ref = encode_pairs(tok, [ex.prompt for ex in examples], [ex.answer for ex in examples])
+    for key in ("input_ids", "attention_mask", "completion_mask"):
+        assert torch.equal(sft[key], ref[key]), key
+    rep = batch.repeat(3)
+    assert torch.equal(rep.answer_ids[3:6], batch.answer_ids[1:2].expand(3, -1))
+    assert torch.equal(batch.tile(2).prompt_ids[len(examples) :], batch.prompt_ids)

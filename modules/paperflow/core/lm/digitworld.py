@@ -10,6 +10,8 @@ compared in one job see the same prompts when they draw from generators with the
     tok = world.tokenizer()                      # 16 tokens: <pad> <bos> <eos> <unk> 0-9 + =
     test = world.held_out("addition", 500, seed=12345)
     batch = world.sample("addition", 16, np.random.default_rng(0), exclude=test)
+    ids = world.encode(tok, batch)               # id tensors: left-padded prompts, gold answers + EOS
+    rewards = ids.rewards(completion_ids)        # DigitWorld.reward for a whole batch of sampled ids
 """
 
 from __future__ import annotations
@@ -108,6 +110,69 @@ class Counting:
         return Example(self.name, prompt, _digits(int((values == target).sum()), 2))
 
 
+@dataclass
+class EncodedBatch:
+    """Examples as id tensors for sampling, SFT and rewards: `prompt_ids` [B, P] left-padded with BOS first
+    (`prompt_mask` 1 on real tokens, the kit sampler's convention), `answer_ids` [B, A] the gold answer then EOS,
+    right-padded (`answer_mask`). Tasks of fixed lengths (addition) have no padding at all."""
+
+    prompt_ids: Any
+    prompt_mask: Any
+    answer_ids: Any
+    answer_mask: Any
+    pad_token_id: int
+
+    def __len__(self) -> int:
+        return self.prompt_ids.shape[0]
+
+    def repeat(self, group_size: int) -> EncodedBatch:
+        """Each example `group_size` times in a row: rows [0, G) are example 0's (the kit's group layout)."""
+        return self._map(lambda t: t.repeat_interleave(group_size, 0))
+
+    def tile(self, times: int) -> EncodedBatch:
+        """The whole batch `times` times over (rows [0, B) again and again)."""
+        return self._map(lambda t: t.repeat(times, 1))
+
+    def _map(self, fn) -> EncodedBatch:
+        return EncodedBatch(
+            fn(self.prompt_ids), fn(self.prompt_mask), fn(self.answer_ids), fn(self.answer_mask), self.pad_token_id
+        )
+
+    def rewards(self, completion_ids):
+        """`DigitWorld.reward` per row from sampled ids [B, T]: 1.0 iff the first tokens are the gold answer and
+        EOS (what follows EOS is ignored; a completion shorter than the answer scores 0)."""
+        import torch
+
+        width = self.answer_ids.shape[1]
+        got = completion_ids[:, :width]
+        if got.shape[1] < width:
+            fill = torch.full((got.shape[0], width - got.shape[1]), -1, dtype=got.dtype, device=got.device)
+            got = torch.cat([got, fill], 1)
+        ok = (got == self.answer_ids) | ~self.answer_mask.bool()
+        return ok.all(1).float()
+
+    def sft(self) -> dict[str, Any]:
+        """Prompt + answer as one left-padded sequence with `completion_mask` on the answer (EOS included): the
+        inputs of `sampling.sequence_logprobs` for a supervised loss. Rows keep their padding on the left."""
+        import torch
+
+        lengths = self.answer_mask.sum(1)
+        rows, comp = [], []
+        for p, pm, a, n in zip(self.prompt_ids, self.prompt_mask, self.answer_ids, lengths):
+            real = p[pm.bool()]
+            rows.append(torch.cat([real, a[: int(n)]]))
+            comp.append(int(n))
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        cmask = torch.zeros_like(ids)
+        for i, (r, n) in enumerate(zip(rows, comp)):
+            ids[i, width - len(r) :] = r
+            attn[i, width - len(r) :] = 1
+            cmask[i, width - n :] = 1
+        return {"input_ids": ids, "attention_mask": attn, "completion_mask": cmask}
+
+
 TASKS = {cls.name: cls for cls in (Addition, Sorting, KeyValue, Counting)}
 TASK_KEYS = {
     "addition": ("n_digits",),
@@ -190,6 +255,31 @@ class DigitWorld:
             if len(found) == n:
                 return list(found.values())
         raise ValueError(f"{name}: could not draw {n} distinct prompts (the task has fewer)")
+
+    def encode(self, tokenizer, examples: Sequence[Example]) -> EncodedBatch:
+        """`examples` as id tensors (`EncodedBatch`) with `tokenizer` (this world's `tokenizer()`); a word outside
+        its vocabulary is refused."""
+        import torch
+
+        from paperflow.core.lm.tokenizer import encode_words
+
+        if not examples:
+            raise ValueError("encode needs at least one example")
+        prompts = encode_words(tokenizer, [ex.prompt for ex in examples], add_bos=True)
+        vocab = tokenizer.get_vocab()
+        missing = sorted({w for ex in examples for w in ex.answer if w not in vocab})
+        if missing:
+            raise ValueError(f"answer words outside the vocabulary: {missing}")
+        answers = [[vocab[w] for w in ex.answer] + [tokenizer.eos_token_id] for ex in examples]
+        width = max(len(a) for a in answers)
+        answer_ids = torch.full((len(answers), width), tokenizer.pad_token_id, dtype=torch.long)
+        answer_mask = torch.zeros_like(answer_ids)
+        for i, a in enumerate(answers):
+            answer_ids[i, : len(a)] = torch.tensor(a)
+            answer_mask[i, : len(a)] = 1
+        return EncodedBatch(
+            prompts["input_ids"], prompts["attention_mask"], answer_ids, answer_mask, tokenizer.pad_token_id
+        )
 
     def reward(self, example: Example, completion: Sequence[str]) -> float:
         """1.0 iff the completion is exactly the answer followed by EOS (anything after EOS is ignored)."""
