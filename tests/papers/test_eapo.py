@@ -299,3 +299,57 @@ def test_paper_scale_is_refused_by_name(tmp_path):
 
     with pytest.raises(ConfigError, match="not pinned"):
         download({"kind": "math"}, {"n_digits": 2, "test_size": 5, "test_seed": 0}, str(tmp_path / "x.parquet"))
+
+
+@pytest.mark.parametrize("is_mode", ["truncated", "luffy_shape"])
+def test_injected_tokens_take_the_configured_is_loss(task, test_set, is_mode):
+    """is_mode truncated: -A min(rho, c_max) log pi_theta with the weight held fixed; luffy_shape: -A f(pi_theta) /
+    f(mu), f(p) = p / (p + gamma); both on the injected tokens only, token-mean over all completion tokens."""
+    from paperflow.core.lm.losses import clipped_surrogate
+    from paperflow.core.lm.sampling import sequence_logprobs
+
+    ex, _ = test_set
+    s = settings(is_mode=is_mode, c_max=1.5)
+    policy = model(task, 0)
+    runner = rl.Runner(policy, model(task, 1), rl.method("eapo"), s, task, 0, ex)
+    prompts = task.draw(4, runner.prompt_rng, ex)
+    runner.calibrate(prompts)
+    d = runner.collect(prompts)
+    assert bool(d.special.any()) and torch.equal(d.special, d.injected)
+    adv = torch.linspace(-1.0, 1.0, d.rewards.shape[0])
+    loss, _ = runner.loss(d, adv)
+    attn = torch.cat([d.prompt_mask, d.mask], 1)
+    logp = sequence_logprobs(policy, d.sequences, attn)[:, d.prompt_length :]
+    mask, n = d.mask.bool(), d.mask.sum()
+    base, _ = clipped_surrogate(logp, d.old_logp, adv, mask & ~d.special, 0.2, 0.28, "token_mean", token_count=n)
+    a = adv[:, None].expand_as(logp)
+    if is_mode == "truncated":
+        extra = -a * torch.clamp(torch.exp(logp - d.old_logp), max=1.5).detach() * logp
+    else:
+        p, mu = logp.exp(), d.old_logp.exp()
+        extra = -a * (p / (p + 0.1)) / (mu / (mu + 0.1))
+    want = base + (extra * d.special).sum() / n
+    torch.testing.assert_close(loss, want)
+    assert not torch.allclose(loss, base)  # the injected tokens' term is there
+
+
+def test_kl_critical_rule_marks_the_steps_where_the_prior_disagrees(task, test_set):
+    """critical_rule kl: a step is critical iff KL(pi_E || pi_old) >= tau_KL (tau_KL from pure rollouts)."""
+    ex, _ = test_set
+    s = settings(critical_rule="kl")
+    runner = rl.Runner(model(task, 0), model(task, 1), rl.method("eapo"), s, task, 0, ex)
+    prompts = task.draw(4, runner.prompt_rng, ex)
+    runner.calibrate(prompts)
+    tau_kl = runner.tau_kl
+    assert tau_kl is not None and tau_kl > 0
+    injector = rl.Injector(
+        runner.prior, s, "critical", runner.tau, tau_kl, torch.Generator().manual_seed(0), (torch.arange(16) % 4) < 2
+    )
+    rows = prompts.repeat(4)
+    rl._rollout(runner.policy, rows, task, s, torch.Generator().manual_seed(1), hook=injector)
+    f = injector.flags()
+    assert f["critical"].any() and not f["critical"].all()
+    # every critical step has KL above the threshold, and every augmented first step above it is critical
+    assert bool((f["kl"][f["critical"]] >= tau_kl).all())
+    first = (f["kl"][:, 0] >= tau_kl) & injector.rows
+    assert torch.equal(f["critical"][:, 0], first)

@@ -210,6 +210,7 @@ class StepData:
 
     sequences: torch.Tensor  # [N, P + T]
     prompt_length: int
+    prompt_mask: torch.Tensor  # [N, P] 1 on real prompt tokens (left padding 0)
     mask: torch.Tensor  # completion mask
     old_logp: torch.Tensor  # the recorded behaviour log-probs
     entropies: torch.Tensor
@@ -323,6 +324,7 @@ class Runner:
         return StepData(
             sequences,
             rows.prompt_ids.shape[1],
+            rows.prompt_mask,
             mask,
             old_logp,
             entropies,
@@ -341,10 +343,8 @@ class Runner:
         """Token-mean over all completion tokens: the clipped surrogate (behaviour log-probs as old) on ordinary
         tokens, and the special tokens' own loss (LUFFY's shaping on its traces; EAPO's truncated or shaped IS)."""
         s = self.s
-        attn = (torch.arange(d.sequences.shape[1])[None] < d.prompt_length) | torch.cat(
-            [torch.ones(d.mask.shape[0], d.prompt_length, dtype=torch.bool), d.mask.bool()], 1
-        )
-        logp = sequence_logprobs(self.policy, d.sequences, attn.long(), s.temperature)[:, d.prompt_length :]
+        attn = torch.cat([d.prompt_mask.long(), d.mask.long()], 1)  # left-padded prompt, then the completion
+        logp = sequence_logprobs(self.policy, d.sequences, attn, s.temperature)[:, d.prompt_length :]
         mask = d.mask.bool()
         count = mask.sum().clamp(min=1)
         ordinary = mask & ~d.special
@@ -422,7 +422,7 @@ class Runner:
             pad = {"sequences": self.task.pad, "argmax": -1}.get(name, 0)
             chunks = []
             for (p, keep), v in zip(parts, vals):
-                if v.dim() == 2 and name not in ("gold",):
+                if v.dim() == 2 and name not in ("gold", "prompt_mask"):
                     extra_width = width + (p.prompt_length if name == "sequences" else 0)
                     v = _pad_to(v, extra_width, pad if v.dtype != torch.bool else False)
                 chunks.append(v[keep])

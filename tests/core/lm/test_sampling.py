@@ -319,3 +319,31 @@ def test_arguments_are_checked():
     assert torch.equal(empty.sequences, batch["input_ids"])
     with pytest.raises(ValueError, match="shape"):
         _run(model, batch, hook=lambda s: StepOverride(s.tokens[:2], None, torch.zeros(2, dtype=torch.bool)))
+
+
+def test_sequence_logprobs_refuses_padding_inside_a_row():
+    """A hole in a row's mask would score the token after it from the padding column: refused, by row; left and
+    right padding around one run of real tokens stay allowed."""
+    from paperflow.core.lm.models import build_model
+    from paperflow.core.lm.sampling import sequence_logprobs
+
+    model = build_model(
+        {
+            "arch": "llama",
+            "vocab_size": 12,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 16,
+        },
+        seed=0,
+    )
+    ids = torch.randint(4, 12, (3, 6), generator=torch.Generator().manual_seed(0))
+    ok = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
+    assert sequence_logprobs(model, ids, ok).shape == (3, 6)
+    holed = ok.clone()
+    holed[1] = torch.tensor([1, 1, 0, 1, 0, 0])
+    with pytest.raises(ValueError, match=r"rows \[1\] have padding between real tokens"):
+        sequence_logprobs(model, ids, holed)

@@ -1,6 +1,7 @@
 """Digit world: the synthetic, verifiable token tasks the language-model papers share at tiny/smoke scale
-(EAPO's addition, ConFu's sort and key-value plan, counting; LOZO+, ITPO and PromptScale reuse its
-vocabulary and tokenizer).
+(EAPO's addition, ConFu's sort and key-value plan, counting). LOZO+, ITPO and PromptScale define vocabularies of
+their own in their specs; they share the kit's word-level tokenizer, whose four special tokens take ids 0-3 (a
+spec's fixed token ids shift by four, and its vocabulary size grows by the specials it did not count).
 
 Every task writes a prompt and an answer as lists of words; the answer is a function of the prompt,
 so a completion is checked exactly. Each draw takes its own `numpy.random.Generator`: two methods

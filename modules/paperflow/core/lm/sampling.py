@@ -49,6 +49,21 @@ def _check_left_padded(attention_mask: torch.Tensor) -> None:
         )
 
 
+def _check_one_span(attention_mask: torch.Tensor) -> None:
+    """Each row's real tokens must be one run (padding left and/or right of it). A hole inside a row would put the
+    label shift across the gap: the token after it would be scored from the padding column's logits."""
+    m = (attention_mask != 0).long()
+    if m.ndim != 2:
+        raise ValueError(f"attention_mask must be [batch, length], got shape {tuple(m.shape)}")
+    starts = m[:, :1].sum(1) + (m[:, 1:] > m[:, :-1]).sum(1)
+    if bool((starts > 1).any()):
+        rows = torch.nonzero(starts > 1).flatten().tolist()[:5]
+        raise ValueError(
+            f"attention_mask rows {rows} have padding between real tokens; repack each row into one run "
+            "(e.g. move the padding of a multi-turn history to the left) before scoring it"
+        )
+
+
 def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Float32 logits divided by the temperature (T = 0 reads as 1: greedy decoding records the T = 1 law)."""
     logits = logits.float()
@@ -98,6 +113,7 @@ def sequence_logprobs(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    _check_one_span(attention_mask)
     n = input_ids.shape[0]
     step = max(n, 1) if chunk_size is None else int(chunk_size)
     parts = [
