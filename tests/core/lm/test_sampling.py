@@ -347,3 +347,37 @@ def test_sequence_logprobs_refuses_padding_inside_a_row():
     holed[1] = torch.tensor([1, 1, 0, 1, 0, 0])
     with pytest.raises(ValueError, match=r"rows \[1\] have padding between real tokens"):
         sequence_logprobs(model, ids, holed)
+
+
+def test_repack_left_joins_padded_pieces_in_order_and_scores_like_unpadded_rows():
+    """Multi-turn pieces padded apart become one left-padded run per row, tokens in order; the log-probs of the
+    repacked batch equal those of each row alone."""
+    from paperflow.core.lm.models import build_model
+    from paperflow.core.lm.sampling import repack_left, sequence_logprobs
+
+    ids = torch.tensor([[0, 5, 6, 0, 7, 8], [9, 10, 11, 0, 0, 4], [0, 0, 5, 0, 0, 6]])
+    mask = (ids != 0).long()
+    out, m = repack_left(ids, mask, pad_token_id=0)
+    assert out.tolist() == [[5, 6, 7, 8], [9, 10, 11, 4], [0, 0, 5, 6]]
+    assert m.tolist() == [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1]]
+    model = build_model(
+        {
+            "arch": "qwen2",
+            "vocab_size": 12,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 16,
+        },
+        seed=0,
+    )
+    with torch.no_grad():
+        batch = sequence_logprobs(model, out, m)
+        for i in range(3):
+            real = out[i][m[i].bool()][None]
+            alone = sequence_logprobs(model, real, torch.ones_like(real))
+            torch.testing.assert_close(batch[i][m[i].bool()], alone[0], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="must be"):
+        repack_left(ids, mask[:, :3], 0)

@@ -311,3 +311,21 @@ def sample(
         entropies=stack(ent_out, torch.float32),
         replaced=stack(repl_out, torch.bool),
     )
+
+
+def repack_left(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int):
+    """Each row's real tokens (mask != 0), in their order, moved to the right end of the row and padding to the
+    left: the layout `sample` and `sequence_logprobs` take. Joins multi-turn pieces that were padded apart (a
+    turn's completion padded after EOS, then the next turn appended). Returns (input_ids, attention_mask) of width
+    = the longest row's real length."""
+    mask = attention_mask != 0
+    if input_ids.shape != mask.shape or mask.ndim != 2:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(mask.shape)} must be [B, L]")
+    lengths = mask.sum(1)
+    width = int(lengths.max()) if mask.numel() else 0
+    # a stable sort that puts padding first keeps the real tokens' order
+    order = torch.sort(mask.long(), dim=1, stable=True).indices
+    ids = torch.gather(input_ids, 1, order)[:, input_ids.shape[1] - width :]
+    new_mask = torch.gather(mask.long(), 1, order)[:, input_ids.shape[1] - width :]
+    ids = torch.where(new_mask.bool(), ids, torch.as_tensor(pad_token_id, dtype=ids.dtype))
+    return ids, new_mask
