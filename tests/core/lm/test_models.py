@@ -184,3 +184,50 @@ def test_a_plain_safetensors_file_is_refused_by_load_checkpoint(tmp_path):
     save_file({"w": torch.zeros(2)}, str(tmp_path / "plain.safetensors"))
     with pytest.raises(ValueError, match="not a save_checkpoint file"):
         models.load_checkpoint(tmp_path / "plain.safetensors")
+
+
+def test_forward_counter_counts_calls_rows_and_real_tokens_and_pauses():
+    """One call per sampled step (KV cache: the new column's tokens only), one per scoring pass; padding is not
+    a token; paused forwards and forwards after close() are not counted."""
+    import torch
+
+    from paperflow.core.lm.models import ForwardCounter, build_model
+    from paperflow.core.lm.sampling import sample, sequence_logprobs
+
+    model = build_model(
+        {
+            "arch": "llama",
+            "vocab_size": 12,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 32,
+        },
+        seed=0,
+    )
+    counter = ForwardCounter(model)
+    ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    sequence_logprobs(model, ids, mask)
+    assert (counter.calls, counter.rows, counter.tokens) == (1, 2, 5)
+    r = sample(
+        model,
+        ids,
+        mask,
+        max_new_tokens=3,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    assert r.completion_ids.shape[1] == 3
+    assert counter.calls == 1 + 3 and counter.rows == 2 + 3 * 2
+    assert counter.tokens == 5 + 5 + 2 + 2  # scoring pass, prompt prefill, two single-column cached steps
+    with counter.paused():
+        sequence_logprobs(model, ids, mask)
+    assert counter.calls == 4
+    counter.close()
+    sequence_logprobs(model, ids, mask)
+    assert counter.calls == 4

@@ -211,3 +211,49 @@ def load_checkpoint(path: str | Path):
     model = build_model(checkpoint_spec(path), seed=0)
     st_load_model(model, str(path), strict=True)
     return model.eval()
+
+
+class ForwardCounter:
+    """Counts the forward passes of a model (a forward pre-hook on the top module): `calls`, `rows` (batch rows)
+    and `tokens` (the real tokens fed in this pass: the attention mask over the columns fed, which under a KV
+    cache are only the new ones; every input id without a mask). The x-axis of
+    LOZO+'s curves (forwards on training batches) and ConFu's verification forwards. Forwards inside `paused()`
+    are not counted (an evaluation, an autograd probe); `close()` removes the hook.
+
+        counter = ForwardCounter(model)
+        loss = model(input_ids=ids).loss          # counted: calls 1, rows B, tokens B * L
+        with counter.paused():
+            evaluate(model)                       # not counted
+    """
+
+    def __init__(self, model):
+        self.calls = 0
+        self.rows = 0
+        self.tokens = 0
+        self._paused = 0
+        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        if self._paused:
+            return None
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        mask = kwargs.get("attention_mask")
+        shape = ids.shape if ids is not None else embeds.shape[:2]
+        self.calls += 1
+        self.rows += int(shape[0])
+        # with a KV cache the mask spans every column so far while only the last shape[1] columns are fed
+        fed = mask[:, -shape[1] :] if mask is not None and mask.dim() == 2 else None
+        self.tokens += int(fed.sum()) if fed is not None else int(shape[0] * shape[1])
+        return None
+
+    @contextlib.contextmanager
+    def paused(self):
+        self._paused += 1
+        try:
+            yield self
+        finally:
+            self._paused -= 1
+
+    def close(self) -> None:
+        self._handle.remove()
