@@ -140,3 +140,31 @@ def test_a_seeded_loop_repeats_bit_for_bit():
 
     (x1, l1), (x2, l2), (x3, _) = fit(0), fit(0), fit(1)
     assert torch.equal(x1, x2) and l1 == l2 and not torch.equal(x1, x3)
+
+
+def test_manual_mode_records_the_steps_own_updates_and_never_backpropagates():
+    # A zeroth-order step (two-point SPSA on a quadratic) makes its own update; the loop only records it.
+    torch.manual_seed(0)
+    x = torch.tensor([3.0, -2.0])
+    seen = []
+
+    def step(i):
+        with torch.no_grad():
+            u = torch.randn(2)
+            g = (((x + 1e-3 * u) ** 2).sum() - ((x - 1e-3 * u) ** 2).sum()) / 2e-3 * u
+            x.sub_(0.05 * g)
+            value = float((x**2).sum())
+        seen.append(value)
+        return value, {"norm_u": u.norm()}
+
+    rows = run_loop(step, None, 200, on_step=lambda r: None)
+    assert [r["loss"] for r in rows] == seen
+    assert [r["step"] for r in rows] == list(range(200))
+    assert rows[-1]["loss"] < 1e-3 * rows[0]["loss"]
+    assert all(r["norm_u"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("kwargs", [{"grad_clip": 1.0}, {"scheduler": object()}])
+def test_manual_mode_refuses_clipping_and_schedulers(kwargs):
+    with pytest.raises(ValueError, match=f"manual mode.*{next(iter(kwargs))}"):
+        run_loop(lambda i: 0.0, None, 1, **kwargs)

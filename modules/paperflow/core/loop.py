@@ -13,6 +13,11 @@ optimisation, so that a Lightning module around the same step function takes the
     loss = step(i); optimizer.zero_grad(); loss.backward(); clip (if grad_clip); optimizer.step();
     scheduler.step() (if a scheduler); record
 
+With `optimizer=None` the loop is in manual mode: the step makes its own updates (zeroth-order steps, two
+optimisers, PPO mini-batches) and returns the value to record as its loss (a number or a tensor, never
+backpropagated here); the loop keeps the records, the progress bar and `on_step`. Clipping and a scheduler
+belong to such a step, and are refused here.
+
 The progress bar (tqdm) shows on a terminal only, unless `progress` says otherwise.
 """
 
@@ -39,7 +44,7 @@ def optimizer_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]
 
 def run_loop(
     step: Callable[[int], StepOutput],
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     steps: int,
     *,
     grad_clip: float | None = None,
@@ -60,7 +65,15 @@ def run_loop(
         Trainer with `deterministic="warn"`.
     progress: show the bar (True), hide it (False), or show it when stderr is a terminal (None).
     on_step: called with each iteration's record once it is taken (evaluation, checkpoints, early logs).
+    optimizer None: manual mode (see the module's docstring).
     """
+    manual = optimizer is None
+    if manual and (grad_clip is not None or scheduler is not None):
+        given = [n for n, v in (("grad_clip", grad_clip), ("scheduler", scheduler)) if v is not None]
+        raise ValueError(
+            f"run_loop without an optimizer (manual mode) got {', '.join(given)}: a manual step clips and "
+            "schedules its own updates"
+        )
     if grad_clip is not None and not grad_clip > 0:
         raise ValueError(f"grad_clip = {grad_clip!r}: must be a positive norm, or None for no clipping")
     if deterministic:
@@ -73,13 +86,14 @@ def run_loop(
     for it in tqdm(range(int(steps)), desc=desc, disable=not show, mininterval=5):
         out = step(it)
         loss, logs = out if isinstance(out, tuple) else (out, {})
-        optimizer.zero_grad()
-        loss.backward()
-        if clipped is not None:
-            torch.nn.utils.clip_grad_norm_(clipped, grad_clip)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
+        if not manual:
+            optimizer.zero_grad()
+            loss.backward()
+            if clipped is not None:
+                torch.nn.utils.clip_grad_norm_(clipped, grad_clip)
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
         record = {"step": it, "loss": _as_float(loss), **{k: _as_float(v) for k, v in logs.items()}}
         records.append(record)
         if on_step is not None:
