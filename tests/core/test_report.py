@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from paperflow.core.report import claims_table, compare_claim, write_metrics
@@ -110,3 +111,19 @@ def test_summary_labels_a_worst_seed_claim(tmp_path):
     path = tmp_path / "metrics.json"
     write_metrics(path, paper="p", scale="smoke", claims=[worst])
     assert "| p | `w`: W | 0.3 (max over seeds) | < 0.2 | **NO** | yes |" in summary_markdown([path], "smoke")
+
+
+def test_statistic_claim_is_judged_on_the_pooled_statistic_and_names_it():
+    from paperflow.core.report import measured_cell, statistic_claim
+    from paperflow.core.summary import measured
+
+    kw = dict(id="gain", statement="s", label="95% CI low, paired bootstrap", seeds=[0, 1, 2], comparison=">")
+    # per-seed values all positive, but the judged statistic is not: the claim follows the statistic
+    c = statistic_claim(value=-0.01, values=[0.05, 0.02, 0.08], threshold=0.0, **kw)
+    assert not c.held and c.value == -0.01 and c.value_std == pytest.approx(np.std([0.05, 0.02, 0.08], ddof=1))
+    assert statistic_claim(value=0.01, values=[0.05, 0.02, 0.08], threshold=0.0, **kw).held
+    assert not statistic_claim(value=float("nan"), values=[0.0] * 3, threshold=-1.0, **kw).held
+    assert measured_cell(c) == "-0.01 (95% CI low, paired bootstrap)"
+    assert measured(c.to_json()) == "-0.01 (95% CI low, paired bootstrap)"
+    with pytest.raises(ValueError, match="aggregate over seeds"):
+        statistic_claim(**{**kw, "label": "mean"}, value=0.0, values=[0.0] * 3, threshold=0.0)

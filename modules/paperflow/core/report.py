@@ -127,6 +127,49 @@ def compare_claim(
     )
 
 
+def statistic_claim(
+    *,
+    id: str,
+    statement: str,
+    value: float,
+    label: str,
+    values: Sequence[float],
+    seeds: Sequence[int],
+    comparison: str,
+    threshold: float,
+    gated: bool = True,
+    paper_value: str | None = None,
+    limitation: str | None = None,
+) -> Claim:
+    """A claim judged on one statistic of the pooled data rather than on an aggregate of per-seed values (e.g. the
+    lower bound of a paired bootstrap interval over every seed's test users): `value <comparison> threshold`,
+    computed here; `label` names the statistic in the report ("95% CI low, paired bootstrap"), and `values` are
+    the per-seed values shown beside it."""
+    if comparison not in COMPARATORS:
+        raise ValueError(f"comparison {comparison!r} not in {sorted(COMPARATORS)}")
+    if len(values) != len(seeds):
+        raise ValueError(f"{len(values)} values for {len(seeds)} seeds")
+    if label in AGGREGATES:
+        raise ValueError(f"label {label!r} is an aggregate over seeds; use compare_claim")
+    value = float(value)
+    held = bool(math.isfinite(value) and COMPARATORS[comparison][0](value, float(threshold)))
+    return Claim(
+        id=id,
+        statement=statement,
+        value=value,
+        threshold=float(threshold),
+        comparison=comparison,
+        held=held,
+        gated=gated,
+        seeds=list(seeds),
+        values=[float(v) for v in values],
+        value_std=mean_std(values)[1],
+        aggregate=label,
+        paper_value=paper_value,
+        limitation=limitation,
+    )
+
+
 def write_metrics(path: str | Path, *, paper: str, scale: str, claims: Iterable[Claim], **extra: Any) -> dict[str, Any]:
     claims = list(claims)
     doc = {
@@ -150,7 +193,9 @@ def measured_cell(c: Claim) -> str:
     """The measured value as judged: mean ± std, or e.g. "0.03 (max over seeds)" for a worst-seed claim."""
     if c.aggregate == "mean":
         return f"{fmt(c.value)} ± {fmt(c.value_std, 2)}"
-    return f"{fmt(c.value)} ({c.aggregate} over seeds)"
+    if c.aggregate in AGGREGATES:
+        return f"{fmt(c.value)} ({c.aggregate} over seeds)"
+    return f"{fmt(c.value)} ({c.aggregate})"
 
 
 def claims_table(claims: Iterable[Claim]) -> str:

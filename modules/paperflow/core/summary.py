@@ -6,13 +6,20 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from paperflow.core.report import fmt
+from paperflow.core.report import AGGREGATES, fmt
 
 
 def measured(claim: dict) -> str:
-    """The judged value; a worst-seed (or best-seed) claim says which aggregate it is."""
+    """The judged value; a worst-seed (or best-seed) claim says which aggregate it is, a claim on a pooled
+    statistic names the statistic."""
     aggregate = claim.get("aggregate", "mean")
-    return fmt(claim["value"]) if aggregate == "mean" else f"{fmt(claim['value'])} ({aggregate} over seeds)"
+    if aggregate == "mean":
+        return fmt(claim["value"])
+    return (
+        f"{fmt(claim['value'])} ({aggregate} over seeds)"
+        if aggregate in AGGREGATES
+        else f"{fmt(claim['value'])} ({aggregate})"
+    )
 
 
 def summary_markdown(metrics_files: Iterable[str | Path], scale: str) -> str:

@@ -223,7 +223,9 @@ class TurnNoise:
         )
 
     def take(self, idx) -> TurnNoise:
-        return TurnNoise(self.transition[idx], self.feedback[idx], self.critic[idx], self.off_format[idx], self.agent[idx])
+        return TurnNoise(
+            self.transition[idx], self.feedback[idx], self.critic[idx], self.off_format[idx], self.agent[idx]
+        )
 
 
 def draw_noise(rng: np.random.Generator, n: int, turns: int, samples: int) -> list[TurnNoise]:

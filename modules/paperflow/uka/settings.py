@@ -1,0 +1,31 @@
+"""uka's config rules that the JSON schema cannot state (called by paperflow.core.config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paperflow.core.config import ConfigError
+
+GATED = ("standard", "principles", "uka")  # the methods the gated claims compare, in both worlds
+TRAINED_BY = {"uka_no_belief_test": "uka"}  # a method evaluated with another method's memory
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    """The gated methods run in both worlds; a method that borrows a memory has its trainer; the budget can
+    hold at least one turn per training user."""
+    for where, methods in (("methods", cfg["methods"]), ("control.methods", cfg["control"]["methods"])):
+        missing = [m for m in GATED if m not in methods]
+        if missing:
+            raise ConfigError(
+                f"{source}: {where} lacks {missing}, which the gated claims compare; allowed: {list(GATED)} + ablations"
+            )
+    for method, trainer in TRAINED_BY.items():
+        if method in cfg["methods"] and trainer not in cfg["methods"]:
+            raise ConfigError(
+                f"{source}: method {method!r} is evaluated with {trainer!r}'s memory; add {trainer!r} to methods"
+            )
+    if cfg["training"]["budget_turns"] < cfg["training"]["dialogues"]:
+        raise ConfigError(
+            f"{source}: training.budget_turns ({cfg['training']['budget_turns']}) is below training.dialogues "
+            f"({cfg['training']['dialogues']}): some training users would never be met"
+        )

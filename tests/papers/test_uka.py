@@ -1,0 +1,346 @@
+"""uka's acceptance checks (spec sections 10 and 11): the critic's keyword map, first-match order and drop rule;
+EIG's closed forms; the reduction of UKA's choice to greedy selection on the memory under a point-mass belief; the
+Bayes filter against the product of likelihoods; the paired bootstrap against scipy's; the true-likelihood sanity
+of the ToM machinery; claims that hold on a gain and fail on the negative control; NeedWorld's dynamics in closed
+form; retrieval against brute force; config errors by name. The tiny pipeline runs end to end in
+tests/workflow/test_every_paper.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.uka import agents as ag
+from paperflow.uka import belief as bf
+from paperflow.uka import claims
+from paperflow.uka import needworld as nw
+from paperflow.uka.memory import Embeddings, KnowledgeMemory, PrincipleMemory, hashed_embedding, top_k_mask
+
+SETTINGS = ag.Settings.from_config(load_paper_config("uka", "smoke"))
+
+
+@pytest.fixture(scope="module")
+def emb() -> Embeddings:
+    return Embeddings(hashed_embedding(nw.situation_texts()), hashed_embedding(nw.keyed_texts()))
+
+
+# 10.1 critic -------------------------------------------------------------------------------------------------
+
+
+def test_critic_maps_the_four_verdicts_drops_unmatched_and_takes_the_first_keyword():
+    assert [nw.parse_verdict(t) for t in nw.VERDICT_TEXT] == [-1.0, -0.5, 0.1, 1.0, None]
+    assert nw.parse_verdict("FEELS BETTER") == 0.1
+    # first match in dict order wins: "worse" is tried before "better" and "solved"
+    assert nw.parse_verdict("feels better, not worse") == -1.0
+    assert nw.parse_verdict("solved, and feels the same") == -0.5
+    samples = ["feels better", "no idea", "issue solved", "feels worse"]
+    assert nw.critic_reward(samples) == pytest.approx((0.1 + 1.0 - 1.0) / 3)
+    assert nw.critic_reward(["hmm", "unclear"]) == 0.0
+
+
+def test_the_simulators_vectorised_reward_is_the_parsed_mean_of_its_verdict_strings():
+    world = nw.World.build("main")
+    rng = np.random.default_rng(0)
+    users = nw.sample_users(rng, 400)
+    noise = nw.TurnNoise.draw(rng, 400, 5)
+    out = world.step(users.need, users.d0, 3, rng.integers(0, 8, 400), noise)
+    expected = [nw.critic_reward([nw.VERDICT_TEXT[v] for v in row]) for row in out.verdicts]
+    np.testing.assert_allclose(out.reward, expected)
+    assert (out.verdicts == 4).any()  # some samples are off-format and dropped
+
+
+def test_distress_and_feedback_follow_their_closed_forms():
+    world = nw.World.build("main")
+    rng = np.random.default_rng(1)
+    n = 20000
+    need, strategy = np.full(n, 1), np.full(n, nw.Q)
+    noise = nw.TurnNoise.draw(rng, n, 5)
+    d = np.full(n, 0.8)
+    out = world.step(need, d, 2, strategy, noise)
+    np.testing.assert_allclose(out.distress, np.clip(0.8 - world.mu[1, 1, nw.Q] + noise.transition, 0, 1))
+    freq = np.bincount(out.feedback, minlength=len(nw.FEEDBACK)) / n
+    np.testing.assert_allclose(freq, world.L[1, nw.Q], atol=0.012)
+    assert np.array_equal(out.success, out.distress <= nw.SUCCESS_DISTRESS)
+    assert nw.phase_of(np.arange(8)).tolist() == [0, 0, 1, 1, 2, 2, 2, 2]
+
+
+def test_needworld_tables_are_in_range_and_digested():
+    mu, L = nw.mu_table(), nw.likelihood_table("main")
+    assert mu.min() >= -0.15 and mu.max() <= 0.3
+    np.testing.assert_allclose(L.sum(-1), 1.0)
+    flat = nw.likelihood_table("uninformative")
+    assert np.all(flat == 0.2)
+    assert nw.table_digest("main") != nw.table_digest("uninformative")
+    with pytest.raises(ValueError, match="allowed worlds"):
+        nw.likelihood_table("mian")
+
+
+# 10.2 EIG ----------------------------------------------------------------------------------------------------
+
+
+def test_eig_is_ln2_for_a_perfect_candidate_and_0_for_an_uninformative_one():
+    like = np.zeros((2, 2, 2))
+    like[0, 0], like[1, 0] = [1, 0], [0, 1]  # candidate 0 reveals the hypothesis
+    like[:, 1] = [0.3, 0.7]  # candidate 1: identical feedback law under both hypotheses
+    gain = bf.eig(np.array([[0.5, 0.5]]), like)
+    assert gain[0, 0] == pytest.approx(math.log(2), abs=1e-12)
+    assert gain[0, 1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_eig_equals_the_mutual_information_by_enumeration():
+    rng = np.random.default_rng(2)
+    like = rng.dirichlet(np.ones(5), size=(4, 8))
+    b = rng.dirichlet(np.ones(4), size=3)
+    gain = bf.eig(b, like)
+    for n in range(3):
+        for s in range(8):
+            joint = b[n][:, None] * like[:, s]  # p(z, u)
+            pu = joint.sum(0)
+            mi = sum(joint[z, u] * math.log(joint[z, u] / (b[n][z] * pu[u])) for z in range(4) for u in range(5))
+            assert gain[n, s] == pytest.approx(mi, abs=1e-12)
+
+
+def test_in_the_uninformative_world_no_strategy_has_information_and_in_the_main_world_questions_do():
+    b = bf.uniform(1, 4)
+    assert np.abs(bf.eig(b, nw.likelihood_table("uninformative"))).max() < 1e-12
+    gain = bf.eig(b, nw.likelihood_table("main"))[0]
+    assert min(gain[list(nw.INFORMATIVE)]) > 5 * max(gain[[nw.PS, nw.INF, nw.OT]])
+
+
+# 10.3 reduction ----------------------------------------------------------------------------------------------
+
+
+def test_point_mass_belief_large_lambda_and_kappa_0_give_greedy_selection_on_the_memory(emb):
+    world = nw.World.build("main")
+    settings = ag.Settings(**{**SETTINGS.__dict__, "lam": 1e6, "kappa": 0.0})
+    agent, _ = ag.acquire(world, "uka", 0, settings, emb)
+    rng = np.random.default_rng(3)
+    situation = rng.integers(0, len(nw.situation_texts()), 50)
+    for z in range(4):
+        point = np.zeros((50, 4))
+        point[:, z] = 1.0
+        assert np.abs(bf.eig(point, agent.likelihood)).max() < 1e-12
+        # ties go to the LLM's preferred strategy first, then the lower index
+        prior_order = np.argsort(-ag.strategy_prior(settings.prior_suggestions), kind="stable")
+        pred = agent.predicted(situation)[:, z, :]
+        greedy = np.array([next(s for s in prior_order if row[s] == row.max()) for row in pred])
+        np.testing.assert_array_equal(agent.choose_test(point, situation, np.zeros(50)), greedy)
+        train = [agent.choose_train(point[i : i + 1], situation[i : i + 1], [], 0.0) for i in range(50)]
+        np.testing.assert_array_equal(train, greedy)
+
+
+# 10.4 Bayes filter -------------------------------------------------------------------------------------------
+
+
+def test_posterior_is_the_normalised_product_of_likelihoods():
+    rng = np.random.default_rng(4)
+    like = rng.dirichlet(np.ones(5), size=(4, 8))
+    strategies, feedback = rng.integers(0, 8, 12), rng.integers(0, 5, 12)
+    b = bf.uniform(1, 4)
+    for s, u in zip(strategies, feedback):
+        b = bf.update(b, like, [s], [u])
+    product = np.prod([like[:, s, u] for s, u in zip(strategies, feedback)], axis=0) / 4
+    np.testing.assert_allclose(b[0], product / product.sum(), atol=1e-9, rtol=0)
+
+
+# 10.5 the claims and their control ---------------------------------------------------------------------------
+
+
+def _per_user(world: str, rates: dict[str, float], n: int = 150, seeds=(0, 1, 2)) -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    rows = []
+    for seed in seeds:
+        base = rng.random(n)
+        for method, rate in rates.items():
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "world": world,
+                        "method": method,
+                        "seed": seed,
+                        "user": np.arange(n),
+                        "success": base < rate,  # nested successes: paired like common random numbers
+                        "entropy_t3": {"uka": 1.0, "principles": 1.1, "standard": 1.2}[method],
+                    }
+                )
+            )
+    return pd.concat(rows, ignore_index=True)
+
+
+BOOT = {"resamples": 1000, "seed": 0, "level": 0.95}
+
+
+def test_claims_hold_on_a_real_gain_and_the_control_fails_them():
+    gain = _per_user("main", {"standard": 0.3, "principles": 0.45, "uka": 0.6})
+    null = _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.45})
+    held = {
+        c.id: c.held for c in claims.build_claims(pd.concat([gain, null]), [0, 1, 2], BOOT, 0.05, "uninformative")[0]
+    }
+    assert held["sr_uka_minus_principles_ge_5pts"] and held["sr_uka_minus_principles_ci_excludes_0"]
+    assert held["control_uninformative_ci_includes_0"]
+    # the plausible alternative: the gain also appears without any informative strategy -> the control fails
+    also = _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.6})
+    held = {
+        c.id: c.held for c in claims.build_claims(pd.concat([gain, also]), [0, 1, 2], BOOT, 0.05, "uninformative")[0]
+    }
+    assert not held["control_uninformative_ci_includes_0"]
+    # and with no gain in the main world the primary claims fail
+    flat = _per_user("main", {"standard": 0.3, "principles": 0.45, "uka": 0.45})
+    held = {
+        c.id: c.held for c in claims.build_claims(pd.concat([flat, null]), [0, 1, 2], BOOT, 0.05, "uninformative")[0]
+    }
+    assert not held["sr_uka_minus_principles_ge_5pts"] and not held["sr_uka_minus_principles_ci_excludes_0"]
+
+
+def test_paired_bootstrap_agrees_with_scipy_on_one_seed():
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(6)
+    a, b = (rng.random(150) < 0.6).astype(float), (rng.random(150) < 0.45).astype(float)
+    point, low, high = claims.paired_bootstrap([a], [b], 20000, 0)
+    ref = bootstrap(
+        (a, b),
+        lambda x, y: np.mean(x - y),
+        paired=True,
+        vectorized=False,
+        n_resamples=20000,
+        method="percentile",
+        random_state=0,
+    ).confidence_interval
+    assert point == pytest.approx(np.mean(a - b))
+    assert low == pytest.approx(ref.low, abs=0.01) and high == pytest.approx(ref.high, abs=0.01)
+    assert claims.paired_bootstrap([a], [a], 100, 0)[1:] == (0.0, 0.0)
+
+
+# 10.6 the ToM machinery with the true likelihood -------------------------------------------------------------
+
+
+def test_with_the_true_likelihood_eig_questioning_identifies_the_need_for_90_percent_of_users():
+    world = nw.World.build("main")
+    users = nw.sample_users(np.random.default_rng(7), 400)
+    noise = nw.draw_noise(np.random.default_rng(8), 400, SETTINGS.turns, SETTINGS.critic_samples)
+    b = ag.identify_need(world, world.L, users, noise, SETTINGS.turns)
+    assert np.mean(b.argmax(axis=1) == users.need) >= 0.9
+    # the negative control: the approximate likelihood of the smoke agents does worse, a permuted one far worse
+    approx = bf.approximate_likelihood(world.L, np.random.default_rng(9), SETTINGS.tom_alpha)
+    b_perm = ag.identify_need(world, bf.permute_needs(approx), users, noise, SETTINGS.turns)
+    assert np.mean(b_perm.argmax(axis=1) == users.need) < 0.3
+
+
+# retrieval and memories --------------------------------------------------------------------------------------
+
+
+def test_top_k_mask_picks_the_k_largest_valid_entries():
+    sims = np.array([[0.1, 0.9, 0.5, 0.7], [0.3, 0.2, 0.1, 0.0]])
+    valid = np.array([True, True, False, True])
+    assert top_k_mask(sims, 2, valid).tolist() == [[False, True, False, True], [True, True, False, False]]
+    assert top_k_mask(sims, 9, valid).sum() == 6
+
+
+def test_knowledge_prediction_equals_brute_force_nearest_neighbours():
+    rng = np.random.default_rng(10)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731 (random vectors: no tied similarities)
+    emb = Embeddings(unit(rng.normal(size=(450, 16))), unit(rng.normal(size=(1800, 16))))
+    mem = KnowledgeMemory()
+    for _ in range(60):
+        mem.add(rng.integers(0, 450), rng.integers(0, 4), rng.integers(0, 8), rng.uniform(-1, 1))
+    query = rng.integers(0, 450, 5)
+    got = mem.predicted(emb, query, 3, unknown=-0.5)
+    keys = np.asarray(mem.situation) * 4 + np.asarray(mem.need)
+    for i, q in enumerate(query):
+        for z in range(4):
+            for s in range(8):
+                idx = [e for e in range(len(mem)) if mem.strategy[e] == s]
+                if not idx:
+                    assert got[i, z, s] == -0.5
+                    continue
+                sims = emb.keyed[q * 4 + z] @ emb.keyed[keys[idx]].T
+                top = np.array(idx)[np.argsort(-sims, kind="stable")[:3]]
+                assert got[i, z, s] == pytest.approx(np.mean(np.asarray(mem.reward)[top]))
+
+
+def test_principle_votes_reward_the_recommended_and_penalise_the_failed(emb):
+    mem = PrincipleMemory()
+    mem.add(10, nw.AR, [nw.PS, nw.INF])
+    votes = mem.votes(emb, np.array([10]), k=3)[0]
+    assert votes[nw.AR] == pytest.approx(1.0, abs=1e-6)  # cos(x, x) = 1
+    assert votes[nw.PS] == pytest.approx(-1.0, abs=1e-6) and votes[nw.INF] == pytest.approx(-1.0, abs=1e-6)
+    assert np.count_nonzero(votes) == 3
+
+
+def test_embeddings_refuse_a_table_of_other_texts():
+    texts = nw.situation_texts()
+    frame = pd.DataFrame(
+        {"kind": "situation", "row": range(len(texts)), "text": texts[::-1], "vector": list(np.eye(450))}
+    )
+    with pytest.raises(ValueError, match="rerun preprocess"):
+        Embeddings.from_frame(frame)
+
+
+def test_training_respects_the_shared_budget_and_only_backtracks_in_training(emb):
+    world = nw.World.build("main")
+    for method in ("principles", "uka"):
+        agent, rows = ag.acquire(world, method, 1, SETTINGS, emb)
+        assert len(rows) <= SETTINGS.budget_turns
+        assert rows["attempt"].max() <= SETTINGS.max_revisions
+        assert rows.groupby(["dialogue", "turn"]).size().max() <= SETTINGS.max_revisions + 1
+        assert len(agent.memory) > 0
+    users = ag.evaluation_users(0, 30)
+    agent = ag.Agent("uka", SETTINGS, world.L, emb, agent.memory)
+    per_user, per_turn = ag.run_episodes(world, agent, users, ag.evaluation_noise(0, 30, SETTINGS), SETTINGS)
+    assert per_turn.groupby(["user", "turn"]).size().max() == 1  # one attempt per test turn: no re-simulation
+    assert (per_user["turns"] <= SETTINGS.turns).all()
+    assert per_turn.groupby("user")["turn"].max().add(1).reindex(per_user["user"]).to_numpy().tolist() == [
+        t if s else SETTINGS.turns for t, s in zip(per_user["turns"], per_user["success"])
+    ]
+
+
+def test_every_method_meets_the_same_test_users_and_draws():
+    a, b = ag.evaluation_users(2, 50), ag.evaluation_users(2, 50)
+    assert np.array_equal(a.need, b.need) and np.array_equal(a.d0, b.d0)
+    n1, n2 = ag.evaluation_noise(2, 50, SETTINGS), ag.evaluation_noise(2, 50, SETTINGS)
+    assert all(np.array_equal(x.transition, y.transition) for x, y in zip(n1, n2))
+    assert not np.array_equal(ag.evaluation_users(3, 50).need, a.need)
+
+
+# config --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            (
+                "methods: [standard, principles, uka, uka_no_eig_train,",
+                "methods: [standard, principles, ukaa, uka_no_eig_train,",
+            ),
+            "ukaa",
+        ),
+        (("    kappa: 0.5 ", "    kapa: 0.5 "), "kapa"),
+        (("  embedding: {kind: minilm,", "  embedding: {kind: minilm2,"), "minilm2"),
+        (
+            ("methods: [standard, principles, uka, uka_no_eig_train,", "methods: [standard, uka, uka_no_eig_train,"),
+            "gated claims",
+        ),
+        (("budget_turns: 320", "budget_turns: 20"), "budget_turns"),
+    ],
+)
+def test_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "uka.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("uka", "smoke", repo_copy)
+
+
+def test_paper_scale_is_refused_by_name(tmp_path):
+    from paperflow.uka.stages import make_world
+
+    cfg = load_paper_config("uka", "paper")
+    with pytest.raises(ConfigError, match="not pinned"):
+        make_world(cfg["source"], {**cfg, "seeds": cfg["seeds"]}, tmp_path / "w.json", tmp_path / "u.parquet")
