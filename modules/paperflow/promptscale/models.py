@@ -1,0 +1,161 @@
+"""The three sequence models of the designer world on the kit (tiny Qwen2 from a config, word-level tokenizer,
+`sequence_logprobs`, `sample`) and one template per model, so that q and p score exactly the spans they generate
+(spec section 9):
+
+    p_theta (prompt model):     <bos> <c> c... <z> | z... <x> x... <eos>      log p(z | c) = z + <x>; log p(x | z, c) = x + <eos>
+    q_phi (rationale model):    <bos> <c> c... <x> x... <z> | z... <eos>     log q(z | c, x) = z + <eos>
+    direct (no rationale):      <bos> <c> c... <x> | x... <eos>              log p(x | c)
+    solver:                     <bos> x... = | answer digits <eos>
+
+"|" separates prompt and completion; a completion's log-prob is the sum of its tokens' log-probs (EOS included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from paperflow.core.lm.models import build_model
+from paperflow.core.lm.sampling import sample, sequence_logprobs
+from paperflow.core.lm.tokenizer import decode_words, encode_pairs, encode_words, word_level_tokenizer
+from paperflow.core.loop import run_loop
+from paperflow.promptscale import world as w
+
+CHUNK = 1024
+
+
+def tokenizer():
+    return word_level_tokenizer(w.WORDS)
+
+
+def model_spec(model: Mapping[str, Any], tok) -> dict[str, Any]:
+    return {**model, "vocab_size": len(tok.get_vocab())}
+
+
+def p_pair(c, z, x) -> tuple[tuple, tuple]:
+    return ("<c>", *c, "<z>"), (*z, "<x>", *x)
+
+
+def q_pair(c, x, z) -> tuple[tuple, tuple]:
+    return ("<c>", *c, "<x>", *x, "<z>"), tuple(z)
+
+
+def direct_pair(c, x) -> tuple[tuple, tuple]:
+    return ("<c>", *c, "<x>"), tuple(x)
+
+
+def answer_words(value: int) -> tuple[str, ...]:
+    return tuple(str(value)) if value >= 0 else ("-", *str(-value))
+
+
+def solver_pair(x, answer: int) -> tuple[tuple, tuple]:
+    return tuple(x), answer_words(answer)
+
+
+@dataclass
+class Encoded:
+    """Every (prompt, completion) pair encoded once (left-padded); `batch(idx)` cuts the columns no row uses."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+
+    @staticmethod
+    def of(tok, pairs: Sequence[tuple[tuple, tuple]]) -> Encoded:
+        b = encode_pairs(tok, [p for p, _ in pairs], [c for _, c in pairs])
+        return Encoded(b["input_ids"], b["attention_mask"], b["completion_mask"])
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def batch(self, idx) -> dict[str, torch.Tensor]:
+        mask = self.attention_mask[idx]
+        start = int((mask.sum(0) == 0).sum())  # left padding shared by every row of this batch
+        return {
+            "input_ids": self.input_ids[idx][:, start:],
+            "attention_mask": mask[:, start:],
+            "completion_mask": self.completion_mask[idx][:, start:],
+        }
+
+
+def token_logprobs(model, enc: Encoded) -> torch.Tensor:
+    """Per-token log-probs of every row (no grad), chunked."""
+    with torch.no_grad():
+        return sequence_logprobs(model, enc.input_ids, enc.attention_mask, chunk_size=CHUNK)
+
+
+def completion_logprob(model, tok, pairs) -> np.ndarray:
+    """sum of the completion's token log-probs (EOS included) for each pair, float64."""
+    enc = Encoded.of(tok, pairs)
+    lp = token_logprobs(model, enc)
+    return (lp * enc.completion_mask).sum(1).double().numpy()
+
+
+def p_scores(model, tok, triples) -> tuple[np.ndarray, np.ndarray]:
+    """(log p(z | c), log p(x | z, c)) of (c, z, x) triples: the completion z <x> x <eos> split at its spans."""
+    pairs = [p_pair(c, z, x) for c, z, x in triples]
+    enc = Encoded.of(tok, pairs)
+    lp = token_logprobs(model, enc).double()
+    width = lp.shape[1]
+    x_len = torch.tensor([len(x) + 1 for _, _, x in triples])
+    z_len = torch.tensor([len(z) + 1 for _, z, _ in triples])
+    col = torch.arange(width)[None]
+    x_mask = col >= width - x_len[:, None]
+    z_mask = (col >= width - x_len[:, None] - z_len[:, None]) & ~x_mask
+    return (lp * z_mask).sum(1).numpy(), (lp * x_mask).sum(1).numpy()
+
+
+def new_model(spec: Mapping[str, Any], seed: int):
+    return build_model(spec, seed)
+
+
+def fit(model, enc: Encoded, steps: int, batch_size: int, lr: float, rng: np.random.Generator, desc: str) -> list[dict]:
+    """Supervised fine-tuning: AdamW, token-mean NLL over the completion, batches drawn with replacement by `rng`."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+
+    def step(i: int):
+        b = enc.batch(torch.as_tensor(rng.integers(0, len(enc), batch_size)))
+        logp = sequence_logprobs(model, b["input_ids"], b["attention_mask"])
+        mask = b["completion_mask"].float()
+        return -(logp * mask).sum() / mask.sum()
+
+    rows = run_loop(step, opt, steps, desc=desc)
+    model.eval()
+    return rows
+
+
+def generate(
+    model, tok, prompts: Sequence[tuple], max_new_tokens: int, temperature: float, generator: torch.Generator
+) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:
+    """Samples, one per prompt: (completion words before EOS, log-prob of the completion with its EOS, ended with
+    EOS). Batches of CHUNK prompts."""
+    words, logps, ended = [], [np.zeros(0)], [np.zeros(0, bool)]
+    eos = tok.eos_token_id
+    with torch.no_grad():
+        for i in range(0, len(prompts), CHUNK):
+            enc = encode_words(tok, prompts[i : i + CHUNK])
+            r = sample(
+                model,
+                enc["input_ids"],
+                enc["attention_mask"],
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                generator=generator,
+                eos_token_id=eos,
+                pad_token_id=tok.pad_token_id,
+            )
+            logps.append((r.logprobs * r.completion_mask).sum(1).double().numpy())
+            ended.append(((r.completion_ids == eos) & r.completion_mask.bool()).any(1).numpy())
+            for row in r.completion_ids:
+                out = decode_words(tok, row)
+                words.append(tuple(t for t in out if t != tok.eos_token))
+    return words, np.concatenate(logps), np.concatenate(ended)
+
+
+def greedy(model, tok, prompts: Sequence[tuple], max_new_tokens: int) -> list[tuple[str, ...]]:
+    return generate(model, tok, prompts, max_new_tokens, 0.0, None)[0]

@@ -1,0 +1,274 @@
+"""promptscale's acceptance checks (spec sections 10 and 11): tabular hard and soft EM are monotone on 20 random
+instances; the IWAE estimator with the exact posterior equals log p(x | c) by enumeration; the E-step reward equals
+one teacher-forced pass; E = 0 gives the cold-start models back and K = 1 is self-training on q's own sample; the
+world's oracle is valid and consistent; DPO starts at log 2 and raises the chosen margin; the claims hold on a
+gain and fail when the random-of-K control gains too; config errors by name. The tiny pipeline runs end to end in
+tests/workflow/test_every_paper.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.promptscale import claims, em, solver
+from paperflow.promptscale import models as pm
+from paperflow.promptscale import world as w
+
+CFG = load_paper_config("promptscale", "tiny")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return pm.tokenizer()
+
+
+@pytest.fixture(scope="module")
+def spec(tok):
+    return pm.model_spec(CFG["model"], tok)
+
+
+@pytest.fixture(scope="module")
+def items():
+    rng = np.random.default_rng(0)
+    return w.draw_items(rng, 40, 1, 2)
+
+
+# 10.1 tabular EM -----------------------------------------------------------------------------------------------
+
+
+def _instance(rng):
+    pz = rng.dirichlet(np.ones(4), size=3)
+    px = rng.dirichlet(np.ones(5), size=(3, 4))
+    data = [(int(rng.integers(3)), int(rng.integers(5))) for _ in range(30)]
+    return pz, px, data
+
+
+def test_hard_em_never_decreases_the_hard_objective_and_soft_em_the_marginal():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        pz, px, data = _instance(rng)
+        hard = [(pz, px)]
+        soft = [(pz, px)]
+        for _ in range(5):
+            hard.append(em.tabular_em_step(*hard[-1], data, hard=True))
+            soft.append(em.tabular_em_step(*soft[-1], data, hard=False))
+        j_hard = [em.tabular_hard_objective(a, b, data) for a, b in hard]
+        marginal = [em.tabular_marginal(a, b, data) for a, b in soft]
+        assert all(b >= a - 1e-6 for a, b in zip(j_hard, j_hard[1:])), j_hard
+        assert all(b >= a - 1e-6 for a, b in zip(marginal, marginal[1:])), marginal
+        assert marginal[-1] > marginal[0]
+
+
+# 10.4 / 11 IWAE -------------------------------------------------------------------------------------------------
+
+
+def test_iwae_with_the_exact_posterior_is_log_p_x_and_a_lower_bound_otherwise():
+    rng = np.random.default_rng(2)
+    pz, px, _ = _instance(rng)
+    joint = em.tabular_joint(pz, px)
+    for c in range(3):
+        for x in range(5):
+            log_px = math.log(joint[c, :, x].sum())
+            post = joint[c, :, x] / joint[c, :, x].sum()
+            z = rng.choice(4, size=(1, 8), p=post)
+            value = em.iwae(np.log(joint[c, z, x]), np.log(post[z]))[0]
+            assert value == pytest.approx(log_px, abs=1e-4)
+            # any other q: E[IWAE] <= log p(x | c) (Monte Carlo over many draws)
+            q = rng.dirichlet(np.ones(4))
+            zs = rng.choice(4, size=(4000, 8), p=q)
+            assert em.iwae(np.log(joint[c, zs, x]), np.log(q[zs])).mean() <= log_px + 1e-3
+
+
+def test_iwae_of_equal_weights_is_that_weight():
+    assert em.iwae(np.full((2, 8), -3.0), np.full((2, 8), -1.0)).tolist() == pytest.approx([-2.0, -2.0])
+
+
+# 10.2 reward consistency -----------------------------------------------------------------------------------------
+
+
+def test_the_e_step_reward_is_one_teacher_forced_pass_and_its_spans_split_exactly(tok, spec, items):
+    p = pm.new_model(spec, 0).eval()
+    triples = [(it.concepts, it.plan, it.problem) for it in items[:12]]
+    lz, lx = pm.p_scores(p, tok, triples)
+    whole = pm.completion_logprob(p, tok, [pm.p_pair(c, z, x) for c, z, x in triples])
+    np.testing.assert_allclose(lz + lx, whole, atol=1e-5)
+    reward = em.score_joint(p, tok, [(c, x) for c, _, x in triples], [z for _, z, _ in triples], 1)[:, 0]
+    np.testing.assert_allclose(reward, whole, atol=1e-5)
+    # by hand, row 0 alone: the z span is z + <x>, the x span is x + <eos>
+    enc = pm.Encoded.of(tok, [pm.p_pair(*triples[0])])
+    per_token = pm.token_logprobs(p, enc)[0].double().numpy()
+    n_x = len(triples[0][2]) + 1
+    n_z = len(triples[0][1]) + 1
+    assert lx[0] == pytest.approx(per_token[-n_x:].sum(), abs=1e-6)
+    assert lz[0] == pytest.approx(per_token[-n_x - n_z : -n_x].sum(), abs=1e-6)
+
+
+# 10.3 reductions -----------------------------------------------------------------------------------------------
+
+
+def _settings(**over):
+    s = {**CFG["em"], "steps": 3, "batch_size": 8, "evaluation": {"m": 4, "seed": 0}}
+    return {**s, **over}
+
+
+def test_zero_iterations_return_the_cold_start_models(tok, spec, items):
+    q0, p0 = pm.new_model(spec, 0).eval(), pm.new_model(spec, 1).eval()
+    q, p, records = em.run_em(
+        q0, p0, tok, [(it.concepts, it.problem) for it in items], items[:6], _settings(iterations=0), "best", 0
+    )
+    for a, b in ((q, q0), (p, p0)):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert [r["iteration"] for r in records] == [0]
+
+
+def test_with_k_1_best_of_k_is_self_training_on_qs_own_sample(tok, spec, items):
+    q0, p0 = pm.new_model(spec, 0).eval(), pm.new_model(spec, 1).eval()
+    pairs = [(it.concepts, it.problem) for it in items]
+    runs = [
+        em.run_em(q0, p0, tok, pairs, items[:6], _settings(iterations=1, k=1, evaluation={"m": 1, "seed": 0}), sel, 0)
+        for sel in ("best", "random")
+    ]
+    for a, b in ((runs[0][0], runs[1][0]), (runs[0][1], runs[1][1])):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_choose_takes_the_argmax_or_a_uniform_index():
+    r = np.array([[0.0, 3.0, 1.0], [5.0, 1.0, 2.0]])
+    assert em.choose(r, "best", np.random.default_rng(0)).tolist() == [1, 0]
+    picks = em.choose(np.zeros((30000, 3)), "random", np.random.default_rng(0))
+    np.testing.assert_allclose(np.bincount(picks) / 30000, 1 / 3, atol=0.01)
+    with pytest.raises(ValueError, match="allowed"):
+        em.choose(r, "bestest", np.random.default_rng(0))
+
+
+# 10.4 the world's oracle ---------------------------------------------------------------------------------------
+
+
+def test_the_true_plan_law_and_realiser_give_validity_and_consistency_1():
+    rng = np.random.default_rng(3)
+    for it in w.draw_items(rng, 500, 1, 3):
+        assert w.is_valid(it.problem) and w.consistent(it.problem, it.concepts), it
+        ops, sizes, mods = w.parse_plan(it.plan)
+        assert w.n_ops(it.problem) == len(ops)
+
+
+def test_world_parsing_and_concepts_in_closed_form():
+    x = tuple("( 2 3 * 4 ) + 7 =".split())
+    assert w.evaluate(x) == 99
+    # the carry is read on the operands written beside the "+" (4 + 7), as the realiser forces it
+    assert w.realised_concepts(x) == {"MUL", "ADD", "PAREN", "TWO_DIGIT", "CHAIN3", "CARRY"}
+    assert w.realised_concepts(tuple("( 2 3 * 4 ) + 5 =".split())) == {"MUL", "ADD", "PAREN", "TWO_DIGIT", "CHAIN3"}
+    assert w.realised_concepts(tuple("8 + 5 - 5 =".split())) == {"ADD", "SUB", "CARRY", "ZERO_TRAP", "CHAIN3"}
+    for bad in ("( 2 + 3 =", "2 + + 3 =", "2 3", ") 2 + 3 ( =", "2 + 3 = 4 ="):
+        assert not w.is_valid(tuple(bad.split())), bad
+    assert w.skeleton(x) == "( N2 * N1 ) + N1"
+    assert w.alignment_accuracy(("PLAN", "d1", "add", "d1", "END"), ("PLAN", "d1", "add", "d1", "END")) == 1.0
+    assert w.alignment_accuracy(("PLAN", "d1", "END"), ("PLAN", "d1", "add", "d1", "END")) == pytest.approx(3 / 5)
+    assert w.parse_plan(("PLAN", "d1", "carry", "END")) is None  # no operation
+
+
+def test_the_annotator_corrupts_about_its_rate_and_keeps_plan_and_end():
+    rng = np.random.default_rng(4)
+    its = w.draw_items(rng, 400, 1, 2)
+    noisy = [w.corrupt_plan(it.plan, rng, 0.35) for it in its]
+    changed = np.mean([a != b for it, z in zip(its, noisy) for a, b in zip(it.plan[1:-1], z[1:-1])])
+    assert 0.3 < changed < 0.5  # swaps change two positions
+    assert all(z[0] == "PLAN" and z[-1] == "END" for z in noisy)
+    assert all(z == it.plan for it, z in zip(its, (w.corrupt_plan(it.plan, rng, 0.0) for it in its)))
+
+
+def test_concept_sampler_draws_distinct_sets_of_2_or_3():
+    rng = np.random.default_rng(5)
+    sampler = w.ConceptSampler([("ADD", "MUL"), ("ADD", "PAREN"), ("SUB", "CARRY")], rng)
+    draws = [sampler.draw(rng) for _ in range(300)]
+    assert all(len(set(d)) == len(d) and 2 <= len(d) <= 3 and set(d) <= set(w.CONCEPTS) for d in draws)
+
+
+# 10.5 / 11 DPO -------------------------------------------------------------------------------------------------
+
+
+def test_dpo_starts_at_log_2_and_its_step_raises_the_chosen_margin(tok, spec, items):
+    model = pm.new_model(spec, 0).eval()
+    pairs = [(it.problem, pm.answer_words(it.answer), pm.answer_words(it.answer + 1)) for it in items[:16]]
+    _, rows = solver.train_dpo(model, tok, pairs, {"steps": 5, "batch_size": 16, "lr": 1e-2, "beta": 0.1}, 0)
+    assert rows[0]["loss"] == pytest.approx(math.log(2), abs=1e-6) and rows[0]["margin"] == pytest.approx(0, abs=1e-7)
+    assert rows[-1]["margin"] > 0 and rows[-1]["loss"] < math.log(2)
+
+
+# 10.6 claims and the control -------------------------------------------------------------------------------------
+
+
+def _curves(em_gain: float, rk_gain: float) -> pd.DataFrame:
+    rows = []
+    for s in (0, 1, 2):
+        for variant, g in (("em", em_gain), ("randomk", rk_gain)):
+            for e in (0, 3):
+                rows.append(
+                    {
+                        "variant": variant,
+                        "seed": s,
+                        "iteration": e,
+                        "iwae": -10 + g * e / 3,
+                        "recovery": 0.8 + g * e / 30,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _synthesis(gap: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "seed": s,
+                "validity": 0.9 + (gap if v == "em" else 0),
+                "consistency": 0.7 + (gap if v == "em" else 0),
+            }
+            for v in ("em", "coldstart")
+            for s in (0, 1, 2)
+        ]
+    )
+
+
+def test_claims_hold_on_em_gains_and_fail_when_the_random_control_gains_too():
+    held = {c.id: c.held for c in claims.build_claims(_curves(0.5, -0.1), _synthesis(0.02), [0, 1, 2])}
+    assert all(held.values()), held
+    held = {c.id: c.held for c in claims.build_claims(_curves(0.5, 0.5), _synthesis(0.02), [0, 1, 2])}
+    assert not held["control_randomk_iwae_gain_loses_sign"] and not held["control_randomk_recovery_gain_loses_sign"]
+    held = {c.id: c.held for c in claims.build_claims(_curves(-0.2, -0.1), _synthesis(-0.02), [0, 1, 2])}
+    assert not held["em_iwae_rises_every_seed"] and not held["synthesis_validity_em_ge_coldstart"]
+
+
+# config ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("  variants: [em, randomk]", "  variants: [em, randomkk]"), "randomkk"),
+        (("    k: 4 ", "    kk: 4 "), "kk"),
+        (("evaluation: {m: 8,", "evaluation: {m: 2,"), "em.evaluation.m"),
+        (("  variants: [em, randomk]", "  variants: [em]"), "gated claims"),
+        (("    hidden_size: 64\n", "    hiden_size: 64\n"), "did you mean 'hidden_size'"),
+    ],
+)
+def test_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "promptscale.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("promptscale", "smoke", repo_copy)
+
+
+def test_paper_scale_is_refused_by_name(tmp_path):
+    from paperflow.promptscale.prepare import download
+
+    cfg = load_paper_config("promptscale", "paper")
+    with pytest.raises(ConfigError, match="not pinned"):
+        download(cfg["source"], cfg["world"], tmp_path / "items.parquet")
