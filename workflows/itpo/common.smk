@@ -1,0 +1,24 @@
+# itpo: the functions of its Snakefile (paths, keyed inputs), included first by it; names carry the slug.
+
+
+def itpo_checkpoints(methods):
+    """{(method, group): the train job's checkpoint file} for `methods`."""
+    return {(m, g): itpo_path("models", m, f"{g}.safetensors") for m in methods for g in ITPO_GROUPS}
+
+
+def itpo_policies(wildcards):
+    """Every train job's checkpoints (policies inside), keyed for the evaluation."""
+    return keyed("ckpt", itpo_checkpoints(ITPO["methods"]))
+
+
+def itpo_analysis_inputs(wildcards):
+    """The checkpoints of the methods that train a PRM, keyed for the turn analysis."""
+    from paperflow.itpo.settings import PRM_METHODS
+
+    return keyed("ckpt", itpo_checkpoints([m for m in ITPO["methods"] if m in PRM_METHODS]))
+
+
+def itpo_curves(wildcards):
+    return keyed(
+        "curves", {(m, g): itpo_path("models", m, f"{g}_curves.csv") for m in ITPO["methods"] for g in ITPO_GROUPS}
+    )
