@@ -30,7 +30,15 @@ from tqdm import tqdm
 
 from paperflow.core.config import ConfigError
 from paperflow.core.lm.losses import clipped_surrogate, dynamic_sampling_keep, group_advantages
-from paperflow.core.lm.sampling import CachedForward, Rollout, StepOverride, StepState, sample, sequence_logprobs
+from paperflow.core.lm.sampling import (
+    CachedForward,
+    Rollout,
+    StepOverride,
+    StepState,
+    inverse_cdf,
+    sample,
+    sequence_logprobs,
+)
 from paperflow.eapo.task import AdditionTask, Batch, accuracy
 
 log = logging.getLogger(__name__)
@@ -164,9 +172,8 @@ class Injector:
             critical = (state.entropies >= self.tau) & (kl >= self.tau_kl)
         critical = critical & ~state.done & self.rows
         inject = critical & (coins[:, 1] < s.alpha)
-        cdf = prior_logp.double().exp().cumsum(-1)
         u = torch.rand(n, 1, generator=self.generator, dtype=torch.float64)
-        prior_token = torch.searchsorted(cdf / cdf[:, -1:], u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+        prior_token = inverse_cdf(prior_logp, u)
         token = torch.where(inject, prior_token, state.tokens)
         p_old = state.logprobs.gather(-1, token[:, None]).squeeze(-1)
         p_prior = prior_logp.gather(-1, token[:, None]).squeeze(-1)

@@ -34,8 +34,6 @@ P_REVEAL = 0.75
 TOKEN_COST = 0.01  # length-cost weight per assistant token (spec section 4: token_amount weight)
 PROMPT_LENGTH = 8  # BOS USER GOAL a= <a> F F AST
 MAX_LENGTH = PROMPT_LENGTH + MAX_TURNS * TURN_TOKENS + (MAX_TURNS - 1) * 4
-# a multiplier above every token id: the response mask rides along a repack as ids + RIDE * mask
-_RIDE = 1 << 10
 
 
 @lru_cache(maxsize=1)
@@ -221,10 +219,8 @@ def _block(rows: list[list[int]], n: int, pad: int) -> tuple[torch.Tensor, torch
 
 
 def repack_with_response(history, mask, response, pad: int):
-    """`repack_left` of a history with holes, its response mask carried along (encoded above the token ids)."""
-    packed, new_mask = repack_left(history + _RIDE * response, mask, pad)
-    resp = torch.where(new_mask.bool(), packed // _RIDE, 0)
-    return torch.where(new_mask.bool(), packed % _RIDE, pad), new_mask, resp
+    """`repack_left` of a history with holes, its response mask carried along."""
+    return repack_left(history, mask, pad, response)
 
 
 @torch.no_grad()

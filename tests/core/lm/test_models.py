@@ -186,6 +186,25 @@ def test_a_plain_safetensors_file_is_refused_by_load_checkpoint(tmp_path):
         models.load_checkpoint(tmp_path / "plain.safetensors")
 
 
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_several_models_in_one_file_come_back_per_label(arch, tmp_path):
+    group = {f"seed{s}": models.build_model(TINY[arch], seed=s).eval() for s in (0, 3)}
+    with torch.no_grad():
+        group["seed3"].model.norm.weight.mul_(1.5)
+    path = models.save_checkpoints(group, tmp_path / "g.safetensors", TINY[arch])
+    back = models.load_checkpoints(path)
+    ids = _ids(TINY[arch]["vocab_size"])
+    assert list(back) == ["seed0", "seed3"]
+    with torch.no_grad():
+        for label, model in group.items():
+            assert torch.equal(model(ids).logits, back[label](ids).logits)
+        assert not torch.equal(back["seed0"](ids).logits, back["seed3"](ids).logits)
+    with pytest.raises(ValueError, match="load_checkpoint"):
+        models.load_checkpoints(models.save_checkpoint(group["seed0"], tmp_path / "one.safetensors", TINY[arch]))
+    with pytest.raises(ValueError, match="without '/'"):
+        models.save_checkpoints({"a/b": group["seed0"]}, tmp_path / "bad.safetensors", TINY[arch])
+
+
 def test_forward_counter_counts_calls_rows_and_real_tokens_and_pauses():
     """One call per sampled step (KV cache: the new column's tokens only), one per scoring pass; padding is not
     a token; paused forwards and forwards after close() are not counted."""

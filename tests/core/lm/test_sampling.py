@@ -381,3 +381,32 @@ def test_repack_left_joins_padded_pieces_in_order_and_scores_like_unpadded_rows(
             torch.testing.assert_close(batch[i][m[i].bool()], alone[0], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="must be"):
         repack_left(ids, mask[:, :3], 0)
+
+
+def test_inverse_cdf_follows_the_law_and_never_draws_a_zero_probability_index():
+    from paperflow.core.lm.sampling import inverse_cdf
+
+    probs = torch.tensor([[0.2, 0.0, 0.5, 0.3]] * 40000, dtype=torch.float64)
+    u = torch.rand(40000, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    idx = inverse_cdf(probs.log(), u)
+    freq = torch.bincount(idx, minlength=4).double() / 40000
+    assert torch.allclose(freq, probs[0], atol=0.01) and freq[1] == 0
+    # the boundaries: u just below / at a cumulative step
+    edges = torch.tensor([[0.0], [0.2 - 1e-12], [0.2], [0.7 - 1e-12], [0.7], [1 - 1e-12]], dtype=torch.float64)
+    assert inverse_cdf(probs[:6].log(), edges).tolist() == [0, 0, 2, 2, 3, 3]
+
+
+def test_repack_left_moves_aligned_tensors_with_the_ids():
+    from paperflow.core.lm.sampling import repack_left
+
+    ids = torch.tensor([[5, 6, 0, 7, 0], [0, 8, 9, 0, 4]])
+    mask = torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 0, 1]])
+    resp = torch.tensor([[0, 1, 0, 1, 0], [0, 0, 1, 0, 1]])
+    reward = torch.tensor([[0.0, 0.5, 9.0, 0.25, 9.0], [9.0, 0.0, 1.0, 9.0, 2.0]])
+    new_ids, new_mask, new_resp, new_reward = repack_left(ids, mask, 0, resp, reward)
+    assert new_ids.tolist() == [[5, 6, 7], [8, 9, 4]] and new_mask.tolist() == [[1, 1, 1], [1, 1, 1]]
+    assert new_resp.tolist() == [[0, 1, 1], [0, 1, 1]] and new_reward.tolist() == [[0.0, 0.5, 0.25], [0.0, 1.0, 2.0]]
+    short = repack_left(ids[:, :3], torch.tensor([[1, 0, 0], [0, 1, 1]]), 0, resp[:, :3])
+    assert short[2].tolist() == [[0, 0], [0, 1]]  # zero on the padding
+    with pytest.raises(ValueError, match="aligned tensor"):
+        repack_left(ids, mask, 0, resp[:, :2])

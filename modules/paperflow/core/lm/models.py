@@ -213,6 +213,58 @@ def load_checkpoint(path: str | Path):
     return model.eval()
 
 
+GROUP_LABELS_KEY = "paperflow.labels"
+
+
+def save_checkpoints(models: Mapping[str, Any], path: str | Path, spec: Mapping[str, Any]) -> Path:
+    """Several models of one spec in one safetensors file (one output per job whatever its seeds: a seed group's
+    final models, a policy beside its reward model): tensors keyed `<label>/<name>`, the spec and the labels in the
+    metadata. Labels are non-empty strings without '/'. Load with `load_checkpoints`."""
+    import json
+
+    from safetensors.torch import save_file
+
+    for label in models:
+        if not isinstance(label, str) or not label or "/" in label:
+            raise ValueError(f"checkpoint label {label!r}: a non-empty string without '/'")
+    tensors = {
+        f"{label}/{name}": t.detach().contiguous().clone()
+        for label, model in models.items()
+        for name, t in model.state_dict().items()
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {SPEC_METADATA_KEY: json.dumps(dict(spec), sort_keys=True), GROUP_LABELS_KEY: json.dumps(list(models))}
+    save_file(tensors, str(path), metadata=meta)
+    return path
+
+
+def load_checkpoints(path: str | Path) -> dict[str, Any]:
+    """{label: model in eval mode} from a `save_checkpoints` file, each built from the stored spec and loaded
+    strictly; a single-model `save_checkpoint` file is refused by name."""
+    import json
+
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata() or {}
+        if GROUP_LABELS_KEY not in meta:
+            raise ValueError(
+                f"{path}: no {GROUP_LABELS_KEY!r} in the metadata; a single model is read by load_checkpoint"
+            )
+        spec, labels = json.loads(meta[SPEC_METADATA_KEY]), json.loads(meta[GROUP_LABELS_KEY])
+        states: dict[str, dict[str, Any]] = {label: {} for label in labels}
+        for key in fh.keys():
+            label, name = key.split("/", 1)
+            states[label][name] = fh.get_tensor(key)
+    out = {}
+    for label in labels:
+        model = build_model(spec, seed=0)
+        model.load_state_dict(states[label], strict=True)
+        out[label] = model.eval()
+    return out
+
+
 class ForwardCounter:
     """Counts the forward passes of a model (a forward pre-hook on the top module): `calls`, `rows` (batch rows)
     and `tokens` (the real tokens fed in this pass: the attention mask over the columns fed, which under a KV

@@ -213,16 +213,22 @@ class Rollout:
     replaced: torch.Tensor  # [B, T] bool, tokens a hook put in
 
 
+def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One index per row of the law exp(logp) [B, V] at the float64 uniforms u [B, 1]: the first index whose
+    (renormalised, float64) cumulative probability exceeds u, never a zero-probability index. The draw `sample`
+    makes; a hook that draws from another law (eapo's prior) uses it too."""
+    cdf = logp.double().exp().cumsum(-1)
+    cdf = cdf / cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
+
+
 def _draw(logits: torch.Tensor, logp: torch.Tensor, temperature: float, generator) -> torch.Tensor:
     """One token per row by the inverse CDF of exp(logp) at a float64 uniform; the uniform is drawn even when
     greedy (argmax of the raw logits, `generate`'s tie-breaking), so the generator always advances the same."""
     u = torch.rand(logp.shape[0], 1, generator=generator, dtype=torch.float64, device=logp.device)
     if temperature == 0:
         return logits.argmax(-1)
-    cdf = logp.double().exp().cumsum(-1)
-    cdf = cdf / cdf[:, -1:]
-    # right=True: the first index whose cdf exceeds u, never a zero-probability token
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
+    return inverse_cdf(logp, u)
 
 
 def _apply(override: StepOverride, live, token, token_logp, logp):
@@ -313,11 +319,12 @@ def sample(
     )
 
 
-def repack_left(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int):
+def repack_left(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int, *aligned: torch.Tensor):
     """Each row's real tokens (mask != 0), in their order, moved to the right end of the row and padding to the
     left: the layout `sample` and `sequence_logprobs` take. Joins multi-turn pieces that were padded apart (a
     turn's completion padded after EOS, then the next turn appended). Returns (input_ids, attention_mask) of width
-    = the longest row's real length."""
+    = the longest row's real length, followed by each of the `aligned` tensors [B, L] (a response mask, per-token
+    rewards) moved the same way, 0 on the padding."""
     mask = attention_mask != 0
     if input_ids.shape != mask.shape or mask.ndim != 2:
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(mask.shape)} must be [B, L]")
@@ -328,4 +335,10 @@ def repack_left(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token
     ids = torch.gather(input_ids, 1, order)[:, input_ids.shape[1] - width :]
     new_mask = torch.gather(mask.long(), 1, order)[:, input_ids.shape[1] - width :]
     ids = torch.where(new_mask.bool(), ids, torch.as_tensor(pad_token_id, dtype=ids.dtype))
-    return ids, new_mask
+    moved = []
+    for a in aligned:
+        if a.shape != mask.shape:
+            raise ValueError(f"an aligned tensor {tuple(a.shape)} must have the ids' shape {tuple(mask.shape)}")
+        a = torch.gather(a, 1, order)[:, input_ids.shape[1] - width :]
+        moved.append(torch.where(new_mask.bool(), a, torch.zeros((), dtype=a.dtype)))
+    return (ids, new_mask, *moved) if aligned else (ids, new_mask)
