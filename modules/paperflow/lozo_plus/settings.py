@@ -1,0 +1,39 @@
+"""lozo_plus's config rules that the JSON schema cannot state (called by paperflow.core.config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paperflow.core.config import ConfigError
+from paperflow.core.lm.models import model_config
+
+GATED = ("lozo", "lozoplus", "lozoplus_random")  # the gated claims compare these, paired by seed
+NEEDED_BY = {"lozoplus": ("lozo",), "lozoplus_random": ("lozo", "lozoplus")}
+
+
+def seeds_of(method: str, cfg: dict[str, Any]) -> list[int]:
+    """The seeds a method runs: `report_seeds` for the methods listed in `report_only`, `seeds` for the others."""
+    return list(cfg["report_seeds"] if method in cfg["report_only"] else cfg["seeds"])
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    """Cross-key rules: a model spec the kit builds, a sequence that fits, ranks that fit, the claims' methods."""
+    from paperflow.lozo_plus.task import VOCAB_SIZE
+
+    model_config({**cfg["model"], "vocab_size": VOCAB_SIZE})  # refuses a misspelt model key by name
+    if cfg["model"].get("max_position_embeddings", 10**9) < cfg["data"]["length"] + 2:
+        raise ConfigError(f"{source}: model.max_position_embeddings is shorter than BOS + data.length + SEP")
+    zo = cfg["zo"]
+    if zo["candidate_rank"] > zo["r_max"]:
+        raise ConfigError(f"{source}: zo.candidate_rank ({zo['candidate_rank']}) exceeds zo.r_max ({zo['r_max']})")
+    if cfg["run"]["eval_subset"] > cfg["data"]["train"] or cfg["run"]["batch_size"] > cfg["data"]["train"]:
+        raise ConfigError(f"{source}: run.eval_subset and run.batch_size must not exceed data.train")
+    if cfg["claims"]["control_low"] >= cfg["claims"]["control_high"]:
+        raise ConfigError(f"{source}: claims.control_low must be below claims.control_high")
+    gated = sorted(set(cfg["report_only"]) & set(GATED))
+    if gated:
+        raise ConfigError(f"{source}: report_only lists {gated}, which the gated claims compare at every seed")
+    for method, needs in NEEDED_BY.items():
+        missing = [n for n in needs if method in cfg["methods"] and n not in cfg["methods"]]
+        if missing:
+            raise ConfigError(f"{source}: method {method!r} is judged against {missing}; add it to methods")

@@ -1,0 +1,185 @@
+"""Pretraining on the source task, and fine-tuning on the target at a fixed forward budget (spec sections 7, 8).
+
+Every forward on a training batch is counted by the kit's `ForwardCounter` on the model; that count F is the
+x-axis of every curve. The train loss of the unperturbed model on a fixed 256-example subset (every
+`eval_every` forwards) and the autograd capture-ratio probe (every `probe_every` steps) run with the counter
+paused: they are outside the budget. Zeroth-order steps run on the core loop in manual mode
+(`run_loop(step, None, steps)`); the first-order reference and the pretraining on it with AdamW.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from paperflow.core.lm.models import ForwardCounter
+from paperflow.core.loop import run_loop
+from paperflow.lozo_plus import model as lm
+from paperflow.lozo_plus import task as tk
+from paperflow.lozo_plus import zo
+
+DATA = 101  # purpose key of the batch stream's seed (zo's purposes are 0-4)
+
+
+@dataclass
+class Split:
+    ids: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def head(self, n: int) -> Split:
+        return Split(self.ids[:n], self.labels[:n])
+
+
+def split_of(ids: np.ndarray, labels: np.ndarray) -> Split:
+    return Split(torch.as_tensor(ids, dtype=torch.long), torch.as_tensor(labels, dtype=torch.long))
+
+
+def pretrain(model_cfg: Mapping[str, Any], cfg: Mapping[str, Any], checks: Mapping[str, Split]):
+    """The source model: AdamW on fresh source-task batches (spec 7: lr 3e-3, 600 steps, batch 64); its history
+    holds the accuracy on each split of `checks` every `eval_every` steps and at the end."""
+    seed = int(cfg["seed"])
+    model = lm.new_model(model_cfg, seed)
+    rng = np.random.default_rng(zo.derive_seed(seed, DATA))
+    opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]))
+    history = []
+
+    def check(step: int) -> None:
+        model.eval()
+        row = {"step": step}
+        for name, s in checks.items():
+            row[f"{name}_loss"], row[f"{name}_accuracy"] = lm.evaluate(model, s.ids, s.labels)
+        history.append(row)
+        model.train()
+
+    def step(i: int):
+        ids, y = tk.generate("source", int(cfg["batch_size"]), rng)
+        out = lm.loss(model, torch.as_tensor(ids), torch.as_tensor(y))
+        if (i + 1) % int(cfg["eval_every"]) == 0 and i + 1 < int(cfg["steps"]):
+            check(i + 1)
+        return out
+
+    model.train()
+    check(0)
+    run_loop(step, opt, int(cfg["steps"]), desc="pretrain")
+    check(int(cfg["steps"]))
+    return model.eval(), history
+
+
+class Budgeted:
+    """The training stream of one fine-tuning run: seeded batches, the counted loss, the paused evaluations."""
+
+    def __init__(self, model, train: Split, seed: int, batch_size: int, eval_subset: int):
+        self.model = model
+        self.train = train
+        self.eval_set = train.head(eval_subset)
+        self.counter = ForwardCounter(model)
+        self.rng = np.random.default_rng(zo.derive_seed(seed, DATA))
+        self.batch_size = batch_size
+        self.batch = None
+        self.curve: list[dict[str, float]] = []
+
+    def draw(self) -> None:
+        idx = torch.as_tensor(self.rng.choice(len(self.train), self.batch_size, replace=False))
+        self.batch = (self.train.ids[idx], self.train.labels[idx])
+
+    def batch_loss(self) -> float:
+        """L(theta; B_t), one counted forward."""
+        with torch.inference_mode():
+            return float(lm.loss(self.model, *self.batch))
+
+    def record(self, step: int) -> None:
+        with self.counter.paused():
+            loss_, acc = lm.evaluate(self.model, self.eval_set.ids, self.eval_set.labels)
+        self.curve.append({"forwards": self.counter.calls, "step": step, "train_loss": loss_, "train_accuracy": acc})
+
+    def gradients(self, params) -> list[torch.Tensor]:
+        """Autograd gradient of the batch loss (the probe; not counted)."""
+        with self.counter.paused(), torch.enable_grad():
+            out = lm.loss(self.model, *self.batch)
+            return list(torch.autograd.grad(out, list(params)))
+
+
+def mezo_cosine(opt: zo.ZeroOrder, c: float, grads: list[torch.Tensor]) -> float:
+    """cos(c z, grad L) for MeZO (spec 8: its stand-in for the capture ratio)."""
+    dot = zz = gg = 0.0
+    for (_, z, _), g in zip(opt.pieces(), grads):
+        dot, zz, gg = dot + float((z * g).sum()), zz + float(z.pow(2).sum()), gg + float(g.pow(2).sum())
+    return math.copysign(1.0, c) * dot / math.sqrt(zz * gg) if zz * gg > 0 else float("nan")
+
+
+def finetune_zo(model, method: str, settings: zo.Settings, train: Split, seed: int, run: Mapping[str, Any]):
+    """One ZO run of `method` from `model` (changed in place) until the forward budget `run.budget` is spent.
+    Returns (curve rows, per-step log rows, probe rows)."""
+    stream = Budgeted(model, train, seed, int(run["batch_size"]), int(run["eval_subset"]))
+    opt = zo.make(method, model.parameters(), settings, seed)
+    budget, eval_every, probe_every = int(run["budget"]), int(run["eval_every"]), int(run["probe_every"])
+    probes, next_eval = [], eval_every
+    model.eval()
+
+    def probe(o: zo.ZeroOrder, c: float) -> None:
+        if o.t % probe_every:
+            return
+        row = {"step": o.t, "forwards": stream.counter.calls}
+        if isinstance(o, zo.MeZO):
+            row["cosine"] = mezo_cosine(o, c, stream.gradients(o.params))
+        else:
+            bases = o.subspaces()
+            grads = stream.gradients(o.matrices)
+            row["rho"], row["rho_unweighted"] = zo.capture_ratio(grads, [bases[p] for p in o.matrices])
+            energy = [float(g.pow(2).sum()) for g in grads]
+            ranks = [bases[p].shape[1] / p.shape[1] for p in o.matrices]
+            row["rho_random_expected"] = math.sqrt(sum(e * r for e, r in zip(energy, ranks)) / sum(energy))
+            row["rank"] = float(np.mean([bases[p].shape[1] for p in o.matrices]))
+        probes.append(row)
+
+    def step(i: int):
+        nonlocal next_eval
+        if stream.counter.calls + opt.step_cost() > budget:
+            return float("nan"), {"done": 1.0}
+        stream.draw()
+        logs = opt.step(stream.batch_loss, probe)
+        if stream.counter.calls >= next_eval:
+            stream.record(opt.t)
+            next_eval += eval_every
+        return logs["loss_plus"], {**logs, "forwards": float(stream.counter.calls), "done": 0.0}
+
+    stream.record(0)
+    records = run_loop(step, None, budget // 2, desc=f"{method} seed {seed}")
+    if stream.curve[-1]["forwards"] != stream.counter.calls:
+        stream.record(opt.t)
+    stream.counter.close()
+    log = [r for r in records if not r["done"]]
+    return stream.curve, log, probes
+
+
+def finetune_fo(model, cfg: Mapping[str, Any], train: Split, seed: int, run: Mapping[str, Any]):
+    """The first-order reference: AdamW for `cfg.steps` steps of `run.batch_size` rows (one counted forward each,
+    plus its backward). Returns (curve rows, per-step log rows, no probe rows)."""
+    stream = Budgeted(model, train, seed, int(run["batch_size"]), int(run["eval_subset"]))
+    opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]))
+    every = int(cfg["eval_every"])
+
+    def step(i: int):
+        stream.draw()
+        out = lm.loss(model, *stream.batch)
+        return out, {"forwards": float(stream.counter.calls)}
+
+    def after(record: dict[str, float]) -> None:
+        if (record["step"] + 1) % every == 0:
+            stream.record(int(record["step"]) + 1)
+
+    model.train()
+    stream.record(0)
+    records = run_loop(step, opt, int(cfg["steps"]), desc=f"ft seed {seed}", on_step=after)
+    if stream.curve[-1]["forwards"] != stream.counter.calls:
+        stream.record(int(cfg["steps"]))
+    stream.counter.close()
+    return stream.curve, records, []
