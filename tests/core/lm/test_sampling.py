@@ -410,3 +410,45 @@ def test_repack_left_moves_aligned_tensors_with_the_ids():
     assert short[2].tolist() == [[0, 0], [0, 1]]  # zero on the padding
     with pytest.raises(ValueError, match="aligned tensor"):
         repack_left(ids, mask, 0, resp[:, :2])
+
+
+def test_sample_with_embeds_banned_ids_and_top_k():
+    """The first forward may take embeddings (here: the ids' own embeddings, which must change nothing); banned ids
+    are never drawn; top-k keeps k tokens and the recorded log-prob is the truncated law's."""
+    from paperflow.core.lm.models import build_model
+    from paperflow.core.lm.sampling import sample, sequence_logprobs
+
+    spec = {
+        "arch": "llama",
+        "vocab_size": 24,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+    }
+    model = build_model(spec, seed=0).eval()
+    ids = torch.tensor([[0, 0, 5, 6, 7], [0, 8, 9, 10, 11]])
+    mask = (ids != 0).long()
+    kw = dict(max_new_tokens=6, temperature=1.0, eos_token_id=None, pad_token_id=0)
+    plain = sample(model, ids, mask, generator=torch.Generator().manual_seed(3), **kw)
+    embeds = model.get_input_embeddings()(ids)
+    via = sample(model, ids, mask, generator=torch.Generator().manual_seed(3), inputs_embeds=embeds, **kw)
+    assert torch.equal(plain.completion_ids, via.completion_ids)
+    torch.testing.assert_close(plain.logprobs, via.logprobs)
+    banned = list(range(1, 20))
+    r = sample(model, ids, mask, generator=torch.Generator().manual_seed(3), banned_token_ids=banned, **kw)
+    assert not torch.isin(r.completion_ids, torch.tensor(banned)).any()
+    r = sample(model, ids, mask, generator=torch.Generator().manual_seed(4), top_k=2, **{**kw, "max_new_tokens": 1})
+    full = sequence_logprobs(model, r.sequences, r.attention_mask)[:, -1]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, -1]
+    top2 = torch.log_softmax(torch.topk(logits, 2).values, -1)
+    chosen = torch.topk(logits, 2).indices
+    assert all(r.completion_ids[i, 0] in chosen[i] for i in range(2))
+    for i in range(2):
+        k = (chosen[i] == r.completion_ids[i, 0]).nonzero().item()
+        assert r.logprobs[i, 0] == pytest.approx(float(top2[i, k]), abs=1e-5)
+        assert r.logprobs[i, 0] > full[i]  # the truncated law gives its tokens more mass
+    assert torch.isfinite(r.entropies).all()

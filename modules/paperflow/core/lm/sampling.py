@@ -71,7 +71,9 @@ def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def _entropy(logp: torch.Tensor) -> torch.Tensor:
-    return -(logp.exp() * logp).sum(-1)
+    """-sum p log p, with 0 log 0 = 0 (a banned or top-k-truncated token has log-prob -inf)."""
+    p = logp.exp()
+    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
 
 
 def _forward_logprobs(model, input_ids, attention_mask, temperature: float, entropies: bool):
@@ -149,15 +151,25 @@ class CachedForward:
         self._seen: torch.Tensor | None = None
 
     @torch.no_grad()
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Logits [B, V] at the last column of `input_ids` [B, L]; earlier columns must be the ones seen before."""
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs_embeds: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits [B, V] at the last column of `input_ids` [B, L]; earlier columns must be the ones seen before.
+        `inputs_embeds` [B, L, H] replaces the ids' embeddings on the first call only (a VLM's projected image
+        prefix in its slots); the ids then stand for those columns in the cache's bookkeeping."""
         done = 0 if self._seen is None else self._seen.shape[1]
         if input_ids.shape[1] <= done or (self._seen is not None and not torch.equal(input_ids[:, :done], self._seen)):
             raise ValueError(
                 f"CachedForward: the sequences must extend the {done} columns seen before by at least one on the right"
             )
+        if inputs_embeds is not None and (done or inputs_embeds.shape[:2] != input_ids.shape):
+            raise ValueError(
+                f"CachedForward: inputs_embeds {tuple(inputs_embeds.shape)} goes with the first call's ids "
+                f"{tuple(input_ids.shape)} only"
+            )
+        feed = {"inputs_embeds": inputs_embeds} if inputs_embeds is not None else {"input_ids": input_ids[:, done:]}
         out = self.model(
-            input_ids=input_ids[:, done:],
+            **feed,
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask)[:, done:],
             use_cache=True,
@@ -213,6 +225,16 @@ class Rollout:
     replaced: torch.Tensor  # [B, T] bool, tokens a hook put in
 
 
+def _restrict(logits: torch.Tensor, banned: torch.Tensor | None, top_k: int | None) -> torch.Tensor:
+    """Banned ids to -inf, then all but the k largest logits to -inf (ties at the k-th kept)."""
+    if banned is not None:
+        logits = logits.float().index_fill(-1, banned, float("-inf"))
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits
+
+
 def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One index per row of the law exp(logp) [B, V] at the float64 uniforms u [B, 1]: the first index whose
     (renormalised, float64) cumulative probability exceeds u, never a zero-probability index. The draw `sample`
@@ -264,10 +286,19 @@ def sample(
     eos_token_id: int | Sequence[int] | None,
     pad_token_id: int,
     hook: Hook | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    banned_token_ids: Sequence[int] | None = None,
+    top_k: int | None = None,
 ) -> Rollout:
     """Up to `max_new_tokens` per row from left-padded prompts, KV-cached; a row ends at its first EOS (any of
     `eos_token_id`; None: never), later columns are `pad_token_id` under mask 0; sampling stops when all rows ended.
-    `hook(StepState)` may return a `StepOverride` at every step (module docstring)."""
+    `hook(StepState)` may return a `StepOverride` at every step (module docstring).
+
+    inputs_embeds: [B, L, H] embeddings of the prompt fed instead of its ids on the first forward (a VLM's image
+        prefix); the ids still fill `sequences`.
+    banned_token_ids: never drawn (their logits -inf before anything else).
+    top_k: only the k largest logits of each step stay (None or 0: all); the recorded log-probs and entropies are
+        those of the truncated, tempered law actually sampled."""
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if max_new_tokens < 0:
@@ -280,8 +311,12 @@ def sample(
     forward = CachedForward(model)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     tokens_out, logp_out, ent_out, repl_out, live_out = [], [], [], [], []
+    banned = None if not banned_token_ids else torch.as_tensor(list(banned_token_ids), dtype=torch.long, device=device)
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 or None: no truncation), got {top_k}")
     for t in range(max_new_tokens):
-        logits = forward(seq, mask)
+        logits = forward(seq, mask, inputs_embeds if t == 0 else None)
+        logits = _restrict(logits, banned, top_k)
         logp = torch.log_softmax(_scaled(logits, temperature), dim=-1)
         ent = _entropy(logp)
         token = _draw(logits, logp, temperature, generator)
