@@ -1,0 +1,373 @@
+"""doubt's acceptance checks (spec sections 10 and 11): Rbar's closed forms (centred: |n_A - n_B| / n; uncentred:
+sqrt(p^2 + q^2 + 2pq cos theta); a symmetric 3-way split ~0), the degenerate set = 1 in float32 and float64, Rbar
+equal to the spec's definition written independently in torch, SE's formula with cluster -1, AUROC against sklearn and
+detection accuracy at 0.48, why categorical answers make C1 trivial (section 11), the clusterer's dev threshold,
+the embedding-prefix sampler against full forwards, the claims and their negative controls (incl. the shuffled
+control), config errors by name, and the tiny pipeline end to end with its provenance audit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.doubt import claims, metrics, scores
+from paperflow.doubt.methods import METHODS, Scorer, score, subsets
+from paperflow.doubt.scenes import USUAL_COLOUR, draw_items
+from paperflow.doubt.surfaces import canonical, dev_surfaces
+
+RNG = np.random.default_rng(0)
+
+
+def two_point_set(n_a: int, n_b: int, d: int = 16, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    u, v = rng.normal(size=d), rng.normal(size=d)
+    return np.stack([u] * n_a + [v] * n_b)
+
+
+@pytest.mark.parametrize("n_a", range(0, 11))
+def test_centred_rbar_is_the_count_margin(n_a):
+    emb = two_point_set(n_a, 10 - n_a)
+    expected = 1.0 if n_a in (0, 10) else abs(2 * n_a - 10) / 10
+    assert scores.rbar(emb) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("n_a", range(1, 10))
+def test_uncentred_rbar_is_the_two_cluster_formula(n_a):
+    emb = two_point_set(n_a, 10 - n_a, seed=n_a)
+    u, v = emb[0] / np.linalg.norm(emb[0]), emb[-1] / np.linalg.norm(emb[-1])
+    p, q, cos = n_a / 10, 1 - n_a / 10, float(u @ v)
+    assert scores.rbar(emb, debias=False) == pytest.approx(math.sqrt(p * p + q * q + 2 * p * q * cos), abs=1e-6)
+
+
+def test_symmetric_three_way_split_is_about_zero():
+    offset = np.r_[5.0, -2.0, 0.0, 1.0]
+    angles = [0, 2 * np.pi / 3, 4 * np.pi / 3]
+    points = [offset + np.r_[np.cos(a), np.sin(a), 0, 0] for a in angles]
+    emb = np.stack([p for p in points for _ in range(3)])
+    assert scores.rbar(emb) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_identical_answers_give_one_in_every_dtype(dtype):
+    base = np.random.default_rng(1).normal(size=384).astype(dtype)
+    assert scores.rbar(np.stack([base] * 10)) == 1.0
+    assert scores.rbar_batch(np.stack([base] * 10)[None].repeat(3, 0)).tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("debias", [True, False])
+def test_gram_form_equals_the_direct_form(debias):
+    rng = np.random.default_rng(4)
+    protos = rng.normal(size=(6, 24)) + 1.0
+    ids = rng.integers(0, 6, size=(200, 7))
+    ids[:5] = 2  # degenerate sets too
+    gram = protos @ protos.T
+    direct = scores.rbar_batch(protos[ids], debias)
+    np.testing.assert_allclose(
+        scores.rbar_gram_batch(gram[ids[:, :, None], ids[:, None, :]], debias), direct, atol=1e-9
+    )
+    assert direct[:5].tolist() == [1.0] * 5
+
+
+def test_batched_lexical_similarity_equals_the_pairwise_rouge_mean():
+    strings = ["it is red", "red", "the colour is red", "blue colour", "it is a star"]
+    ids = np.random.default_rng(2).integers(0, 5, size=(20, 4))
+    batched = scores.mean_pairwise(scores.rouge_matrix(strings), ids)
+    expected = [scores.lexical_similarity([strings[i] for i in row]) for row in ids]
+    np.testing.assert_allclose(batched, expected, atol=1e-12)
+    assert scores.rouge_l("the colour is red".split(), "it is red".split()) == pytest.approx(
+        2 * (2 / 3 * 2 / 4) / (2 / 3 + 2 / 4)
+    )
+
+
+def reference_rbar(emb: torch.Tensor) -> float:
+    """Spec section 2's definition of the mean resultant length, written again in torch float64: centre, normalise
+    (+1e-12), ||sum|| / n."""
+    e = emb - emb.mean(dim=0)
+    x = e / (e.norm(dim=1, keepdim=True) + 1e-12)
+    return float(x.sum(dim=0).norm() / emb.shape[0])
+
+
+def test_rbar_equals_the_specs_definition_on_50_random_answer_lists():
+    from paperflow.core.lm.encoders import encode_sentences
+
+    pool = [s for s, _ in dev_surfaces()]
+    rng = np.random.default_rng(3)
+    lists = [[pool[i] for i in rng.integers(len(pool), size=10)] for _ in range(50)]
+    lists = [a for a in lists if len(set(a)) > 1]  # degenerate sets excluded, as the spec says
+    emb = encode_sentences(sorted({a for lst in lists for a in lst}), batch_size=64)
+    index = {a: i for i, a in enumerate(sorted({a for lst in lists for a in lst}))}
+    for lst in lists:
+        e = emb[[index[a] for a in lst]].astype(np.float64)
+        assert scores.rbar(e) == pytest.approx(reference_rbar(torch.as_tensor(e)), abs=1e-6)
+
+
+def test_semantic_entropy_is_vl_uncertaintys_formula_with_cluster_minus_one():
+    clusters = [0, 0, 1, -1, -1, 2, 0, 0, 1, 0]  # -1: unparsable answers, a cluster of their own
+    n = len(clusters)
+    expected = -sum((clusters.count(c) / n) * math.log2(clusters.count(c) / n) for c in set(clusters))
+    assert scores.semantic_entropy(clusters) == pytest.approx(expected, abs=1e-12)
+    assert scores.semantic_entropy([3] * 10) == 0.0
+
+
+def test_auroc_matches_sklearn_and_accuracy_at_048_on_a_hand_made_list():
+    pairs = [(1, 0.10), (0, 0.90), (1, 0.48), (0, 0.48), (0, 0.70), (1, 0.30), (0, 0.49), (1, 0.90), (0, 0.20)]
+    wrong = np.array([p[0] for p in pairs], dtype=bool)
+    trust = np.array([p[1] for p in pairs])
+    assert metrics.auroc(wrong, -trust) == pytest.approx(roc_auc_score(wrong, -trust), abs=1e-12)
+    # trustworthy iff score > 0.48: flagged = [T, F, T, T, F, T, F, F, T] vs wrong [T, F, T, F, F, T, F, T, F]
+    assert metrics.detection_accuracy(wrong, trust <= 0.48) == pytest.approx(6 / 9)
+    y, s = RNG.integers(0, 2, 200).astype(bool), RNG.integers(0, 5, 200).astype(float)  # many ties
+    assert metrics.auroc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+
+
+def test_categorical_answers_make_c1_trivial():
+    """Spec 11: with one embedding per distinct answer and centring, at n = 3 Rbar and SE are monotone functions of
+    the same counts, (3), (2,1), (1,1,1) -> Rbar 1, 1/3, ~0 and SE 0, 0.918, 1.585, so their AUROCs and their
+    spreads over sub-samplings are equal: C1 would hold by construction."""
+    rng = np.random.default_rng(5)
+    d = 32
+    # three answers on a simplex, shifted (anisotropic, like sentence embeddings): the (1,1,1) case is symmetric
+    sym = np.stack([np.r_[np.cos(a), np.sin(a), np.zeros(d - 2)] for a in (0, 2 * np.pi / 3, 4 * np.pi / 3)]) + 3.0
+    for counts, (r, u) in {(3,): (1.0, 0.0), (2, 1): (1 / 3, 0.918), (1, 1, 1): (0.0, 1.585)}.items():
+        ids = [k for k, c in enumerate(counts) for _ in range(c)]
+        assert scores.rbar(sym[ids]) == pytest.approx(r, abs=1e-6)
+        assert scores.semantic_entropy(ids) == pytest.approx(u, abs=1e-3)
+    # answer sets with categorical answers (each answer one of the 3): AUROC and spread equal
+    n_items, n_max = 300, 10
+    answers = rng.integers(0, 3, size=(n_items, n_max))
+    answers[:150] = np.where(rng.random((150, n_max)) < 0.8, 0, answers[:150])  # consistent sets
+    wrong = rng.random(n_items) < np.where(np.arange(n_items) < 150, 0.2, 0.6)
+    scorer = Scorer([f"a{k}" for k in range(3)], sym, judge_threshold=0.9999)
+    assert np.array_equal(scorer.same, np.eye(3, dtype=bool))  # the clusterer sees 3 distinct answers
+    aucs = {"vmf": [], "se": []}
+    for idx in subsets(0, 3, n_max, 30):
+        sets = {"A": answers[:, idx]}
+        for name, method in (("vmf", "vmf_plain"), ("se", "se_plain")):
+            s, _ = score(METHODS[method], sets, scorer)
+            aucs[name].append(metrics.auroc(wrong, s))
+    np.testing.assert_allclose(aucs["vmf"], aucs["se"], atol=1e-12)
+    assert np.std(aucs["vmf"]) == pytest.approx(np.std(aucs["se"]), abs=1e-12)
+    c1 = claims.c1_claims(_frame({"vmf_plain": aucs["vmf"], "se_plain": aucs["se"]}, n=3), [0], ns=[3])
+    assert {c.id: c.values[0] for c in c1} == pytest.approx({"c1_auroc_n3": 0.0, "c1_stability_n3": 0.0}, abs=1e-12)
+    assert not next(c for c in c1 if c.id == "c1_stability_n3").held  # equal spreads: "more stable" fails
+
+
+def _frame(aucs_by_method: dict[str, list[float]], n: int, seed: int = 0) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "method": m,
+                "seed": seed,
+                "n": n,
+                "auroc": float(np.mean(a)),
+                "auroc_std_subsamples": float(np.std(a)),
+                "auroc_shuffled": 0.5,
+            }
+            for m, a in aucs_by_method.items()
+        ]
+    )
+
+
+def test_clusterer_threshold_separates_the_dev_paraphrases():
+    from paperflow.core.lm.encoders import encode_sentences
+    from paperflow.doubt.surfaces import WRAP
+
+    dev = dev_surfaces()
+    emb = encode_sentences([WRAP.format(s) for s, _ in dev], batch_size=64).astype(np.float64)
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    threshold, acc = scores.choose_threshold(unit, [c for _, c in dev])
+    assert acc > 0.9 and -1 < threshold < 1
+    same = scores.cosine_judge(unit, threshold)
+    ids = list(range(len(dev)))
+    clusters = scores.greedy_clusters(ids, same)
+    assert len(set(clusters)) >= 6  # more than a single blob, fewer than every surface
+    assert len(set(clusters)) < len(dev)
+
+
+def test_choose_threshold_is_exact_on_separable_pairs():
+    unit = np.array([[1, 0], [0.99, 0.141], [0, 1], [0.141, 0.99]], dtype=float)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    threshold, acc = scores.choose_threshold(unit, ["a", "a", "b", "b"])
+    assert acc == 1.0 and 0.3 < threshold < 0.98
+
+
+def test_surfaces_parse_back_and_scenes_carry_the_language_prior():
+    for s, c in dev_surfaces():
+        assert canonical(s) == c
+    assert canonical("it is") is None
+    items = draw_items(2000, 0, 0.7, (0.2,))
+    pairs = [o.split() for it in items for o in it["objects"].split(" , ")]
+    usual = np.mean([USUAL_COLOUR[s] == c for c, s in pairs])
+    assert 0.65 < usual < 0.75
+    for it in items[:200]:
+        if it["kind"] == "colour_of_shape":
+            shape = it["question"].split()[4]
+            assert f"{it['answer']} {shape}" in it["objects"]
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm():
+    from paperflow.doubt import vlm
+
+    spec = {
+        "arch": "llama",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+    }
+    tok = vlm.tokenizer()
+    return vlm.TinyVLM(vlm.lm_spec(spec, len(tok)), seed=0).eval(), tok
+
+
+def _greedy_by_full_forward(model, tok, prompt, cells, steps):
+    from paperflow.doubt import vlm
+
+    words = list(prompt)
+    out = []
+    for _ in range(steps):
+        from paperflow.core.lm.tokenizer import encode_words
+
+        ids = encode_words(tok, [words])["input_ids"]
+        with torch.no_grad():
+            logits = model.lm(inputs_embeds=model.embed(ids, cells[None], tok.convert_tokens_to_ids("<img>"))).logits
+        last = logits[0, -1].clone()
+        last[vlm.banned_ids(tok)] = float("-inf")
+        t = int(last.argmax())
+        if t == tok.eos_token_id:
+            break
+        out.append(tok.convert_ids_to_tokens(t))
+        words.append(out[-1])
+    assert vlm.IMG == prompt[:16]
+    return out
+
+
+def test_prefix_sampler_greedy_equals_full_forwards_and_ignores_batch_padding(tiny_vlm):
+    from paperflow.doubt import vlm
+
+    model, tok = tiny_vlm
+    items = draw_items(3, 1, 0.7, (0.5,))
+    cells = torch.as_tensor(np.array([it["features"] for it in items], dtype=np.float32).reshape(-1, 16, 8))
+    prompts = [vlm.IMG + it["question"].split() for it in items] + [vlm.IMG + ["list"]]
+    cells = torch.cat([cells, cells[:1]])
+    g = torch.Generator().manual_seed(0)
+    batched = vlm.sample_prefix(model, tok, prompts, cells, 4, 0.0, 10, g)
+    for k, p in enumerate(prompts):
+        assert batched[k] == _greedy_by_full_forward(model, tok, p, cells[k], 4)
+
+
+def test_prefix_sampler_is_seeded_and_top_k_one_is_greedy(tiny_vlm):
+    from paperflow.doubt import vlm
+
+    model, tok = tiny_vlm
+    items = draw_items(4, 2, 0.7, (0.5,))
+    cells = torch.as_tensor(np.array([it["features"] for it in items], dtype=np.float32).reshape(-1, 16, 8))
+    prompts = [vlm.IMG + it["question"].split() for it in items]
+
+    def run(seed, temperature, k):
+        return vlm.sample_prefix(model, tok, prompts, cells, 4, temperature, k, torch.Generator().manual_seed(seed))
+
+    assert run(0, 1.0, 10) == run(0, 1.0, 10)
+    assert run(1, 5.0, 1) == run(2, 0.0, 10)
+
+
+def _detect_frame(auc: float, shuffled: float, seeds=(0, 1, 2)) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"method": "doubt", "seed": s, "n": 10, "auroc": auc, "auroc_shuffled": shuffled} for s in seeds]
+    )
+
+
+def test_claims_hold_on_a_signal_and_fail_on_their_negative_controls():
+    seeds = [0, 1, 2]
+    good = pd.concat(
+        [_frame({"vmf_plain": [0.70, 0.72, 0.71], "se_plain": [0.60, 0.70, 0.50]}, n, s) for n in (3, 5) for s in seeds]
+    )
+    assert all(c.held for c in claims.c1_claims(good, seeds))
+    # negative control: the baseline's results in the method's place (vMF worse and noisier than SE)
+    swapped = good.assign(method=good["method"].map({"vmf_plain": "se_plain", "se_plain": "vmf_plain"}))
+    assert not any(c.held for c in claims.c1_claims(swapped, seeds))
+    detects, shuffled = claims.detection_claims(_detect_frame(0.70, 0.51), seeds, 10)
+    assert detects.held and shuffled.held
+    # negative control of the shuffled check: the unshuffled AUROC in its place is far from chance
+    _, not_shuffled = claims.detection_claims(_detect_frame(0.70, 0.70), seeds, 10)
+    assert not not_shuffled.held
+    # negative control of detection: the shuffled scores in DOUBT's place
+    at_chance, _ = claims.detection_claims(_detect_frame(0.51, 0.51), seeds, 10)
+    assert not at_chance.held
+
+
+def test_shuffling_answer_sets_across_items_brings_auroc_to_chance():
+    rng = np.random.default_rng(9)
+    wrong = rng.random(4000) < 0.3
+    score_ = wrong + rng.normal(0, 0.7, 4000)
+    assert metrics.auroc(wrong, score_) > 0.8
+    assert abs(metrics.auroc(wrong, score_[rng.permutation(4000)]) - 0.5) < 0.03
+
+
+def test_c3_counts_consistent_wrong_items_and_compares_flags():
+    items = pd.DataFrame(
+        {
+            "seed": [0] * 5,
+            "wrong": [True, True, True, False, True],
+            "largest_plain_cluster": [10, 8, 9, 10, 5],
+            "flag_doubt": [1.0, 1.0, 0.0, 0.0, 1.0],
+            "flag_se_plain": [0.0, 0.0, 0.0, 0.0, 1.0],
+        }
+    )
+    cw = claims.consistent_wrong(items, 10)
+    assert cw.iloc[0]["consistent_wrong"] == 3
+    assert cw.iloc[0]["doubt_flags"] == pytest.approx(2 / 3) and cw.iloc[0]["se_flags"] == 0.0
+    assert claims.c3_claim(cw, [0]).held
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("methods: [doubt, vmf_plain,", "methods: [doubtt, vmf_plain,"), "doubtt"),
+        (("    hidden_size: 64\n", "    hiden_size: 64\n"), "did you mean 'hidden_size'"),
+        (("  methods: [doubt, vmf_plain, vmf_oub,", "  methods: [vmf_plain, vmf_oub,"), "gated claims"),
+        (("    ns: [3, 5, 10]", "    ns: [3, 5, 12]"), "n_max"),
+        (("format_mix: [0.4, 0.3, 0.3]", "format_mix: [0.4, 0.3, 0.4]"), "format_mix"),
+    ],
+)
+def test_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "doubt.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("doubt", "smoke", repo_copy)
+
+
+def test_paper_scale_is_refused_by_name(tmp_path):
+    from paperflow.doubt.stages import download
+
+    with pytest.raises(ConfigError, match="not pinned"):
+        download({"kind": "benchmarks"}, {}, str(tmp_path / "x.parquet"))
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_end_to_end_with_audit(tmp_path):
+    from conftest import copy_repo, run_snakemake
+
+    from paperflow.core.provenance import audit
+
+    repo = copy_repo(tmp_path / "repo")
+    run_snakemake(repo, "--cores", "2", "--config", "scale=tiny", "papers=[doubt]")
+    out = repo / "results" / "tiny" / "doubt"
+    doc = json.loads((out / "metrics.json").read_text())
+    ids = {c["id"] for c in doc["claims"]}
+    assert {"c1_auroc_n3", "c1_stability_n3", "doubt_detects", "shuffled_control_chance"} <= ids
+    assert {"c2_doubt_vs_vmf_plain", "c3_consistent_but_wrong"} <= ids
+    items = pd.read_parquet(out / "eval" / "items.parquet")
+    assert {"wrong", "flag_doubt", "score_doubt"} <= set(items.columns)
+    assert not audit(out / "report.md").problems
