@@ -1,0 +1,73 @@
+"""specflow's methods, budgets and the config rules the JSON schema cannot state (called by paperflow.core.config)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from paperflow.core.config import ConfigError
+
+N_CLASSES = 5  # the count of objects, 1-5 (label = count - 1); the control's scenes hold one object
+
+# SpecFlow and its ablations (spec section 7 and section 3's ablations): overrides of the `specflow` block
+VARIANTS: dict[str, dict[str, Any]] = {
+    "specflow": {},
+    "specflow_noheat": {"alpha": 0.0},  # no diffusion: E = s
+    "specflow_topk": {"allocation": "topk"},  # global Top-K instead of the quadtree
+    "specflow_uniform": {"allocation": "uniform"},  # fixed m x m crops
+    "specflow_nosink": {"sinks": False},
+    "specflow_matched": {"matched": True},  # K - 2 selected + 2 sinks: K tokens fed
+    "specflow_attngraph": {"graph": "attn"},  # raw token self-attention graph instead of the kNN feature graph
+}
+BASELINE_METHODS = ("full", "random", "uniform_pool", "topk", "hired", "visionzip", "prumerge", "tome", "divprune")
+METHODS = (*BASELINE_METHODS, "fastv", *VARIANTS)
+# the gated claims compare these (spec sections 7 and 11)
+GATED = ("full", "topk", "fastv", "specflow", "specflow_noheat", "specflow_topk")
+
+
+def method_kind(method: str) -> str:
+    if method in VARIANTS:
+        return "specflow"
+    if method == "fastv":
+        return "fastv"
+    if method in BASELINE_METHODS:
+        return "baseline"
+    raise ConfigError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+
+
+def specflow_config(method: str, cfg: Mapping[str, Any]):
+    from paperflow.specflow.specflow import SpecFlowConfig
+
+    return SpecFlowConfig.from_config({**cfg["specflow"], **VARIANTS[method]})
+
+
+def encoder_spec(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The kit spec (paperflow.core.lm.models) of the CLIP-vision encoder from the config's `encoder` block (its
+    keys are CLIPVisionConfig's, listed in the schema so that a typo is refused before transformers loads)."""
+    return {"arch": "clip_vision", **{k: v for k, v in cfg.items() if k != "seed_layer"}}
+
+
+def budget_of(ratio: float, n: int) -> int:
+    """K selected tokens at pruning ratio R = 1 - K / N (66.7% -> 21, 77.8% -> 14, 88.9% -> 7 of 64)."""
+    return max(1, round(n * (1 - ratio)))
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    """Cross-key rules: known methods, the gated ones present, the claims' ratio among the ratios, the image tiling."""
+    for m in cfg["methods"]:
+        if m not in METHODS:
+            raise ConfigError(f"{source}: methods: unknown method {m!r}; choose from {', '.join(METHODS)}")
+    missing = [m for m in GATED if m not in cfg["methods"]]
+    if missing:
+        raise ConfigError(f"{source}: methods must include {missing} (the gated claims compare them)")
+    if cfg["claims"]["ratio"] not in cfg["ratios"]:
+        raise ConfigError(f"{source}: claims.ratio {cfg['claims']['ratio']} is not one of ratios {cfg['ratios']}")
+    image, enc = cfg["data"]["image"], cfg["encoder"]
+    side = image["grid"] * image["cell_px"]
+    if enc["image_size"] != side or enc["patch_size"] != image["patch"]:
+        raise ConfigError(
+            f"{source}: encoder.image_size/patch_size ({enc['image_size']}/{enc['patch_size']}) must equal the "
+            f"rendered image side {side} and data.image.patch {image['patch']}"
+        )
+    if -enc["seed_layer"] > enc["num_hidden_layers"]:
+        raise ConfigError(f"{source}: encoder.seed_layer {enc['seed_layer']} is deeper than num_hidden_layers")

@@ -1,0 +1,351 @@
+"""specflow's acceptance checks (spec sections 10 and 11): the diffusion's closed form, mass and Prop. 3.1 optimality,
+the reduction to [CLS] Top-K, the quotas and the quadtree tiling, the sinks (Lemma A.6), Table 1's arithmetic,
+VisionZip against its definition (written row by row) on a real CLIPVisionModel, eager attention, FastV's
+analogue, object coverage, the claims and their negative controls (the single-object control included), config
+errors by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.specflow import claims as sc
+from paperflow.specflow.baselines import BASELINES, Tokens, visionzip, visionzip_split
+from paperflow.specflow.specflow import (
+    SpecFlowConfig,
+    allocate,
+    coreset_sinks,
+    heat_fixed_point,
+    heat_flow,
+    knn_graph,
+    quadtree_leaves,
+    quotas,
+    specflow,
+)
+from paperflow.specflow.stages import coverage
+
+GRID = (8, 8)
+
+
+def _tokens(seed=0, b=3, n=64, d=16, heads=4, peaked=True):
+    rng = np.random.default_rng(seed)
+    cls_heads = rng.random((b, heads, n)) ** (8 if peaked else 1)
+    cls_heads /= cls_heads.sum(-1, keepdims=True)
+    attn = rng.random((b, n, n))
+    return Tokens(
+        z=rng.standard_normal((b, n, d)),
+        cls=cls_heads.mean(1),
+        cls_heads=cls_heads,
+        keys=rng.standard_normal((b, n + 1, d)),
+        attn=attn / attn.sum(-1, keepdims=True),
+        grid=GRID,
+    )
+
+
+# --- check 1: the diffusion ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_diffusion_converges_to_the_closed_form_and_preserves_mass(symmetric):
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal((1, 64, 8))
+    w = knn_graph(z, k=6, tau=10.0, symmetric=symmetric)[0]
+    np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-12)
+    assert ((w > 0).sum(1) >= 6).all() and (np.diag(w) == 0).all()
+    s = rng.random(64)
+    s /= s.sum()
+    alpha = 0.5
+    star = heat_fixed_point(s, w, alpha)
+    np.testing.assert_allclose(heat_flow(s, w, alpha, 200), star, atol=1e-8)
+    e = s.copy()
+    for t in range(1, 30):  # unnormalised iterate: sum exactly 1, and the alpha^t contraction in L1
+        e = (1 - alpha) * s + alpha * w.T @ e
+        assert abs(e.sum() - 1) < 1e-12
+        assert np.abs(e - star).sum() <= alpha**t * np.abs(s - star).sum() + 1e-12
+    np.testing.assert_allclose(heat_flow(s, w, alpha, 7, renormalise=False), heat_flow(s, w, alpha, 7), atol=1e-12)
+
+
+def test_w_times_e_instead_of_w_transpose_loses_mass():
+    """The pitfall of spec section 9: the row-stochastic W applied as W e does not preserve mass."""
+    rng = np.random.default_rng(2)
+    w = knn_graph(rng.standard_normal((1, 64, 8)), 6, 10.0)[0]
+    s = rng.random(64) ** 6
+    s /= s.sum()
+    wrong = 0.5 * s + 0.5 * w @ s
+    assert abs(wrong.sum() - 1) > 1e-3
+    assert abs((0.5 * s + 0.5 * w.T @ s).sum() - 1) < 1e-12
+
+
+def test_fixed_point_zeroes_the_prop31_gradient_on_a_symmetric_graph():
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((1, 64, 8))
+    tau, alpha = 10.0, 0.5
+    w = knn_graph(z, 6, tau, symmetric=True)[0]
+    zn = z[0] / np.linalg.norm(z[0], axis=1, keepdims=True)
+    sim = np.where(w > 0, np.exp(tau * (zn @ zn.T)), 0.0)  # S symmetric, W = D^-1 S
+    np.testing.assert_allclose(sim, sim.T)
+    deg = sim.sum(1)
+    np.testing.assert_allclose(w, sim / deg[:, None], atol=1e-12)
+    s = rng.random(64)
+    s /= s.sum()
+    e = heat_fixed_point(s, w, alpha)
+    x, y = e / deg, s / deg
+    grad = (x - y) + alpha / (1 - alpha) * (deg * x - sim @ x) / deg  # d/de of the Prop-3.1 objective
+    scale = np.abs(x - y).max()
+    assert np.abs(grad).max() < 1e-8 * scale
+    wrong = (x - y) + 3 * (deg * x - sim @ x) / deg  # the gradient at the same e for alpha = 0.75 is not zero
+    assert np.abs(wrong).max() > 1e-2 * scale
+
+
+# --- check 2: reduction to Top-K --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [1, 7, 14, 21, 63])
+def test_alpha0_single_leaf_no_sinks_is_cls_topk(budget):
+    t = _tokens()
+    cfg = SpecFlowConfig(alpha=0.0, delta=np.inf, sinks=False)
+    fed, kept = specflow(t.z, t.cls, GRID, budget, cfg)
+    _, top = BASELINES["topk"](t, budget, np.random.default_rng(0))
+    np.testing.assert_array_equal(kept, top)
+    np.testing.assert_array_equal(fed, np.take_along_axis(t.z, top[..., None], 1))
+    full_cfg = SpecFlowConfig(alpha=0.0, sinks=False, allocation="uniform")  # fixed crops: differs somewhere
+    if budget == 7:
+        assert any(not np.array_equal(a, b) for a, b in zip(specflow(t.z, t.cls, GRID, 7, full_cfg)[1], top))
+
+
+def test_ties_break_by_index_and_uniform_energy_never_splits():
+    e = np.full(64, 1 / 64)
+    assert quadtree_leaves(e.reshape(8, 8), 2, 1 / 64) == [(0, 8, 0, 8)]
+    np.testing.assert_array_equal(allocate(e, GRID, 5, SpecFlowConfig()), np.arange(5))
+
+
+# --- check 3: quotas and the quadtree ---------------------------------------------------------------------------
+
+
+def test_quotas_and_leaves_for_every_budget():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        e = rng.random(64) ** 4
+        e /= e.sum()
+        leaves = quadtree_leaves(e.reshape(8, 8), 2, 1 / 64 * rng.uniform(0.2, 2))
+        cover = np.zeros((8, 8), int)
+        for r0, r1, c0, c1 in leaves:
+            cover[r0:r1, c0:c1] += 1
+            assert (r1 - r0) in (2, 4, 8) and (c1 - c0) in (2, 4, 8)
+        assert (cover == 1).all()
+        idx = np.arange(64).reshape(8, 8)
+        mass = np.array([e[idx[r0:r1, c0:c1]].sum() for r0, r1, c0, c1 in leaves])
+        size = np.array([(r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in leaves])
+        for k in range(1, 65):
+            q = quotas(mass, size, k)
+            assert q.sum() == k and (q >= 0).all() and (q <= size).all()
+            if k >= 48:
+                assert (np.abs(q - k * mass / mass.sum()) < 1 + len(leaves)).all()
+            kept = allocate(e, GRID, k, SpecFlowConfig(delta=None))
+            assert len(kept) == len(set(kept.tolist())) == k and (np.diff(kept) > 0).all()
+
+
+def test_odd_crops_split_at_the_floor_midpoint():
+    e = np.zeros((5, 7))
+    e[0, 0] = 1.0
+    leaves = quadtree_leaves(e, 2, 0.0)
+    assert (0, 2, 0, 3) in leaves and (2, 5, 3, 7) in leaves
+
+
+# --- check 4: sinks ---------------------------------------------------------------------------------------------
+
+
+def test_sinks_mean_residual_and_radius():
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((64, 8))
+    kept = np.sort(rng.choice(64, 9, replace=False))
+    u_mean, u_res = coreset_sinks(z, kept)
+    pruned = np.setdiff1d(np.arange(64), kept)
+    np.testing.assert_allclose(u_mean, z[pruned].mean(0))
+    dist = np.linalg.norm(z[pruned] - u_mean, axis=1)
+    assert any(np.array_equal(u_res, row) for row in z[pruned])
+    r = np.linalg.norm(u_res - u_mean)
+    assert np.isclose(r, dist.max()) and (dist <= r + 1e-12).all()
+    assert coreset_sinks(z, np.arange(64)).shape == (0, 8)
+    fed, kept2 = specflow(z[None], rng.random((1, 64)), GRID, 7, SpecFlowConfig())
+    assert fed.shape == (1, 9, 8) and kept2.shape == (1, 7)
+    fed_m, kept_m = specflow(z[None], rng.random((1, 64)), GRID, 7, SpecFlowConfig(matched=True))
+    assert fed_m.shape == (1, 7, 8) and kept_m.shape == (1, 5)
+
+
+# --- check 5: Table 1 arithmetic --------------------------------------------------------------------------------
+
+
+def test_table1_average_recomputed_from_the_per_benchmark_numbers():
+    assert round(sc.relative_average(sc.SPECFLOW_64), 1) == 95.6
+    assert round(sc.relative_average({"GQA": 61.9, "MME": None}), 1) == 100.0  # missing benchmarks are skipped
+    frame = sc.table1_frame()
+    assert frame.loc[frame.method == "SpecFlow", "recomputed"].item() == 95.6
+
+
+# --- check 6 and section 11: VisionZip on a real CLIPVisionModel; eager attention ------------------------------
+
+
+def _visionzip_by_definition(t, dominant, contextual):
+    """VisionZip's selection as its paper defines it, row by row in plain Python: the dominant tokens are the
+    patches with the most [CLS] attention summed over heads; of the others (in index order), every `step`-th one is
+    a contextual target, each remaining patch joins the target whose key is most cosine-similar, and a contextual
+    token is its target plus the mean of the patches that joined it."""
+    out_idx, out_tokens = [], []
+    for b in range(len(t)):
+        score = t.cls_heads[b].sum(axis=0)
+        dom = sorted(sorted(range(len(score)), key=lambda i: -score[i])[:dominant])
+        rest = [i for i in range(len(score)) if i not in dom]
+        step = max(1, len(rest) // contextual)
+        targets = list(range(0, len(rest), step))[:contextual]
+        keys = [t.keys[b, 1 + rest[r]] / np.linalg.norm(t.keys[b, 1 + rest[r]]) for r in range(len(rest))]
+        groups = {tgt: [] for tgt in targets}
+        for r in range(len(rest)):
+            if r not in targets:
+                groups[max(targets, key=lambda tgt: float(keys[r] @ keys[tgt]))].append(rest[r])
+        ctx = [
+            t.z[b, rest[tgt]] + (np.mean([t.z[b, m] for m in groups[tgt]], axis=0) if groups[tgt] else 0.0)
+            for tgt in targets
+        ]
+        out_idx.append(dom)
+        out_tokens.append(np.concatenate([t.z[b, dom], np.stack(ctx)]))
+    return np.array(out_idx), np.stack(out_tokens)
+
+
+@pytest.fixture(scope="module")
+def standin():
+    from paperflow.specflow.model import StandIn
+
+    cfg = load_paper_config("specflow", "tiny")
+    return StandIn(cfg, 5, seed=0).eval()
+
+
+@pytest.mark.parametrize("budget", [7, 14, 21])
+def test_visionzip_agrees_with_its_definition_on_clip_features(standin, budget):
+    from paperflow.specflow.model import extract
+
+    rng = np.random.default_rng(6)
+    images = rng.random((6, 32, 32, 3)).astype(np.float32)
+    toks = extract(standin, images, GRID)
+    fed, kept = visionzip(toks, budget, rng)
+    dominant, contextual = visionzip_split(budget)
+    ref_idx, ref_tokens = _visionzip_by_definition(toks, dominant, contextual)
+    np.testing.assert_array_equal(kept, ref_idx)
+    np.testing.assert_allclose(fed, ref_tokens, atol=1e-10)
+
+
+def test_encoder_runs_eager_attention_and_returns_cls_weights(standin):
+    from paperflow.specflow.model import to_pixels
+
+    assert standin.encoder.config._attn_implementation == "eager"
+    _, out = standin.features(to_pixels(np.zeros((2, 32, 32, 3), np.float32)), attentions=True)
+    attn = out.attentions[-1]
+    assert attn is not None and attn.shape == (2, 2, 65, 65)
+    np.testing.assert_allclose(attn.sum(-1).detach().numpy(), 1.0, atol=1e-5)
+    # the seed layer is the last one built: LLaVA's select_layer = -2 of a 4-layer encoder
+    assert len(standin.encoder.encoder.layers) == 3
+
+
+def test_fastv_keeps_k_tokens_and_is_the_identity_at_full_budget(standin):
+    z = torch.randn(4, 64, standin.reader.head.in_features)
+    full = standin.reader(z)
+    torch.testing.assert_close(standin.reader(z, fastv_keep=64), full)
+    assert not torch.allclose(standin.reader(z, fastv_keep=3), full)
+
+
+def test_every_baseline_feeds_k_tokens():
+    t = _tokens(b=2)
+    for name, fn in BASELINES.items():
+        if name == "full":
+            continue
+        fed, kept = fn(t, 7, np.random.default_rng(0))
+        assert fed.shape == (2, 7, 16), name
+        if kept is not None:
+            assert kept.shape[1] in (7, visionzip_split(7)[0]), name
+
+
+def test_object_coverage():
+    covers = np.zeros((2, 64, 5), bool)
+    covers[0, 3, 0] = covers[0, 10, 1] = covers[1, 20, 0] = True
+    count = np.array([2, 1])
+    assert coverage(np.array([[3, 10], [20, 21]]), covers, count) == 1.0
+    assert coverage(np.array([[3, 4], [0, 1]]), covers, count) == pytest.approx(1 / 3)
+    assert np.isnan(coverage(None, covers, count))
+
+
+# --- claims and their negative controls -------------------------------------------------------------------------
+
+
+def _frame(values: dict, seeds=(0, 1, 2), ratio=0.889):
+    rows = []
+    for (method, task), (rel, cov) in values.items():
+        for i, s in enumerate(seeds):
+            rows.append({"method": method, "task": task, "seed": s, "ratio": ratio, "budget": 7, "k_fed": 7,
+                         "relative": rel[i], "coverage": cov[i], "accuracy": rel[i], "full_accuracy": 1.0,
+                         "prune_ms": 0.1})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+PARAMS = {"seeds": [0, 1, 2], "claims": {"ratio": 0.889, "control_tolerance": 0.03}}
+GOOD = {
+    ("specflow", "count"): ([0.8, 0.82, 0.79], [0.9, 0.92, 0.9]),
+    ("topk", "count"): ([0.7, 0.71, 0.69], [0.8, 0.8, 0.81]),
+    ("fastv", "count"): ([0.6, 0.6, 0.62], [np.nan] * 3),
+    ("specflow_noheat", "count"): ([0.75, 0.74, 0.7], [0.85] * 3),
+    ("specflow_topk", "count"): ([0.72, 0.73, 0.7], [0.8] * 3),
+    ("specflow", "control"): ([0.95, 0.96, 0.94], [1.0] * 3),
+    ("topk", "control"): ([0.95, 0.95, 0.95], [1.0] * 3),
+}
+
+
+def test_claims_hold_on_a_gain_and_fail_on_their_negative_controls():
+    held = {c.id: c.held for c in sc.claims(_frame(GOOD), PARAMS)}
+    assert all(held[k] for k in ("specflow_vs_topk", "specflow_vs_fastv", "ablation_no_diffusion",
+                                 "ablation_no_quadtree", "coverage_vs_topk", "control_single_object_tie"))  # fmt: skip
+    # the baseline's numbers in SpecFlow's place: every comparison fails
+    bad = dict(GOOD)
+    bad[("specflow", "count")] = GOOD[("topk", "count")]
+    held = {c.id: c.held for c in sc.claims(_frame(bad), PARAMS)}
+    assert not any(held[k] for k in ("specflow_vs_topk", "ablation_no_diffusion", "ablation_no_quadtree",
+                                     "coverage_vs_topk"))  # fmt: skip
+    # the control fails when the two differ on one object (random selection's accuracy in SpecFlow's place)
+    bad = dict(GOOD)
+    bad[("specflow", "control")] = ([0.6, 0.62, 0.58], [0.3] * 3)
+    assert not {c.id: c.held for c in sc.claims(_frame(bad), PARAMS)}["control_single_object_tie"]
+    # a missing seed is not a pass
+    nan = dict(GOOD)
+    nan[("specflow", "count")] = ([0.8, np.nan, 0.8], [0.9] * 3)
+    assert not {c.id: c.held for c in sc.claims(_frame(nan), PARAMS)}["specflow_vs_topk"]
+
+
+# --- config -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (("  seeds: [0, 1, 2]", "  seedz: [0, 1, 2]"), "seedz"),
+        (("    hidden_size: 64\n", "    hiden_size: 64\n"), "hiden_size"),
+        (("alpha: 0.5", "alpha: 1.5"), "alpha"),
+        (("allocation: quadtree", "allocation: octree"), "octree|allocation"),
+        (("claims: {ratio: 0.889", "claims: {ratio: 0.5"), "claims.ratio"),
+        (("specflow_topk, specflow_nosink, specflow_matched]", "specflow_nosink, specflow_matched]"), "specflow_topk"),
+    ],
+)
+def test_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "specflow.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("specflow", "smoke", repo_copy)
+
+
+def test_every_scale_loads_with_the_gated_methods():
+    from paperflow.specflow.settings import GATED
+
+    for scale in ("tiny", "smoke", "paper"):
+        assert set(GATED) <= set(load_paper_config("specflow", scale)["methods"])
