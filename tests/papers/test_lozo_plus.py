@@ -434,7 +434,7 @@ def test_paper_scale_is_refused_by_name(tmp_path):
         (("    candidate_rank: 1 ", "    candidate_rank: 3 "), "candidate_rank"),
         (("methods: [mezo, lozo,", "methods: [mezo,"), "judged against"),
         (("    kappa: 0.5 ", "    kapa: 0.5 "), "kapa"),
-        (("report_only: [mezo, lozom]", "report_only: [mezo, lozom, lozoplus]"), "report_only"),
+        (("report_only: [mezo, lozom, ft]", "report_only: [mezo, lozom, ft, lozoplus]"), "report_only"),
     ],
 )
 def test_config_errors_name_the_key(repo_copy, edit, message):
