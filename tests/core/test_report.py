@@ -127,3 +127,12 @@ def test_statistic_claim_is_judged_on_the_pooled_statistic_and_names_it():
     assert measured(c.to_json()) == "-0.01 (95% CI low, paired bootstrap)"
     with pytest.raises(ValueError, match="aggregate over seeds"):
         statistic_claim(**{**kw, "label": "mean"}, value=0.0, values=[0.0] * 3, threshold=0.0)
+
+
+def test_mean_std_text_over_the_finite_values():
+    from paperflow.core.report import mean_std_text
+
+    assert mean_std_text([1.0, 2.0, 3.0]) == "2.000 ± 1.000"
+    assert mean_std_text([0.5, float("nan")]) == "0.500"
+    assert mean_std_text([float("nan")]) == "n/a" and mean_std_text([]) == "n/a"
+    assert mean_std_text([1.0, 2.0], digits=1) == "1.5 ± 0.7"

@@ -77,6 +77,18 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
 
 
+def mean_std_text(values: Sequence[float], digits: int = 3) -> str:
+    """A table cell for per-seed values: "mean ± std" (std with ddof 1) over the finite ones, the value alone when
+    one is left, "n/a" when none is."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[~np.isnan(arr)]
+    if arr.size == 0:
+        return "n/a"
+    if arr.size == 1:
+        return f"{arr[0]:.{digits}f}"
+    return f"{arr.mean():.{digits}f} ± {arr.std(ddof=1):.{digits}f}"
+
+
 def compare_claim(
     *,
     id: str,

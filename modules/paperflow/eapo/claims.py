@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
 from paperflow.eapo.task import ANSWER_POSITIONS
 
 LABELS = {
@@ -175,13 +175,6 @@ def summary_table(curves: pd.DataFrame, final: pd.DataFrame, methods: Sequence[s
     return pd.DataFrame(rows)
 
 
-def _fmt(values: Sequence[float]) -> str:
-    arr = np.asarray(values, float)
-    if arr.size == 0 or np.isnan(arr).all():
-        return "n/a"
-    return f"{np.nanmean(arr):.3f} ± {np.nanstd(arr, ddof=1):.3f}" if arr.size > 1 else f"{arr[0]:.3f}"
-
-
 def figure_accuracy(curves: pd.DataFrame, methods: Sequence[str], anchor: Mapping[str, Any] | None):
     fig, (ax,) = plots.subplots(1, width=7.5, height=4.2)
     for m in methods:
@@ -250,11 +243,11 @@ def build_report(
         {
             "method": LABELS[m],
             "seeds": len(seeds_of(m)),
-            "accuracy AUC": _fmt(table[table["method"] == m]["auc"]),
-            "final greedy": _fmt(table[table["method"] == m]["final_greedy"]),
-            **({avg_col + " (T=1)": _fmt(table[table["method"] == m][avg_col])} if avg_col else {}),
-            "entropy": _fmt(table[table["method"] == m]["mean_entropy"]),
-            "zero-var groups": _fmt(table[table["method"] == m]["zero_variance_groups"]),
+            "accuracy AUC": mean_std_text(table[table["method"] == m]["auc"]),
+            "final greedy": mean_std_text(table[table["method"] == m]["final_greedy"]),
+            **({avg_col + " (T=1)": mean_std_text(table[table["method"] == m][avg_col])} if avg_col else {}),
+            "entropy": mean_std_text(table[table["method"] == m]["mean_entropy"]),
+            "zero-var groups": mean_std_text(table[table["method"] == m]["zero_variance_groups"]),
         }
         for m in methods
     ]
@@ -294,7 +287,7 @@ def build_report(
             f"TRL 1.16 GRPOTrainer from the same base, on the same task with the same settings (loss_type dapo = "
             f"token-mean, eps 0.2/0.28, lr {params['rl']['lr']}, G {params['rl']['group_size']}, constant learning "
             f"rate, float32), seed {anchor['settings']['seed']}: greedy test accuracy {anchor['greedy_test_accuracy']:.3f} "
-            f"after {step} steps; our GRPO at step {step}: {_fmt(ours)} over {len(ours)} seeds. TRL draws its "
+            f"after {step} steps; our GRPO at step {step}: {mean_std_text(ours)} over {len(ours)} seeds. TRL draws its "
             "prompts in its own order, so the two differ by sampling noise, not by their update (the kit's tests "
             "check advantages and surrogate equal to TRL's on the same tensors, 1e-6)."
         )

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
 from paperflow.itpo.analysis import auroc, bootstrap_aurocs
 
 LABELS = {
@@ -145,13 +145,6 @@ def build_claims(
     return [primary, control, vs_outcome, vs_prime, gain, volatile]
 
 
-def _fmt(values: Sequence[float]) -> str:
-    arr = np.asarray(values, float)
-    if arr.size == 0 or np.isnan(arr).all():
-        return "n/a"
-    return f"{np.nanmean(arr):.3f} ± {np.nanstd(arr, ddof=1):.3f}" if arr.size > 1 else f"{arr[0]:.3f}"
-
-
 def per_seed_table(curves, turns, final, methods, seeds, control_methods=("itponorm",)) -> pd.DataFrame:
     rows = []
     for m in methods:
@@ -238,13 +231,13 @@ def build_report(
     lines = [
         {
             "method": LABELS[m],
-            "success AUC": _fmt(table[table["method"] == m]["success_auc"]),
-            "final greedy success": _fmt(table[table["method"] == m]["final_greedy_success"]),
-            "assistant tokens": _fmt(table[table["method"] == m]["final_greedy_tokens"]),
-            "std of A_t": _fmt(table[table["method"] == m]["adv_volatility"]),
-            "turn AUROC (PRM)": _fmt(table[table["method"] == m]["turn_auroc"]),
-            "turn AUROC (control PRM)": _fmt(table[table["method"] == m]["turn_auroc_control"]),
-            "AUROC, reply labels": _fmt(table[table["method"] == m]["turn_auroc_reply_labels"]),
+            "success AUC": mean_std_text(table[table["method"] == m]["success_auc"]),
+            "final greedy success": mean_std_text(table[table["method"] == m]["final_greedy_success"]),
+            "assistant tokens": mean_std_text(table[table["method"] == m]["final_greedy_tokens"]),
+            "std of A_t": mean_std_text(table[table["method"] == m]["adv_volatility"]),
+            "turn AUROC (PRM)": mean_std_text(table[table["method"] == m]["turn_auroc"]),
+            "turn AUROC (control PRM)": mean_std_text(table[table["method"] == m]["turn_auroc_control"]),
+            "AUROC, reply labels": mean_std_text(table[table["method"] == m]["turn_auroc_reply_labels"]),
         }
         for m in methods
     ]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
 
 LABELS = {
     "mezo": "MeZO",
@@ -216,15 +216,6 @@ def build_claims(curves, align, final, history, params) -> list[Claim]:
     ]
 
 
-def _fmt(values: Sequence[float], digits: int = 3) -> str:
-    arr = np.asarray(values, float)
-    if arr.size == 0 or np.isnan(arr).all():
-        return "n/a"
-    if arr.size == 1:
-        return f"{arr[0]:.{digits}f}"
-    return f"{np.nanmean(arr):.{digits}f} ± {np.nanstd(arr, ddof=1):.{digits}f}"
-
-
 def methods_table(curves, logs, align, final, methods, seeds_of) -> pd.DataFrame:
     rows = []
     for m in methods:
@@ -344,11 +335,11 @@ def build_report(curves, logs, align, final, history, params) -> Report:
             "method": LABELS[m],
             "seeds": len(seeds_of(m)),
             "lr": params["lr"].get("lozoplus" if m == "lozoplus_random" else m, "AdamW"),
-            "forwards": _fmt(table[table["method"] == m]["forwards"], 0),
-            "train loss at F": _fmt(table[table["method"] == m]["train_loss"]),
-            "test accuracy": _fmt(table[table["method"] == m]["test_accuracy"]),
-            "rho (energy)": _fmt(table[table["method"] == m]["rho"]),
-            "rho (unweighted)": _fmt(table[table["method"] == m]["rho_unweighted"]),
+            "forwards": mean_std_text(table[table["method"] == m]["forwards"], 0),
+            "train loss at F": mean_std_text(table[table["method"] == m]["train_loss"]),
+            "test accuracy": mean_std_text(table[table["method"] == m]["test_accuracy"]),
+            "rho (energy)": mean_std_text(table[table["method"] == m]["rho"]),
+            "rho (unweighted)": mean_std_text(table[table["method"] == m]["rho_unweighted"]),
         }
         for m in methods
     ]
@@ -367,7 +358,7 @@ def build_report(curves, logs, align, final, history, params) -> Report:
             f"{params['run']['budget']} forwards on training batches (counted by the kit's ForwardCounter; the train "
             "loss evaluations and the autograd probes run with it paused). LOZO+ spends 2K extra forwards per "
             f"refresh, so it takes fewer steps; it kept {kept.mean():.2f} candidates per refresh on average. "
-            f"MeZO's cosine between c z and the gradient: {_fmt(cos, 4)} (sqrt(1/d) ~ 0.003 for d = 86k).",
+            f"MeZO's cosine between c z and the gradient: {mean_std_text(cos, 4)} (sqrt(1/d) ~ 0.003 for d = 86k).",
         ),
     ]
     return Report(

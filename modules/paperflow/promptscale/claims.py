@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
 
 LABELS = {
     "em": "EM (best-of-K)",
@@ -97,14 +97,6 @@ def build_claims(curves: pd.DataFrame, synthesis: pd.DataFrame, seeds: Sequence[
     return claims
 
 
-def _fmt(values) -> str:
-    arr = np.asarray(values, float)
-    arr = arr[~np.isnan(arr)]
-    if arr.size == 0:
-        return "n/a"
-    return f"{arr.mean():.3f} ± {arr.std(ddof=1):.3f}" if arr.size > 1 else f"{arr[0]:.3f}"
-
-
 def figure_em(curves: pd.DataFrame, annotator_accuracy: float):
     fig, (a1, a2) = plots.subplots(2, width=4.6, height=3.6)
     for variant, color in (("em", "tab:red"), ("randomk", "gray")):
@@ -144,25 +136,28 @@ def build_report(
                 {
                     "variant": LABELS[variant],
                     "e": it,
-                    "IWAE": _fmt(g["iwae"]),
-                    "recovery": _fmt(g["recovery"]),
-                    "log q of the samples": _fmt(g["log_q"]),
-                    "well-formed rationales": _fmt(g["wellformed_rationales"]),
-                    "distinct kept z": _fmt(g["distinct_kept"]) if "distinct_kept" in g else "–",
+                    "IWAE": mean_std_text(g["iwae"]),
+                    "recovery": mean_std_text(g["recovery"]),
+                    "log q of the samples": mean_std_text(g["log_q"]),
+                    "well-formed rationales": mean_std_text(g["wellformed_rationales"]),
+                    "distinct kept z": mean_std_text(g["distinct_kept"]) if "distinct_kept" in g else "–",
                 }
             )
     syn_rows = [
         {
             "model": LABELS[v],
             "seeds": int(g["seed"].nunique()),
-            **{k: _fmt(g[k]) for k in ("validity", "consistency", "mean_ops", "distinct_skeletons", "distinct_2")},
+            **{
+                k: mean_std_text(g[k])
+                for k in ("validity", "consistency", "mean_ops", "distinct_skeletons", "distinct_2")
+            },
         }
         for v, g in synthesis.groupby("variant", sort=False)
     ]
     solver_rows = [
         {
             "arm": a,
-            "test accuracy": _fmt(g["test_accuracy"]),
+            "test accuracy": mean_std_text(g["test_accuracy"]),
             "seeds": int(g["seed"].nunique()),
             "training problems / pairs": int(g["train_problems"].mean()),
         }

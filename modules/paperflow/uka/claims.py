@@ -16,7 +16,16 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, statistic_claim
+from paperflow.core.report import (
+    Claim,
+    Figure,
+    Report,
+    Table,
+    compare_claim,
+    markdown_table,
+    mean_std_text,
+    statistic_claim,
+)
 from paperflow.uka import needworld as nw
 
 LABELS = {
@@ -193,11 +202,6 @@ def method_table(per_user: pd.DataFrame, per_turn: pd.DataFrame, seeds: Sequence
     return pd.DataFrame(rows)
 
 
-def _fmt(values) -> str:
-    arr = np.asarray(values, float)
-    return f"{arr.mean():.3f} ± {arr.std(ddof=1):.3f}" if arr.size > 1 else f"{arr.mean():.3f}"
-
-
 def figure_success(table: pd.DataFrame, cis: Mapping[str, tuple[float, float, float]], control_world: str):
     fig, (a1, a2) = plots.subplots(2, width=5.2, height=4.0)
     for ax, world in ((a1, "main"), (a2, control_world)):
@@ -264,12 +268,12 @@ def build_report(
         {
             "world": w,
             "method": LABELS[m],
-            "SR": _fmt(t["SR"]),
-            "AT": _fmt(t["AT"]),
-            "entropy after turn 3": _fmt(t["entropy_t3"]),
-            "need accuracy": _fmt(t["need_accuracy"]),
-            "strategy entropy": _fmt(t["strategy_entropy"]),
-            "Suggestions share": _fmt(t["suggestions_share"]),
+            "SR": mean_std_text(t["SR"]),
+            "AT": mean_std_text(t["AT"]),
+            "entropy after turn 3": mean_std_text(t["entropy_t3"]),
+            "need accuracy": mean_std_text(t["need_accuracy"]),
+            "strategy entropy": mean_std_text(t["strategy_entropy"]),
+            "Suggestions share": mean_std_text(t["suggestions_share"]),
         }
         for (w, m), t in table.groupby(["world", "method"], sort=False)
     ]
