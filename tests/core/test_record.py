@@ -211,3 +211,21 @@ def test_readme_status_counts_gated_claims_and_marks_scales_not_run():
     table = readme_status({"smoke": record}, ["a", "b"], {"a": "Paper A"}).splitlines()
     assert table[2] == "| Paper A | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a) | not run |"
     assert table[3] == "| b | [`b`](workflows/b/README.md) | not run | not run |"
+
+
+def test_write_with_papers_updates_those_entries_and_keeps_the_others(recorded, capsys):
+    before = load(recorded)
+    run_paper("ph_y", [0.05, 0.1, 0.05])
+    run_paper("ph_z", [0.2, 0.2, 0.3])
+    # a broken folder of another paper does not stop the update (only the named papers are audited)
+    (Path("results") / SCALE / "ph_x" / "models" / "m.bin").write_text("tampered")
+    assert cli_main(["record", "write", "--scale", SCALE, "--papers", "ph_y", "ph_z"]) == 0
+    doc = load(recorded)
+    assert doc["papers"]["ph_x"] == before["papers"]["ph_x"]
+    assert doc["papers"]["ph_y"]["claims"][0]["values"] == [0.05, 0.1, 0.05]
+    assert set(doc["papers"]) == {"ph_x", "ph_y", "ph_z"}
+    assert (recorded / "docs" / "results" / f"{SCALE}.md").read_text() == render_markdown(doc)
+    capsys.readouterr()
+    assert cli_main(["record", "write", "--scale", SCALE, "--papers", "ph_w"]) != 0
+    captured = capsys.readouterr()
+    assert "no results folder results/smoke/ph_w" in captured.out + captured.err

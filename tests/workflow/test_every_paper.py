@@ -1,7 +1,8 @@
 """Every paper in workflows/ at tiny scale, through the real Snakemake CLI: the DAG has every stage,
 the run finishes, the report states its claims, the provenance audit of the report and of the paper's
 whole tree passes (and catches a flipped claim and an unrecorded file), and a second run has
-nothing to do. Paper-specific content is checked in tests/papers/test_<slug>.py."""
+nothing to do. Paper-specific content is checked in tests/papers/test_<slug>.py, and a paper's tiny outputs by
+its check in tests/tiny_outputs.py, on this run's results (no second tiny run per paper)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import copy_repo, job_counts, run_snakemake
+from tiny_outputs import CHECKS as TINY_CHECKS
 
 from paperflow.core.config import available_papers, load_paper_config
 from paperflow.core.provenance import audit
@@ -55,6 +57,8 @@ def test_tiny_run_end_to_end(scratch, slug):
     again = run_snakemake(scratch, "-n", "--cores", "2", *args)
     assert "Nothing to be done" in again.stdout + again.stderr
     assert_tree_audit_covers_the_report(out)
+    if slug in TINY_CHECKS:  # the paper's own outputs, from this run (tests/tiny_outputs.py)
+        TINY_CHECKS[slug](out)
     if slug in REORDER:
         assert_reordered_config_keeps_every_claim(scratch, slug, args)
 

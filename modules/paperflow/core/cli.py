@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--scale", required=True)
         p.add_argument("--results", default="results", help="the results root (default: results)")
     p_write.add_argument("--out", default="docs/results", help="where the record goes (default: docs/results)")
+    p_write.add_argument(
+        "--papers",
+        nargs="+",
+        default=None,
+        help="update only these papers' entries of the existing record (the others are kept as recorded)",
+    )
     p_check.add_argument("--record", default="docs/results", help="the committed record (default: docs/results)")
     p_check.add_argument(
         "--rtol", type=float, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL:g})"
@@ -71,7 +77,7 @@ def _record(args: argparse.Namespace) -> int:
             print(f"{args.readme}: status table {'rewritten' if changed else 'already up to date'}")
             return 0
         if args.action == "write":
-            json_path, md_path = write_record(args.results, args.scale, args.out)
+            json_path, md_path = write_record(args.results, args.scale, args.out, papers_only=args.papers)
             print(f"record written: {json_path} and {md_path}")
             return 0
         tolerance = Tolerance(rtol=args.rtol, atol=args.atol)

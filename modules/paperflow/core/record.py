@@ -139,14 +139,22 @@ def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
     return doc["paper"], entry
 
 
-def build_results_record(results: str | Path, scale: str, tolerance: Tolerance = Tolerance()) -> dict[str, Any]:
+def build_results_record(
+    results: str | Path, scale: str, tolerance: Tolerance = Tolerance(), papers_only: Sequence[str] | None = None
+) -> dict[str, Any]:
     """The record of `results/<scale>`, from its audited metrics.json files; raises RecordError when the
-    tree's audit finds any problem."""
+    tree's audit finds any problem. With `papers_only`, only those papers' folders are audited and recorded."""
     tree = Path(results) / scale
-    report = audit_tree(tree)
-    if not report.ok:
-        raise RecordError(f"the audit of {tree} failed:\n" + "\n".join(report.problems))
-    metrics = sorted(tree.glob("*/metrics.json"))
+    trees = [tree] if papers_only is None else [tree / slug for slug in papers_only]
+    for sub in trees:
+        if not sub.is_dir():
+            raise RecordError(f"no results folder {sub} to record")
+        report = audit_tree(sub)
+        if not report.ok:
+            raise RecordError(f"the audit of {sub} failed:\n" + "\n".join(report.problems))
+    metrics = sorted(
+        p for sub in trees for p in (sub.glob("*/metrics.json") if sub == tree else sub.glob("metrics.json"))
+    )
     if not metrics:
         raise RecordError(f"no {tree}/*/metrics.json to record")
     papers: dict[str, dict[str, Any]] = {}
@@ -241,11 +249,28 @@ def render_markdown(record: Mapping[str, Any]) -> str:
 
 
 def write_record(
-    results: str | Path, scale: str, out: str | Path, tolerance: Tolerance = Tolerance()
+    results: str | Path,
+    scale: str,
+    out: str | Path,
+    tolerance: Tolerance = Tolerance(),
+    papers_only: Sequence[str] | None = None,
 ) -> tuple[Path, Path]:
-    """Write `<out>/<scale>.json` and `<out>/<scale>.md` from the audited `results/<scale>` tree."""
-    record = build_results_record(results, scale, tolerance)
+    """Write `<out>/<scale>.json` and `<out>/<scale>.md` from the audited `results/<scale>` tree. With
+    `papers_only`, the existing record at `out` keeps every other paper and those papers' entries are replaced or
+    added (one paper rerun, its record updated)."""
+    record = build_results_record(results, scale, tolerance, papers_only)
     json_path, md_path = record_paths(out, scale)
+    if papers_only is not None:
+        if not json_path.is_file():
+            raise RecordError(f"--papers updates an existing record; there is none at {json_path}")
+        old = json.loads(json_path.read_text())
+        merged = {**old["papers"], **record["papers"]}
+        record = {
+            **record,
+            "papers": dict(sorted(merged.items())),
+            "git_commits": sorted({str(p["git_commit"]) for p in merged.values()}),
+            "git_dirty": any(bool(p["git_dirty"]) for p in merged.values()),
+        }
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
     md_path.write_text(render_markdown(json.loads(json_path.read_text())))

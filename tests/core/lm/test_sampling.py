@@ -14,6 +14,7 @@ from paperflow.core.lm.models import build_model
 from paperflow.core.lm.sampling import (
     CachedForward,
     StepOverride,
+    masked_forward,
     position_ids_from_mask,
     sample,
     sequence_entropies,
@@ -452,3 +453,71 @@ def test_sample_with_embeds_banned_ids_and_top_k():
         assert r.logprobs[i, 0] == pytest.approx(float(top2[i, k]), abs=1e-5)
         assert r.logprobs[i, 0] > full[i]  # the truncated law gives its tokens more mass
     assert torch.isfinite(r.entropies).all()
+
+
+@pytest.mark.parametrize("arch", list(SPECS))
+def test_masked_forward_with_a_causal_pattern_is_the_plain_forward_and_returns_layer_features(arch):
+    model = _model(arch)
+    batch = _prompts()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    n, length = ids.shape
+    pos = position_ids_from_mask(mask)
+    causal = torch.tril(torch.ones(length, length, dtype=torch.bool))
+    allowed = causal & mask.bool()[:, None, :] | torch.eye(length, dtype=torch.bool)
+    out = masked_forward(model, allowed, pos, input_ids=ids, layers=(1, 0))
+    ref = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True)
+    real = mask.bool()
+    assert torch.allclose(out.logits[real], ref.logits[real], atol=1e-5)
+    assert out.features.shape == (n, length, 2 * BASE["hidden_size"])
+    h = BASE["hidden_size"]
+    assert torch.allclose(out.features[..., :h][real], ref.hidden_states[1][real], atol=1e-5)
+    assert torch.equal(out.features[..., h:], model.get_input_embeddings()(ids))
+
+
+def test_masked_forward_verifies_a_token_tree_like_each_path_alone():
+    """A tree of 5 nodes after a shared prefix (node i's parent in `parent`) in one pass: every node's logits equal
+    those of its root-to-node path fed as a plain sequence; nodes on other branches are invisible to it."""
+    model = _model()
+    prefix = torch.tensor([[1, 4, 9, 7, 5]])
+    nodes = torch.tensor([6, 8, 10, 11, 12])
+    parent = [-1, -1, 0, 0, 2]  # two children of the root; node 2 and 3 under node 0; node 4 under node 2
+    p, t = prefix.shape[1], len(nodes)
+    anc = torch.eye(t, dtype=torch.bool)
+    depth = [0] * t
+    for i, par in enumerate(parent):
+        j = par
+        depth[i] = 1 if par < 0 else depth[par] + 1
+        while j >= 0:
+            anc[i, j] = True
+            j = parent[j]
+    allowed = torch.zeros(p + t, p + t, dtype=torch.bool)
+    allowed[:p, :p] = torch.tril(torch.ones(p, p, dtype=torch.bool))
+    allowed[p:, :p] = True
+    allowed[p:, p:] = anc
+    pos = torch.tensor([*range(p), *(p - 1 + d for d in depth)])
+    out = masked_forward(model, allowed[None], pos[None], input_ids=torch.cat([prefix[0], nodes])[None])
+    for i in range(t):
+        path, j = [], i
+        while j >= 0:
+            path.insert(0, int(nodes[j]))
+            j = parent[j]
+        seq = torch.cat([prefix[0], torch.tensor(path)])[None]
+        ref = model(input_ids=seq).logits[0, -1]
+        assert torch.allclose(out.logits[0, p + i], ref, atol=1e-5), i
+
+
+def test_masked_forward_checks_its_arguments():
+    model = _model()
+    ids = torch.tensor([[1, 4, 5]])
+    pos = torch.arange(3)[None]
+    ok = torch.tril(torch.ones(1, 3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="exactly one of"):
+        masked_forward(model, ok, pos)
+    with pytest.raises(ValueError, match="bool tensor of shape"):
+        masked_forward(model, ok.float(), pos, input_ids=ids)
+    with pytest.raises(ValueError, match="position_ids must have shape"):
+        masked_forward(model, ok, pos[:, :2], input_ids=ids)
+    with pytest.raises(ValueError, match="attend to itself"):
+        masked_forward(model, ok & ~torch.eye(3, dtype=torch.bool), pos, input_ids=ids)
+    with pytest.raises(ValueError, match=r"layers \[2\] out of range"):
+        masked_forward(model, ok, pos, input_ids=ids, layers=(2,))

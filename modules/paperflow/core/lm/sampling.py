@@ -377,3 +377,63 @@ def repack_left(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token
         a = torch.gather(a, 1, order)[:, input_ids.shape[1] - width :]
         moved.append(torch.where(new_mask.bool(), a, torch.zeros((), dtype=a.dtype)))
     return (ids, new_mask, *moved) if aligned else (ids, new_mask)
+
+
+@dataclass
+class MaskedOutput:
+    """What `masked_forward` returns: logits [B, L, V] (None for a bare encoder) and the chosen layers' hidden
+    states concatenated on the last axis, [B, L, len(layers) * H] (None when no layer was asked for)."""
+
+    logits: torch.Tensor | None
+    features: torch.Tensor | None
+
+
+def masked_forward(
+    model,
+    allowed: torch.Tensor,
+    position_ids: torch.Tensor,
+    *,
+    input_ids: torch.Tensor | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    layers: Sequence[int] = (),
+) -> MaskedOutput:
+    """One forward pass of a causal LM under an arbitrary attention pattern: `allowed` [B, L, L] (bool; row i may
+    attend to column i' where True) and explicit `position_ids` [B, L]. The pattern replaces causality, so a
+    token tree (each node seeing its ancestors), tokens that only some rows may see (ConFu's soft prompts and
+    contemplate tokens) or several unrolled draft steps fit in one pass. Every row must see itself (a row that
+    sees nothing has no softmax). `layers` picks hidden states to return: i in 1..num_hidden_layers-1 is decoder
+    layer i's output (0 the embeddings; the last layer's raw output is not returned by transformers, only after
+    the final norm), concatenated in the order given (EAGLE-3's low/mid/high feature fusion).
+
+    Differentiable under grad; the logits are the model's own (no temperature, no label shift)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("masked_forward takes exactly one of input_ids and inputs_embeds")
+    shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
+    if allowed.dtype != torch.bool or tuple(allowed.shape) != (*shape, shape[1]):
+        raise ValueError(
+            f"allowed must be a bool tensor of shape {(*shape, shape[1])} (batch, query, key), got "
+            f"{allowed.dtype} {tuple(allowed.shape)}"
+        )
+    if tuple(position_ids.shape) != shape:
+        raise ValueError(f"position_ids must have shape {shape}, got {tuple(position_ids.shape)}")
+    if not bool(allowed.diagonal(dim1=1, dim2=2).all()):
+        raise ValueError("allowed: every row must attend to itself (its diagonal must be True)")
+    n_layers = int(model.config.num_hidden_layers)
+    bad = [i for i in layers if not 0 <= int(i) < n_layers]
+    if bad:
+        raise ValueError(
+            f"layers {bad} out of range 0 (embeddings) .. {n_layers - 1}: transformers returns the last decoder "
+            "layer's output only after the final norm, so it is not offered"
+        )
+    feed = {"input_ids": input_ids} if input_ids is not None else {"inputs_embeds": inputs_embeds}
+    out = model(
+        **feed,
+        attention_mask=allowed[:, None],
+        position_ids=position_ids,
+        output_hidden_states=bool(layers),
+        use_cache=False,
+    )
+    logits = getattr(out, "logits", None)
+    if not layers:
+        return MaskedOutput(logits, None)
+    return MaskedOutput(logits, torch.cat([out.hidden_states[int(i)] for i in layers], -1))

@@ -1,0 +1,100 @@
+"""ConFu's methods and the config rules the JSON schema cannot state (called by paperflow.core.config)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paperflow.core.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Method:
+    """A draft to train: its head `kind`, where it starts (`scratch` or the `eagle3` head), its steps and lr, and
+    ConFu's anchors per sequence and replication window l (1 for the other kinds)."""
+
+    kind: str
+    start: str
+    steps: int
+    lr: float
+    anchors: int = 0
+    window: int = 1
+    n_expert: int | None = None  # None: the config's; 1: the static-embedding ablation
+
+
+def _methods(cfg: Mapping[str, Any]) -> dict[str, Method]:
+    d, c = cfg["draft"], cfg["confu"]
+    base, extra = int(d["steps"]), int(d["extra_steps"])
+    lr, lr_extra = float(d["lr"]), float(d["extra_lr"])
+    confu = {"anchors": int(c["anchors"]), "window": int(c["window"])}
+    return {
+        "vanilla": Method("vanilla", "scratch", base, lr),
+        "eagle3": Method("eagle3", "scratch", base, lr),
+        # the paper's control: EAGLE-3 trained for the same extra steps as ConFu, from the same checkpoint
+        "eagle3_extra": Method("eagle3", "eagle3", extra, lr_extra),
+        "confu": Method("confu", "eagle3", extra, lr_extra, **confu),
+        "confu_nomoe": Method("confu", "eagle3", extra, lr_extra, **confu, n_expert=1),
+        "confu_norep": Method("confu", "eagle3", extra, lr_extra, anchors=confu["anchors"], window=1),
+    }
+
+
+METHODS = ("vanilla", "eagle3", "eagle3_extra", "confu", "confu_nomoe", "confu_norep")
+GATED = ("vanilla", "eagle3", "eagle3_extra", "confu")  # claims (a)-(c) and their controls compare these
+BASE = ("vanilla", "eagle3")  # trained from scratch; the others continue from eagle3
+
+
+def method_of(name: str, cfg: Mapping[str, Any]) -> Method:
+    table = _methods(cfg)
+    if name not in table:
+        raise ConfigError(f"unknown ConFu method {name!r}; choose from {', '.join(table)}")
+    return table[name]
+
+
+def check(cfg: dict[str, Any], source: str) -> None:
+    """Cross-key rules: known methods with the gated ones present; feature layers inside the target; the tree's
+    budget reachable; the evaluation temperatures include greedy (claim (a))."""
+    for m in cfg["methods"]:
+        if m not in METHODS:
+            raise ConfigError(f"{source}: methods: unknown method {m!r}; choose from {', '.join(METHODS)}")
+    missing = [m for m in GATED if m not in cfg["methods"]]
+    if missing:
+        raise ConfigError(f"{source}: methods must include {missing} (the gated claims compare them)")
+    layers = cfg["target"]["model"]["num_hidden_layers"]
+    bad = [i for i in cfg["draft"]["feature_layers"] if not 1 <= i < layers]
+    if bad:
+        raise ConfigError(
+            f"{source}: draft.feature_layers {bad} must lie in 1..{layers - 1} (the target's decoder layers below "
+            "its last, whose raw output transformers does not return)"
+        )
+    dec = cfg["decoding"]
+    most = dec["top_k"] + (dec["depth"] - 1) * dec["top_k"] ** 2
+    if dec["nodes"] > most:
+        raise ConfigError(
+            f"{source}: decoding.nodes {dec['nodes']} > {most}, the candidates top_k {dec['top_k']} and depth "
+            f"{dec['depth']} produce"
+        )
+    if 0 not in dec["temperatures"]:
+        raise ConfigError(f"{source}: decoding.temperatures {dec['temperatures']} must include 0 (claim (a))")
+    if cfg["confu"]["k_expert"] > cfg["confu"]["n_expert"]:
+        raise ConfigError(f"{source}: confu.k_expert {cfg['confu']['k_expert']} > n_expert {cfg['confu']['n_expert']}")
+
+
+# evaluation variants per method: {variant: (decoding controls, temperatures or None for all)}. The controls are the
+# negative controls of the gated claims: (a) a verifier whose regular tokens see the soft prompts and contemplate
+# tokens (it must lose losslessness), (b) EAGLE-3 reading features shuffled across prompts, (c) ConFu with f
+# shuffled across prompts (section 11).
+# vanilla and EAGLE-3 from scratch enter only claim (b), at T = 0; the T > 0 comparison is ConFu against its control.
+VARIANTS: dict[str, dict[str, tuple[dict[str, Any], tuple[float, ...] | None]]] = {
+    "vanilla": {"vanilla": ({}, (0.0,))},
+    "eagle3": {"eagle3": ({}, (0.0,)), "eagle3_features_shuffled": ({"features": "shuffle"}, (0.0,))},
+    "confu": {
+        "confu": ({}, None),
+        "confu_f_shuffled": ({"f": "shuffle"}, (0.0,)),
+        "confu_leak": ({"leak": True}, (0.0,)),
+    },
+}
+
+
+def controls_of(method: str) -> dict[str, tuple[dict[str, Any], tuple[float, ...] | None]]:
+    return VARIANTS.get(method, {method: ({}, None)})

@@ -1,0 +1,265 @@
+"""ConFu's stages, one function per rule (the scripts pass paths and params): the digit-world problems, the target
+trained once per seed (with its regenerated draft data and the lossless references), the draft heads, and the
+speculative-decoding evaluation."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from paperflow.confu.problems import examples, world_of
+from paperflow.confu.settings import method_of
+from paperflow.core.lm.digitworld import Example
+from paperflow.core.lm.models import build_model
+from paperflow.core.lm.sampling import sample, sequence_logprobs
+from paperflow.core.loop import run_loop
+
+log = logging.getLogger(__name__)
+
+
+def target_spec(cfg: Mapping[str, Any], vocab_size: int) -> dict[str, Any]:
+    return {"arch": "llama", **cfg["target"]["model"], "vocab_size": vocab_size}
+
+
+# ------------------------------------------------------------------ target
+def train_target(problems: pd.DataFrame, cfg: Mapping[str, Any], seed: int):
+    """SFT of the target on gold answers (token-mean NLL over answer + EOS); returns (model, history rows)."""
+    world = world_of(cfg["data"])
+    tok = world.tokenizer()
+    tc = cfg["target"]["train"]
+    train = examples(problems[problems.split == "train"])
+    torch.manual_seed(seed)
+    model = build_model(target_spec(cfg, len(tok)), seed).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=float(tc["lr"]), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=float(tc["lr"]), total_steps=int(tc["steps"]), pct_start=0.1
+    )
+    rng = np.random.default_rng(seed)
+
+    def step(i: int):
+        idx = rng.integers(0, len(train), int(tc["batch_size"]))
+        b = world.encode(tok, [train[j] for j in idx]).sft()
+        logp = sequence_logprobs(model, b["input_ids"], b["attention_mask"])
+        m = b["completion_mask"].float()
+        return -(logp * m).sum() / m.sum()
+
+    rows = run_loop(step, opt, int(tc["steps"]), scheduler=sched, grad_clip=1.0, desc=f"target seed {seed}")
+    return model.eval(), rows
+
+
+def greedy_exact(model, problems: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.Series:
+    """Exact-match accuracy of greedy decoding per task (the spec's >= 98% sanity target on sort)."""
+    world = world_of(cfg["data"])
+    tok = world.tokenizer()
+    out = {}
+    for task, sub in problems.groupby("task"):
+        enc = world.encode(tok, examples(sub))
+        r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=enc.answer_ids.shape[1], temperature=0,
+                   generator=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+        out[task] = float(enc.rewards(r.completion_ids).mean())
+    return pd.Series(out)
+
+
+@torch.no_grad()
+def regenerate(model, prompts: Sequence[Example], cfg: Mapping[str, Any], chunk: int = 512) -> dict[str, torch.Tensor]:
+    """The target's greedy continuations of the draft-training prompts (EAGLE-3's practice): left-padded
+    prompt + response ids, mask, and each row's prompt length."""
+    world = world_of(cfg["data"])
+    tok = world.tokenizer()
+    max_new = int(cfg["decoding"]["max_new_tokens"])
+    seqs, plens = [], []
+    for i in range(0, len(prompts), chunk):
+        enc = world.encode(tok, list(prompts[i : i + chunk]))
+        r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=0, generator=None,
+                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+        for row, m in zip(r.sequences, r.attention_mask):
+            seqs.append(row[m.bool()])
+        plens += enc.prompt_mask.sum(1).tolist()
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = s
+        mask[i, width - len(s) :] = 1
+    return {"input_ids": ids, "attention_mask": mask, "prompt_lengths": torch.tensor(plens)}
+
+
+def uniforms(n: int, width: int, seed: int) -> torch.Tensor:
+    """[n, width] float64 draws in the order the kit's `sample` makes them (one [n, 1] draw per step), so that the
+    target-only sample path with generator seed `seed` is the reference of every method at T > 0."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.cat([torch.rand(n, 1, generator=g, dtype=torch.float64) for _ in range(width)], 1)
+
+
+@torch.no_grad()
+def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
+    """The lossless references per test prompt: the kit's greedy decoding, its sample path at each T > 0 (the
+    uniforms every method will use), and on the first `n_reference` prompts transformers' `generate` greedy and
+    `generate(assistant_model=...)` with a one-layer assistant (an independent lossless implementation)."""
+    from transformers import GenerationConfig
+
+    world = world_of(cfg["data"])
+    tok = world.tokenizer()
+    dec = cfg["decoding"]
+    max_new = int(dec["max_new_tokens"])
+    enc = world.encode(tok, examples(test))
+    out = pd.DataFrame({"row": range(len(test)), "task": test.task.to_numpy()})
+
+    def completions(r):
+        return [[int(t) for t, m in zip(row, mk) if m] for row, mk in zip(r.completion_ids, r.completion_mask)]
+
+    for temp in dec["temperatures"]:
+        g = torch.Generator().manual_seed(eval_seed(seed, temp))
+        r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=float(temp),
+                   generator=g, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+        out[f"ref_T{temp}"] = completions(r)
+    n_ref = min(int(dec["n_reference"]), len(test))
+    spec = {**target_spec(cfg, len(tok)), "num_hidden_layers": 1}
+    assistant = build_model(spec, seed + 7919).eval()
+    gen = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=tok.eos_token_id,
+                           pad_token_id=tok.pad_token_id, num_assistant_tokens=4)  # fmt: skip
+    hf, assisted = [], []
+    for i in range(n_ref):
+        ids = enc.prompt_ids[i : i + 1][:, enc.prompt_mask[i].bool()]
+        plain = model.generate(ids, generation_config=gen)[0, ids.shape[1] :].tolist()
+        helped = model.generate(ids, generation_config=gen, assistant_model=assistant)[0, ids.shape[1] :].tolist()
+        hf.append(_cut(plain, tok.eos_token_id))
+        assisted.append(_cut(helped, tok.eos_token_id))
+    out["hf_greedy"] = hf + [None] * (len(test) - n_ref)
+    out["hf_assisted"] = assisted + [None] * (len(test) - n_ref)
+    return out
+
+
+def _cut(tokens: list[int], eos: int) -> list[int]:
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+def eval_seed(seed: int, temperature: float) -> int:
+    """The generator seed of the sample-path reference of (seed, T)."""
+    return 100_003 * int(seed) + int(round(1000 * float(temperature)))
+
+
+# ------------------------------------------------------------------ drafts
+def draft_config(kind: str, cfg: Mapping[str, Any], vocab_size: int):
+    from paperflow.confu.model import DraftConfig
+
+    d, c, t = cfg["draft"], cfg["confu"], cfg["target"]["model"]
+    return DraftConfig(
+        kind=kind,
+        hidden_size=int(t["hidden_size"]),
+        vocab_size=vocab_size,
+        feature_layers=tuple(d["feature_layers"]),
+        heads=int(d["heads"]),
+        intermediate_size=int(d["intermediate_size"]),
+        max_positions=int(t["max_position_embeddings"]),
+        n_soft=int(c["n_soft"]),
+        n_expert=int(c["n_expert"]),
+        k_expert=int(c["k_expert"]),
+    )
+
+
+def train_head(method: str, target, data: Mapping[str, torch.Tensor], cfg: Mapping[str, Any], seed: int, init=None):
+    """Train `method`'s head (settings.METHODS: kind, steps, start) on the regenerated data; `init` is the EAGLE-3
+    head a continued method starts from. Returns (head, history rows)."""
+    from paperflow.confu.model import DraftHead, load_head
+    from paperflow.confu.training import response_mask, sample_anchors, ttt_loss
+
+    m = method_of(method, cfg)
+    d = cfg["draft"]
+    vocab = target.config.vocab_size
+    if m.start == "eagle3":
+        if init is None:
+            raise ValueError(f"{method} starts from the EAGLE-3 head; none given")
+        head = load_head(init, kind=m.kind)
+    else:
+        head = DraftHead(draft_config(m.kind, cfg, vocab), target.get_input_embeddings().weight, seed=seed)
+    if m.kind == "confu" and m.n_expert is not None:  # the static-embedding ablation: one expert
+        head = _one_expert(head)
+    head.train()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(head.trainable(), lr=float(m.lr), weight_decay=0.0)
+    steps = int(m.steps)
+    ids, mask, plen = data["input_ids"], data["attention_mask"], data["prompt_lengths"]
+    resp = response_mask(mask, plen)
+    g = torch.Generator().manual_seed(seed * 7 + 3)
+    window = int(m.window)
+
+    def step(i: int):
+        idx = torch.randint(0, ids.shape[0], (int(d["batch_size"]),), generator=g)
+        x, mk, r = ids[idx], mask[idx], resp[idx]
+        x, mk, r = _trim(x, mk, r)
+        anchors = None
+        if m.kind == "confu":
+            valid = torch.zeros(x.shape[0], x.shape[1] - 1, dtype=torch.bool)
+            valid[:, : x.shape[1] - 2] = r[:, 2:].bool()  # rows j that predict a response token x_{j+2}
+            anchors = sample_anchors(valid, int(m.anchors), g)
+        return ttt_loss(head, target, x, mk, r, steps=int(d["ttt_steps"]), decay=float(d["ttt_decay"]),
+                        layers=tuple(d["feature_layers"]), anchors=anchors, window=window)  # fmt: skip
+
+    rows = run_loop(step, opt, steps, grad_clip=1.0, desc=f"{method} seed {seed}")
+    return head.eval(), rows
+
+
+def _one_expert(head):
+    from dataclasses import replace
+
+    from paperflow.confu.model import DraftHead
+
+    cfg = replace(head.cfg, n_expert=1, k_expert=1)
+    new = DraftHead(cfg, head.embed.weight, seed=0)
+    state = {k: v for k, v in head.state_dict().items() if not k.startswith(("moe_con", "moe_f"))}
+    new.load_state_dict(state, strict=False)
+    return new
+
+
+def _trim(ids, mask, *aligned):
+    """Drop the columns that are padding in every row (left padding of a batch drawn from a wider set)."""
+    keep = int(mask.sum(1).max())
+    return tuple(t[:, -keep:] for t in (ids, mask, *aligned))
+
+
+# ------------------------------------------------------------------ evaluation
+def evaluate(method: str, target, head, test: pd.DataFrame, refs: pd.DataFrame, cfg: Mapping[str, Any], seed: int,
+             controls: Mapping[str, Any] | None = None, temperatures=None) -> pd.DataFrame:  # fmt: skip
+    """Speculative decoding of every test prompt at every temperature: per prompt the tokens, the cycles, the
+    accepted depth of each cycle and whether the output equals the reference (greedy at T = 0, the target's own
+    sample path with the same uniforms at T > 0)."""
+    from paperflow.confu.decoding import Controls, SpecDecoder, TreeConfig
+    from paperflow.confu.model import cost_ratio
+
+    world = world_of(cfg["data"])
+    tok = world.tokenizer()
+    dec = cfg["decoding"]
+    tree = TreeConfig(int(dec["nodes"]), int(dec["top_k"]), int(dec["depth"]))
+    ctl = Controls(**(controls or {}))
+    decoder = SpecDecoder(target, head, tree, tuple(cfg["draft"]["feature_layers"]), ctl)
+    enc = world.encode(tok, examples(test))
+    max_new = int(dec["max_new_tokens"])
+    rows = []
+    for temp in dec["temperatures"] if temperatures is None else [t for t in dec["temperatures"] if t in temperatures]:
+        u = uniforms(len(test), max_new, eval_seed(seed, temp))
+        t0 = time.perf_counter()
+        out = decoder.decode(enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=float(temp),
+                             uniforms=u, eos=tok.eos_token_id, pad=tok.pad_token_id)  # fmt: skip
+        secs = time.perf_counter() - t0
+        ref = refs[f"ref_T{temp}"].tolist()
+        for i in range(len(test)):
+            rows.append({
+                "method": method, "seed": seed, "temperature": float(temp), "row": i, "task": test.task.iloc[i],
+                "tokens": len(out.tokens[i]), "new_after_prefill": len(out.tokens[i]) - 1,
+                "cycles": int(out.cycles[i]), "accepted": list(out.accepted[i]),
+                "lossless": list(map(int, out.tokens[i])) == list(map(int, ref[i])),
+                "hf_greedy_equal": None if temp != 0 or refs.hf_greedy.iloc[i] is None
+                else list(map(int, out.tokens[i])) == list(map(int, refs.hf_greedy.iloc[i])),
+                "hf_assisted_equal": None if temp != 0 or refs.hf_assisted.iloc[i] is None
+                else list(map(int, out.tokens[i])) == list(map(int, refs.hf_assisted.iloc[i])),
+                "seconds": secs / len(test), "c_draft": cost_ratio(head, target),
+            })  # fmt: skip
+    return pd.DataFrame(rows)

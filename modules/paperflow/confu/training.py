@@ -1,0 +1,215 @@
+"""Training the target and the draft heads: the target's SFT, the target pass that the draft learns from, the
+training-time-test unroll of EAGLE-3 as one attention pattern, and ConFu's anchors, contemplate tokens and
+future-vector replication (spec sections 2a, 2b.4 and 7).
+
+Training-time test (L steps) in one pass per step. Rows of block i are draft positions j = 0..N-2; row (i, j)
+reads the token x_{j+1} and, for i = 0, the target's g_j, for i > 0 the draft's own output at row (i-1, j-1); it
+predicts x_{j+2} against the target's distribution at position j+1. Row (i, j) sees the block-0 rows k <= j - i
+(the prefix whose features the target has computed) and the rows (s, j - i + s), s = 1..i (its own earlier draft
+steps): exactly what the draft sees at depth i + 1 of a tree whose root is at position j - i. The loss of step i
+is weighted decay^i.
+
+ConFu: K anchors a per sequence. The target reads [soft prompts] + x + one contemplate token per anchor; [con]_a
+has position a + 1, sees x_<=a, the soft prompts and itself; no regular token sees either. f_a = fc_f([con]_a's
+features). The draft gets one [f] slot per anchor (position a, seeing block-0 rows k < a); row (i, j) sees the slot
+of the latest anchor a <= j - i with j - i - a < l (replication over l positions) and is trained only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from paperflow.confu.model import DraftHead, new_cache
+from paperflow.core.lm.sampling import masked_forward, position_ids_from_mask
+
+
+@dataclass
+class TargetPass:
+    logits: torch.Tensor  # [B, N, V]
+    features: torch.Tensor  # [B, N, F] concatenated feature layers
+
+
+def causal_allowed(mask: torch.Tensor) -> torch.Tensor:
+    """[B, N, N]: each real column sees the real columns up to it; every row sees itself."""
+    n = mask.shape[1]
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool, device=mask.device))
+    return causal & mask.bool()[:, None, :] | torch.eye(n, dtype=torch.bool, device=mask.device)
+
+
+@torch.no_grad()
+def target_pass(target, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[int]) -> TargetPass:
+    out = masked_forward(target, causal_allowed(mask), position_ids_from_mask(mask), input_ids=ids, layers=layers)
+    return TargetPass(out.logits.float(), out.features)
+
+
+def ttt_allowed(real: torch.Tensor, blocks: int, anchors: torch.Tensor | None = None, window: int = 1):
+    """The draft rows' attention pattern for `blocks` unrolled steps over rows with `real` [B, M] (row k real:
+    its token and features exist), plus one [f] slot per entry of `anchors` [B, K] (-1: none). Returns
+    (allowed [B, R, R], covered [B, blocks * M]: the rows that see a slot). R = blocks * M + K."""
+    b, m = real.shape
+    dev = real.device
+    k = 0 if anchors is None else anchors.shape[1]
+    qb = torch.arange(blocks, device=dev).repeat_interleave(m)
+    qj = torch.arange(m, device=dev).repeat(blocks)
+    # block rows vs block rows
+    ctx = qj - qb  # the row's real context j - i
+    key_b, key_j = qb[None, :], qj[None, :]
+    see0 = (key_b == 0) & (key_j <= ctx[:, None])
+    seen_diag = (key_b >= 1) & (key_b <= qb[:, None]) & (key_j == ctx[:, None] + key_b)
+    grid = (see0 | seen_diag)[None] & real[:, key_j[0]][:, None, :]
+    r = blocks * m + k
+    allowed = torch.zeros(b, r, r, dtype=torch.bool, device=dev)
+    allowed[:, : blocks * m, : blocks * m] = grid
+    covered = torch.zeros(b, blocks * m, dtype=torch.bool, device=dev)
+    if k:
+        a = anchors[:, None, :]  # [B, 1, K]
+        c = ctx[None, :, None]  # [1, Q, 1]
+        cond = (a >= 0) & (a <= c) & (c - a < window) & (c >= 0)
+        latest = torch.where(cond, a, -1).amax(-1, keepdim=True)
+        sees = cond & (a == latest)
+        allowed[:, : blocks * m, blocks * m :] = sees
+        covered = sees.any(-1)
+        # a slot sees the block-0 rows before its anchor
+        slot_sees = (torch.arange(m, device=dev)[None, None, :] < anchors[:, :, None]) & real[:, None, :]
+        allowed[:, blocks * m :, :m] = slot_sees
+    allowed |= torch.eye(r, dtype=torch.bool, device=dev)
+    return allowed, covered
+
+
+def sample_anchors(valid: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """K distinct anchor rows per sequence, uniformly among the `valid` ones [B, M]; -1 where fewer exist."""
+    scores = torch.rand(valid.shape, generator=generator).masked_fill(~valid, -1.0)
+    top, idx = scores.topk(min(k, valid.shape[1]), dim=-1)
+    return torch.where(top >= 0, idx, -1)
+
+
+def contemplate_pass(target, head: DraftHead, ids, mask, features, anchors, layers, leak: bool = False):
+    """The target on [soft prompts] + x + [con]_a per anchor (module docstring), differentiable in the soft prompts
+    and the [con] MoE. Returns (regular-position logits [B, N, V], f [B, K, h]). `leak` lets regular tokens see
+    the soft prompts and contemplate tokens (the bug section 9 warns of; the no-leak test's negative control)."""
+    b, n = ids.shape
+    ns, k = head.cfg.n_soft, anchors.shape[1]
+    dev = ids.device
+    pos = position_ids_from_mask(mask)
+    safe_a = anchors.clamp(min=1)
+    router_in = features.gather(1, (safe_a - 1)[..., None].expand(-1, -1, features.shape[-1]))
+    con_emb = head.moe_con(router_in)
+    emb = target.get_input_embeddings()
+    inputs = torch.cat([head.soft[None].expand(b, -1, -1), emb(ids), con_emb], 1)
+    r = ns + n + k
+    allowed = torch.zeros(b, r, r, dtype=torch.bool, device=dev)
+    allowed[:, :ns, :ns] = torch.tril(torch.ones(ns, ns, dtype=torch.bool, device=dev))
+    allowed[:, ns : ns + n, ns : ns + n] = causal_allowed(mask)
+    cols = torch.arange(n, device=dev)
+    allowed[:, ns + n :, ns : ns + n] = (cols[None, None, :] <= anchors[:, :, None]) & mask.bool()[:, None, :]
+    allowed[:, ns + n :, :ns] = True
+    if leak:
+        allowed[:, ns : ns + n, :ns] = True
+        allowed[:, ns : ns + n, ns + n :] = True
+    allowed |= torch.eye(r, dtype=torch.bool, device=dev)
+    positions = torch.cat(
+        [torch.arange(ns, device=dev)[None].expand(b, -1), pos, pos.gather(1, anchors.clamp(min=0)) + 1], 1
+    )
+    out = masked_forward(target, allowed, positions, inputs_embeds=inputs, layers=layers)
+    f = head.fc_f(out.features[:, ns + n :])
+    return out.logits[:, ns : ns + n], f
+
+
+def ttt_loss(
+    head: DraftHead,
+    target,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    response: torch.Tensor,
+    *,
+    steps: int,
+    decay: float,
+    layers: Sequence[int],
+    anchors: torch.Tensor | None = None,
+    window: int = 1,
+    f_mode: str = "normal",
+):
+    """The draft's distillation loss with training-time test (soft cross-entropy to the target's softmax), and
+    per-step accuracy (the draft's argmax equals the target's) as logs. `response` [B, N] marks the tokens the
+    draft is trained to predict. ConFu heads need `anchors` [B, K] (rows; -1 none). `f_mode` zero/shuffle is the
+    training-side form of the control (unused by the pipeline, kept for tests)."""
+    tp = target_pass(target, ids, mask, layers)
+    b, n = ids.shape
+    m = n - 1
+    real = mask[:, :m].bool()
+    pos = position_ids_from_mask(mask)[:, :m]
+    tokens = ids[:, 1:]
+    g = head.g(tp.features[:, :m])
+    fused0 = head.fuse(tokens, g)
+    # row j predicts x_{j+2} from the target's distribution at j + 1; the last row has nothing to predict
+    goal = torch.zeros(b, m, tp.logits.shape[-1])
+    goal[:, : m - 1] = torch.softmax(tp.logits[:, 1:m], -1)
+    predicts = torch.zeros(b, m, dtype=torch.bool)
+    predicts[:, : m - 1] = response[:, 2:].bool()
+    slot_inputs, slot_pos = None, None
+    confu = head.cfg.kind == "confu"
+    if confu:
+        if anchors is None:
+            raise ValueError("a ConFu head trains with anchors")
+        _, f = contemplate_pass(target, head, ids, mask, tp.features, anchors, layers)
+        f = _control(f, f_mode)
+        a = anchors.clamp(min=0)
+        slot_inputs = head.slot(fused0.gather(1, a[..., None].expand(-1, -1, fused0.shape[-1])), f)
+        slot_pos = pos.gather(1, a)
+    # step i feeds only block i's rows (step 0 also the slots); earlier rows' keys and values come from the cache,
+    # in the order [block 0, slots, block 1, ..., block i]
+    cache = new_cache(head)
+    k = slot_inputs.shape[1] if confu else 0
+    prev = None
+    total = torch.zeros(())
+    logs: dict[str, Any] = {}
+    rows = torch.arange(m)
+    for i in range(steps):
+        allowed, covered = ttt_allowed(real, i + 1, anchors if confu else None, window)
+        order = torch.cat([torch.arange(m), torch.arange((i + 1) * m, (i + 1) * m + k), torch.arange(m, (i + 1) * m)])
+        allowed = allowed[:, :, order]
+        if i == 0:
+            inputs = torch.cat([fused0, slot_inputs], 1) if confu else fused0
+            query = torch.cat([torch.arange(m), torch.arange(m, m + k)])
+            positions = torch.cat([pos, slot_pos], 1) if confu else pos
+        else:
+            shifted = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], 1)
+            inputs = head.fuse(tokens, shifted)
+            query = torch.arange(i * m, (i + 1) * m)
+            positions = pos
+        hidden, logits = head.run(inputs, allowed[:, query], positions, cache)
+        prev = hidden[:, :m]
+        step_logits = logits[:, :m].float()
+        ok = predicts & (rows[None, :] - i >= 0) & real.gather(1, (rows - i).clamp(min=0)[None].expand(b, -1))
+        if confu:
+            ok = ok & covered[:, i * m : (i + 1) * m]
+        ce = -(goal * torch.log_softmax(step_logits, -1)).sum(-1)
+        count = ok.sum().clamp(min=1)
+        total = total + decay**i * (ce * ok).sum() / count
+        hit = (step_logits.argmax(-1) == goal.argmax(-1)) & ok
+        logs[f"acc_step{i}"] = float(hit.sum() / count)
+    return total, logs
+
+
+def _control(f: torch.Tensor, mode: str) -> torch.Tensor:
+    if mode == "normal":
+        return f
+    if mode == "zero":
+        return torch.zeros_like(f)
+    if mode == "shuffle":
+        return f.roll(1, dims=0)
+    raise ValueError(f"f_mode {mode!r}: normal | zero | shuffle")
+
+
+def response_mask(mask: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
+    """1 on the response tokens of left-padded rows whose first `prompt_lengths` real tokens are the prompt."""
+    real_index = mask.long().cumsum(1) - 1
+    return (mask.bool() & (real_index >= prompt_lengths[:, None])).long()
+
+
+def optimizer_for(params, cfg: Mapping[str, Any]):
+    return torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=float(cfg.get("weight_decay", 0.0)))

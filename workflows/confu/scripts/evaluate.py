@@ -1,0 +1,27 @@
+import pandas as pd
+
+from paperflow.confu.model import load_head
+from paperflow.confu.settings import controls_of
+from paperflow.confu.stages import evaluate
+from paperflow.core.job import snakemake_job
+from paperflow.core.lm.models import load_checkpoint
+
+with snakemake_job(snakemake) as job:
+    p = job.params
+    method = job.wildcards.method
+    cfg = {"data": p.data, "target": p.target, "draft": p.draft, "decoding": p.decoding}
+    problems = pd.read_parquet(job.input.problems)
+    test = problems[problems.split == "test"].reset_index(drop=True)
+    targets, refs, heads = (job.keyed(k, (int,)) for k in ("target", "references", "head"))
+    frames = []
+    for seed in p.seeds:
+        target, head = load_checkpoint(targets[seed]), load_head(heads[seed])
+        ref = pd.read_parquet(refs[seed])
+        for variant, (controls, temperatures) in controls_of(method).items():
+            frame = evaluate(method, target, head, test, ref, cfg, seed, controls, temperatures)
+            frames.append(frame.assign(variant=variant))
+    frame = pd.concat(frames, ignore_index=True)
+    frame.to_parquet(job.output[0], index=False)
+    main = frame[frame.variant == method]
+    tau = main.groupby("temperature").apply(lambda g: g.new_after_prefill.sum() / g.cycles.sum(), include_groups=False)
+    job.note(seeds=p.seeds, tau={float(t): float(v) for t, v in tau.items()}, lossless=float(main.lossless.mean()))

@@ -1,0 +1,24 @@
+import pandas as pd
+from safetensors.torch import load_file
+
+from paperflow.confu.model import save_head
+from paperflow.confu.stages import train_head
+from paperflow.core.job import snakemake_job
+from paperflow.core.lm.models import load_checkpoint
+
+with snakemake_job(snakemake) as job:
+    p = job.params
+    method = job.wildcards.method
+    cfg = {"data": p.data, "target": p.target, "draft": p.draft, "confu": p.confu}
+    targets, data = job.keyed("target", (int,)), job.keyed("data", (int,))
+    inits = job.keyed("init", (int,)) if any(k.startswith("init__") for k in job.input.keys()) else {}
+    histories = []
+    for seed, out in zip(p.seeds, job.output.checkpoints):
+        target = load_checkpoint(targets[seed])
+        head, rows = train_head(method, target, load_file(data[seed]), cfg, seed, init=inits.get(seed))
+        save_head(head, out, {"seed": seed, "method": method})
+        histories.append(pd.DataFrame(rows).assign(seed=seed, method=method))
+    history = pd.concat(histories, ignore_index=True)
+    history.to_csv(job.output.history, index=False)
+    last = history.groupby("seed").last()
+    job.note(seeds=p.seeds, final_loss={int(s): float(v) for s, v in last["loss"].items()})
