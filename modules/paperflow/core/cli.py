@@ -1,4 +1,5 @@
-"""`paperflow audit <file|dir>`, `paperflow lineage <file>` and `paperflow record write|check`."""
+"""`paperflow audit <file|dir>`, `paperflow lineage <file>`, `paperflow record write|check|readme` and
+`paperflow pin <slug>`."""
 
 from __future__ import annotations
 
@@ -54,7 +55,47 @@ def _parser() -> argparse.ArgumentParser:
     p_check.add_argument(
         "--atol", type=float, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL:g})"
     )
+    p_pin = sub.add_parser(
+        "pin",
+        help="download a paper's files that have no published checksum (network needed), compute their sha256 and "
+        "write config/locks/<slug>.json, which its download rules then verify against",
+    )
+    p_pin.add_argument("slug")
+    p_pin.add_argument("--scale", default="paper", help="the scale whose downloads are pinned (default: paper)")
+    p_pin.add_argument("--cores", type=int, default=2)
     return parser
+
+
+def _pin(args: argparse.Namespace) -> int:
+    """Run the paper's download rules at `scale` with PAPERFLOW_PIN naming it: every file without a checksum is
+    fetched once and its sha256 written to the lock file; files already pinned are verified as usual."""
+    import os
+    import re
+    import subprocess
+
+    from paperflow.core.download import PIN_ENV, lock_path
+
+    papers = available_papers()
+    if args.slug not in papers:
+        print(f"pin: no paper {args.slug!r}; papers: {', '.join(papers)}", file=sys.stderr)
+        return 2
+    root = repo_root()
+    snakemake = [sys.executable, "-m", "snakemake"]
+    config = ["--config", f"scale={args.scale}", f"papers=[{args.slug}]"]
+    listed = subprocess.run([*snakemake, "--list-rules", *config], cwd=root, capture_output=True, text=True)
+    rules = [r for r in re.findall(r"^\s*(\S+)", listed.stdout, re.M) if r.startswith(f"{args.slug}_download")]
+    if listed.returncode or not rules:
+        print(f"pin: no {args.slug}_download* rule found\n{listed.stderr[-2000:]}", file=sys.stderr)
+        return 1
+    env = {**os.environ, PIN_ENV: args.slug}
+    cmd = [*snakemake, "--cores", str(args.cores), *config, "--until", *rules]
+    print("pin: " + " ".join(cmd[2:]))
+    code = subprocess.run(cmd, cwd=root, env=env).returncode
+    lock = lock_path(args.slug, root)
+    if code == 0:
+        print(f"pin: {lock} holds the sha256 of the files without a published checksum; commit it" if lock.is_file()
+              else f"pin: every {args.slug} download at scale {args.scale} already had a checksum")  # fmt: skip
+    return code
 
 
 def _audit(target: str) -> int:
@@ -103,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "record":
         return _record(args)
+    if args.command == "pin":
+        return _pin(args)
     return _audit(args.file)
 
 

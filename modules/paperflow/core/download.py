@@ -1,6 +1,10 @@
 """Fetch one file over HTTP(S) with a required sha256, retries, resumption and an atomic finish.
 
-`fetch` is what every paper's `<slug>_download` rule calls at paper scale. The bytes go to
+`pinned_fetch` is what every paper's `<slug>_download` rule calls at paper scale: the sha256 comes from the
+paper's config (a checksum its publisher publishes, with the source named beside it) or from the paper's lock
+file `config/locks/<slug>.json`, written by `paperflow pin <slug>` (which downloads the unpinned files once, on a
+machine with network, and records their sha256); a file with neither is refused with that command in the
+message. `fetch` does the transfer. The bytes go to
 `<dest>.part`; a transient failure (connection error, timeout, HTTP 5xx or 429) is retried with
 exponential backoff and resumed from the bytes already on disk with a `Range` request. Only a
 complete file whose sha256 matches is renamed onto `dest`, so `dest` either holds the right bytes
@@ -19,9 +23,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC
 from pathlib import Path
 
 from tqdm import tqdm
+
+from paperflow.core.config import ConfigError
 
 log = logging.getLogger("paperflow.download")
 
@@ -51,6 +58,10 @@ class ChecksumMismatch(DownloadError):
             f"sha256 mismatch for {url} (destination {dest}): "
             f"expected {expected}, got {actual}; the partial file was deleted"
         )
+
+
+class UnpinnedDownload(DownloadError, ConfigError):
+    """A paper-scale file with no sha256 in the config or the paper's lock file."""
 
 
 class _TransientError(Exception):
@@ -201,3 +212,96 @@ def _copy_body(
             received += len(chunk)
             bar.update(len(chunk))
     return received
+
+
+PIN_ENV = "PAPERFLOW_PIN"  # comma-separated slugs whose unpinned downloads are fetched and pinned (paperflow pin)
+
+
+def lock_path(slug: str, root: str | Path | None = None) -> Path:
+    """`<root>/config/locks/<slug>.json`, the paper's lock file (root: the project's)."""
+    if root is None:
+        from paperflow.core.config import repo_root  # noqa: PLC0415
+
+        root = repo_root()
+    return Path(root) / "config" / "locks" / f"{slug}.json"
+
+
+def read_lock(slug: str, root: str | Path | None = None) -> dict[str, dict]:
+    """{url: {"sha256", "bytes", "pinned_utc"}} of the paper's lock file ({} when it has none)."""
+    import json
+
+    path = lock_path(slug, root)
+    return json.loads(path.read_text())["files"] if path.is_file() else {}
+
+
+def _write_lock_entry(slug: str, url: str, entry: dict, root: str | Path | None) -> None:
+    import json
+
+    path = lock_path(slug, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files = read_lock(slug, root)
+    files[url] = entry
+    doc = {
+        "comment": f"sha256 of {slug}'s paper-scale files without a published checksum, written by `paperflow pin "
+        f"{slug}`; the download rules verify against it. Commit this file.",
+        "files": dict(sorted(files.items())),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def pinned_fetch(
+    url: str,
+    dest: str | Path,
+    sha256: str | None,
+    *,
+    slug: str,
+    key: str,
+    root: str | Path | None = None,
+    **fetch_kw,
+) -> Path:
+    """`fetch` with the sha256 from the config (`sha256`, named `key` there) or else from the paper's lock file.
+    Neither: under `paperflow pin` (PAPERFLOW_PIN naming the slug) the file is downloaded, its sha256 written to
+    the lock file and the file kept; otherwise UnpinnedDownload names the command. An existing pin is never
+    rewritten: a file that changed on the server after pinning is refused as a ChecksumMismatch."""
+    if sha256:
+        return fetch(url, dest, sha256, **fetch_kw)
+    locked = read_lock(slug, root).get(url)
+    if locked:
+        return fetch(url, dest, locked["sha256"], **fetch_kw)
+    if slug in {s.strip() for s in os.environ.get(PIN_ENV, "").split(",")}:
+        from datetime import datetime
+
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(dest.name + ".pin")
+        _download_unverified(url, part, **fetch_kw)
+        digest = sha256_file(part)
+        os.replace(part, dest)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _write_lock_entry(slug, url, {"sha256": digest, "bytes": dest.stat().st_size, "pinned_utc": stamp}, root)
+        log.info("pinned %s: sha256 %s written to %s", url, digest, lock_path(slug, root))
+        return dest
+    raise UnpinnedDownload(
+        f"{key} is not set and config/locks/{slug}.json has no sha256 for {url}: paperflow never downloads unpinned "
+        "data. On a machine with network, run "
+        f"`paperflow pin {slug}` once (it downloads the paper's unpinned files, computes their sha256 and writes "
+        f"config/locks/{slug}.json; commit that file), or set "
+        f"{key} in config/{slug}.yaml to the checksum its publisher gives (`sha256sum` of a trusted copy)"
+    )
+
+
+def _download_unverified(url: str, part: Path, retries: int = 3, backoff_s: float = 1.0, timeout_s: float = 60.0,
+                         progress: bool | None = None) -> None:  # fmt: skip
+    """The transfer of `fetch` (retries, resumption) without a checksum to check: only `paperflow pin` uses it."""
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    attempts = retries + 1
+    for attempt in range(attempts):
+        try:
+            _attempt_download(url, part, timeout_s, show_progress, f"{attempt + 1}/{attempts}")
+            return
+        except _TransientError as error:
+            if attempt + 1 == attempts:
+                raise DownloadError(
+                    f"could not download {url} after {attempts} attempts; last error: {error}"
+                ) from error
+            time.sleep(backoff_s * 2**attempt)

@@ -19,8 +19,7 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
-from paperflow.core.config import ConfigError
-from paperflow.core.download import fetch
+from paperflow.core.download import pinned_fetch
 from paperflow.core.io import read_frame, write_frame
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg
@@ -33,12 +32,8 @@ CONTAMINATION_SEED_OFFSET = 10_000
 
 
 def _fetch(spec: Mapping[str, Any], cache: str | Path, name: str) -> Path:
-    if not spec["sha256"]:
-        raise ConfigError(
-            f"{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. Fetch the file once "
-            f"on a machine with network, run `sha256sum` on it and set {name}.sha256 in config/credal_dro.yaml"
-        )
-    return fetch(spec["url"], Path(cache) / spec["filename"], spec["sha256"])
+    return pinned_fetch(spec["url"], Path(cache) / spec["filename"], spec["sha256"], slug="credal_dro",
+                        key=f"{name}.sha256")  # fmt: skip
 
 
 def download(exp: str, cfg: Mapping[str, Any], seeds: Sequence[int], cache: str | Path, out: str | Path) -> dict:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core.config import ConfigError
-from paperflow.core.download import fetch
+from paperflow.core.download import pinned_fetch
 from paperflow.core.io import read_frame, write_frame
 from paperflow.decfus.data import (
     CLASSES,
@@ -33,12 +33,7 @@ CIFAR10_TRAIN = [f"data_batch_{i}.bin" for i in range(1, 6)]
 
 def _fetch(name: str, key: str, spec: Mapping[str, Any], cache: Path) -> Path:
     url, sha = spec[f"{key}url"], spec[f"{key}sha256"]
-    if not sha:
-        raise ConfigError(
-            f"datasets.{name}.{key}sha256 is not set for {url}: paperflow never downloads unpinned data. Fetch the file "
-            f"once on a machine with network, run `sha256sum` on it, and set the value in config/decfus.yaml"
-        )
-    return fetch(url, cache / Path(url).name, sha)
+    return pinned_fetch(url, cache / Path(url).name, sha, slug="decfus", key=f"datasets.{name}.{key}sha256")
 
 
 def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> pd.DataFrame:

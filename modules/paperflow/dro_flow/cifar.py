@@ -8,8 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from paperflow.core.config import ConfigError
-from paperflow.core.download import fetch
+from paperflow.core.download import pinned_fetch
 
 log = logging.getLogger(__name__)
 
@@ -20,12 +19,7 @@ def fetch_sources(spec: dict[str, Any], images_out: str | Path, weights_out: str
         ("weights_url", "weights_sha256", weights_out),
     ):
         url, sha = spec[url_key], spec[sha_key]
-        if not sha:
-            raise ConfigError(
-                f"data.{sha_key} is not set for {url}: paperflow never downloads unpinned data. Fetch the file once on a "
-                f"machine with network, run `sha256sum` on it, and set data.{sha_key} in config/dro_flow.yaml "
-                "(see workflows/dro_flow/README.md, 'CIFAR-10 at paper scale')"
-            )
-        path = fetch(url, Path(out).with_suffix(Path(out).suffix + ".download"), sha)
+        dest = Path(out).with_suffix(Path(out).suffix + ".download")
+        path = pinned_fetch(url, dest, sha, slug="dro_flow", key=f"data.{sha_key}")
         shutil.move(str(path), out)
         log.info("fetched %s -> %s", url, out)

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from paperflow.core.config import ConfigError
-from paperflow.core.download import fetch
+from paperflow.core.download import pinned_fetch
 from paperflow.mtbl_wc import data, fronts
 from paperflow.mtbl_wc.arrays import load_npz, save_npz
 
@@ -38,12 +37,8 @@ def download(name: str, spec: dict[str, Any], seeds: list[int], cache_dir: str |
     if kind == "digits":
         pixels, labels = data.load_digits_arrays()
     else:
-        if not spec["sha256"]:
-            raise ConfigError(
-                f"problems.{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned "
-                f"data. Fetch the file once, run `sha256sum` on it, and set it in config/mtbl_wc.yaml"
-            )
-        path = fetch(spec["url"], Path(cache_dir) / Path(spec["url"]).name, spec["sha256"])
+        path = pinned_fetch(spec["url"], Path(cache_dir) / Path(spec["url"]).name, spec["sha256"], slug="mtbl_wc",
+                            key=f"problems.{name}.sha256")  # fmt: skip
         pixels, labels = data.load_mnist_npz(str(path))
     save_npz(out, pixels=pixels.astype(np.float32), labels=labels)
     log.info("%s: %d images with %d pixels", name, *pixels.shape)

@@ -13,8 +13,8 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.datasets import load_digits
 
-from paperflow.core.config import ConfigError, reject_unknown
-from paperflow.core.download import fetch
+from paperflow.core.config import reject_unknown
+from paperflow.core.download import pinned_fetch
 from paperflow.safer.backbone import pretrain_grace
 from paperflow.safer.graph import knn_graph, submatrix
 from paperflow.safer.settings import NEEDS
@@ -46,12 +46,8 @@ def acquire(name: str, spec: Mapping[str, Any], cache_dir: str | Path) -> Graph:
     reject_unknown(spec, ("kind", *NEEDS[spec["kind"]]), f"datasets.{name}")
     if spec["kind"] == "digits":
         return digits_graph(name, spec["knn"], spec["noise"], spec["noise_seed"])
-    if not spec["sha256"]:
-        raise ConfigError(
-            f"datasets.{name}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. Fetch the file "
-            f"once on a machine with network, run `sha256sum` on it, and set the value in config/safer.yaml"
-        )
-    path = fetch(spec["url"], Path(cache_dir) / Path(spec["url"]).name, spec["sha256"])
+    path = pinned_fetch(spec["url"], Path(cache_dir) / Path(spec["url"]).name, spec["sha256"], slug="safer",
+                        key=f"datasets.{name}.sha256")  # fmt: skip
     graph = read_source(spec["kind"], path, name)
     return drop_classes(graph, spec["drop_classes"]) if spec["drop_classes"] else graph
 

@@ -1,0 +1,141 @@
+"""Pinned downloads: the sha256 from the config, else from the paper's lock file; `paperflow pin <slug>` fetches
+the unpinned files once and writes their sha256; an unpinned file is refused with that command named; a file that
+changed on the server after pinning is refused. Unit tests of `pinned_fetch`, then the real CLI and Snakemake on a
+paper (mtbl_wc's MNIST) against a loopback server."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import yaml
+from conftest import copy_repo, run_snakemake
+
+from paperflow.core.config import ConfigError
+from paperflow.core.download import PIN_ENV, ChecksumMismatch, UnpinnedDownload, lock_path, pinned_fetch, read_lock
+
+
+@pytest.fixture
+def server():
+    """A loopback server whose payload the test may change: returns (url, state dict with 'payload')."""
+    state = {"payload": b"first version\n"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = state["payload"]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/data/file.bin", state
+    httpd.shutdown()
+
+
+def test_unpinned_is_refused_with_the_pin_command_named(server, tmp_path, monkeypatch):
+    url, _ = server
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    with pytest.raises(UnpinnedDownload, match=r"datasets\.x\.sha256 is not set and config/locks/demo\.json has no sha256 for .*`paperflow pin demo`"):
+        pinned_fetch(url, tmp_path / "f.bin", None, slug="demo", key="datasets.x.sha256", root=tmp_path)
+    assert not (tmp_path / "f.bin").exists()
+    assert issubclass(UnpinnedDownload, ConfigError)  # a config problem, reported like the others
+
+
+def test_pin_writes_the_lock_then_verifies_and_refuses_a_changed_file(server, tmp_path, monkeypatch):
+    url, state = server
+    monkeypatch.setenv(PIN_ENV, "other,demo")
+    got = pinned_fetch(url, tmp_path / "a" / "f.bin", None, slug="demo", key="k", root=tmp_path, progress=False)
+    assert got.read_bytes() == state["payload"]
+    entry = read_lock("demo", tmp_path)[url]
+    assert entry["sha256"] == hashlib.sha256(state["payload"]).hexdigest() and entry["bytes"] == len(state["payload"])
+    assert json.loads(lock_path("demo", tmp_path).read_text())["files"][url] == entry
+    monkeypatch.delenv(PIN_ENV)
+    # a later run verifies against the lock
+    again = pinned_fetch(url, tmp_path / "b" / "f.bin", None, slug="demo", key="k", root=tmp_path, progress=False)
+    assert again.read_bytes() == state["payload"]
+    # the file changes on the server: refused, and pinning again does not overwrite the pin
+    state["payload"] = b"second version\n"
+    for env in (None, "demo"):
+        if env:
+            monkeypatch.setenv(PIN_ENV, env)
+        with pytest.raises(ChecksumMismatch):
+            pinned_fetch(url, tmp_path / "c" / "f.bin", None, slug="demo", key="k", root=tmp_path, progress=False)
+    assert read_lock("demo", tmp_path)[url] == entry
+
+
+def test_a_checksum_in_the_config_wins_over_the_lock(server, tmp_path, monkeypatch):
+    url, state = server
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    lock = lock_path("demo", tmp_path)
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"files": {url: {"sha256": "0" * 64}}}))
+    right = hashlib.sha256(state["payload"]).hexdigest()
+    assert pinned_fetch(url, tmp_path / "f.bin", right, slug="demo", key="k", root=tmp_path, progress=False).is_file()
+    with pytest.raises(ChecksumMismatch):
+        pinned_fetch(url, tmp_path / "g.bin", None, slug="demo", key="k", root=tmp_path, progress=False)
+
+
+def _mnist_like(seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    np.savez(
+        buf,
+        x_train=rng.integers(0, 256, (12, 28, 28), dtype=np.uint8),
+        y_train=rng.integers(0, 10, 12, dtype=np.uint8),
+        x_test=rng.integers(0, 256, (4, 28, 28), dtype=np.uint8),
+        y_test=rng.integers(0, 10, 4, dtype=np.uint8),
+    )
+    return buf.getvalue()
+
+
+@pytest.mark.slow
+def test_paperflow_pin_end_to_end_on_a_paper(server, tmp_path):
+    """mtbl_wc's MNIST at paper scale, its checksum removed and its URL on loopback: the download rule refuses it
+    naming the command; `paperflow pin mtbl_wc` writes config/locks/mtbl_wc.json; a fresh run verifies against
+    it; after the file changes on the server the run is refused."""
+    url, state = server
+    state["payload"] = _mnist_like(0)
+    repo = copy_repo(tmp_path / "repo")
+    cfg_path = repo / "config" / "mtbl_wc.yaml"
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["defaults"]["problems"]["mnist"].update(url=url, sha256=None)
+    doc["paper"]["run_problems"] = ["mnist"]
+    cfg_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    args = ("--cores", "1", "--config", "scale=paper", "papers=[mtbl_wc]", "--until", "mtbl_wc_download")
+    refused = run_snakemake(repo, *args, check=False)
+    assert refused.returncode != 0
+    assert "`paperflow pin mtbl_wc`" in refused.stdout + refused.stderr
+
+    env = {k: v for k, v in os.environ.items() if k != PIN_ENV}
+    env["PYTHONPATH"] = str(repo / "modules")
+    pin = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "pin", "mtbl_wc", "--cores", "1"], cwd=repo,
+                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert pin.returncode == 0, pin.stdout[-3000:] + pin.stderr[-3000:]
+    lock = json.loads((repo / "config" / "locks" / "mtbl_wc.json").read_text())["files"]
+    assert lock[url]["sha256"] == hashlib.sha256(state["payload"]).hexdigest()
+
+    def fresh_run(check=True):
+        for folder in (repo / "results" / "paper" / "mtbl_wc" / "raw", repo / "resources" / "mtbl_wc"):
+            for f in folder.glob("*") if folder.is_dir() else []:
+                f.unlink()
+        return run_snakemake(repo, *args, check=check)
+
+    fresh_run()
+    assert (repo / "results" / "paper" / "mtbl_wc" / "raw" / "mnist.npz").is_file()
+    state["payload"] = _mnist_like(1)
+    changed = fresh_run(check=False)
+    assert changed.returncode != 0
+    assert "sha256 mismatch" in changed.stdout + changed.stderr
