@@ -122,8 +122,9 @@ class GATConv(nn.Module):
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
         self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
         nn.init.xavier_uniform_(self.lin.weight)
-        nn.init.xavier_uniform_(self.att_src)
-        nn.init.xavier_uniform_(self.att_dst)
+        bound = (6.0 / (heads + out_dim)) ** 0.5  # PyG's glorot on the (1, heads, out_dim) attention vectors
+        nn.init.uniform_(self.att_src, -bound, bound)
+        nn.init.uniform_(self.att_dst, -bound, bound)
 
     def forward(self, x: torch.Tensor, graph: Adjacency | torch.Tensor) -> torch.Tensor:
         n, in_dim = x.shape
@@ -201,7 +202,10 @@ class AdjacencyAE(nn.Module):
 class FeatAE(nn.Module):
     """§2.4 feature autoencoder: GAT(in -> h1, concat) -> Linear(h1*heads -> h1) -> GAT(h1 -> h2, concat)
     -> Linear(h2*heads -> latent) | Linear(latent -> h2*heads) -> GAT(-> h1, concat) -> Linear(h1*heads -> h1)
-    -> GAT(h1 -> in, heads averaged) -> ReLU; ELU and dropout between layers."""
+    -> GAT(h1 -> in, heads averaged) -> ReLU; ELU and dropout between layers, except on the latent,
+    which the released code leaves linear (no ELU, no dropout). The linear layers start as the released
+    code starts them: Xavier-normal weights, zero biases (torch's default init makes the eight-layer
+    stack's output nearly constant across spots at the start, see workflows/spaef/README.md, issue 31)."""
 
     def __init__(self, in_dim: int, hidden: Sequence[int], latent: int, heads: int, dropout: float):
         super().__init__()
@@ -223,13 +227,18 @@ class FeatAE(nn.Module):
             ]
         )
         self.dropout = dropout
+        for layer in (*self.enc, *self.dec):
+            if isinstance(layer, nn.Linear):
+                nn.init.xavier_normal_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor, edge_index: Adjacency | torch.Tensor) -> torch.Tensor:
         edge_index = as_adjacency(edge_index, x.shape[0])
         layers = [*self.enc, *self.dec]
+        latent = len(self.enc) - 1
         for i, layer in enumerate(layers):
             x = layer(x, edge_index) if isinstance(layer, GATConv) else layer(x)
-            if i < len(layers) - 1:
+            if i < len(layers) - 1 and i != latent:
                 x = F.dropout(F.elu(x), self.dropout, self.training)
         return F.relu(x)
 
@@ -285,8 +294,8 @@ class SpaEF(nn.Module):
         self.gene_ae = FeatAE(n_spots, hidden, latent, heads, dropout) if fusion != "spot" else None
         self.gate = nn.Linear(n_genes, n_genes if fusion == "entry" else 1) if fusion in ("learned", "entry") else None
         self.heads = nn.ModuleDict({k: nn.Linear(n_genes, n_genes) for k in ("mu", "theta", "pi")})
-        for head in self.heads.values():
-            nn.init.xavier_uniform_(head.weight)
+        for head in (*self.heads.values(), *([self.gate] if self.gate is not None else [])):
+            nn.init.xavier_uniform_(head.weight)  # the ZINB heads and the gate, as the released code
             nn.init.zeros_(head.bias)
 
     def weight(
