@@ -47,15 +47,18 @@ def resources_of(klass, gpu=0, gpu_model=None, **overrides):
 
 def heavy_resources(klass, paper_cfg, stage=None):
     """The resources of a heavy rule of class `klass` (a *_gpu class) from the paper's `resources`
-    config block: `gpus` and `gpu_model`, and for `stage` its `<stage>_runtime_min` and `<stage>_mem_mb`
-    where the block sets them (the class's sizes otherwise). The one way a rule asks for GPUs."""
+    config block: `gpus` and `gpu_model`, and for `stage` its `<stage>_runtime_min`, `<stage>_mem_mb` and
+    `<stage>_gpus` where the block sets them (the class's sizes and `gpus` otherwise). The one way a rule asks for GPUs.
+    """
     res = paper_cfg["resources"]
     overrides = {}
+    gpus = res["gpus"]
     if stage is not None:
         for key, name in (("runtime", f"{stage}_runtime_min"), ("mem_mb", f"{stage}_mem_mb")):
             if name in res:
                 overrides[key] = res[name]
-    return resources_of(klass, gpu=res["gpus"], gpu_model=res["gpu_model"], **overrides)
+        gpus = res.get(f"{stage}_gpus", gpus)  # e.g. training on a node's 8 GPUs, evaluation on one
+    return resources_of(klass, gpu=gpus, gpu_model=res["gpu_model"], **overrides)
 
 
 def torchrun_prefix(n_procs):

@@ -63,7 +63,33 @@ def _parser() -> argparse.ArgumentParser:
     p_pin.add_argument("slug")
     p_pin.add_argument("--scale", default="paper", help="the scale whose downloads are pinned (default: paper)")
     p_pin.add_argument("--cores", type=int, default=2)
+    p_plan = sub.add_parser(
+        "plan",
+        help="per paper, what a run at SCALE asks of a cluster (jobs per rule, GPU jobs and hours, CPU hours, largest "
+        "memory) from Snakemake's dry run, and the downloads still without a checksum",
+    )
+    p_plan.add_argument("papers", nargs="*", help="slugs (default: every paper)")
+    p_plan.add_argument("--scale", default="paper")
+    p_plan.add_argument("--readme", default=None, help="also write the table into this file's plan block")
     return parser
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from paperflow.core.plan import dry_run, parse_dry_run, plan_rows, render, write_readme_block
+
+    known = available_papers()
+    papers = args.papers or known
+    unknown = [p for p in papers if p not in known]
+    if unknown:
+        print(f"plan: unknown paper(s) {unknown}; papers: {', '.join(known)}", file=sys.stderr)
+        return 2
+    root = repo_root()
+    table = render(plan_rows(parse_dry_run(dry_run(root, args.scale, papers)), papers, args.scale, root), args.scale)
+    print(table)
+    if args.readme:
+        changed = write_readme_block(args.readme, table)
+        print(f"{args.readme}: plan block {'rewritten' if changed else 'already up to date'}")
+    return 0
 
 
 def _pin(args: argparse.Namespace) -> int:
@@ -83,9 +109,11 @@ def _pin(args: argparse.Namespace) -> int:
     snakemake = [sys.executable, "-m", "snakemake"]
     config = ["--config", f"scale={args.scale}", f"papers=[{args.slug}]"]
     listed = subprocess.run([*snakemake, "--list-rules", *config], cwd=root, capture_output=True, text=True)
-    rules = [r for r in re.findall(r"^\s*(\S+)", listed.stdout, re.M) if r.startswith(f"{args.slug}_download")]
+    rules = [
+        r for r in re.findall(r"^\s*(\S+)", listed.stdout, re.M) if r.startswith(f"{args.slug}_") and "download" in r
+    ]
     if listed.returncode or not rules:
-        print(f"pin: no {args.slug}_download* rule found\n{listed.stderr[-2000:]}", file=sys.stderr)
+        print(f"pin: no download rule of {args.slug} found\n{listed.stderr[-2000:]}", file=sys.stderr)
         return 1
     env = {**os.environ, PIN_ENV: args.slug}
     cmd = [*snakemake, "--cores", str(args.cores), *config, "--until", *rules]
@@ -146,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         return _record(args)
     if args.command == "pin":
         return _pin(args)
+    if args.command == "plan":
+        return _plan(args)
     return _audit(args.file)
 
 

@@ -1,0 +1,140 @@
+"""`paperflow plan`: what a run would ask of a cluster, from the DAG Snakemake would run (its dry run) and the
+papers' configs: per paper the jobs per rule, the GPU jobs and GPU-hours requested, CPU-hours, the largest memory
+request, and the downloads still without a checksum (neither in the config nor in the paper's lock file)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paperflow.core.config import load_paper_config
+from paperflow.core.download import read_lock
+
+_RULE = re.compile(r"^rule (\S+):\s*$")
+_RES = re.compile(r"^\s+resources: (.*)$")
+_THREADS = re.compile(r"^\s+threads: (\d+)\s*$")
+
+
+@dataclass
+class PlannedJob:
+    rule: str
+    threads: int = 1
+    resources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        return int(self.resources.get("gpu", 0) or 0)
+
+    @property
+    def hours(self) -> float:
+        return float(self.resources.get("runtime", 0) or 0) / 60.0
+
+    @property
+    def mem_gb(self) -> float:
+        return float(self.resources.get("mem_mb", 0) or 0) / 1000.0
+
+
+def parse_dry_run(text: str) -> list[PlannedJob]:
+    """The jobs of a Snakemake dry run's output, with their threads and resources."""
+    jobs: list[PlannedJob] = []
+    for line in text.splitlines():
+        if m := _RULE.match(line):
+            jobs.append(PlannedJob(m.group(1)))
+        elif jobs and (m := _THREADS.match(line)):
+            jobs[-1].threads = int(m.group(1))
+        elif jobs and (m := _RES.match(line)):
+            jobs[-1].resources = dict(kv.split("=", 1) for kv in m.group(1).split(", ") if "=" in kv)
+    return jobs
+
+
+def dry_run(root: str | Path, scale: str, papers: Sequence[str]) -> str:
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--config", f"scale={scale}", f"papers=[{','.join(papers)}]"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"the dry run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def unpinned_downloads(cfg: Any, lock: Mapping[str, Any], path: str = "") -> list[str]:
+    """Config keys of downloads without a checksum: a `<x>sha256` key that is null beside a non-null `<x>url`, or a
+    null entry of a `sha256` mapping beside a `base_url`, whose URL the lock file does not hold either."""
+    out: list[str] = []
+    if isinstance(cfg, Mapping):
+        for key, value in cfg.items():
+            where = f"{path}.{key}" if path else str(key)
+            if str(key).endswith("sha256"):
+                url = cfg.get(str(key)[: -len("sha256")] + "url")
+                if value is None and url and url not in lock:
+                    out.append(where)
+                elif isinstance(value, Mapping) and cfg.get("base_url"):
+                    out += [f"{where}.{k}" for k, v in value.items() if not v and not _locked(lock, cfg["base_url"])]
+            else:
+                out += unpinned_downloads(value, lock, where)
+    elif isinstance(cfg, list):
+        for i, value in enumerate(cfg):
+            out += unpinned_downloads(value, lock, f"{path}[{i}]")
+    return out
+
+
+def _locked(lock: Mapping[str, Any], base_url: str) -> bool:
+    return any(str(u).startswith(base_url) for u in lock)
+
+
+def plan_rows(jobs: Iterable[PlannedJob], papers: Sequence[str], scale: str, root: str | Path) -> list[dict]:
+    rows = []
+    jobs = list(jobs)
+    for slug in papers:
+        mine = [j for j in jobs if j.rule.startswith(f"{slug}_")]
+        gpu = [j for j in mine if j.gpus]
+        per_rule = Counter(j.rule.removeprefix(f"{slug}_") for j in mine)
+        unpinned = unpinned_downloads(load_paper_config(slug, scale, Path(root)), read_lock(slug, root))
+        rows.append({
+            "paper": slug,
+            "jobs": len(mine),
+            "jobs per rule": ", ".join(f"{r} {n}" for r, n in per_rule.items()),
+            "GPU jobs": len(gpu),
+            "GPU-hours": round(sum(j.gpus * j.hours for j in gpu), 1),
+            "CPU-hours": round(sum(j.threads * j.hours for j in mine if not j.gpus), 1),
+            "max memory (GB)": round(max((j.mem_gb for j in mine), default=0.0), 1),
+            "unpinned downloads": len(unpinned),
+            "unpinned keys": ", ".join(unpinned) or "-",
+        })  # fmt: skip
+    return rows
+
+
+def render(rows: Sequence[Mapping[str, Any]], scale: str) -> str:
+    cols = list(rows[0]) if rows else []
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |" for r in rows]
+    total_gpu = sum(r["GPU-hours"] for r in rows)
+    total_cpu = sum(r["CPU-hours"] for r in rows)
+    missing = sum(r["unpinned downloads"] for r in rows)
+    lines.append("")
+    lines.append(
+        f"Scale `{scale}`: {sum(r['jobs'] for r in rows)} jobs, {sum(r['GPU jobs'] for r in rows)} on GPUs, "
+        f"{total_gpu:.0f} GPU-hours and {total_cpu:.0f} CPU-hours requested (runtime limits, not measurements); "
+        f"{missing} download(s) without a checksum (`paperflow pin <slug>` fills them)."
+    )
+    return "\n".join(lines)
+
+
+PLAN_BEGIN = "<!-- plan: generated by `paperflow plan --scale paper --readme README.md`; do not edit -->"
+PLAN_END = "<!-- plan: end -->"
+
+
+def write_readme_block(readme: str | Path, table: str) -> bool:
+    path = Path(readme)
+    text = path.read_text()
+    if text.count(PLAN_BEGIN) != 1 or text.count(PLAN_END) != 1:
+        raise ValueError(f"{path} needs one plan block between {PLAN_BEGIN!r} and {PLAN_END!r}")
+    start = text.index(PLAN_BEGIN) + len(PLAN_BEGIN)
+    new = text[:start] + "\n" + table + "\n" + text[text.index(PLAN_END) :]
+    if new != text:
+        path.write_text(new)
+    return new != text
