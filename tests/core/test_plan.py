@@ -64,3 +64,34 @@ def test_plan_cli_on_a_paper_counts_the_dry_runs_jobs_and_writes_the_readme_bloc
     bad = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "plan", "nosuch"], cwd=dry_repo, env=env,
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "unknown paper(s) ['nosuch']" in bad.stderr
+
+
+def test_profiles_install_links_them_where_snakemake_finds_a_bare_name(dry_repo, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(dry_repo / "modules"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    cmd = [sys.executable, "-m", "paperflow.core.cli", "profiles", "install"]
+    first = subprocess.run(cmd, cwd=dry_repo, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    link = tmp_path / "xdg" / "snakemake" / "slurm"
+    assert link.is_symlink() and link.resolve() == (dry_repo / "profiles" / "slurm").resolve()
+    again = subprocess.run(cmd, cwd=dry_repo, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "(already)" in again.stdout
+    other = tmp_path / "xdg" / "snakemake" / "local"
+    other.unlink()
+    other.mkdir()
+    refused = subprocess.run(cmd, cwd=dry_repo, env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "--force replaces it" in refused.stderr
+    assert subprocess.run([*cmd, "--force"], cwd=dry_repo, env=env, capture_output=True).returncode == 0
+    snakemake = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        "local",
+        "-n",
+        "--config",
+        "scale=tiny",
+        "papers=[uka]",
+    ]
+    dry = subprocess.run(snakemake, cwd=dry_repo, env={**env, "PYTHONPATH": ""}, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert "uka_report" in dry.stdout

@@ -71,7 +71,43 @@ def _parser() -> argparse.ArgumentParser:
     p_plan.add_argument("papers", nargs="*", help="slugs (default: every paper)")
     p_plan.add_argument("--scale", default="paper")
     p_plan.add_argument("--readme", default=None, help="also write the table into this file's plan block")
+    p_prof = sub.add_parser(
+        "profiles",
+        help="link the project's Snakemake profiles (profiles/<name>) where Snakemake looks names up, so that "
+        "`snakemake --profile slurm` works as typed (run it from the checkout)",
+    )
+    p_prof.add_argument("action", choices=["install"])
+    p_prof.add_argument("--dest", default=None, help="default: $XDG_CONFIG_HOME/snakemake or ~/.config/snakemake")
+    p_prof.add_argument("--force", action="store_true", help="replace an existing entry of the same name")
     return parser
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    from pathlib import Path
+
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    dest = Path(args.dest) if args.dest else Path(base) / "snakemake"
+    dest.mkdir(parents=True, exist_ok=True)
+    code = 0
+    for profile in sorted(p for p in (repo_root() / "profiles").iterdir() if (p / "profile.yaml").is_file()):
+        link = dest / profile.name
+        if link.is_symlink() and link.resolve() == profile.resolve():
+            print(f"profiles: {link} -> {profile} (already)")
+            continue
+        if link.exists() or link.is_symlink():
+            if not args.force:
+                print(f"profiles: {link} exists and is not this checkout's; --force replaces it", file=sys.stderr)
+                code = 1
+                continue
+            if link.is_symlink() or link.is_file():
+                link.unlink()
+            else:
+                shutil.rmtree(link)
+        link.symlink_to(profile.resolve(), target_is_directory=True)
+        print(f"profiles: {link} -> {profile}")
+    return code
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -176,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return _pin(args)
     if args.command == "plan":
         return _plan(args)
+    if args.command == "profiles":
+        return _profiles(args)
     return _audit(args.file)
 
 
