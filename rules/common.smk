@@ -45,10 +45,12 @@ def resources_of(klass, gpu=0, gpu_model=None, **overrides):
     return res
 
 
-def heavy_resources(klass, paper_cfg, stage=None):
+def heavy_resources(klass, paper_cfg, stage=None, dataset=None):
     """The resources of a heavy rule of class `klass` (a *_gpu class) from the paper's `resources`
     config block: `gpus` and `gpu_model`, and for `stage` its `<stage>_runtime_min`, `<stage>_mem_mb` and
-    `<stage>_gpus` where the block sets them (the class's sizes and `gpus` otherwise). The one way a rule asks for GPUs.
+    `<stage>_gpus` where the block sets them (the class's sizes and `gpus` otherwise). With `dataset` (the
+    name of the rule's dataset wildcard), only the datasets in `resources.gpu_datasets` get the GPUs: the
+    rest run on CPU partitions. The one way a rule asks for GPUs.
     """
     res = paper_cfg["resources"]
     overrides = {}
@@ -58,7 +60,16 @@ def heavy_resources(klass, paper_cfg, stage=None):
             if name in res:
                 overrides[key] = res[name]
         gpus = res.get(f"{stage}_gpus", gpus)  # e.g. training on a node's 8 GPUs, evaluation on one
-    return resources_of(klass, gpu=gpus, gpu_model=res["gpu_model"], **overrides)
+    out = resources_of(klass, gpu=gpus, gpu_model=res["gpu_model"], **overrides)
+    if dataset is not None and gpus:
+        # GPUs only for the datasets the config names as heavy; the others run on CPU partitions
+        if "gpu_datasets" not in res:
+            raise ValueError(f"resources.gpu_datasets is missing: the rule asks GPUs per {dataset!r}")
+        if res["gpu_model"]:
+            raise ValueError("resources.gpu_model with per-dataset GPUs is not supported: set gpu_model: null")
+        heavy = set(res["gpu_datasets"])
+        out["gpu"] = lambda wildcards: gpus if wildcards[dataset] in heavy else 0
+    return out
 
 
 def torchrun_prefix(n_procs):

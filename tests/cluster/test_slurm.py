@@ -136,6 +136,8 @@ def slurm_run(cluster, tmp_path_factory):
     cfg_path = repo / "config" / "ph_vae.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["tiny"].setdefault("resources", {})["gpus"] = 1
+    # ph_vae names no dataset heavy (its paper-scale data are small); here every tiny dataset is, to exercise GPUs
+    cfg["tiny"]["resources"]["gpu_datasets"] = cfg["tiny"]["run_datasets"]
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     extra = () if cluster["accounting"] else ("--slurm-status-command", "squeue")
     try:

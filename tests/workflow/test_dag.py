@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from conftest import job_counts, run_snakemake
 
-from paperflow.core.config import available_papers
+from paperflow.core.config import available_papers, load_paper_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("download", "preprocess", "train", "evaluate", "report")
@@ -58,10 +58,14 @@ def test_gpus_only_at_paper_scale_and_only_for_heavy_rules(dry_repo):
                 assert rule != "summary" and not rule.endswith(GPU_FREE_STAGES), (rule, gpu_line)
         if scale == "paper":
             for slug in papers:
+                # a paper whose config names no dataset heavy (gpu_datasets: []) runs on CPUs only
+                if load_paper_config(slug, "paper", dry_repo)["resources"].get("gpu_datasets") == []:
+                    assert not any(r.startswith(f"{slug}_") for r in gpu_rules), slug
+                    continue
                 assert any(r.startswith(f"{slug}_") for r in gpu_rules), (
                     f"{slug}: no rule asks for a GPU at paper scale"
                 )
-    assert "ph_vae_train" in gpu_rules
+    assert "st_gfn_train" in gpu_rules and "ph_vae_train" not in gpu_rules
 
 
 def test_lint_is_clean(dry_repo):
@@ -143,6 +147,7 @@ def test_multi_device_training_requests_matching_gpus_and_cpus(repo_copy):
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["paper"]["train"]["devices"] = 2
     cfg["paper"]["resources"]["gpus"] = 2
+    cfg["paper"]["resources"]["gpu_datasets"] = cfg["paper"]["run_datasets"]  # every dataset heavy, for this test
     cfg["tiny"]["train"]["devices"] = 2
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     for scale, gpus in (("paper", 2), ("tiny", 0)):

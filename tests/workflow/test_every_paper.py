@@ -28,15 +28,36 @@ def scratch(tmp_path_factory) -> Path:
     return copy_repo(tmp_path_factory.mktemp("every") / "repo")
 
 
-_DAGS: dict[tuple[Path, str], dict[str, int]] = {}
+_DAGS: dict[tuple[Path, str], str] = {}
+
+
+def dag_text(repo: Path, scale: str) -> str:
+    """The output of one dry run composing every paper at `scale`, made once per worker and scale (one Snakemake
+    start instead of one per paper: each costs about ten seconds of DAG building)."""
+    if (repo, scale) not in _DAGS:
+        _DAGS[repo, scale] = run_snakemake(repo, "-n", "--config", f"scale={scale}").stdout
+    return _DAGS[repo, scale]
 
 
 def dag_counts(repo: Path, scale: str) -> dict[str, int]:
-    """Jobs per rule of one dry run composing every paper at `scale`, made once per worker and scale (one Snakemake
-    start instead of one per paper: each costs about ten seconds of DAG building)."""
-    if (repo, scale) not in _DAGS:
-        _DAGS[repo, scale] = job_counts(run_snakemake(repo, "-n", "--config", f"scale={scale}").stdout)
-    return _DAGS[repo, scale]
+    return job_counts(dag_text(repo, scale))
+
+
+@pytest.mark.parametrize("slug", PAPERS)
+def test_paper_scale_gpus_only_for_the_datasets_the_config_names_heavy(scratch, slug):
+    """Every paper-scale job's GPU request, from the dry run: a job of a paper whose config lists `gpu_datasets`
+    asks GPUs exactly when one of its wildcards is such a dataset; no CPU-class rule asks GPUs."""
+    from paperflow.core.plan import parse_dry_run
+
+    res = load_paper_config(slug, "paper")["resources"]
+    jobs = [j for j in parse_dry_run(dag_text(scratch, "paper")) if j.rule.startswith(f"{slug}_")]
+    assert jobs
+    for job in jobs:
+        if "gpu" not in job.resources or job.rule.endswith(("_download", "_preprocess", "_report")):
+            assert job.gpus == 0, (job.rule, job.resources)  # CPU-class rules never ask
+        elif "gpu_datasets" in res:
+            heavy = bool(set(job.wildcards.values()) & set(res["gpu_datasets"]))
+            assert (job.gpus > 0) == (heavy and res["gpus"] > 0), (job.rule, job.wildcards, job.resources)
 
 
 @pytest.mark.parametrize("slug", PAPERS)

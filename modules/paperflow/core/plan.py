@@ -19,6 +19,7 @@ from paperflow.core.download import read_lock
 _RULE = re.compile(r"^rule (\S+):\s*$")
 _RES = re.compile(r"^\s+resources: (.*)$")
 _THREADS = re.compile(r"^\s+threads: (\d+)\s*$")
+_WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
 
 
 @dataclass
@@ -26,6 +27,7 @@ class PlannedJob:
     rule: str
     threads: int = 1
     resources: dict[str, str] = field(default_factory=dict)
+    wildcards: dict[str, str] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -48,6 +50,8 @@ def parse_dry_run(text: str) -> list[PlannedJob]:
             jobs.append(PlannedJob(m.group(1)))
         elif jobs and (m := _THREADS.match(line)):
             jobs[-1].threads = int(m.group(1))
+        elif jobs and (m := _WILDCARDS.match(line)):
+            jobs[-1].wildcards = dict(kv.split("=", 1) for kv in m.group(1).split(", ") if "=" in kv)
         elif jobs and (m := _RES.match(line)):
             jobs[-1].resources = dict(kv.split("=", 1) for kv in m.group(1).split(", ") if "=" in kv)
     return jobs
