@@ -86,6 +86,16 @@ def unpinned_downloads(cfg: Any, lock: Mapping[str, Any], path: str = "") -> lis
     return out
 
 
+def _stage_order(item: tuple[str, int]) -> tuple[int, str]:
+    """Rules in pipeline order (downloads, preprocessing, the rest, evaluation, report), then by name: the dry
+    run's own job order varies between runs."""
+    rule = item[0]
+    for rank, word in enumerate(("download", "preprocess")):
+        if word in rule:
+            return rank, rule
+    return {"evaluate": 3, "report": 4}.get(rule.split("_")[0], 2), rule
+
+
 def _locked(lock: Mapping[str, Any], base_url: str) -> bool:
     return any(str(u).startswith(base_url) for u in lock)
 
@@ -101,7 +111,7 @@ def plan_rows(jobs: Iterable[PlannedJob], papers: Sequence[str], scale: str, roo
         rows.append({
             "paper": slug,
             "jobs": len(mine),
-            "jobs per rule": ", ".join(f"{r} {n}" for r, n in per_rule.items()),
+            "jobs per rule": ", ".join(f"{r} {n}" for r, n in sorted(per_rule.items(), key=_stage_order)),
             "GPU jobs": len(gpu),
             "GPU-hours": round(sum(j.gpus * j.hours for j in gpu), 1),
             "CPU-hours": round(sum(j.threads * j.hours for j in mine if not j.gpus), 1),
