@@ -58,7 +58,9 @@ def parse_dry_run(text: str) -> list[PlannedJob]:
 
 
 def dry_run(root: str | Path, scale: str, papers: Sequence[str]) -> str:
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--config", f"scale={scale}", f"papers=[{','.join(papers)}]"]
+    # --forceall: every job of the DAG, whatever this checkout already holds under results/ (a plan, not a resume)
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--forceall", "--config", f"scale={scale}",
+           f"papers=[{','.join(papers)}]"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"the dry run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
