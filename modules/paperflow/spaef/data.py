@@ -12,24 +12,21 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 
-from paperflow.core.config import ConfigError
-from paperflow.core.download import fetch
+from paperflow.core.download import pinned_fetch
 from paperflow.spaef.synth import generate
 
 log = logging.getLogger(__name__)
 
 
 def fetch_all(name: str, files: dict[str, dict[str, Any]], cache: str | Path) -> dict[str, Path]:
-    """Every file of a real dataset, each with its sha256; an unpinned file stops the run with instructions."""
+    """Every file of a real dataset, each verified against its sha256 from the config or config/locks/spaef.json;
+    an unpinned file stops the run naming `paperflow pin spaef`."""
     paths = {}
     for key, spec in files.items():
-        if not spec["sha256"]:
-            raise ConfigError(
-                f"datasets.{name}.files.{key}.sha256 is not set for {spec['url']}: paperflow never downloads unpinned data. "
-                f"Fetch the file once on a machine with network, run `sha256sum` on it, and set the value in config/spaef.yaml "
-                f"(see workflows/spaef/README.md, 'Paper-scale data')"
-            )
-        paths[key] = fetch(spec["url"], Path(cache) / name / Path(spec["url"]).name, spec["sha256"])
+        dest = Path(cache) / name / Path(spec["url"]).name
+        paths[key] = pinned_fetch(
+            spec["url"], dest, spec["sha256"], slug="spaef", key=f"datasets.{name}.files.{key}.sha256"
+        )
     return paths
 
 
