@@ -48,7 +48,10 @@ def server():
 def test_unpinned_is_refused_with_the_pin_command_named(server, tmp_path, monkeypatch):
     url, _ = server
     monkeypatch.delenv(PIN_ENV, raising=False)
-    with pytest.raises(UnpinnedDownload, match=r"datasets\.x\.sha256 is not set and config/locks/demo\.json has no sha256 for .*`paperflow pin demo`"):
+    with pytest.raises(
+        UnpinnedDownload,
+        match=r"datasets\.x\.sha256 is not set and config/locks/demo\.json has no sha256 for .*`paperflow pin demo`",
+    ):
         pinned_fetch(url, tmp_path / "f.bin", None, slug="demo", key="datasets.x.sha256", root=tmp_path)
     assert not (tmp_path / "f.bin").exists()
     assert issubclass(UnpinnedDownload, ConfigError)  # a config problem, reported like the others
