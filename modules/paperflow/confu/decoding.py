@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from paperflow.confu.model import DraftHead
+from paperflow.confu.model import DraftHead, control
 from paperflow.confu.training import causal_allowed
 from paperflow.core.lm.sampling import inverse_cdf, masked_forward
 
@@ -69,16 +69,6 @@ class Decoded:
     target_forwards: int = 0  # batched verification passes (prefill excluded)
     draft_forwards: int = 0
     extra: dict = field(default_factory=dict)
-
-
-def _roll(x: torch.Tensor, mode: str) -> torch.Tensor:
-    if mode == "normal":
-        return x
-    if mode == "zero":
-        return torch.zeros_like(x)
-    if mode == "shuffle":
-        return x.roll(1, dims=0)
-    raise ValueError(f"control mode {mode!r}: normal | zero | shuffle")
 
 
 def _left_align(ids: torch.Tensor, mask: torch.Tensor, width: int, pad: int):
@@ -156,7 +146,7 @@ class SpecDecoder:
         m = w - 1
         rows = torch.arange(m, device=dev)
         real = rows[None, :] <= (lengths - 2)[:, None]  # row j reads x_{j+1} and g_j
-        g = head.g(_roll(feats[:, :m], self.controls.features))
+        g = head.g(control(feats[:, :m], self.controls.features))
         prefix_in = head.fuse(buf[:, 1:], g)
         root_row = (lengths - 2).clamp(min=0)
         slot = self.confu and self.controls.slot
@@ -164,12 +154,13 @@ class SpecDecoder:
         positions = [rows[None].expand(b, -1)]
         if slot:
             router = prefix_in.gather(1, root_row[:, None, None].expand(-1, 1, prefix_in.shape[-1]))
-            inputs.append(head.slot(router, _roll(f, self.controls.f)))
+            inputs.append(head.slot(router, control(f, self.controls.f)))
             positions.append(root_row[:, None])
         base = m + (1 if slot else 0)
-        # pool of candidates
-        pool_tok, pool_par, pool_depth, pool_score = [], [], [], []
-        row_of: dict[int, int] = {}  # pool index -> tree-row index (frontier nodes only)
+        # the pool of candidates, [B, P] each, grown by k * (parents) per depth
+        pool_tok = pool_par = pool_depth = pool_score = None
+        most = k + (big_d - 1) * k * k
+        row_of = torch.full((b, most), -1, dtype=torch.long, device=dev)  # pool index -> tree row (frontier nodes)
         tree_anc = torch.zeros(b, 0, 0, dtype=torch.bool, device=dev)
         frontier = None  # pool indices [B, k]
         hidden_rows = None
@@ -182,46 +173,38 @@ class SpecDecoder:
                 parent_idx = torch.full((b, 1), -1, dtype=torch.long, device=dev)
                 root_hidden = hid.gather(1, root_row[:, None, None].expand(-1, 1, hid.shape[-1]))
             else:
-                # one new draft row per frontier node: its token and its parent's draft output
-                ftok = torch.stack([pool_tok[i] for i in range(len(pool_tok))], 1).gather(1, frontier)
-                fdepth = torch.stack(pool_depth, 1).gather(1, frontier)
-                fpar = torch.stack(pool_par, 1).gather(1, frontier)
-                parent_h = []
-                for c in range(k):
-                    ph = root_hidden[:, 0]
-                    if d > 2:
-                        prow = _rows_of(fpar[:, c], row_of, dev)  # [B] tree-row index of the parent
-                        ph = hidden_rows.gather(1, prow[:, None, None].expand(-1, 1, hidden_rows.shape[-1]))[:, 0]
-                    parent_h.append(ph)
-                new_in = head.fuse(ftok, torch.stack(parent_h, 1))
+                # one new draft row per frontier node: its token, and its parent's draft output and ancestors
                 n_old = tree_anc.shape[1]
                 grown = torch.zeros(b, n_old + k, n_old + k, dtype=torch.bool, device=dev)
                 grown[:, :n_old, :n_old] = tree_anc
-                for c in range(k):
-                    if d > 2:
-                        prow = _rows_of(fpar[:, c], row_of, dev)
-                        grown[:, n_old + c, :n_old] = tree_anc.gather(1, prow[:, None, None].expand(-1, 1, n_old))[:, 0]
-                    grown[:, n_old + c, n_old + c] = True
+                if d > 2:
+                    prow = row_of.gather(1, pool_par.gather(1, frontier))  # [B, k] the parents' tree rows
+                    parent_h = hidden_rows.gather(1, prow[..., None].expand(-1, -1, hidden_rows.shape[-1]))
+                    grown[:, n_old:, :n_old] = tree_anc.gather(1, prow[..., None].expand(-1, -1, n_old))
+                else:  # the depth-1 nodes' parent is the root row
+                    parent_h = root_hidden.expand(-1, k, -1)
+                grown[:, n_old:, n_old:] = torch.eye(k, dtype=torch.bool, device=dev)
                 tree_anc = grown
-                for c in range(k):
-                    _set_rows(row_of, frontier[:, c], n_old + c)
-                inputs.append(new_in)
-                positions.append(root_row[:, None] + fdepth)
+                row_of.scatter_(1, frontier, (n_old + torch.arange(k, device=dev)).expand(b, -1))
+                inputs.append(head.fuse(pool_tok.gather(1, frontier), parent_h))
+                positions.append(root_row[:, None] + pool_depth.gather(1, frontier))
                 hid, logits = self._draft_pass(inputs, positions, real, slot, root_row, tree_anc)
                 hidden_rows = hid[:, base:]
                 logp = torch.log_softmax(logits[:, base + n_old :].float(), -1)  # [B, k, V]
-                parent_score = torch.stack(pool_score, 1).gather(1, frontier)
+                parent_score = pool_score.gather(1, frontier)
                 parent_idx = frontier
             top_lp, top_tok = logp.topk(k, dim=-1)  # [B, P, k]
             cand_score = (parent_score[..., None] + top_lp).flatten(1)
             cand_tok = top_tok.flatten(1)
             cand_par = parent_idx[..., None].expand(-1, -1, k).flatten(1)
-            first = len(pool_tok)
-            for c in range(cand_tok.shape[1]):
-                pool_tok.append(cand_tok[:, c])
-                pool_par.append(cand_par[:, c])
-                pool_depth.append(torch.full((b,), d, dtype=torch.long, device=dev))
-                pool_score.append(cand_score[:, c])
+            first = 0 if pool_tok is None else pool_tok.shape[1]
+            new = (cand_tok, cand_par, torch.full_like(cand_tok, d), cand_score)
+            if pool_tok is None:
+                pool_tok, pool_par, pool_depth, pool_score = new
+            else:
+                pool_tok, pool_par, pool_depth, pool_score = (
+                    torch.cat(pair, 1) for pair in zip((pool_tok, pool_par, pool_depth, pool_score), new)
+                )
             frontier = first + cand_score.topk(k, dim=-1).indices
         return self._select(pool_tok, pool_par, pool_depth, pool_score)
 
@@ -249,11 +232,8 @@ class SpecDecoder:
         allowed |= torch.eye(r, dtype=torch.bool, device=dev)
         return self.head.run(x, allowed, pos)
 
-    def _select(self, pool_tok, pool_par, pool_depth, pool_score):
-        tok = torch.stack(pool_tok, 1)
-        par = torch.stack(pool_par, 1)
-        dep = torch.stack(pool_depth, 1)
-        score = torch.stack(pool_score, 1)
+    def _select(self, tok, par, dep, score):
+        """The best `nodes` of the pool [B, P] as a tree: tokens, ancestor-or-self matrix, depths."""
         b, p = tok.shape
         t = self.tree.nodes
         # best T by score, ties to the shallower node; then ordered by depth so parents precede children
@@ -404,12 +384,3 @@ def _parents(anc: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
         return torch.zeros(b, 0, dtype=torch.long)
     is_parent = anc & (depth[:, None, :] == depth[:, :, None] - 1)
     return torch.where(is_parent.any(-1), is_parent.float().argmax(-1), -1)
-
-
-def _rows_of(pool_idx: torch.Tensor, row_of: dict, dev) -> torch.Tensor:
-    return torch.tensor([row_of[(r, int(i))] for r, i in enumerate(pool_idx.tolist())], dtype=torch.long, device=dev)
-
-
-def _set_rows(row_of: dict, pool_idx: torch.Tensor, row: int) -> None:
-    for r, i in enumerate(pool_idx.tolist()):
-        row_of[(r, int(i))] = row

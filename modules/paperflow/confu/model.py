@@ -29,20 +29,9 @@ import torch
 from torch import nn
 
 from paperflow.core.lm.models import build_model
+from paperflow.core.lm.sampling import cache_argument
 
 KINDS = ("vanilla", "eagle3", "confu")
-
-
-def _cache_arg() -> str:
-    import inspect
-
-    from transformers import LlamaModel
-
-    # transformers 5 renamed `past_key_values` to `cache`
-    return "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
-
-
-_CACHE_ARG = _cache_arg()
 
 
 def new_cache(head: DraftHead):
@@ -147,7 +136,7 @@ class DraftHead(nn.Module):
         """(hidden [B, R, h] after the final norm, logits [B, R, V]) of the draft rows `inputs` [B, R, h]. With a
         transformers `cache` holding earlier rows' keys and values, `allowed` [B, R, cached + R] spans them too
         (one decoder layer: a row's keys and values depend on its input alone, so cached rows never change)."""
-        extra = {} if cache is None else {_CACHE_ARG: cache, "use_cache": True}
+        extra = {} if cache is None else {cache_argument(self.body.model): cache, "use_cache": True}
         out = self.body.model(inputs_embeds=inputs, attention_mask=allowed[:, None], position_ids=positions, **extra)
         hidden = out.last_hidden_state
         return hidden, self.body.lm_head(hidden)
@@ -155,6 +144,18 @@ class DraftHead(nn.Module):
     def trainable(self, part: str = "all") -> list[nn.Parameter]:
         """The parameters a stage trains: `all` (every one but the frozen embedding)."""
         return [p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("embed")]
+
+
+def control(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """A negative control on a per-prompt tensor (ConFu's f, the target features the draft reads): `normal` leaves
+    it, `zero` zeroes it, `shuffle` rolls it one row across the batch (each prompt gets another's)."""
+    if mode == "normal":
+        return x
+    if mode == "zero":
+        return torch.zeros_like(x)
+    if mode == "shuffle":
+        return x.roll(1, dims=0)
+    raise ValueError(f"control mode {mode!r}: normal | zero | shuffle")
 
 
 def cost_ratio(head: DraftHead, target) -> float:

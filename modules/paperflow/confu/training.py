@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from paperflow.confu.model import DraftHead, new_cache
+from paperflow.confu.model import DraftHead, control, new_cache
 from paperflow.core.lm.sampling import masked_forward, position_ids_from_mask
 
 
@@ -156,7 +156,7 @@ def ttt_loss(
         if anchors is None:
             raise ValueError("a ConFu head trains with anchors")
         _, f = contemplate_pass(target, head, ids, mask, tp.features, anchors, layers)
-        f = _control(f, f_mode)
+        f = control(f, f_mode)
         a = anchors.clamp(min=0)
         slot_inputs = head.slot(fused0.gather(1, a[..., None].expand(-1, -1, fused0.shape[-1])), f)
         slot_pos = pos.gather(1, a)
@@ -193,16 +193,6 @@ def ttt_loss(
         hit = (step_logits.argmax(-1) == goal.argmax(-1)) & ok
         logs[f"acc_step{i}"] = float(hit.sum() / count)
     return total, logs
-
-
-def _control(f: torch.Tensor, mode: str) -> torch.Tensor:
-    if mode == "normal":
-        return f
-    if mode == "zero":
-        return torch.zeros_like(f)
-    if mode == "shuffle":
-        return f.roll(1, dims=0)
-    raise ValueError(f"f_mode {mode!r}: normal | zero | shuffle")
 
 
 def response_mask(mask: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:

@@ -135,6 +135,12 @@ def sequence_entropies(
     return sequence_logprobs(model, input_ids, attention_mask, temperature, entropies=True, chunk_size=chunk_size)[1]
 
 
+def cache_argument(module) -> str:
+    """The name under which `module.forward` takes a transformers cache: transformers 5 renamed `past_key_values`
+    to `cache` (the old name warns)."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 class CachedForward:
     """Next-token logits of a model along sequences that grow on the right, feeding only the columns new since the
     last call (a KV cache), with position ids from the attention mask. `sample` decodes through one; a hook runs a
@@ -145,9 +151,7 @@ class CachedForward:
 
         self.model = model
         self.cache = DynamicCache(config=model.config)
-        # transformers 5 renamed the model's `past_key_values` argument to `cache` (the old name warns)
-        params = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_argument(model)
         self._seen: torch.Tensor | None = None
 
     @torch.no_grad()
