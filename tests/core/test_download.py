@@ -226,7 +226,10 @@ def test_wrong_existing_file_is_replaced(server, tmp_path):
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "g" * 64, "0" * 63, "0" * 65, None])
+@pytest.mark.parametrize(
+    "bad",
+    ["", "abc", "g" * 64, "0" * 63, "0" * 65, None, "md5:" + "0" * 31, "sha1:" + "0" * 40, "sha256-prefix:0676ba6"],
+)
 def test_invalid_sha256_argument_is_rejected_before_any_request(server, tmp_path, bad):
     with pytest.raises(ValueError, match="sha256"):
         fetch(server.url(), tmp_path / "data.bin", bad, **FAST)
@@ -240,3 +243,40 @@ def test_progress_bar_only_when_forced_or_on_a_terminal(server, tmp_path, capsys
     fetch(server.url(), tmp_path / "data.bin", PAYLOAD_SHA256, backoff_s=0.01, timeout_s=5.0, progress=progress)
 
     assert ("data.bin" in capsys.readouterr().err) == shown
+
+
+PAYLOAD_MD5 = hashlib.md5(PAYLOAD).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "checksum, label",
+    [
+        ("sha256:" + PAYLOAD_SHA256.upper(), "sha256"),
+        ("md5:" + PAYLOAD_MD5, "publisher's md5"),
+        ("sha256-prefix:" + PAYLOAD_SHA256[:8], "sha256 prefix"),
+    ],
+)
+def test_labelled_checksum_kinds_verify_and_say_which(server, tmp_path, caplog, checksum, label):
+    server.script = [Reply()]
+    with caplog.at_level(logging.INFO, logger="paperflow.download"):
+        fetch(server.url(), tmp_path / "data.bin", checksum, **FAST)
+    assert (tmp_path / "data.bin").read_bytes() == PAYLOAD
+    assert f"({label}" in caplog.text and "verified" in caplog.text
+    # a second call checks the file on disk with the same kind and makes no request
+    fetch(server.url(), tmp_path / "data.bin", checksum, **FAST)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "checksum, label, actual",
+    [
+        ("md5:" + "0" * 32, "publisher's md5 mismatch", PAYLOAD_MD5),
+        ("sha256-prefix:" + "0" * 8, "sha256 prefix (torch.hub file name) mismatch", PAYLOAD_SHA256),
+    ],
+)
+def test_labelled_checksum_mismatch_names_the_kind_and_leaves_nothing(server, tmp_path, checksum, label, actual):
+    server.script = [Reply()]
+    with pytest.raises(ChecksumMismatch) as caught:
+        fetch(server.url(), tmp_path / "data.bin", checksum, **FAST)
+    assert label in str(caught.value) and actual in str(caught.value)
+    assert list(tmp_path.iterdir()) == []

@@ -7,8 +7,13 @@ machine with network, and records their sha256); a file with neither is refused 
 message. `fetch` does the transfer. The bytes go to
 `<dest>.part`; a transient failure (connection error, timeout, HTTP 5xx or 429) is retried with
 exponential backoff and resumed from the bytes already on disk with a `Range` request. Only a
-complete file whose sha256 matches is renamed onto `dest`, so `dest` either holds the right bytes
+complete file whose checksum matches is renamed onto `dest`, so `dest` either holds the right bytes
 or does not exist.
+
+A checksum is a sha256 (64 hex digits, optionally written `sha256:<hex>`), or, where the publisher gives
+nothing stronger and labelled as such in the value: `md5:<32 hex>` (a publisher's md5, e.g. torchvision's or a
+dataset host's checksum list) or `sha256-prefix:<8-63 hex>` (the sha256 prefix a torch.hub weight file name
+carries). The log line of every verified download names the kind it was checked with.
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ from paperflow.core.config import ConfigError
 
 log = logging.getLogger("paperflow.download")
 
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# kind -> (pattern of the hex part, what the log and errors call it)
+CHECKSUM_KINDS = {
+    "sha256": (re.compile(r"[0-9a-f]{64}"), "sha256"),
+    "md5": (re.compile(r"[0-9a-f]{32}"), "publisher's md5"),
+    "sha256-prefix": (re.compile(r"[0-9a-f]{8,63}"), "sha256 prefix (torch.hub file name)"),
+}
 _CONTENT_RANGE_START = re.compile(r"bytes\s+(\d+)-")
 _READ_CHUNK = 1 << 16
 _USER_AGENT = "paperflow-download/1 (+urllib)"
@@ -50,12 +60,12 @@ class DownloadError(RuntimeError):
 
 
 class ChecksumMismatch(DownloadError):
-    """The downloaded bytes do not have the expected sha256."""
+    """The downloaded bytes do not have the expected checksum."""
 
-    def __init__(self, url: str, dest: Path, expected: str, actual: str) -> None:
+    def __init__(self, url: str, dest: Path, expected: str, actual: str, kind: str = "sha256") -> None:
         self.url, self.dest, self.expected, self.actual = url, dest, expected, actual
         super().__init__(
-            f"sha256 mismatch for {url} (destination {dest}): "
+            f"{CHECKSUM_KINDS[kind][1]} mismatch for {url} (destination {dest}): "
             f"expected {expected}, got {actual}; the partial file was deleted"
         )
 
@@ -68,13 +78,32 @@ class _TransientError(Exception):
     """One attempt failed in a way that a later attempt may not."""
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of the file at `path`, read `chunk` bytes at a time."""
-    digest = hashlib.sha256()
+def sha256_file(path: str | Path, chunk: int = 1 << 20, algorithm: str = "sha256") -> str:
+    """Hex digest (sha256, or `algorithm`) of the file at `path`, read `chunk` bytes at a time."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def parse_checksum(value: str) -> tuple[str, str]:
+    """(kind, lower-case hex) of a checksum value: `<64 hex>` or `sha256:<64 hex>`, `md5:<32 hex>`,
+    `sha256-prefix:<8-63 hex>`; ValueError naming the accepted forms otherwise."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    kind, _, digest = text.rpartition(":") if ":" in text else ("sha256", "", text)
+    if kind not in CHECKSUM_KINDS or not CHECKSUM_KINDS[kind][0].fullmatch(digest):
+        raise ValueError(
+            f"checksum must be 64 hexadecimal characters (a sha256), or md5:<32 hex> (a publisher's md5), or "
+            f"sha256-prefix:<8-63 hex> (a torch.hub file name's prefix), got {value!r}"
+        )
+    return kind, digest
+
+
+def _matches(path: Path, kind: str, digest: str) -> tuple[bool, str]:
+    """(whether the file at `path` has the checksum, the digest it has: the full sha256 for a prefix)."""
+    actual = sha256_file(path, algorithm="md5" if kind == "md5" else "sha256")
+    return (actual.startswith(digest) if kind == "sha256-prefix" else actual == digest), actual
 
 
 def fetch(
@@ -87,21 +116,23 @@ def fetch(
     timeout_s: float = 60.0,
     progress: bool | None = None,
 ) -> Path:
-    """Download `url` to `dest` unless `dest` already has the sha256 `sha256`; return `dest`.
+    """Download `url` to `dest` unless `dest` already has the checksum `sha256` (a sha256, or a labelled md5 or
+    sha256 prefix: see `parse_checksum`); return `dest`.
 
     `retries` is the number of attempts after the first one; after failed attempt `k` (from 0)
     the wait is `backoff_s * 2**k`. `timeout_s` bounds each socket operation. The progress bar
     goes to stderr when it is a terminal, or as `progress` says when given.
     """
-    expected = _normalised_sha256(sha256)
+    kind, expected = parse_checksum(sha256)
+    label = CHECKSUM_KINDS[kind][1]
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     dest = Path(dest)
     if dest.is_file():
-        if sha256_file(dest) == expected:
-            log.info("%s already present with the expected sha256", dest)
+        if _matches(dest, kind, expected)[0]:
+            log.info("%s already present with the expected %s", dest, label)
             return dest
-        log.warning("%s exists with a different sha256; downloading it again", dest)
+        log.warning("%s exists with a different %s; downloading it again", dest, label)
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -125,21 +156,13 @@ def fetch(
     else:
         raise DownloadError(f"could not download {url} after {attempts} attempts; last error: {last_error}")
 
-    actual = sha256_file(part)
-    if actual != expected:
+    ok, actual = _matches(part, kind, expected)
+    if not ok:
         part.unlink()
-        raise ChecksumMismatch(url, dest, expected, actual)
+        raise ChecksumMismatch(url, dest, expected, actual, kind)
     os.replace(part, dest)
-    log.info("downloaded %s to %s (sha256 verified)", url, dest)
+    log.info("downloaded %s to %s (%s verified)", url, dest, label)
     return dest
-
-
-def _normalised_sha256(sha256: str) -> str:
-    """The lower-case form of a 64-hex-digit sha256, or ValueError."""
-    normalised = sha256.strip().lower() if isinstance(sha256, str) else ""
-    if not _SHA256_HEX.fullmatch(normalised):
-        raise ValueError(f"sha256 must be 64 hexadecimal characters, got {sha256!r}")
-    return normalised
 
 
 def _attempt_download(url: str, part: Path, timeout_s: float, show_progress: bool, attempt_label: str) -> None:
