@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.report import COMPARATORS
 from paperflow.mtbl_wc import data, fronts
 from paperflow.mtbl_wc.algorithm import run
 from paperflow.mtbl_wc.claims import cleaning_claims, concave_claims, quadratic_claims, summary_table
@@ -181,16 +182,29 @@ def test_wc_converges_at_the_rate_and_lands_on_the_wc_points():
 
 
 # §10.6 concave front: WC reaches the middle, LS jumps to the extremes
+# Seeds 1 and 2 start on the Fonseca-Fleming plateau (f_2 near 1, its gradient near 0): at the smoke budget of
+# 5,000 steps WC is still crawling off it and the best-K output picks a plateau iterate, so the check fails
+# there (the smoke claim concave_wc_reaches_middle does not hold for the same reason; tools/diagnose/
+# mtbl_wc_plateau.py shows both reach the WC points with more steps). Strict: a fix makes these xfails fail.
+PLATEAU = pytest.mark.xfail(strict=True, reason="starts on the FF plateau; 5,000 steps do not leave it")
+
+
 @pytest.mark.slow
-def test_concave_front_wc_reaches_middle_ls_goes_to_extremes():
-    inst = fronts.concave_instance({"dim_x": 2, "dim_y": 4, "sv_range": [1.0, 1.5]}, 0)
+@pytest.mark.parametrize(
+    "seed",
+    [pytest.param(s, marks=PLATEAU) if s in (1, 2) else s for s in load_paper_config("mtbl_wc", "smoke")["seeds"]],
+)
+def test_concave_front_wc_reaches_middle_ls_goes_to_extremes(seed):
+    # every seed the pipeline runs at smoke scale: its own instance and starting point, the smoke solver
+    spec = load_paper_config("mtbl_wc", "smoke")["problems"]["concave"]
+    inst = fronts.concave_instance(spec["instance"], seed)
     prefs = preference_matrix([0.35, 0.5, 0.65])
     exact = fronts.concave_front(inst, prefs, 101)
     problem = build_problem("concave", inst)
-    z0 = np.tile(np.random.default_rng(0).normal(size=6), (3, 1))
-    cfg = SOLVER | {"steps": 5000, "ramp": 500, "eval_every": 250}
-    wc = run(problem, "wc", prefs, z0, exact["ideal"], cfg, 0)
-    ls = run(problem, "ls", prefs, z0, exact["ideal"], cfg, 0)
+    z0 = np.tile(np.random.default_rng(seed).normal(size=6), (3, 1))
+    cfg = spec["solver"]
+    wc = run(problem, "wc", prefs, z0, exact["ideal"], cfg, seed)
+    ls = run(problem, "ls", prefs, z0, exact["ideal"], cfg, seed)
     f = lambda z: problem.objectives(torch.as_tensor(z)).numpy()
     assert np.max(np.linalg.norm(f(wc.z_best) - exact["f_wc"], axis=1) / np.linalg.norm(exact["f_wc"], axis=1)) < 0.02
     assert np.all(f(wc.z_best).min(1) > 0.2)
@@ -257,6 +271,31 @@ def test_every_run_claims_are_judged_on_the_worst_seed():
         assert c.aggregate == "max" and c.value == pytest.approx(worst) and not c.held, cid
         assert np.mean(c.values) < c.threshold  # the mean-over-seeds verdict would have masked it
     assert [k for k, c in claims.items() if c.gated and not c.held] == ["quad_wc_within_2pct", "quad_wc_feasible"]
+
+
+@pytest.mark.parametrize(
+    "cid, method, metric, bad_value, worst",
+    [
+        # the angle of one WC run of seed 1 is 1.5 degrees: per-seed maxima (0.1, 1.5) average 0.8 < 1
+        ("quad_wc_on_ray", "wc", "angle_deg", 1.5, 1.5),
+        # one LS run of seed 1 is 3 degrees off the ray: per-seed minima (11, 3) average 7 >= 5
+        ("quad_ls_off_ray", "ls", "angle_deg", 3.0, 3.0),
+        # K of one WC run of seed 1 falls 1e-2 -> 6e-3 (1.67x): per-seed minima (5, 1.67) average 3.3 >= 2
+        ("quad_k_rate_ratio", "wc", "K_best@400", 6e-3, 1e-2 / 6e-3),
+    ],
+)
+def test_remaining_every_run_claims_are_judged_on_the_worst_seed(cid, method, metric, bad_value, worst):
+    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
+    frame = quad_frame(0.002, 11.0, wc_k_late=2e-3)
+    bad = (frame.method == method) & (frame.seed == 1) & (frame.pref == 0) & (frame.metric == metric)
+    assert bad.sum() == 1
+    frame.loc[bad, "value"] = bad_value
+    claims = {c.id: c for c in quadratic_claims(frame, curves, [100, 400], [0, 1])}
+    c = claims[cid]
+    assert c.value == pytest.approx(worst) and not c.held
+    mean_verdict = COMPARATORS[c.comparison][0](np.mean(c.values), c.threshold)
+    assert mean_verdict, "the mean-over-seeds verdict would have masked the bad seed"
+    assert [k for k, v in claims.items() if v.gated and not v.held] == [cid]
 
 
 def test_quadratic_rate_claim_fails_when_k_stalls():

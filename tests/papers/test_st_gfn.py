@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.st_gfn.claims import build_claims
+from paperflow.st_gfn.claims import SEED_NOISE_RULE, build_claims
 from paperflow.st_gfn.envs import make_env, mode_mask, observed_log_reward
 from paperflow.st_gfn.evaluation import empirical_pmf, l1_mean, sample_terminal_states, total_variation
 from paperflow.st_gfn.prepare import target
@@ -83,6 +83,25 @@ def test_negative_control_broken_identity_and_far_lam0_run_are_not_held():
     assert claims["identity_lam0_db_gap_clean"] is False
     assert claims["l1_st_gfn_lam0_within_seed_noise_of_db_clean"] is False
     assert claims["identity_dc_tb_gap_clean"] is True
+
+
+def test_within_seed_noise_is_the_one_rule_in_code_readme_and_config():
+    # the rule's arithmetic: mean over seeds of the paired |difference| against factor x the mean of the two stds;
+    # here one seed's difference exceeds the threshold and the mean does not: the rule is on the mean, so it holds
+    values = good("clean")
+    lam0, db = np.array([0.0101, 0.0111, 0.0165]), np.array(good("clean")["db"]["l1"])
+    values["st_gfn_lam0"] = dict(values["st_gfn_lam0"], l1=list(lam0))
+    claims = build_claims({"noisy": frame(good("noisy")), "clean": frame(values)}, ENV_METHODS, CLAIMS, SEEDS)
+    claim = {c.id: c for c in claims}["l1_st_gfn_lam0_within_seed_noise_of_db_clean"]
+    assert claim.value == pytest.approx(np.mean(np.abs(lam0 - db)))
+    assert claim.threshold == pytest.approx(2.0 * np.mean([np.std(lam0, ddof=1), np.std(db, ddof=1)]))
+    assert np.max(np.abs(lam0 - db)) > claim.threshold and claim.held
+    # README, config and the claim's statement say the same
+    factor = load_paper_config("st_gfn", "smoke")["claims"]["seed_noise_factor"]
+    rule = " ".join(SEED_NOISE_RULE.format(factor=factor).split())
+    assert rule in claim.statement
+    assert rule in " ".join((ROOT / "workflows/st_gfn/README.md").read_text().split())
+    assert "SEED_NOISE_RULE" in (ROOT / "config/st_gfn.yaml").read_text()
 
 
 def test_paper_direction_is_reported_not_gated_and_can_fail():
