@@ -142,3 +142,58 @@ def test_paperflow_pin_end_to_end_on_a_paper(server, tmp_path):
     changed = fresh_run(check=False)
     assert changed.returncode != 0
     assert "sha256 mismatch" in changed.stdout + changed.stderr
+
+
+# Hub repos (models, datasets): a 40-hex commit from the config or the lock; `paperflow pin` resolves the head
+SHA_A, SHA_B = "a" * 40, "b" * 40
+
+
+def test_hub_revision_from_the_config_then_the_lock_and_a_branch_is_refused(tmp_path, monkeypatch):
+    from paperflow.core.download import pinned_revision
+
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    assert pinned_revision("org/m", SHA_A, slug="demo", key="model.revision", root=tmp_path) == SHA_A
+    with pytest.raises(ConfigError, match=r"model\.revision = 'main' for model 'org/m' is not a pinned revision"):
+        pinned_revision("org/m", "main", slug="demo", key="model.revision", root=tmp_path)
+    with pytest.raises(UnpinnedDownload, match=r"no revision for dataset:org/d: .*`paperflow pin demo`"):
+        pinned_revision("org/d", None, slug="demo", key="data.revision", repo_type="dataset", root=tmp_path)
+    with pytest.raises(ValueError, match="repo_type"):
+        pinned_revision("org/d", None, slug="demo", key="data.revision", repo_type="space", root=tmp_path)
+
+
+def test_pin_resolves_the_hub_head_once_and_keeps_the_files_section(server, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from paperflow.core.download import pinned_revision, read_lock_revisions
+
+    url, _ = server
+    heads = {"org/m": SHA_A}
+    asked = []
+
+    def repo_info(self, repo_id, repo_type=None):
+        asked.append((repo_id, repo_type))
+        return type("Info", (), {"sha": heads[repo_id]})()
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "repo_info", repo_info)
+    monkeypatch.setenv(PIN_ENV, "demo")
+    pinned_fetch(url, tmp_path / "f.bin", None, slug="demo", key="datasets.x.sha256", root=tmp_path)
+    assert pinned_revision("org/m", None, slug="demo", key="model.revision", root=tmp_path) == SHA_A
+    heads["org/m"] = SHA_B  # the branch moves on the Hub: the pin stays
+    assert pinned_revision("org/m", None, slug="demo", key="model.revision", root=tmp_path) == SHA_A
+    assert asked == [("org/m", "model")]
+    assert read_lock_revisions("demo", tmp_path)["model:org/m"]["revision"] == SHA_A
+    assert url in read_lock("demo", tmp_path)  # the file pinned before is still there
+    monkeypatch.delenv(PIN_ENV)
+    assert pinned_revision("org/m", None, slug="demo", key="model.revision", root=tmp_path) == SHA_A
+
+
+def test_plan_counts_a_hub_reference_without_revision_until_the_lock_holds_it():
+    from paperflow.core.plan import unpinned_downloads
+
+    cfg = {
+        "model": {"hub": "org/m", "revision": None},
+        "data": {"hub": "org/d", "repo_type": "dataset", "revision": SHA_A},
+    }
+    assert unpinned_downloads(cfg, {}) == ["model.revision"]
+    assert unpinned_downloads(cfg, {}, revisions={"model:org/m": {"revision": SHA_B}}) == []
+    assert unpinned_downloads(cfg, {}, revisions={"dataset:org/m": {"revision": SHA_B}}) == ["model.revision"]

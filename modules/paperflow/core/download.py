@@ -249,27 +249,91 @@ def lock_path(slug: str, root: str | Path | None = None) -> Path:
     return Path(root) / "config" / "locks" / f"{slug}.json"
 
 
-def read_lock(slug: str, root: str | Path | None = None) -> dict[str, dict]:
-    """{url: {"sha256", "bytes", "pinned_utc"}} of the paper's lock file ({} when it has none)."""
+def _read_lock_doc(slug: str, root: str | Path | None) -> dict:
     import json
 
     path = lock_path(slug, root)
-    return json.loads(path.read_text())["files"] if path.is_file() else {}
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _write_lock_entry(slug: str, url: str, entry: dict, root: str | Path | None) -> None:
+def read_lock(slug: str, root: str | Path | None = None) -> dict[str, dict]:
+    """{url: {"sha256", "bytes", "pinned_utc"}} of the paper's lock file ({} when it has none)."""
+    return _read_lock_doc(slug, root).get("files", {})
+
+
+def read_lock_revisions(slug: str, root: str | Path | None = None) -> dict[str, dict]:
+    """{"<repo_type>:<repo id>": {"revision", "pinned_utc"}}: the Hub commits `paperflow pin` resolved for the paper."""
+    return _read_lock_doc(slug, root).get("revisions", {})
+
+
+def _write_lock(slug: str, root: str | Path | None, files: dict | None = None, revisions: dict | None = None) -> None:
     import json
 
     path = lock_path(slug, root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    files = read_lock(slug, root)
-    files[url] = entry
-    doc = {
-        "comment": f"sha256 of {slug}'s paper-scale files without a published checksum, written by `paperflow pin "
-        f"{slug}`; the download rules verify against it. Commit this file.",
-        "files": dict(sorted(files.items())),
-    }
+    doc = _read_lock_doc(slug, root)
+    doc["comment"] = (
+        f"sha256 of {slug}'s paper-scale files without a published checksum, and the Hub commits of its models and "
+        f"datasets named without one, written by `paperflow pin {slug}`; the download rules verify against it. "
+        "Commit this file."
+    )
+    for section, new in (("files", files), ("revisions", revisions)):
+        merged = {**doc.get(section, {}), **(new or {})}
+        if merged:
+            doc[section] = dict(sorted(merged.items()))
     path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _write_lock_entry(slug: str, url: str, entry: dict, root: str | Path | None) -> None:
+    _write_lock(slug, root, files={url: entry})
+
+
+HUB_REVISION = re.compile(r"^[0-9a-f]{40}$")
+HUB_REPO_TYPES = ("model", "dataset")
+
+
+def pinned_revision(
+    repo_id: str,
+    revision: str | None,
+    *,
+    slug: str,
+    key: str,
+    repo_type: str = "model",
+    root: str | Path | None = None,
+) -> str:
+    """The 40-hex commit of Hugging Face Hub repo `repo_id` that a paper-scale download uses: the config's
+    `revision` (named `key` there), else the one the paper's lock file holds. Neither: under `paperflow pin`
+    (PAPERFLOW_PIN naming the slug) the repo's current head commit is resolved with huggingface_hub and written to
+    the lock file; otherwise UnpinnedDownload names that command. A branch or tag (which moves) is refused."""
+    if repo_type not in HUB_REPO_TYPES:
+        raise ValueError(f"repo_type {repo_type!r} not in {HUB_REPO_TYPES}")
+    if revision is not None:
+        if not HUB_REVISION.match(str(revision)):
+            raise ConfigError(
+                f"{key} = {revision!r} for {repo_type} {repo_id!r} is not a pinned revision: give the 40-hex commit sha "
+                "(the Hub page's 'Files and versions' history), not a branch or tag, or null to use the lock file"
+            )
+        return str(revision)
+    ref = f"{repo_type}:{repo_id}"
+    locked = read_lock_revisions(slug, root).get(ref)
+    if locked:
+        return locked["revision"]
+    if slug in {s.strip() for s in os.environ.get(PIN_ENV, "").split(",")}:
+        from datetime import datetime
+
+        from huggingface_hub import HfApi
+
+        info = HfApi().repo_info(repo_id, repo_type=repo_type)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _write_lock(slug, root, revisions={ref: {"revision": info.sha, "pinned_utc": stamp}})
+        log.info("pinned %s at %s in %s", ref, info.sha, lock_path(slug, root))
+        return info.sha
+    raise UnpinnedDownload(
+        f"{key} is not set and config/locks/{slug}.json has no revision for {ref}: paperflow never downloads a Hub "
+        f"repo at a moving branch. On a machine with network, run `paperflow pin {slug}` once (it resolves the "
+        f"current commit and writes config/locks/{slug}.json; commit that file), or set {key} in "
+        f"config/{slug}.yaml to the 40-hex commit sha"
+    )
 
 
 def pinned_fetch(

@@ -1,6 +1,7 @@
 """`paperflow plan`: what a run would ask of a cluster, from the DAG Snakemake would run (its dry run) and the
 papers' configs: per paper the jobs per rule, the GPU jobs and GPU-hours requested, CPU-hours, the largest memory
-request, and the downloads still without a checksum (neither in the config nor in the paper's lock file)."""
+request, and the downloads still without a checksum (neither in the config nor in the paper's lock file), each with
+the reason no published checksum was found (`config/unpinned.yaml`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import load_paper_config
-from paperflow.core.download import read_lock
+from paperflow.core.download import read_lock, read_lock_revisions
 
 _RULE = re.compile(r"^rule (\S+):\s*$")
 _RES = re.compile(r"^\s+resources: (.*)$")
@@ -67,13 +68,22 @@ def dry_run(root: str | Path, scale: str, papers: Sequence[str]) -> str:
     return proc.stdout
 
 
-def unpinned_downloads(cfg: Any, lock: Mapping[str, Any], path: str = "") -> list[str]:
+def unpinned_downloads(
+    cfg: Any, lock: Mapping[str, Any], path: str = "", revisions: Mapping[str, Any] | None = None
+) -> list[str]:
     """Config keys of downloads without a checksum: a `<x>sha256` key that is null beside a non-null `<x>url`, or a
-    null entry of a `sha256` mapping beside a `base_url`, whose URL the lock file does not hold either."""
+    null entry of a `sha256` mapping beside a `base_url`, whose URL the lock file does not hold either; and a Hub
+    reference (`hub: <repo id>`, `repo_type`, `revision`) whose `revision` is null and not in the lock's revisions."""
     out: list[str] = []
     if isinstance(cfg, Mapping):
+        if cfg.get("hub") and "revision" in cfg and cfg["revision"] is None:
+            ref = f"{cfg.get('repo_type', 'model')}:{cfg['hub']}"
+            if ref not in (revisions or {}):
+                out.append(f"{path}.revision" if path else "revision")
         for key, value in cfg.items():
             where = f"{path}.{key}" if path else str(key)
+            if key == "revision":
+                continue
             if str(key).endswith("sha256"):
                 url = cfg.get(str(key)[: -len("sha256")] + "url")
                 if value is None and url and url not in lock:
@@ -81,11 +91,23 @@ def unpinned_downloads(cfg: Any, lock: Mapping[str, Any], path: str = "") -> lis
                 elif isinstance(value, Mapping) and cfg.get("base_url"):
                     out += [f"{where}.{k}" for k, v in value.items() if not v and not _locked(lock, cfg["base_url"])]
             else:
-                out += unpinned_downloads(value, lock, where)
+                out += unpinned_downloads(value, lock, where, revisions)
     elif isinstance(cfg, list):
         for i, value in enumerate(cfg):
-            out += unpinned_downloads(value, lock, f"{path}[{i}]")
+            out += unpinned_downloads(value, lock, f"{path}[{i}]", revisions)
     return out
+
+
+UNPINNED_FILE = Path("config") / "unpinned.yaml"
+
+
+def unpinned_reasons(root: str | Path) -> dict[str, dict[str, str]]:
+    """{slug: {config key: why no published checksum was found}} from `config/unpinned.yaml` ({} without it)."""
+    import yaml
+
+    path = Path(root) / UNPINNED_FILE
+    doc = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return {str(slug): {str(k): str(v) for k, v in (keys or {}).items()} for slug, keys in (doc or {}).items()}
 
 
 def _stage_order(item: tuple[str, int]) -> tuple[int, str]:
@@ -109,7 +131,9 @@ def plan_rows(jobs: Iterable[PlannedJob], papers: Sequence[str], scale: str, roo
         mine = [j for j in jobs if j.rule.startswith(f"{slug}_")]
         gpu = [j for j in mine if j.gpus]
         per_rule = Counter(j.rule.removeprefix(f"{slug}_") for j in mine)
-        unpinned = unpinned_downloads(load_paper_config(slug, scale, Path(root)), read_lock(slug, root))
+        unpinned = unpinned_downloads(
+            load_paper_config(slug, scale, Path(root)), read_lock(slug, root), revisions=read_lock_revisions(slug, root)
+        )
         rows.append({
             "paper": slug,
             "jobs": len(mine),
@@ -124,7 +148,9 @@ def plan_rows(jobs: Iterable[PlannedJob], papers: Sequence[str], scale: str, roo
     return rows
 
 
-def render(rows: Sequence[Mapping[str, Any]], scale: str) -> str:
+def render(
+    rows: Sequence[Mapping[str, Any]], scale: str, reasons: Mapping[str, Mapping[str, str]] | None = None
+) -> str:
     cols = list(rows[0]) if rows else []
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |" for r in rows]

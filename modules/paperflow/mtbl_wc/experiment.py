@@ -10,13 +10,14 @@ import pandas as pd
 import torch
 
 from paperflow.core.config import reject_unknown
+from paperflow.core.device import pick
 from paperflow.mtbl_wc import data
 from paperflow.mtbl_wc.algorithm import RunResult, measure, run
 from paperflow.mtbl_wc.problems import ConcaveECMO, HyperCleaning, Problem, QuadraticECMO, as_tensor
 
 
 def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return pick("auto")
 
 
 def build_problem(kind: str, inst: dict[str, np.ndarray], dev: torch.device | str = "cpu") -> Problem:

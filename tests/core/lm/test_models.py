@@ -120,6 +120,26 @@ def test_pinned_revision_loads_a_local_folder(tmp_path):
         assert torch.equal(model(ids).logits, loaded(ids).logits)
 
 
+def test_download_pretrained_asks_the_hub_for_the_pinned_commit_of_a_model_or_dataset(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kw: calls.append(kw) or str(tmp_path))
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    models.download_pretrained("org/m", sha, tmp_path / "m")
+    models.download_pretrained("org/d", sha, tmp_path / "d", allow_patterns=["*.parquet"], repo_type="dataset")
+    assert [(c["repo_id"], c["revision"], c["repo_type"], c["allow_patterns"]) for c in calls] == [
+        ("org/m", sha, "model", None),
+        ("org/d", sha, "dataset", ["*.parquet"]),
+    ]
+
+
+def test_load_pretrained_puts_the_model_on_the_device_asked(tmp_path):
+    folder = models.save_model(models.build_model(TINY["llama"], seed=0), tmp_path / "hub")
+    loaded = models.load_pretrained("org/tiny", "0123456789abcdef0123456789abcdef01234567", folder, device="meta")
+    assert next(loaded.parameters()).device.type == "meta"
+
+
 def test_job_threads_reach_torch(tmp_path, monkeypatch):
     from paperflow.core.job import snakemake_job
 

