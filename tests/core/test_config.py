@@ -115,3 +115,17 @@ def test_a_missing_global_key_is_named(repo_root):
     """config/config.yaml is the one source of the global defaults: the code has no second one."""
     with pytest.raises(ConfigError, match="results"):
         load_run_config({k: v for k, v in GOOD.items() if k != "results"}, repo_root)
+
+
+def test_require_choices_names_the_key_the_unknown_entry_and_what_is_missing():
+    from paperflow.core.config import require_choices
+
+    require_choices(["a", "b"], source="cfg", key="methods", known=["a", "b", "c"], required=["a"])
+    with pytest.raises(
+        ConfigError, match=r"cfg: methods: unknown method 'bb' \(did you mean 'b'\?\); choose from a, b, c"
+    ):
+        require_choices(["a", "bb"], source="cfg", key="methods", known=["a", "b", "c"], noun="method")
+    with pytest.raises(
+        ConfigError, match=r"cfg: agents lacks \['c'\], which S1 compares; it must include \['a', 'c'\]"
+    ):
+        require_choices(["a", "b"], source="cfg", key="agents", required=["a", "c"], why="S1 compares")

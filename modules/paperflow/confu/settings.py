@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, require_choices
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,7 @@ def method_of(name: str, cfg: Mapping[str, Any]) -> Method:
 def check(cfg: dict[str, Any], source: str) -> None:
     """Cross-key rules: known methods with the gated ones present; feature layers inside the target; the tree's
     budget reachable; the evaluation temperatures include greedy (claim (a))."""
-    for m in cfg["methods"]:
-        if m not in METHODS:
-            raise ConfigError(f"{source}: methods: unknown method {m!r}; choose from {', '.join(METHODS)}")
-    missing = [m for m in GATED if m not in cfg["methods"]]
-    if missing:
-        raise ConfigError(f"{source}: methods must include {missing} (the gated claims compare them)")
+    require_choices(cfg["methods"], source=source, key="methods", known=METHODS, required=GATED, noun="method")
     layers = cfg["target"]["model"]["num_hidden_layers"]
     bad = [i for i in cfg["draft"]["feature_layers"] if not 1 <= i < layers]
     if bad:

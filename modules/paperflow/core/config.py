@@ -198,6 +198,33 @@ def require_member(value: Any, allowed: Iterable[Any], source: str, key: str) ->
         )
 
 
+def require_choices(
+    values: Iterable[Any],
+    *,
+    source: str,
+    key: str,
+    known: Iterable[Any] | None = None,
+    required: Iterable[Any] = (),
+    noun: str = "value",
+    why: str = "the gated claims compare them",
+) -> None:
+    """ConfigError naming `key` for an entry of the list `values` that is not in `known` (with a did-you-mean and
+    the choices), or for an entry of `required` that the list lacks (with `why` it is needed)."""
+    values = list(values)
+    if known is not None:
+        known = list(known)
+        for value in values:
+            if value not in known:
+                raise ConfigError(
+                    f"{source}: {key}: unknown {noun} {value!r}{_did_you_mean(str(value), map(str, known))}; "
+                    f"choose from {', '.join(map(str, known))}"
+                )
+    required = list(required)
+    missing = [r for r in required if r not in values]
+    if missing:
+        raise ConfigError(f"{source}: {key} lacks {missing}, which {why}; it must include {required}")
+
+
 def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunConfig:
     """Validate Snakemake's `config` (config/config.yaml plus any `--config` overrides) and every enabled paper."""
     root = root or repo_root()

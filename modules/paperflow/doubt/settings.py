@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
 
 NEEDED = ("doubt", "vmf_plain", "se_plain")  # the methods the gated claims compare
@@ -14,9 +14,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
     """The model spec is one the kit builds; the claims' methods are there; every n fits in n_max and n_max is
     scored; the format mix is a distribution; the prompts fit the model's positions."""
     model_config({**cfg["model"], "vocab_size": 16})  # refuses a misspelt model key by name
-    missing = [m for m in NEEDED if m not in cfg["methods"]]
-    if missing:
-        raise ConfigError(f"{source}: methods must include {list(NEEDED)} (the gated claims); missing {missing}")
+    require_choices(cfg["methods"], source=source, key="methods", required=NEEDED)
     n_max, ns = cfg["sampling"]["n_max"], cfg["scoring"]["ns"]
     if any(n > n_max for n in ns) or n_max not in ns:
         raise ConfigError(f"{source}: scoring.ns {ns} must be <= sampling.n_max ({n_max}) and include it")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
 
 GATED = ("outcome", "prime", "itponorm")  # the methods the gated claims compare
@@ -19,9 +19,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
     model_config(cfg["model"])  # refuses a misspelt model key by name
     if cfg["model"].get("max_position_embeddings", 10**9) < MAX_LENGTH:
         raise ConfigError(f"{source}: model.max_position_embeddings must be >= {MAX_LENGTH} (the longest episode)")
-    missing = [m for m in GATED if m not in cfg["methods"]]
-    if missing:
-        raise ConfigError(f"{source}: the gated claims compare {list(GATED)}; methods lacks {missing}")
+    require_choices(cfg["methods"], source=source, key="methods", required=GATED)
     bad = [m for m in cfg["rl"]["control_methods"] if m not in PRM_METHODS or m not in cfg["methods"]]
     if bad:
         raise ConfigError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
 
 GATED_VARIANTS = ("em", "randomk")  # the primary claims and their section-11 control
@@ -20,9 +20,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
     longest = 1 + 1 + 3 + 1 + 13 + 1 + em["max_plan"] + 1  # bos <c> c.. <x> x.. <z> z.. eos (q's template)
     if cfg["model"].get("max_position_embeddings", 10**9) < longest:
         raise ConfigError(f"{source}: model.max_position_embeddings is below the longest sequence ({longest})")
-    missing = [v for v in GATED_VARIANTS if v not in cfg["variants"]]
-    if missing:
-        raise ConfigError(f"{source}: variants lacks {missing}; the gated claims compare {list(GATED_VARIANTS)}")
+    require_choices(cfg["variants"], source=source, key="variants", required=GATED_VARIANTS)
     extra = [s for s in cfg["report_seeds"] if s not in cfg["seeds"]]
     if extra:
         raise ConfigError(f"{source}: report_seeds {extra} are not in seeds {cfg['seeds']}")

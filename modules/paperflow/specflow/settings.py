@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, require_choices
 
 N_CLASSES = 5  # the count of objects, 1-5 (label = count - 1); the control's scenes hold one object
 
@@ -54,12 +54,7 @@ def budget_of(ratio: float, n: int) -> int:
 
 def check(cfg: dict[str, Any], source: str) -> None:
     """Cross-key rules: known methods, the gated ones present, the claims' ratio among the ratios, the image tiling."""
-    for m in cfg["methods"]:
-        if m not in METHODS:
-            raise ConfigError(f"{source}: methods: unknown method {m!r}; choose from {', '.join(METHODS)}")
-    missing = [m for m in GATED if m not in cfg["methods"]]
-    if missing:
-        raise ConfigError(f"{source}: methods must include {missing} (the gated claims compare them)")
+    require_choices(cfg["methods"], source=source, key="methods", known=METHODS, required=GATED, noun="method")
     if cfg["claims"]["ratio"] not in cfg["ratios"]:
         raise ConfigError(f"{source}: claims.ratio {cfg['claims']['ratio']} is not one of ratios {cfg['ratios']}")
     image, enc = cfg["data"]["image"], cfg["encoder"]

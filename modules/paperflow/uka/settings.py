@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError
+from paperflow.core.config import ConfigError, require_choices
 
 GATED = ("standard", "principles", "uka")  # the methods the gated claims compare, in both worlds
 TRAINED_BY = {"uka_no_belief_test": "uka"}  # a method evaluated with another method's memory
@@ -14,11 +14,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
     """The gated methods run in both worlds; a method that borrows a memory has its trainer; the budget can
     hold at least one turn per training user."""
     for where, methods in (("methods", cfg["methods"]), ("control.methods", cfg["control"]["methods"])):
-        missing = [m for m in GATED if m not in methods]
-        if missing:
-            raise ConfigError(
-                f"{source}: {where} lacks {missing}, which the gated claims compare; allowed: {list(GATED)} + ablations"
-            )
+        require_choices(methods, source=source, key=where, required=GATED)
     for method, trainer in TRAINED_BY.items():
         if method in cfg["methods"] and trainer not in cfg["methods"]:
             raise ConfigError(
