@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.decfus.claims import build_claims, limitations
+from paperflow.decfus.claims import build_claims, limitations, schedule_claims
 from paperflow.decfus.clients import BatchedMLP, ModuleClients, batch_plan, local_round, stack_states
 from paperflow.decfus.data import dirichlet_partition, iid_partition, read_cifar_binary, read_svhn_mat
 from paperflow.decfus.fusion import (
@@ -360,23 +360,77 @@ def test_negative_control_dflavg_in_decfus_place_and_detector_off():
     assert not held["decfus_gt_dflavg_dir05"] and not held["decfus_not_below_dflavg_iid"]
     for part in ("dir05", "iid"):
         assert not held[f"all_clients_stable_{part}"] and not held[f"theta_ends_near_theta1_{part}"]
-        assert not held[f"averaged_fraction_ends_high_{part}"]
+        assert not held[f"averaged_fraction_ends_high_{part}"] and not held[f"averaged_fraction_rises_{part}"]
 
 
 def test_negative_control_averaging_from_round_zero_and_decfus_far_above_dflavg_on_iid():
-    # θ starts low instead of at θ0 = 0.75 (most tensors averaged from round 0), and on IID DecFus beats
-    # DFLAvg by 3 points, outside the 1-point band; every other gated claim is fed good numbers
+    # θ starts low instead of at θ0 = 0.75 (most tensors averaged from round 0: no rise, although the
+    # last round's fraction is high), and on IID DecFus beats DFLAvg by 3 points, outside the 1-point
+    # band; every other gated claim is fed good numbers
     averages_early = WORKING | {"averaged_first": 0.75}
     frames = {
         "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, averages_early),
         "iid": eval_frame({"decfus": [0.95] * 3, "dflavg": [0.92] * 3}, averages_early),
     }
     failed = {k for k, v in gated(frames).items() if not v}
-    assert failed == {
-        "averaged_fraction_starts_low_dir05",
-        "averaged_fraction_starts_low_iid",
-        "decfus_not_above_dflavg_iid",
+    assert failed == {"averaged_fraction_rises_dir05", "averaged_fraction_rises_iid", "decfus_not_above_dflavg_iid"}
+
+
+def test_negative_control_a_late_detector_leaves_too_small_a_rise():
+    # one seed's detectors fire late and its fraction ends at 0.55: the mean rise (0.5 + 0.5 + 0.3) / 3
+    # = 0.43 still holds; ending at 0.30 (0.5 + 0.5 + 0.05) / 3 = 0.35 < 0.70 - 0.30 does not
+    frames = {
+        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
+        "iid": eval_frame({"decfus": [0.92, 0.93, 0.92], "dflavg": [0.921, 0.925, 0.925]}, WORKING),
     }
+    for last, holds in ((0.55, True), (0.30, False)):
+        frames["dir05"].loc[(frames["dir05"].method == "decfus") & (frames["dir05"].seed == 2), "averaged_last"] = last
+        assert gated(frames)["averaged_fraction_rises_dir05"] is holds
+
+
+def test_the_round_zero_fraction_is_fixed_by_theta0_whatever_the_models():
+    """Why `averaged_fraction_starts_low` was no claim: at θ0 = 0.75 the percentile split averages 2 of 8
+    tensors for any snapshot, so only the rise over a run measures anything."""
+    for seed in range(20):
+        states = {k: v * 10.0 ** (seed % 5 - 2) for k, v in random_states(seed, shapes=[(4, 3), (3,)] * 4).items()}
+        fusion = decfus_fusion(states, NB, list(range(5, 5 + M)), [0.75] * M, 0.4, np.random.default_rng(seed))
+        assert fusion.averaged.mean() == 0.25
+
+
+def run_schedule(stability_ratio: float, rounds: int = 10):
+    """A real DecFus run on random data, its detector made to fire at once (huge ratio) or never (0)."""
+    from paperflow.decfus.evaluation import curve_metrics
+    from paperflow.decfus.simulation import simulate
+
+    cfg = load_paper_config("decfus", "tiny")
+    g = np.random.default_rng(0)
+    x, y = g.normal(size=(400, 64)).astype(np.float32), g.integers(0, 10, 400)
+    run = simulate(
+        method="decfus",
+        x_train=x,
+        y_train=y,
+        x_test=x[:100],
+        y_test=y[:100],
+        parts=np.array_split(np.arange(400), M),
+        neighbours=NB,
+        classes=10,
+        model=cfg["model"],
+        train=cfg["train"] | {"rounds": rounds, "device": "cpu"},
+        decfus=cfg["decfus"] | {"stability_ratio": stability_ratio},
+        seed=0,
+    )
+    return curve_metrics(run.curves, run.clients, 5)
+
+
+def test_rise_claim_on_real_runs_holds_when_the_detector_fires_and_fails_when_it_never_does(one_thread):
+    fires, never = run_schedule(1e9), run_schedule(0.0)
+    assert never["stable_fraction"] == 0 and fires["stable_fraction"] == 1
+    cfg = CLAIMS_CFG
+    for metrics, holds in ((fires, True), (never, False)):
+        frame = pd.DataFrame([{"method": "decfus", "seed": 0, **metrics}])
+        claim = {c.id: c for c in schedule_claims(frame, "p", [0], cfg)}["averaged_fraction_rises_p"]
+        assert claim.held is holds, claim
+    assert never["averaged_first"] == fires["averaged_first"] == 0.25  # the round-0 value tells them apart not
 
 
 def test_a_missing_seed_fails_the_claim():
@@ -495,26 +549,51 @@ def test_every_scale_resolves():
     assert load_paper_config("decfus", "smoke")["resources"]["gpus"] == 0
 
 
-# §10.6 the smoke claim, measured here from the library (the pipeline's report states every claim)
-@pytest.mark.slow
-def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
+# §10.6 the smoke claims, measured here from the library (the pipeline's report states every claim)
+SMOKE_PARTS = ("iid", "dir05")
+LATE_DETECTOR = (
+    "at smoke scale (R = 40) some clients' detectors fire late (round 36 on dir05 seed 2 and iid seed 0), "
+    "leaving too few of the κR = 20 rounds of the sigmoid for θ to descend; see workflows/decfus/README.md"
+)
+# every gated smoke claim; the ones that do not hold at smoke scale are strict xfails, so a change of outcome fails
+SMOKE_GATED = [
+    "decfus_gt_dflavg_dir05",
+    "decfus_not_below_dflavg_iid",
+    "decfus_not_above_dflavg_iid",
+    *(f"all_clients_stable_{p}" for p in SMOKE_PARTS),
+    *(
+        pytest.param(f"theta_ends_near_theta1_{p}", marks=pytest.mark.xfail(strict=True, reason=LATE_DETECTOR))
+        for p in SMOKE_PARTS
+    ),
+    "averaged_fraction_ends_high_iid",
+    pytest.param("averaged_fraction_ends_high_dir05", marks=pytest.mark.xfail(strict=True, reason=LATE_DETECTOR)),
+    *(f"averaged_fraction_rises_{p}" for p in SMOKE_PARTS),
+]
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    """DecFus and DFLAvg at smoke scale on both claim partitions, every seed, one torch thread (as the job)."""
     from paperflow.decfus.evaluation import curve_metrics
     from paperflow.decfus.prepare import download, partition, preprocess, read_partition
     from paperflow.decfus.simulation import simulate
     from paperflow.decfus.training import load_split
 
+    tmp = tmp_path_factory.mktemp("decfus_smoke")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     cfg = load_paper_config("decfus", "smoke")
     spec = cfg["datasets"]["digits"]
-    download("digits", spec, tmp_path, tmp_path / "raw.parquet")
-    preprocess(tmp_path / "raw.parquet", spec, tmp_path / "train.parquet", tmp_path / "test.parquet")
-    x_train, y_train, meta = load_split(tmp_path / "train.parquet")
-    x_test, y_test, _ = load_split(tmp_path / "test.parquet")
-    frames = {}
-    for part in ("iid", "dir05"):
+    download("digits", spec, tmp, tmp / "raw.parquet")
+    preprocess(tmp / "raw.parquet", spec, tmp / "train.parquet", tmp / "test.parquet")
+    x_train, y_train, meta = load_split(tmp / "train.parquet")
+    x_test, y_test, _ = load_split(tmp / "test.parquet")
+    frames, logs = {}, []
+    for part in SMOKE_PARTS:
         rows = []
         for seed in cfg["seeds"]:
-            partition(tmp_path / "train.parquet", M, cfg["partitions"][part], seed, tmp_path / f"{part}{seed}.json")
-            parts = read_partition(tmp_path / f"{part}{seed}.json")
+            partition(tmp / "train.parquet", M, cfg["partitions"][part], seed, tmp / f"{part}{seed}.json")
+            parts = read_partition(tmp / f"{part}{seed}.json")
             for method in ("decfus", "dflavg"):
                 run = simulate(
                     method=method,
@@ -530,20 +609,36 @@ def test_smoke_claim_over_three_seeds(tmp_path, one_thread):
                     decfus=cfg["decfus"],
                     seed=seed,
                 )
-                rows.append(
-                    {"method": method, "seed": seed, **curve_metrics(run.curves, run.clients, cfg["claims"]["tail"])}
-                )
+                metrics = curve_metrics(run.curves, run.clients, cfg["claims"]["tail"])
+                rows.append({"method": method, "seed": seed, **metrics})
                 if method == "decfus":
-                    theta = run.clients.pivot(index="round", columns="client", values="theta")
-                    assert (theta.diff().dropna() <= 1e-12).all().all() and (theta >= 0.25).all().all()
-                    stable = run.clients.groupby("client").stable_round.last()
-                    assert (stable.dropna() > int(cfg["decfus"]["protection"] * cfg["train"]["rounds"])).all()
+                    logs.append(run.clients)
         frames[part] = pd.DataFrame(rows)
+    torch.set_num_threads(threads)
     claims = {c.id: c for c in build_claims(frames, ["decfus", "dflavg"], cfg["seeds"], cfg["claims"])}
-    assert claims["decfus_gt_dflavg_dir05"].held, claims["decfus_gt_dflavg_dir05"]
-    assert claims["decfus_not_below_dflavg_iid"].held and claims["decfus_not_above_dflavg_iid"].held
-    for part in ("iid", "dir05"):
-        assert claims[f"all_clients_stable_{part}"].held and claims[f"averaged_fraction_starts_low_{part}"].held
-        assert (
-            claims[f"averaged_fraction_ends_high_{part}"].value > claims[f"averaged_fraction_starts_low_{part}"].value
-        )
+    return cfg, claims, logs
+
+
+@pytest.mark.slow
+def test_smoke_checks_every_gated_claim(smoke_runs):
+    _, claims, _ = smoke_runs
+    ids = {p if isinstance(p, str) else p.values[0] for p in SMOKE_GATED}
+    assert ids == {k for k, c in claims.items() if c.gated}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("claim_id", SMOKE_GATED)
+def test_smoke_claim_over_three_seeds(smoke_runs, claim_id):
+    _, claims, _ = smoke_runs
+    assert claims[claim_id].held, claims[claim_id]
+
+
+@pytest.mark.slow
+def test_smoke_schedule_follows_the_detector(smoke_runs):
+    """θ never rises and never passes θ1; no client fires during the protection period."""
+    cfg, _, logs = smoke_runs
+    for clients in logs:
+        theta = clients.pivot(index="round", columns="client", values="theta")
+        assert (theta.diff().dropna() <= 1e-12).all().all() and (theta >= 0.25).all().all()
+        stable = clients.groupby("client").stable_round.last()
+        assert (stable.dropna() > int(cfg["decfus"]["protection"] * cfg["train"]["rounds"])).all()

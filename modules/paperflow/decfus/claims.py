@@ -72,6 +72,16 @@ def iid_claims(frame: pd.DataFrame, part: str, seeds: Sequence[int], tolerance: 
     ]
 
 
+def averaged_rise(frame: pd.DataFrame, seeds: Sequence[int]) -> list[float]:
+    """Per seed, the rise of DecFus's fraction of averaged tensors from round 0 to the last round (spec §7,
+    "rises from ≈ 25% to ≈ 75%"). The round-0 value alone is no measurement: at θ0 the percentile split
+    averages a fixed number of tensors (2 of the smoke MLP's 8) whatever the models; the rise depends on
+    the detector firing and θ descending within the run."""
+    first = per_seed(frame, "decfus", "averaged_first", seeds)
+    last = per_seed(frame, "decfus", "averaged_last", seeds)
+    return [b - a for a, b in zip(first, last)]
+
+
 def schedule_claims(frame: pd.DataFrame, part: str, seeds: Sequence[int], cfg: Mapping[str, Any]) -> list[Claim]:
     return [
         compare_claim(
@@ -91,12 +101,15 @@ def schedule_claims(frame: pd.DataFrame, part: str, seeds: Sequence[int], cfg: M
             statement=f"{part}: the largest client θ in the last round is near θ1 = 0.25",
         ),
         compare_claim(
-            id=f"averaged_fraction_starts_low_{part}",
-            values=per_seed(frame, "decfus", "averaged_first", seeds),
-            threshold=cfg["averaged_start_max"],
-            comparison="<=",
+            id=f"averaged_fraction_rises_{part}",
+            values=averaged_rise(frame, seeds),
+            threshold=cfg["averaged_end_min"] - cfg["averaged_start_max"],
+            comparison=">=",
             seeds=seeds,
-            statement=f"{part}: fraction of averaged tensors in round 0 (θ = 0.75) is about 25%",
+            statement=(
+                f"{part}: the fraction of averaged tensors rises from ≈25% to ≈75%: last round minus round 0 "
+                f"(client mean), at least {cfg['averaged_end_min']:g} − {cfg['averaged_start_max']:g}"
+            ),
         ),
         compare_claim(
             id=f"averaged_fraction_ends_high_{part}",
