@@ -231,6 +231,20 @@ def test_eps0_is_truncated_saa(newsvendor_case):
     )
 
 
+def test_saa_trunc_method_is_lv_at_eps0_and_not_plain_saa(newsvendor_case):
+    """The gated comparator "SAA (eps = 0)": the `saa_trunc` method gives LV's decision at eps = 0, and a
+    different decision from plain SAA here, where the truncation drops central samples."""
+    central, bulk = newsvendor_case
+    n_in = int(bulk.contains(central).sum())
+    assert 0 < n_in < len(central) and (B / (H + B) * n_in) % 1 != 0  # truncation binds; the quantile is unique
+    decide = lambda method, grid: np.asarray(nv.decide(method, grid, central, bulk, H, B, "HIGHS")[0]["x"])  # noqa: E731
+    x_trunc, x_lv0, x_saa = decide("saa_trunc", [0.0]), decide("lv", [0.0]), decide("saa", [0.0])
+    np.testing.assert_allclose(x_trunc, x_lv0, atol=1e-7)
+    inside = central[bulk.contains(central)]
+    np.testing.assert_allclose(x_trunc, np.quantile(inside, B / (H + B), axis=0, method="inverted_cdf"), atol=1e-7)
+    assert np.abs(x_trunc - x_saa).max() > 0.1
+
+
 def test_eps1_is_the_worst_case_over_the_bulk(newsvendor_case):
     central, bulk = newsvendor_case
     lo, hi = bulk.box_corners()

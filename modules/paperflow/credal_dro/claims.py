@@ -10,10 +10,11 @@ import pandas as pd
 
 from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, statistic_claim
 
 LABELS = {
-    "saa": "SAA",
+    "saa": "plain SAA",
+    "saa_trunc": "SAA (eps = 0, truncated to the bulk)",
     "lv": "LV (ours)",
     "cvar": "CVaR-DRO",
     "kl": "KL-DRO",
@@ -32,6 +33,8 @@ PAPER_CALIFORNIA = {
     "ridge": 13.2,
     "erm_lad": 12.7,
 }  # spec §5, Table 3 MAE (1e4 $)
+PAPER_MAE_TOLERANCE = 0.05  # spec §10.6: LV's MAE within 5 % of 10.7
+REGRESSION_METRICS = ("mae", "rmse", "p98", "cvar2")  # spec §8, Table 3's four columns
 
 
 def per_seed(
@@ -42,34 +45,46 @@ def per_seed(
     return frames_lib.per_seed(rows, seeds, method=method, metric=metric)
 
 
-def newsvendor_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
-    """Spec §7 (gated): LV(eps) beats SAA on contaminated mean and std for each claim eps; LV(0.1) is
-    within the tolerance of SAA's clean mean; the clean mean is non-decreasing in eps."""
-    claims, saa = [], {k: per_seed(frame, "saa", k, seeds, 0.0) for k in ("cont_mean", "cont_std", "clean_mean")}
+def _beats(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int], rival: str, gated: bool) -> list[Claim]:
+    """LV(eps) beats `rival` on contaminated mean and std for each claim eps, and LV(first claim eps) is within
+    the tolerance of `rival`'s clean mean."""
+    ref = {k: per_seed(frame, rival, k, seeds, 0.0) for k in ("cont_mean", "cont_std", "clean_mean")}
+    suffix = "_trunc" if rival == "saa_trunc" else ""
+    claims = []
     for eps in cfg["claim"]["eps"]:
         for metric, what in (("cont_mean", "mean"), ("cont_std", "std")):
             claims.append(
                 compare_claim(
-                    id=f"nv_lv{eps:g}_{metric}_lt_saa",
-                    statement=f"newsvendor, contaminated test: LV (eps = {eps:g}) has lower OOS cost {what} than SAA",
+                    id=f"nv_lv{eps:g}_{metric}_lt_saa{suffix}",
+                    statement=f"newsvendor, contaminated test: LV (eps = {eps:g}) has lower OOS cost {what} than {LABELS[rival]}",
                     values=per_seed(frame, "lv", metric, seeds, eps),
-                    threshold_values=saa[metric],
+                    threshold_values=ref[metric],
                     seeds=seeds,
                     comparison="<",
+                    gated=gated,
                     paper_value="LV best mean-variance frontier under contamination (qualitative)",
                 )
             )
     eps0, tol = cfg["claim"]["eps"][0], cfg["claim"]["clean_tolerance"]
     claims.append(
         compare_claim(
-            id=f"nv_lv{eps0:g}_clean_within_{tol:g}",
-            statement=f"newsvendor, clean test: LV (eps = {eps0:g}) mean cost within +{tol:.0%} of SAA's",
+            id=f"nv_lv{eps0:g}_clean_within_{tol:g}" + ("_of_saa_trunc" if suffix else ""),
+            statement=f"newsvendor, clean test: LV (eps = {eps0:g}) mean cost within +{tol:.0%} of {LABELS[rival]}'s",
             values=per_seed(frame, "lv", "clean_mean", seeds, eps0),
-            threshold=(1 + tol) * float(np.mean(saa["clean_mean"])),
+            threshold=(1 + tol) * float(np.mean(ref["clean_mean"])),
             seeds=seeds,
             comparison="<=",
+            gated=gated,
         )
     )
+    return claims
+
+
+def newsvendor_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
+    """Spec §7 (gated): LV(eps) beats "SAA (eps = 0)", the truncated SAA that LV is at eps = 0, on contaminated
+    mean and std for each claim eps; LV(0.1) is within the tolerance of its clean mean; the clean mean is
+    non-decreasing in eps. The same comparisons against plain SAA (every central sample) are reported."""
+    claims = _beats(frame, cfg, seeds, "saa_trunc", gated=True)
     grid = sorted(cfg["methods"]["lv"])
     curves = np.array([per_seed(frame, "lv", "clean_mean", seeds, e) for e in grid])  # (eps, seed)
     claims.append(
@@ -83,13 +98,14 @@ def newsvendor_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequen
             paper_value="on clean data LV is conservative at large eps",
         )
     )
+    claims += _beats(frame, cfg, seeds, "saa", gated=False)
     best = max(grid)
     claims.append(
         compare_claim(
             id=f"nv_lv{best:g}_cont_mean_lt_truncated_saa",
-            statement=f"newsvendor, contaminated test: LV (eps = {best:g}) beats LV at eps = 0 (truncated SAA)",
+            statement=f"newsvendor, contaminated test: LV (eps = {best:g}) beats {LABELS['saa_trunc']}",
             values=per_seed(frame, "lv", "cont_mean", seeds, best),
-            threshold_values=per_seed(frame, "lv", "cont_mean", seeds, 0.0),
+            threshold_values=per_seed(frame, "saa_trunc", "cont_mean", seeds, 0.0),
             seeds=seeds,
             comparison="<",
             gated=False,
@@ -127,9 +143,12 @@ def coverage_claim(frame: pd.DataFrame, exp: str, seeds: Sequence[int]) -> Claim
 
 
 def regression_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
+    """LV against every rival on the four metrics of Table 3 (validated choices). On California these are the
+    spec §10.6 acceptance check and gated: LV best of the paper's five methods on MAE, RMSE, P98 and CVaR_2%,
+    and LV's mean MAE within 5 % of the paper's 10.7 on either side. The synthetic stand-in only reports."""
     claims = []
     california = cfg["source"] == "california"
-    for metric in ("mae", "p98", "cvar2"):
+    for metric in REGRESSION_METRICS:
         for rival in (m for m in cfg["methods"] if m != "lv"):
             paper = (
                 f"California MAE: LV {PAPER_CALIFORNIA['lv']} vs {LABELS[rival]} {PAPER_CALIFORNIA[rival]}"
@@ -144,20 +163,23 @@ def regression_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequen
                     threshold_values=per_seed(frame, rival, metric, seeds),
                     seeds=seeds,
                     comparison="<",
-                    gated=False,
+                    gated=california and rival in PAPER_CALIFORNIA,
                     paper_value=paper,
                 )
             )
     if california:
+        mae = per_seed(frame, "lv", "mae", seeds)
+        paper_mae, tol = PAPER_CALIFORNIA["lv"], PAPER_MAE_TOLERANCE
         claims.append(
-            compare_claim(
+            statistic_claim(
                 id="reg_lv_mae_near_paper",
-                statement="California: LV's MAE within 5 % of the paper's 10.7 (upper side)",
-                values=per_seed(frame, "lv", "mae", seeds),
-                threshold=10.7 * 1.05,
+                statement=f"California: LV's mean MAE within {tol:.0%} of the paper's {paper_mae} on either side (spec §10.6)",
+                value=abs(float(np.mean(mae)) - paper_mae) / paper_mae,
+                label=f"abs(mean MAE - {paper_mae}) / {paper_mae}",
+                values=mae,
                 seeds=seeds,
                 comparison="<=",
-                gated=False,
+                threshold=tol,
                 paper_value="10.7 (0.72)",
             )
         )
@@ -325,7 +347,7 @@ def build_report(
     runtime = runtime_table(frames)
     metric_sets = {
         "newsvendor": (["cont_mean", "cont_std", "clean_mean", "clean_std", "cont_msd", "clean_msd"], False),
-        "regression": (["mae", "rmse", "p98", "cvar2"], True),
+        "regression": (list(REGRESSION_METRICS), True),
         "text": (["avg_acc", "worst_slice_acc"], True),
     }
     sections = []
@@ -344,7 +366,9 @@ def build_report(
     return Report(
         title="Bulk-calibrated credal ambiguity sets: LV-DRO under contamination",
         summary=(
-            f"Experiments: {', '.join(exps)}. Gated claims are the spec §7 newsvendor claims; the others are reported. "
+            f"Experiments: {', '.join(exps)}. Gated claims are the spec §7 newsvendor claims against SAA (eps = 0), the "
+            "truncated SAA that LV is at eps = 0 (the same comparisons against plain SAA are reported), and on California "
+            "the spec §10.6 check; the others are reported. "
             "LV = (1 - eps) mean over central samples inside the DKW-calibrated bulk + eps sup over the bulk."
         ),
         claims=claims,

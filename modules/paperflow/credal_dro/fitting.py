@@ -37,7 +37,7 @@ def train_convex(
             data = np.vstack([features(parts["fit"]), features(parts["select"])])
             central = sample_central(cfg["central"], data, cfg["n_central"] or len(data), rng)
             central_s = time.perf_counter() - t0
-            lp = method in ("saa", "lv", "cvar")
+            lp = method in ("saa", "saa_trunc", "lv", "cvar")
             result = {
                 "decisions": nv.decide(
                     method,

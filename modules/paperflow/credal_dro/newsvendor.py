@@ -74,10 +74,20 @@ def solve_lv(central: np.ndarray, bulk: Bulk, eps: float, h: float, b: float, so
 
 
 def solve_saa(central: np.ndarray, h: float, b: float, solver: str) -> np.ndarray:
+    """Plain SAA: argmin_x mean cost over every central sample."""
     x = cp.Variable(central.shape[1])
     costs, cons = _row_costs(x, central, h, b)
     solve(cp.Problem(cp.Minimize(cp.sum(costs) / len(central)), cons), solver)
     return np.asarray(x.value)
+
+
+def solve_saa_truncated(central: np.ndarray, bulk: Bulk, h: float, b: float, solver: str) -> np.ndarray:
+    """Truncated SAA, the spec's "SAA (eps = 0)": SAA over the central samples inside the bulk only, i.e. the
+    LV problem at eps = 0 (the mean over P_c restricted to Xi0, no sup term)."""
+    inside = central[bulk.contains(central)]
+    if len(inside) == 0:
+        raise ValueError("no central sample falls inside the bulk")
+    return solve_saa(inside, h, b, solver)
 
 
 def solve_cvar(central: np.ndarray, alpha: float, h: float, b: float, solver: str) -> np.ndarray:
@@ -111,10 +121,12 @@ def decide(
 ) -> list[dict]:
     """One decision per value of the method's parameter grid, with its solve time."""
     out = []
-    for value in grid if method != "saa" else [0.0]:
+    for value in grid if method not in ("saa", "saa_trunc") else [0.0]:
         t0 = time.perf_counter()
         if method == "saa":
             x = solve_saa(central, h, b, solver)
+        elif method == "saa_trunc":
+            x = solve_saa_truncated(central, bulk, h, b, solver)
         elif method == "lv":
             x = solve_lv(central, bulk, value, h, b, solver)
         elif method == "cvar":

@@ -16,9 +16,11 @@ def seeds_of(cfg: dict[str, Any], exp: str) -> list[int]:
 def check(cfg: dict[str, Any], source: str) -> None:
     nv = cfg["newsvendor"]
     if "newsvendor" in cfg["experiments"]:
-        for key in ("saa", "lv"):
+        for key in ("saa", "saa_trunc", "lv"):
             if key not in nv["methods"]:
-                raise ConfigError(f"{source}: newsvendor.methods must include '{key}' (the claims compare LV with SAA)")
+                raise ConfigError(
+                    f"{source}: newsvendor.methods must include '{key}' (the claims compare LV with truncated and plain SAA)"
+                )
         missing = [e for e in nv["claim"]["eps"] if e not in nv["methods"]["lv"]]
         if missing:
             raise ConfigError(
