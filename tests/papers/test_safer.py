@@ -264,39 +264,84 @@ def summary_of(values):
 
 WORKING = {
     "safer": (0.99, 0.95, 0.0),
-    "tpp_msp": (0.90, 0.96, -0.02),
+    "tpp_graph_msp": (0.92, 0.96, -0.02),
+    "tpp_msp": (0.90, 0.93, -0.02),
     "finetune_energy": (0.80, 0.50, -0.6),
     "finetune_msp": (0.82, 0.50, -0.6),
 }
+GATED = {
+    "auroc_safer_minus_tpp_graph_msp",
+    "auroc_safer_minus_finetune_energy",
+    "aa_safer_within_tpp_graph_msp",
+    "af_safer",
+    "af_finetune",
+}
 
 
-def held(summary):
+def claims_of(summary):
     return {
-        c.id.removeprefix("digits_"): c.held
-        for c in build_claims(summary, "digits", [0, 1, 2], TINY["claims"], gated=True)
-        if c.gated
+        c.id.removeprefix("digits_"): c for c in build_claims(summary, "digits", [0, 1, 2], TINY["claims"], gated=True)
     }
 
 
+def held(summary):
+    return {i: c.held for i, c in claims_of(summary).items() if c.gated}
+
+
 def test_claims_hold_for_a_working_safer():
-    assert all(held(summary_of(WORKING)).values())
+    claims = claims_of(summary_of(WORKING))
+    assert {i for i, c in claims.items() if c.gated} == GATED
+    assert all(claims[i].held for i in GATED)
+    for reported in ("auroc_safer_minus_tpp_msp", "aa_safer_within_tpp_msp"):  # per-node TPP stays in the report
+        assert not claims[reported].gated
+    assert claims["aa_safer_within_tpp_graph_msp"].values == pytest.approx([-0.01] * 3)
+    assert not any("|" in c.statement + c.aggregate for c in claims.values())  # would split a Markdown table cell
 
 
 def test_negative_control_tpp_in_safers_place():
-    result = held(summary_of(WORKING | {"safer": WORKING["tpp_msp"]}))
-    assert not result["auroc_safer_minus_tpp_msp"] and not result["af_safer"]
+    result = held(summary_of(WORKING | {"safer": WORKING["tpp_graph_msp"]}))
+    assert not result["auroc_safer_minus_tpp_graph_msp"] and not result["af_safer"]
+
+
+def test_beating_per_node_tpp_does_not_pass_the_gate():
+    """SAFER 6 points above per-node TPP but only 4 above TPP's own task-graph routing: the reported per-node row
+    holds, the gated row against the stronger rival does not."""
+    claims = claims_of(summary_of(WORKING | {"safer": (0.96, 0.95, 0.0)}))
+    assert claims["auroc_safer_minus_tpp_msp"].held and not claims["auroc_safer_minus_tpp_msp"].gated
+    assert not claims["auroc_safer_minus_tpp_graph_msp"].held and claims["auroc_safer_minus_tpp_graph_msp"].gated
+
+
+@pytest.mark.parametrize("aa", [0.99, 0.93])
+def test_aa_within_two_points_is_two_sided(aa):
+    """3 points above TPP's AA fails "within 2 points" as 3 points below does (a one-sided >= -2 check passed the first)."""
+    claims = claims_of(summary_of(WORKING | {"safer": (0.99, aa, 0.0)}))
+    assert claims["aa_safer_within_tpp_graph_msp"].value == pytest.approx(0.03)
+    assert not claims["aa_safer_within_tpp_graph_msp"].held
+    assert claims["auroc_safer_minus_tpp_graph_msp"].held
 
 
 def test_negative_control_finetune_in_safers_place_and_safer_in_finetunes():
     result = held(summary_of(WORKING | {"safer": WORKING["finetune_msp"], "finetune_msp": WORKING["safer"]}))
-    assert not result["auroc_safer_minus_finetune_energy"] and not result["aa_safer_minus_tpp"]
+    assert not result["auroc_safer_minus_finetune_energy"] and not result["aa_safer_within_tpp_graph_msp"]
     assert not result["af_finetune"] and not result["af_safer"]
 
 
 def test_a_missing_seed_fails_the_claim():
     summary = summary_of(WORKING)
     result = held(summary[~((summary.variant == "safer") & (summary.seed == 2))])
-    assert not any(result[k] for k in ("auroc_safer_minus_tpp_msp", "aa_safer_minus_tpp", "af_safer"))
+    assert not any(result[k] for k in ("auroc_safer_minus_tpp_graph_msp", "aa_safer_within_tpp_graph_msp", "af_safer"))
+
+
+def test_whole_task_graph_routing_sends_each_group_to_its_mean_s_prototype():
+    """TPP's routing of a whole task graph: one route per group, the prototype nearest the group's mean
+    feature, even where single nodes of the group are nearer another prototype (they are, per node)."""
+    protos = np.array([[0.0, 0.0], [4.0, 0.0]])
+    rows = np.array([[-1.0, 0.0], [2.5, 0.0], [2.6, 0.0], [0.5, 0.0], [3.0, 0.0], [5.0, 0.0], [1.9, 0.0]])
+    groups = np.array([0, 0, 0, 0, 1, 1, 1])  # group means 1.15 -> prototype 0, 3.3 -> prototype 1
+    per_node = prototype_routing(rows, protos, None)
+    whole = prototype_routing(rows, protos, groups)
+    assert per_node.tolist() == [0, 1, 1, 0, 1, 1, 0]
+    assert whole.tolist() == [0, 0, 0, 0, 1, 1, 1]
 
 
 def test_seed_summary_computes_aa_af_and_auroc_means():

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import frames, plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, statistic_claim
 from paperflow.safer.metrics import average_accuracy, average_forgetting
 
 LABELS = {
@@ -23,6 +23,8 @@ LABELS = {
     "ewc_energy": "EWC + Energy",
     "ewc_msp": "EWC + MSP",
 }
+TPP_VARIANTS = ("tpp_graph_msp", "tpp_msp")  # TPP's own whole-task-graph routing, and per node (SAFER's setting)
+REPORTED_RIVALS = ("tpp_graph_msp", "tpp_msp", "tpp_energy", "ewc_energy", "finetune_msp", "finetune_energy")
 MATRIX_VARIANTS = ("safer", "tpp_msp", "tpp_graph_msp", "finetune_msp", "ewc_energy")
 NO_PAPER_NUMBER = "no public table (abstract only)"
 PAPER_MARGIN = "paper: up to +31.3 AUROC points over the best baseline (four CGLB benchmarks)"
@@ -66,36 +68,55 @@ def difference(summary: pd.DataFrame, a: str, b: str, column: str, seeds: Sequen
     return [x - y for x, y in zip(per_seed(summary, a, column, seeds), per_seed(summary, b, column, seeds))]
 
 
+def auroc_claim(
+    summary: pd.DataFrame, dataset: str, seeds: Sequence[int], cfg: Mapping[str, Any], rival: str, gated: bool
+) -> Claim:
+    """SAFER's mean open-set AUROC over stages with unknowns exceeds `rival`'s by at least the margin."""
+    return compare_claim(
+        id=f"{dataset}_auroc_safer_minus_{rival}",
+        seeds=seeds,
+        comparison=">=",
+        threshold=cfg["auroc_margin"],
+        gated=gated,
+        statement=f"{dataset}: SAFER's open-set AUROC (mean over stages with unknowns) minus {LABELS[rival]}'s"
+        + ("" if gated else " (reported)"),
+        values=difference(summary, "safer", rival, "auroc", seeds),
+        paper_value=PAPER_MARGIN if gated else None,
+    )
+
+
+def aa_within_claim(
+    summary: pd.DataFrame, dataset: str, seeds: Sequence[int], cfg: Mapping[str, Any], rival: str, gated: bool
+) -> Claim:
+    """Spec §7 "its AA is within 2 points of TPP", two-sided: |mean over seeds of AA(SAFER) − AA(rival)| <= tolerance;
+    the per-seed differences (signed) are shown beside it."""
+    diffs = difference(summary, "safer", rival, "aa", seeds)
+    return statistic_claim(
+        id=f"{dataset}_aa_safer_within_{rival}",
+        seeds=seeds,
+        comparison="<=",
+        threshold=cfg["aa_tolerance"],
+        gated=gated,
+        statement=f"{dataset}: SAFER's average accuracy within ±{cfg['aa_tolerance']:g} of {LABELS[rival]}'s (two-sided; per seed: AA(SAFER) − AA(rival))"
+        + ("" if gated else " (reported)"),
+        value=abs(float(np.mean(diffs))),
+        label="abs. of the mean over seeds",
+        values=diffs,
+        paper_value=NO_PAPER_NUMBER,
+    )
+
+
 def build_claims(
     summary: pd.DataFrame, dataset: str, seeds: Sequence[int], cfg: Mapping[str, Any], gated: bool
 ) -> list[Claim]:
     """Spec §7 on one dataset: SAFER's mean open-set AUROC ≥ each rival's + margin, its AA within the
-    tolerance of TPP's, its AF near zero, and fine-tuning's AF strongly negative."""
+    tolerance of TPP's on either side, its AF near zero, and fine-tuning's AF strongly negative. TPP is
+    judged with its own whole-task-graph routing (`tpp_graph_msp`, the stronger rival) by default; the
+    per-node variant and the other baselines are reported."""
     variants = set(summary.variant)
-    claims = [
-        compare_claim(
-            id=f"{dataset}_auroc_safer_minus_{rival}",
-            seeds=seeds,
-            comparison=">=",
-            threshold=cfg["auroc_margin"],
-            gated=gated,
-            statement=f"{dataset}: SAFER's open-set AUROC (mean over stages with unknowns) minus {LABELS[rival]}'s",
-            values=difference(summary, "safer", rival, "auroc", seeds),
-            paper_value=PAPER_MARGIN,
-        )
-        for rival in cfg["auroc_rivals"]
-    ]
+    claims = [auroc_claim(summary, dataset, seeds, cfg, rival, gated) for rival in cfg["auroc_rivals"]]
     claims += [
-        compare_claim(
-            id=f"{dataset}_aa_safer_minus_tpp",
-            seeds=seeds,
-            comparison=">=",
-            threshold=-cfg["aa_tolerance"],
-            gated=gated,
-            statement=f"{dataset}: SAFER's average accuracy minus TPP's (node routing, the same setting as SAFER)",
-            values=difference(summary, "safer", "tpp_msp", "aa", seeds),
-            paper_value=NO_PAPER_NUMBER,
-        ),
+        aa_within_claim(summary, dataset, seeds, cfg, cfg["aa_rival"], gated),
         compare_claim(
             id=f"{dataset}_af_safer",
             seeds=seeds,
@@ -117,35 +138,16 @@ def build_claims(
             paper_value=NO_PAPER_NUMBER,
         ),
     ]
-    reported = [
-        r
-        for r in ("tpp_graph_msp", "tpp_energy", "ewc_energy", "finetune_msp")
-        if r in variants and r not in cfg["auroc_rivals"]
+    claims += [
+        auroc_claim(summary, dataset, seeds, cfg, rival, gated=False)
+        for rival in REPORTED_RIVALS
+        if rival in variants and rival not in cfg["auroc_rivals"]
     ]
     claims += [
-        compare_claim(
-            id=f"{dataset}_auroc_safer_minus_{rival}",
-            seeds=seeds,
-            comparison=">=",
-            threshold=cfg["auroc_margin"],
-            gated=False,
-            statement=f"{dataset}: SAFER's open-set AUROC minus {LABELS[rival]}'s (reported)",
-            values=difference(summary, "safer", rival, "auroc", seeds),
-        )
-        for rival in reported
+        aa_within_claim(summary, dataset, seeds, cfg, rival, gated=False)
+        for rival in TPP_VARIANTS
+        if rival in variants and rival != cfg["aa_rival"]
     ]
-    if "tpp_graph_msp" in variants:
-        claims.append(
-            compare_claim(
-                id=f"{dataset}_aa_safer_minus_tpp_graph",
-                seeds=seeds,
-                comparison=">=",
-                threshold=-cfg["aa_tolerance"],
-                gated=False,
-                statement=f"{dataset}: SAFER's average accuracy minus TPP's with TPP's own whole-task-graph routing (reported)",
-                values=difference(summary, "safer", "tpp_graph_msp", "aa", seeds),
-            )
-        )
     return claims
 
 
