@@ -1,11 +1,14 @@
 # ph_vae: the functions of its Snakefile (input lists, labels, resources), included first by it;
 # kept apart so the Snakefile holds rules only (snakemake --lint). Names carry the slug.
+from paperflow.ph_vae.settings import decoders_for as ph_vae_decoders_for
 
 
 def ph_vae_checkpoints(dataset):
     """{(decoder, seed): checkpoint} of one dataset."""
     return {
-        (d, s): ph_vae_path("models", dataset, d, f"seed{s}.ckpt") for d in PH_VAE["decoders"] for s in PH_VAE["seeds"]
+        (d, s): ph_vae_path("models", dataset, d, f"seed{s}.ckpt")
+        for d in ph_vae_decoders_for(PH_VAE, dataset)
+        for s in PH_VAE["seeds"]
     }
 
 
@@ -20,7 +23,7 @@ def ph_vae_report_inputs(wildcards):
             {
                 (ds, d): ph_vae_path("models", ds, d, "history.csv")
                 for ds in PH_VAE_DATASETS
-                for d in PH_VAE["decoders"]
+                for d in ph_vae_decoders_for(PH_VAE, ds)
             },
         ),
     }

@@ -8,23 +8,25 @@ from typing import Any
 
 import torch
 
-from paperflow.ph_vae.model import VAE
+from paperflow.ph_vae.model import VAE, IndependentVAE
+
+INDEPENDENT = "ph_indep"  # the ablation: one PH-VAE per coordinate (model.IndependentVAE)
 
 
-def build_vae(input_dim: int, decoder: str, model: Mapping[str, Any]) -> VAE:
-    return VAE(
-        input_dim=input_dim,
-        latent_dim=model["latent_dim"],
-        decoder=decoder,
-        encoder_hidden=tuple(model["encoder_hidden"]),
-        decoder_hidden=tuple(model["decoder_hidden"]),
-        n_phases=model["n_phases"],
-        beta=model["beta"],
-        likelihood=model["likelihood"],
-    )
+def build_vae(input_dim: int, decoder: str, model: Mapping[str, Any]) -> VAE | IndependentVAE:
+    options = {
+        "encoder_hidden": tuple(model["encoder_hidden"]),
+        "decoder_hidden": tuple(model["decoder_hidden"]),
+        "n_phases": model["n_phases"],
+        "beta": model["beta"],
+        "likelihood": model["likelihood"],
+    }
+    if decoder == INDEPENDENT:
+        return IndependentVAE(input_dim, model["latent_dim"], **options)
+    return VAE(input_dim=input_dim, latent_dim=model["latent_dim"], decoder=decoder, **options)
 
 
-def load_vae(checkpoint: str | Path) -> VAE:
+def load_vae(checkpoint: str | Path) -> VAE | IndependentVAE:
     """The trained VAE saved by `Trainer.save_checkpoint` (its weights live under the `vae.` prefix)."""
     state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)
     hp = state["hyper_parameters"]

@@ -29,3 +29,17 @@ def check(cfg: dict[str, Any], source: str) -> None:
         )
     for name, spec in cfg["datasets"].items():
         require_keys(spec, NEEDS[spec["kind"]], f"{source}: datasets.{name} (kind {spec['kind']})")
+
+
+MULTIVARIATE_ONLY = ("ph_indep",)  # one PH-VAE per coordinate: on 1-D data it is the `ph` decoder itself
+
+
+def dataset_dim(spec: dict[str, Any]) -> int:
+    """Number of coordinates of a dataset: one per marginal of a t-copula, else 1."""
+    return len(spec["marginals"]) if spec["kind"] == "t_copula" else 1
+
+
+def decoders_for(cfg: dict[str, Any], dataset: str) -> list[str]:
+    """The decoders trained on `dataset`: all of `decoders`, less the multivariate-only ones on 1-D data."""
+    multivariate = dataset_dim(cfg["datasets"][dataset]) > 1
+    return [d for d in cfg["decoders"] if multivariate or d not in MULTIVARIATE_ONLY]

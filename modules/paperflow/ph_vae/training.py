@@ -40,6 +40,15 @@ class VAEModule(pl.LightningModule):
         loss, recon, kl, n = self._epoch_sums
         self.log_dict({"train/loss": loss / n, "train/recon": recon / n, "train/kl": kl / n}, sync_dist=True)
 
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm=None
+    ) -> None:
+        """Norm clipping per independently trained part (`vae.parts()`): the whole VAE, or each coordinate's
+        PH-VAE of `ph_indep`, so one part's gradient never rescales another's."""
+        if gradient_clip_val:
+            for part in self.vae.parts():
+                torch.nn.utils.clip_grad_norm_(part.parameters(), gradient_clip_val)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         cfg = self.hparams.train
         return torch.optim.Adam(self.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
