@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ import yaml
 from paperflow.core.config import ConfigError, load_paper_config, repo_root
 from paperflow.dro_flow.claims import build_claims, limitations
 from paperflow.dro_flow.data import circle, two_moons, uls_matrices, uncertain_least_squares
-from paperflow.dro_flow.problems import Problem, mlp
+from paperflow.dro_flow.problems import Problem, make_problem, mlp
 from paperflow.dro_flow.samplers import (
     SamplerConfig,
     birth_death,
@@ -26,6 +28,7 @@ from paperflow.dro_flow.samplers import (
     dual_weights,
     fisher_rao_reweighting,
     fisher_rao_step,
+    loss_and_grad,
     penalised,
     rgo,
     svgd,
@@ -33,7 +36,7 @@ from paperflow.dro_flow.samplers import (
     wgf,
     wrm,
 )
-from paperflow.dro_flow.training import batch_objective, sampler_config
+from paperflow.dro_flow.training import PlainSGD, batch_objective, fit, sampler_config
 
 # the tests' own sampler settings; each test sets the values it is about
 SAMPLER = {
@@ -480,3 +483,75 @@ def test_resnet50_has_torchvisions_parameter_names_and_a_512d_head():
 
 def test_mlp_with_no_hidden_layer_is_logistic_regression():
     assert isinstance(mlp(64, [], 10), torch.nn.Sequential) and len(mlp(64, [], 10)) == 1
+
+
+# Speed without changing a bit (issue 19) ---------------------------------------------------------
+
+
+def uls_problem(stream: str = "official") -> Problem:
+    spec = {"kind": "uls", "dim": 10, "n_train": 20, "n_test": 50, "matrix_seed": 219, "stream": stream}
+    data, meta = uncertain_least_squares(spec, 0)
+    return make_problem(data[data.split == "train"].drop(columns="split"), meta, {"kind": "linear_ls"})
+
+
+def autograd_energy(problem: Problem, model):
+    return lambda z: problem.loss(model, z, problem.y)
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0, 0.3])
+def test_least_squares_closed_form_gradient_is_autograds_bit_for_bit(scale):
+    problem = uls_problem()
+    model = problem.build(0)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        with torch.no_grad():
+            model.theta.copy_(3.0 * torch.randn(10, generator=gen))
+        z = 2.0 * torch.rand((20, 8, 1), generator=gen) - 1.0
+        loss, grad = loss_and_grad(problem.energy(model, problem.y), z, scale)
+        ref_loss, ref_grad = loss_and_grad(autograd_energy(problem, model), z, scale)
+        assert torch.equal(loss, ref_loss) and torch.equal(grad, ref_grad)
+    assert not torch.equal(grad, loss_and_grad(autograd_energy(problem, model), z, 2 * scale)[1])
+
+
+@pytest.mark.parametrize("method", ["wrm", "dual", "wgf", "wfr", "svg", "rgo"])
+def test_uls_training_with_the_closed_form_energy_is_bit_identical_to_autograd(method, monkeypatch):
+    problem = uls_problem("independent")
+    dro = {**SAMPLER, "lam": 0.1, "eps": 0.5, "steps": 10, "clamp": [-1.0, 1.0], "grad_scale": 10.0}
+    dro |= {"rgo_smoothness": 0.1} if method == "rgo" else {}
+    train = {"optimizer": "sgd", "lr": 0.01, "epochs": 4, "batch_size": 7, "grad_clip": 100.0, "shuffle": True}
+    now, history = fit(problem, method, dro, train, 3)
+    monkeypatch.setattr(Problem, "energy", lambda self, model, y: lambda z: self.loss(model, z, y))
+    before, history_before = fit(problem, method, dro, train, 3)
+    assert torch.equal(now.theta, before.theta)
+    assert history.drop(columns="seconds").equals(history_before.drop(columns="seconds"))
+    assert not torch.equal(now.theta, problem.build(3).theta)  # it trained
+
+
+def test_plain_sgd_takes_torch_sgds_steps_bit_for_bit():
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(10, generator=gen)
+    params = [torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())]
+    opts = [PlainSGD([params[0]], lr=0.01), torch.optim.SGD([params[1]], lr=0.01)]
+    for _ in range(5):
+        g = torch.randn(10, generator=gen)
+        for p, opt in zip(params, opts):
+            opt.zero_grad()
+            (g * p).sum().backward()
+            opt.step()
+    assert torch.equal(params[0], params[1]) and not torch.equal(params[0], start)
+
+
+def test_uls_training_does_not_import_torch_dynamo():
+    """torch.optim's first use imports torch._dynamo (about 2 s of CPU); the ULS SGD path must not."""
+    code = (
+        "import sys\n"
+        "sys.path.insert(0, 'tests/papers')\n"
+        "from test_dro_flow import uls_problem\n"
+        "from paperflow.dro_flow.training import fit\n"
+        "dro = dict(lam=0.1, eps=0.5, particles=2, steps=2, lr=0.01, weight_lr=0.08, clamp=[-1.0, 1.0], birth_death=False,"
+        " grad_scale=10.0, svgd_init_std=None, rgo_smoothness=None, rgo_trials=None, dual_max_level=4, dual_noise='official')\n"
+        "fit(uls_problem(), 'wgf', dro, dict(optimizer='sgd', lr=0.01, epochs=1, batch_size=20, grad_clip=100.0, shuffle=False), 0)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo_root(), check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -3,10 +3,13 @@
 A `Problem` holds the training data and builds the model; `loss(model, z, y)` maps particles
 z of shape (B, M, d) with labels y of shape (B,) to per-particle losses (B, M). Each particle's loss
 depends on its own z only, so one backward pass of the sum gives every particle's z-gradient.
+`energy(model, y)` is that loss with theta frozen, what the samplers see; for the least-squares
+problem it also carries its closed-form z-gradient (no autograd in the inner loop).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +17,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@dataclass(frozen=True)
+class FrozenLS:
+    """l(xi) = ||c + xi u||^2 / m with c = A0 theta - b, u = A1 theta computed once per outer step; the
+    same float operations as `LinearLS.residual`, so the values are bit-identical to it."""
+
+    c: torch.Tensor
+    u: torch.Tensor
+
+    def __call__(self, xi: torch.Tensor) -> torch.Tensor:
+        r = self.c + xi * self.u
+        return (r * r).sum(-1) / r.shape[-1]
+
+    def value_and_grad(self, xi: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """l(xi) and scale * dl/dxi = scale * (2 / m) <r, u>, in the order of the operations autograd
+        runs on `__call__` (g r + g r, times u, summed), so the gradient is bit-identical to autograd's."""
+        r = self.c + xi * self.u
+        m = r.shape[-1]
+        gr = (scale / m) * r
+        return (r * r).sum(-1) / m, ((gr + gr) * self.u).sum(-1, keepdim=True)
 
 
 class LinearLS(nn.Module):
@@ -29,6 +53,11 @@ class LinearLS(nn.Module):
     def residual(self, xi: torch.Tensor) -> torch.Tensor:
         """(..., 1) -> (..., m): A0 theta - b + xi A1 theta."""
         return self.a0 @ self.theta - self.b + xi * (self.a1 @ self.theta)
+
+    def frozen(self) -> FrozenLS:
+        """The loss in xi with theta fixed at its current value (no graph to theta)."""
+        with torch.no_grad():
+            return FrozenLS(self.a0 @ self.theta - self.b, self.a1 @ self.theta)
 
     def erm_fit(self, xi: np.ndarray) -> None:
         """ERM in closed form: the stacked least-squares problem over the training xi (the official
@@ -65,6 +94,13 @@ class Problem:
         if self.kind == "least_squares":
             return LinearLS(np.array(self.meta["A0"]), np.array(self.meta["A1"]), np.array(self.meta["b"]))
         return mlp(self.x.shape[1], list(self.model_spec["hidden"]), self.n_classes)
+
+    def energy(self, model: nn.Module, y: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """z -> per-particle loss with the model's parameters frozen: the samplers' energy. For least
+        squares a `FrozenLS` (closed-form z-gradient); otherwise the model's loss, differentiated by autograd."""
+        if self.kind == "least_squares":
+            return model.frozen()
+        return lambda z: self.loss(model, z, y)
 
     def loss(self, model: nn.Module, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.kind == "least_squares":

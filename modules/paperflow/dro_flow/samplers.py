@@ -51,7 +51,11 @@ class Particles:
 
 
 def loss_and_grad(energy: Energy, z: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-particle loss (B, M) and scale * its z-gradient (B, M, d); no parameter gradients."""
+    """Per-particle loss (B, M) and scale * its z-gradient (B, M, d); no parameter gradients. An energy
+    with a closed-form `value_and_grad(z, scale)` (the least-squares one) is not differentiated by autograd."""
+    closed_form = getattr(energy, "value_and_grad", None)
+    if closed_form is not None:
+        return closed_form(z, scale)
     z = z.detach().requires_grad_(True)
     with torch.enable_grad():
         loss = energy(z)
