@@ -197,3 +197,23 @@ def test_plan_counts_a_hub_reference_without_revision_until_the_lock_holds_it():
     assert unpinned_downloads(cfg, {}) == ["model.revision"]
     assert unpinned_downloads(cfg, {}, revisions={"model:org/m": {"revision": SHA_B}}) == []
     assert unpinned_downloads(cfg, {}, revisions={"dataset:org/m": {"revision": SHA_B}}) == ["model.revision"]
+
+
+def test_concurrent_lock_writes_keep_every_entry(tmp_path):
+    """Two download jobs of one `paperflow pin` run write the lock at once: no entry may be lost."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from paperflow.core.download import _write_lock_entry
+
+    urls = [f"http://h/{i}.bin" for i in range(40)]
+    with ProcessPoolExecutor(4) as pool:
+        list(pool.map(_write_one, [(str(tmp_path), u) for u in urls]))
+    assert sorted(read_lock("demo", tmp_path)) == sorted(urls)
+    assert _write_lock_entry  # imported in the workers too
+
+
+def _write_one(args):
+    from paperflow.core.download import _write_lock_entry
+
+    root, url = args
+    _write_lock_entry("demo", url, {"sha256": "0" * 64, "bytes": 1, "pinned_utc": "t"}, root)

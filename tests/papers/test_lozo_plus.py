@@ -418,10 +418,10 @@ def test_preprocess_refuses_a_mislabelled_row(tmp_path):
         preprocess(str(raw), outs)
 
 
-def test_paper_scale_is_refused_by_name(tmp_path):
+def test_the_synthetic_download_refuses_the_paper_source_by_name(tmp_path):
     from paperflow.lozo_plus.prepare import download
 
-    with pytest.raises(ConfigError, match="not pinned"):
+    with pytest.raises(ConfigError, match="'superglue': this stage generates the synthetic task only"):
         download({"kind": "superglue"}, {}, str(tmp_path / "x.parquet"))
 
 

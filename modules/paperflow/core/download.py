@@ -267,10 +267,20 @@ def read_lock_revisions(slug: str, root: str | Path | None = None) -> dict[str, 
 
 
 def _write_lock(slug: str, root: str | Path | None, files: dict | None = None, revisions: dict | None = None) -> None:
-    import json
+    """Merge entries into the lock file under an exclusive flock of a sidecar file: two download jobs of one
+    `paperflow pin` run write it at once, and each read-modify-write must see the other's entries."""
+    import fcntl
 
     path = lock_path(slug, root)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".flock"), "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        _merge_lock(slug, root, path, files, revisions)
+
+
+def _merge_lock(slug: str, root: str | Path | None, path: Path, files: dict | None, revisions: dict | None) -> None:
+    import json
+
     doc = _read_lock_doc(slug, root)
     doc["comment"] = (
         f"sha256 of {slug}'s paper-scale files without a published checksum, and the Hub commits of its models and "
@@ -281,7 +291,9 @@ def _write_lock(slug: str, root: str | Path | None, files: dict | None = None, r
         merged = {**doc.get(section, {}), **(new or {})}
         if merged:
             doc[section] = dict(sorted(merged.items()))
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def _write_lock_entry(slug: str, url: str, entry: dict, root: str | Path | None) -> None:

@@ -387,7 +387,8 @@ def build_report(curves, logs, align, final, history, params) -> Report:
             f"The forward budget is F = {params['run']['budget']} (spec: 4000, or 3000 over budget) to fit 120 s on 2 "
             "cores; "
             f"{', '.join(LABELS[m] for m in report_only) or 'No method'} ran the report seeds only.",
-            "Paper scale (OPT-13B on SuperGLUE, peak memory) is not wired: its downloads are not pinned.",
+            "Paper scale (OPT-13B on SuperGLUE, peak memory) runs with --config scale=paper after `paperflow pin "
+            "lozo_plus` (README); it is not run here.",
         ],
         metrics={
             "source_accuracy": float(last["source_test_accuracy"]),

@@ -1,6 +1,6 @@
-"""lozo_plus's download and preprocess stages (numpy and pandas only: these jobs start without torch). At smoke
-and tiny scale the task is generated, so "download" writes its splits as raw text rows; paper scale is refused
-until its files are pinned."""
+"""lozo_plus's download and preprocess stages at smoke and tiny scale (numpy and pandas only: these jobs start
+without torch): the task is generated, so "download" writes its splits as raw text rows. Paper scale has its own
+download and preprocess rules (`paperflow.lozo_plus.paper`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from paperflow.lozo_plus import task as tk
 
 
 def download(source: Mapping[str, Any], data: Mapping[str, Any], out: str) -> pd.DataFrame:
-    """Smoke/tiny: the generated task as raw text rows (split, text, label word). Paper scale (SuperGLUE on
-    OPT-13B) is refused until its files and model revision are pinned (README)."""
+    """Smoke/tiny: the generated task as raw text rows (split, text, label word). Paper scale (source.kind
+    superglue) is downloaded by `paperflow.lozo_plus.paper`, never here."""
     if source["kind"] != "synthetic":
         raise ConfigError(
-            f"lozo_plus source.kind {source['kind']!r}: the SuperGLUE splits and the OPT-13B revision (spec section 4) "
-            "are not pinned yet, so this version refuses to fetch them; use source.kind: synthetic"
+            f"lozo_plus source.kind {source['kind']!r}: this stage generates the synthetic task only; the paper "
+            "scale's downloads are paperflow.lozo_plus.paper.download_model / download_task (workflows/lozo_plus/paper.smk)"
         )
     sizes = {k: int(data[k]) for k in tk.SPLITS}
     splits = tk.make_splits(sizes, int(data["seed"]), int(data["length"]))

@@ -20,6 +20,8 @@ def check(cfg: dict[str, Any], source: str) -> None:
     """Cross-key rules: a model spec the kit builds, a sequence that fits, ranks that fit, the claims' methods."""
     from paperflow.lozo_plus.task import VOCAB_SIZE
 
+    if cfg["source"]["kind"] == "superglue":
+        check_paper(cfg, source)
     model_config({**cfg["model"], "vocab_size": VOCAB_SIZE})  # refuses a misspelt model key by name
     if cfg["model"].get("max_position_embeddings", 10**9) < cfg["data"]["length"] + 2:
         raise ConfigError(f"{source}: model.max_position_embeddings is shorter than BOS + data.length + SEP")
@@ -37,3 +39,14 @@ def check(cfg: dict[str, Any], source: str) -> None:
         missing = [n for n in needs if method in cfg["methods"] and n not in cfg["methods"]]
         if missing:
             raise ConfigError(f"{source}: method {method!r} is judged against {missing}; add it to methods")
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    """Paper scale (source.kind superglue): a pretrained model and tasks given, ZO methods only, one seed per job."""
+    missing = [k for k in ("pretrained", "tasks") if not cfg.get(k)]
+    if missing:
+        raise ConfigError(f"{source}: source.kind superglue needs {missing} (the Hub references of the paper scale)")
+    if "ft" in cfg["methods"]:
+        raise ConfigError(f"{source}: method 'ft' is not wired at paper scale (first-order on the pretrained model)")
+    if cfg["seeds_per_job"] != 1:
+        raise ConfigError(f"{source}: seeds_per_job must be 1 at paper scale (one run, one weights file per GPU job)")

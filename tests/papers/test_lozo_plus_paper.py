@@ -1,0 +1,455 @@
+"""lozo_plus at paper scale, offline: Hub parquet files in the real layout and columns (written here, laid out as
+snapshot_download lays them out), the download stage asking only for the split files at the pinned commit and
+refusing an unpinned one with `paperflow pin lozo_plus` named, MeZO's sampling and templates, a tiny model and a
+word-level tokenizer through the paper-scale train and evaluate code path on the CPU (the LOZO step against its
+closed form, fp16 perturbations formed in fp32), the paper-scale claims failing on their negative control, config
+errors by name, and the paper-scale DAG with GPUs on the train and evaluate rules only."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.io import read_frame
+from paperflow.lozo_plus import paper, zo
+from paperflow.lozo_plus import superglue as sg
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+WORDS = "the a cat dog sat ran on mat big small red blue it was good bad".split()
+MODEL_SPEC = {
+    "arch": "llama",
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
+
+def _sentence(rng, n):
+    return " ".join(rng.choice(WORDS, n))
+
+
+def hub_tables(seed=0, n_train=80, n_valid=50) -> dict[str, dict[str, pd.DataFrame]]:
+    """{subset: {split: frame}} with the columns of the Hub's parquet files: super_glue rte (premise, hypothesis,
+    idx, label) and glue sst2 (sentence, label, idx)."""
+    rng = np.random.default_rng(seed)
+
+    def rte(n):
+        return pd.DataFrame(
+            {
+                "premise": [_sentence(rng, rng.integers(3, 9)) for _ in range(n)],
+                "hypothesis": [_sentence(rng, rng.integers(2, 5)) for _ in range(n)],
+                "idx": np.arange(n, dtype=np.int32),
+                "label": rng.integers(0, 2, n).astype(np.int64),
+            }
+        )
+
+    def sst2(n):
+        return pd.DataFrame(
+            {
+                "sentence": [_sentence(rng, rng.integers(3, 8)) for _ in range(n)],
+                "label": rng.integers(0, 2, n).astype(np.int64),
+                "idx": np.arange(n, dtype=np.int32),
+            }
+        )
+
+    return {
+        "rte": {"train": rte(n_train), "validation": rte(n_valid), "test": rte(5).assign(label=-1)},
+        "sst2": {"train": sst2(n_train), "validation": sst2(n_valid), "test": sst2(5).assign(label=-1)},
+    }
+
+
+def write_snapshot(tables, folder: Path, allow_patterns) -> list[str]:
+    """What snapshot_download leaves in `folder`: the repo's files matching `allow_patterns`, at their repo paths."""
+    written = []
+    for subset, splits in tables.items():
+        for split, frame in splits.items():
+            rel = f"{subset}/{split}-00000-of-00001.parquet"
+            if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
+                (folder / subset).mkdir(parents=True, exist_ok=True)
+                frame.to_parquet(folder / rel, index=False)
+                written.append(rel)
+    return written
+
+
+def tokenizer_for(tables):
+    """A word-level tokenizer over every word the templates can produce from `tables` (kit tokenizer)."""
+    from paperflow.core.lm.tokenizer import word_level_tokenizer
+
+    words = []
+    for task, subset in (("rte", "rte"), ("sst2", "sst2")):
+        frame = pd.concat(list(tables[subset].values()))
+        for text in sg.prompts(task, frame):
+            words += text.split()
+        words += list(sg.TEMPLATES[task].words)
+    return word_level_tokenizer(words)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """download_pretrained replaced by a fake Hub: a dataset repo lays out the fixture's parquet files, the model
+    repo a tiny Llama (kit `save_model`) and its tokenizer. Returns (tables, calls, cache)."""
+    from paperflow.core.lm import models
+    from paperflow.core.lm.models import build_model, save_model
+    from paperflow.core.lm.tokenizer import save_tokenizer
+
+    tables = hub_tables()
+    tok = tokenizer_for(tables)
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if repo_type == "dataset":
+            calls[-1]["written"] = write_snapshot(tables, folder, allow_patterns)
+        else:
+            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+            save_tokenizer(tok, folder)
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return tables, calls, tmp_path / "cache"
+
+
+PRETRAINED = {
+    "hub": "org/tiny",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors"],
+    "dtype": "float32",
+    "device": "cpu",
+    "max_length": 48,
+}
+DATA = {"seed": 3, "train": 40, "test": 30}
+RUN = {"budget": 40, "batch_size": 8, "eval_every": 10, "eval_subset": 16, "probe_every": 0}
+
+
+def prepared(hub, tmp_path, task="rte", subset="rte", dev=10):
+    """download_model + download_task + preprocess_task on the fake Hub; returns (pretrained.json, data paths)."""
+    _, _, cache = hub
+    pj = str(tmp_path / "models" / "pretrained.json")
+    paper.download_model(PRETRAINED, str(cache), pj)
+    raw = {s: str(tmp_path / "raw" / task / f"{s}.parquet") for s in sg.HF_SPLITS}
+    dataset = {"hub": "org/glue", "repo_type": "dataset", "revision": SHA, "subset": subset, "dev": dev}
+    paper.download_task(task, dataset, str(cache), raw)
+    data = {s: str(tmp_path / "data" / task / f"{s}.parquet") for s in ("train", "dev", "test")}
+    paper.preprocess_task(task, raw, pj, DATA, dev, PRETRAINED["max_length"], data)
+    return pj, data
+
+
+def test_download_asks_for_the_split_parquet_files_only_at_the_pinned_commit(hub, tmp_path):
+    tables, calls, _ = hub
+    pj, _ = prepared(hub, tmp_path)
+    model_call, data_call = calls
+    assert model_call == {
+        "name": "org/tiny",
+        "revision": SHA,
+        "patterns": ["*.json", "*.safetensors"],
+        "repo_type": "model",
+    }
+    assert data_call["repo_type"] == "dataset" and data_call["revision"] == SHA
+    assert data_call["patterns"] == ["rte/train-*.parquet", "rte/validation-*.parquet"]
+    assert sorted(data_call["written"]) == ["rte/train-00000-of-00001.parquet", "rte/validation-00000-of-00001.parquet"]
+    doc = json.loads(Path(pj).read_text())
+    assert doc["revision"] == SHA and doc["folder"].endswith(f"models/org--tiny/{SHA}")
+    raw, meta = read_frame(tmp_path / "raw" / "rte" / "train.parquet")
+    pd.testing.assert_frame_equal(raw, tables["rte"]["train"])
+    assert meta == {"task": "rte", "hub": "org/glue", "revision": SHA, "subset": "rte", "split": "train"}
+
+
+def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_path, monkeypatch):
+    from paperflow.core import download
+
+    _, calls, cache = hub
+    monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})  # whatever the checkout holds
+    dataset = {"hub": "aps/super_glue", "repo_type": "dataset", "revision": None, "subset": "rte", "dev": 10}
+    with pytest.raises(
+        UnpinnedDownload, match=r"tasks\.rte\.revision .*dataset:aps/super_glue.*`paperflow pin lozo_plus`"
+    ):
+        paper.download_task("rte", dataset, str(cache), {"train": "x", "validation": "y"})
+    with pytest.raises(UnpinnedDownload, match=r"pretrained\.revision .*`paperflow pin lozo_plus`"):
+        paper.download_model({**PRETRAINED, "revision": None}, str(cache), str(tmp_path / "p.json"))
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        paper.download_model({**PRETRAINED, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+    assert calls == []  # nothing was fetched
+
+
+def test_mezo_sampling_sizes_disjointness_and_reproducibility():
+    got = sg.mezo_sample(80, 50, {"train": 40, "dev": 10, "test": 30}, seed=3)
+    perm = np.random.RandomState(3).permutation(80)[:50]
+    assert list(got["train"]) == list(perm[:40]) and list(got["dev"]) == list(perm[40:])
+    assert list(got["test"]) == list(np.random.RandomState(3).permutation(50)[:30])
+    again = sg.mezo_sample(80, 50, {"train": 40, "dev": 10, "test": 30}, seed=3)
+    assert all(np.array_equal(got[k], again[k]) for k in got)
+    other = sg.mezo_sample(80, 50, {"train": 40, "dev": 10, "test": 30}, seed=4)
+    assert not np.array_equal(got["train"], other["train"])
+    # a small split (CB: 250 train, dev 100): all rows, the last 100 dev; a validation smaller than test: all of it
+    cb = sg.mezo_sample(250, 56, {"train": 1000, "dev": 100, "test": 1000}, seed=0)
+    assert (len(cb["train"]), len(cb["dev"]), len(cb["test"])) == (150, 100, 56)
+    assert not set(cb["train"]) & set(cb["dev"])
+    with pytest.raises(ValueError, match="none left for training"):
+        sg.mezo_sample(100, 10, {"train": 1000, "dev": 100, "test": 10}, seed=0)
+
+
+def test_templates_render_mezos_prompts_and_label_words():
+    rte = {"premise": "It rained.", "hypothesis": "The ground is wet", "label": 0}
+    assert (
+        sg.TEMPLATES["rte"].render(rte) == 'It rained.\nDoes this mean that "The ground is wet" is true? Yes or No?\n'
+    )
+    assert sg.TEMPLATES["rte"].words == ("Yes", "No")  # 0 = entailment
+    assert sg.TEMPLATES["sst2"].render({"sentence": " a fine film "}) == "a fine film It was"
+    assert (sg.TEMPLATES["sst2"].words, sg.TEMPLATES["sst2"].joiner) == (("terrible", "great"), " ")
+    assert sg.TEMPLATES["cb"].words == ("Yes", "No", "Maybe")
+    boolq = sg.TEMPLATES["boolq"].render({"passage": "P.", "question": "is it"})
+    assert boolq == "P. Is it?\n"
+    wsc = {"text": "Tom said he left.", "span1_text": "Tom", "span2_text": "He"}
+    assert sg.TEMPLATES["wsc"].render(wsc).endswith('does the pronoun "he" refer to Tom? Yes or No?\n')
+    with pytest.raises(ValueError, match=r"columns \['hypothesis'\] missing"):
+        sg.prompts("rte", pd.DataFrame({"premise": ["x"], "label": [0]}))
+
+
+def test_preprocess_samples_renders_and_tokenizes_reproducibly(hub, tmp_path):
+    tables, _, _ = hub
+    _, data = prepared(hub, tmp_path)
+    frames = {s: read_frame(p) for s, p in data.items()}
+    assert {s: len(f) for s, (f, _) in frames.items()} == {"train": 40, "dev": 10, "test": 30}
+    picked = sg.mezo_sample(80, 50, {"train": 40, "dev": 10, "test": 30}, seed=3)
+    train, meta = frames["train"]
+    assert list(train["row"]) == list(picked["train"])
+    source = tables["rte"]["train"].iloc[int(train["row"].iloc[0])]
+    assert train["prompt"].iloc[0] == sg.TEMPLATES["rte"].render(source)
+    assert int(train["label"].iloc[0]) == int(source["label"])
+    test, _ = frames["test"]
+    assert list(test["label"]) == list(tables["rte"]["validation"]["label"].iloc[picked["test"]])
+    from paperflow.core.lm.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(json.loads((tmp_path / "models" / "pretrained.json").read_text())["folder"])
+    assert meta["label_tokens"] == [tok.get_vocab()["Yes"], tok.get_vocab()["No"]]
+    assert meta["label_words"] == ["Yes", "No"] and meta["pad_id"] == tok.pad_token_id
+    assert list(train["ids"].iloc[0]) == tok(train["prompt"].iloc[0])["input_ids"]
+    first = {s: read_frame(p)[0] for s, p in data.items()}
+    _, again = prepared(hub, tmp_path / "again")
+    for s, p in again.items():
+        pd.testing.assert_frame_equal(read_frame(p)[0], first[s])
+
+
+def test_label_words_sharing_a_first_token_are_refused():
+    from paperflow.core.lm.tokenizer import word_level_tokenizer
+
+    tok = word_level_tokenizer([*WORDS, "It", "terrible", "great"])  # no Yes / No: both read as unk
+    assert sg.label_tokens(tok, "sst2", "the cat It was") == tuple(tok.get_vocab()[w] for w in ("terrible", "great"))
+    with pytest.raises(ValueError, match="share a first token"):
+        sg.label_tokens(tok, "rte", "the cat\n")
+
+
+def _train_outputs(root: Path) -> dict[str, str]:
+    return {
+        k: str(root / f"{k}.{'safetensors' if k == 'models' else 'csv'}")
+        for k in ("models", "curve", "log", "align", "summary")
+    }
+
+
+@pytest.mark.parametrize("method", ["mezo", "lozoplus"])
+def test_the_paper_train_and_evaluate_path_runs_on_a_tiny_model(hub, tmp_path, method):
+    from paperflow.core.lm.models import load_pretrained
+
+    pj, data = prepared(hub, tmp_path)
+    cfg = {"pretrained": PRETRAINED, "run": RUN, "zo": load_paper_config("lozo_plus", "paper")["zo"]}
+    cfg["lr"] = {"mezo": 1e-3, "lozo": 1e-3, "lozom": 1e-3, "lozoplus": 1e-3}
+    out = _train_outputs(tmp_path / "run")
+    summary = paper.train("rte", method, [0], pj, data["train"], cfg, out)
+    assert summary["forwards"] <= RUN["budget"] and summary["peak_memory_bytes"] is None and summary["device"] == "cpu"
+    curve = pd.read_csv(out["curve"])
+    assert curve["forwards"].iloc[0] == 0 and curve["forwards"].iloc[-1] == summary["forwards"]
+    assert pd.read_csv(out["align"]).empty  # probe_every 0: no autograd probe at paper scale
+    info = json.loads(Path(pj).read_text())
+    base = load_pretrained(info["hub"], info["revision"], info["folder"])
+    from safetensors.torch import load_file
+
+    tuned = load_file(out["models"])
+    changed = [k for k, v in base.state_dict().items() if k in tuned and not torch.equal(v, tuned[k])]
+    assert changed, "no weight moved"
+    ev = paper.evaluate("rte", method, [0], pj, out["models"], {"dev": data["dev"], "test": data["test"]}, cfg)
+    assert ev[["dev_rows", "test_rows"]].iloc[0].tolist() == [10, 30]
+    assert 0.0 <= float(ev["test_accuracy"].iloc[0]) <= 1.0
+    # the saved weights are the trained model's: its train loss at the end equals the reloaded model's
+    split, scorer = paper._split(data["train"], torch.device("cpu"))
+    reloaded = paper._model(pj, PRETRAINED, torch.device("cpu"))
+    from paperflow.core.lm.models import load_weights
+
+    loss, _ = scorer.evaluate(load_weights(reloaded, out["models"]), split.head(RUN["eval_subset"]))
+    assert loss == pytest.approx(float(curve["train_loss"].iloc[-1]), rel=1e-6)
+
+
+def test_a_lozo_step_on_the_pretrained_path_is_its_closed_form(hub, tmp_path):
+    """theta_1 - theta_0 = -lr c U V^T on every matrix, c the two-point difference along U V^T (z on the vectors) of
+    the label-word cross-entropy on the step's left-padded batch, measured on explicit copies of theta_0."""
+    import copy
+
+    pj, data = prepared(hub, tmp_path)
+    split, scorer = paper._split(data["train"], torch.device("cpu"))
+    model = paper._model(pj, PRETRAINED, torch.device("cpu"))
+    batch = split.take(torch.arange(8))
+    assert batch[1][:, -1].all() and not batch[1].all()  # left padding: every row ends at the answer position
+    theta0 = copy.deepcopy(model)
+    opt = zo.make("lozo", model.parameters(), zo.Settings(lr=1e-2), seed=5)
+    logs = opt.step(lambda: scorer.loss(model, *batch))
+
+    def loss_at(sign: float) -> float:
+        other = copy.deepcopy(theta0)
+        mats, vecs = zo.split_parameters(other.parameters())
+        with torch.no_grad():
+            for p, u, v in zip(mats, opt._U, opt.V):
+                p.add_(sign * 1e-3 * (u @ v.T))
+            for p, z in zip(vecs, opt._z):
+                p.add_(sign * 1e-3 * z)
+            return float(scorer.loss(other, *batch))
+
+    assert logs["c"] == pytest.approx((loss_at(1.0) - loss_at(-1.0)) / 2e-3, rel=1e-3, abs=1e-4)
+    mats0, _ = zo.split_parameters(theta0.parameters())
+    for p, p0, u, v in zip(opt.matrices, mats0, opt._U, opt.V):
+        torch.testing.assert_close(p.detach() - p0.detach(), -1e-2 * logs["c"] * (u @ v.T), rtol=1e-4, atol=1e-7)
+
+
+def test_half_precision_weights_take_directions_formed_in_fp32():
+    w = torch.nn.Parameter(torch.randn(6, 4).half())
+    opt = zo.make("lozo", [w], zo.Settings(lr=1e-3), seed=0)
+    opt.prepare(lambda: 0.0)
+    assert opt.V[0].dtype == torch.float32 and opt._U[0].dtype == torch.float32
+    expected = (w.detach().float() + 1e-3 * opt._U[0] @ opt.V[0].T).half()
+    zo.add_direction(opt.pieces(), 1e-3)
+    assert torch.equal(w.detach(), expected)  # computed in fp32, rounded to fp16 once
+    assert zo.noise_dtype(torch.zeros(1)) == torch.float32 and zo.noise_dtype(torch.zeros(1).double()) == torch.float64
+
+
+def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
+    from paperflow.lozo_plus.paper_report import build_claims
+
+    tasks = ["rte", "sst2"]
+    acc = {"mezo": 0.6, "lozo": 0.65, "lozoplus": 0.7}
+    evals = pd.DataFrame(
+        [
+            {"task": t, "method": m, "seed": s, "test_accuracy": a + 0.01 * s}
+            for t in tasks
+            for m, a in acc.items()
+            for s in (0, 1)
+        ]
+    )
+    summaries = pd.DataFrame(
+        [{"task": t, "method": m, "seed": s, "peak_memory_bytes": 100.0} for t in tasks for m in acc for s in (0, 1)]
+    )
+    params = {"methods": list(acc), "tasks": tasks, "claims": {"memory_ratio": 1.1}}
+    assert [c.held for c in build_claims(evals, summaries, params)] == [True, True, True]
+    # negative control: LOZO's accuracies in LOZO+'s place minus a point, and a memory-hungry LOZO+
+    control = evals.copy()
+    lozo = control["method"] == "lozo"
+    control.loc[control["method"] == "lozoplus", "test_accuracy"] = control.loc[lozo, "test_accuracy"].to_numpy() - 0.01
+    hungry = summaries.assign(peak_memory_bytes=np.where(summaries["method"] == "lozoplus", 200.0, 100.0))
+    held = {c.id: c.held for c in build_claims(control, hungry, params)}
+    assert held == {
+        "paper_accuracy_lozoplus_minus_lozo": False,
+        "paper_accuracy_lozo_minus_mezo": True,
+        "paper_peak_memory_lozoplus_over_mezo": False,
+    }
+    off_cuda = summaries.assign(peak_memory_bytes=None)
+    assert not {c.id: c.held for c in build_claims(evals, off_cuda, params)}["paper_peak_memory_lozoplus_over_mezo"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("    sst2: {hub: nyu-mll/glue", "    sst3: {hub: nyu-mll/glue"), "sst3"),
+        (("subset: rte, dev: 500}", "subset: rte, dev: 500, revison: null}"), "revison"),
+        (
+            ("    revision: null                # no commit", "    revision: main                # no commit"),
+            "revision",
+        ),
+        (("    dtype: float16\n", "    dtype: fp16\n"), "dtype"),
+        (("methods: [mezo, lozo, lozom, lozoplus]", "methods: [mezo, lozo, lozom, lozoplus, ft]"), "'ft' is not wired"),
+    ],
+)
+def test_paper_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "lozo_plus.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("lozo_plus", "paper", repo_copy)
+
+
+def test_paper_scale_dry_run_builds_the_dag_with_gpus_on_train_and_evaluate_only(dry_repo):
+    from conftest import run_snakemake
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[lozo_plus]")
+    cfg = load_paper_config("lozo_plus", "paper")
+    runs = len(cfg["tasks"]) * len(cfg["methods"]) * len(cfg["seeds"])
+    counts = dict(re.findall(r"^(lozo_plus_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "lozo_plus_download_model": "1",
+        "lozo_plus_download": str(len(cfg["tasks"])),
+        "lozo_plus_preprocess": str(len(cfg["tasks"])),
+        "lozo_plus_train": str(runs),
+        "lozo_plus_evaluate": str(runs),
+        "lozo_plus_report": "1",
+    }
+    from paperflow.core.plan import parse_dry_run
+
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    assert gpus["lozo_plus_train"] == {1} and gpus["lozo_plus_evaluate"] == {1}
+    assert all(v == {0} for r, v in gpus.items() if r not in ("lozo_plus_train", "lozo_plus_evaluate"))
+
+
+def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
+    from paperflow.core.report import publish
+    from paperflow.lozo_plus.paper_report import build_report
+
+    tasks, methods = ["rte", "cb"], ["mezo", "lozo", "lozom", "lozoplus"]
+    rows = [(t, m, s) for t in tasks for m in methods for s in (0, 1)]
+    evals = pd.DataFrame(
+        [{"task": t, "method": m, "seed": s, "test_accuracy": 0.6, "dev_accuracy": 0.6} for t, m, s in rows]
+    )
+    curves = pd.DataFrame(
+        [
+            {"task": t, "method": m, "seed": s, "forwards": f, "train_loss": 1 - f / 100}
+            for t, m, s in rows
+            for f in (0, 40)
+        ]
+    )
+    summaries = pd.DataFrame(
+        [{"task": t, "method": m, "seed": s, "peak_memory_bytes": 2**30, "forwards": 40} for t, m, s in rows]
+    )
+    cfg = load_paper_config("lozo_plus", "paper")
+    params = {k: cfg[k] for k in ("methods", "seeds", "pretrained", "run", "lr", "claims")} | {"tasks": tasks}
+    report = build_report(evals=evals, curves=curves, summaries=summaries, params=params)
+    outputs = {
+        "report": str(tmp_path / "report.md"),
+        "metrics": str(tmp_path / "metrics.json"),
+        "table_tasks": str(tmp_path / "tasks.csv"),
+        "figure_loss": str(tmp_path / "loss.png"),
+    }
+    doc = publish(report, outputs, paper="lozo_plus", scale="paper")
+    assert [c["id"] for c in doc["claims"]] == [
+        "paper_accuracy_lozoplus_minus_lozo",
+        "paper_accuracy_lozo_minus_mezo",
+        "paper_peak_memory_lozoplus_over_mezo",
+    ]
+    assert not any(c["gated"] for c in doc["claims"])
+    table = pd.read_csv(outputs["table_tasks"])
+    assert len(table) == len(tasks) * len(methods) and table["peak_memory_gib"].eq(1.0).all()
+    assert "MeZO (paper)" in Path(outputs["report"]).read_text()
