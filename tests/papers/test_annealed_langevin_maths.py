@@ -1,5 +1,6 @@
 """annealed_langevin maths, spec §10.1-10.5: path scores against autograd and quadrature, the Gaussian
-moment ODEs, the ULA stationary-variance bias, the tau = 0 reduction and the histogram noise floor."""
+moment ODEs, the ULA stationary-variance bias, the tau = 0 reduction and the histogram noise floor (at the
+spec's 5000 samples and 200 bins)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.integrate import quad, solve_ivp
+from scipy.stats import binom, norm
 
 from paperflow.annealed_langevin.gmm import GMM
 from paperflow.annealed_langevin.metrics import noise_floor, panel_metrics, reference
@@ -190,21 +192,48 @@ def test_tau_zero_makes_every_path_identical_to_ula(gmm):
             assert np.array_equal(runs[p][it], x), (p, it)
 
 
-def mean_floor(n: int, bins: int, reps: int = 5) -> float:
-    out = []
+# spec §10.5: 5000 exact samples; §8: 200 equal-width bins over the range of 5000 exact samples
+SPEC_FLOOR_N, SPEC_FLOOR_BINS = 5000, 200
+COMMITTED_KL_GT = 0.008  # spec §10.5: the official KL_gt column
+
+
+def expected_floor(gmm: GMM, edges: np.ndarray, mass: np.ndarray, n: int) -> float:
+    """Exact expectation of the histogram KL of n exact samples on fixed bins, independent of the sampling code:
+    KL = sum_i (c_i / n) log(c_i / (n q_i)) is a sum over bins, and each count c_i is Binomial(n, p_i) with p_i
+    the mixture's exact probability of bin i (normal CDFs); q = the reference mass (+ 1e-9, normalised). The
+    renormalisation by the in-range count (samples outside the ground-truth range are dropped) is left out."""
+    cdf = (gmm.weights[None, :] * norm.cdf(edges[:, None], gmm.means[:, 0], gmm.stds[:, 0])).sum(1)
+    q, p = (mass + 1e-9) / (mass + 1e-9).sum(), np.diff(cdf)
+    top = min(n, int(n * p.max() + 15 * np.sqrt(n * p.max()) + 20))  # counts above have probability < 1e-40
+    c = np.arange(top + 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(c > 0, c / n * np.log(c / (n * q[None, :])), 0.0)
+    return float((binom.pmf(c, n, p[None, :]) * terms).sum())
+
+
+def floors(n: int, bins: int, reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(measured, exact expectation) per repetition: bins from n fresh exact samples, the floor from n others."""
+    measured, expected = [], []
     for seed in range(reps):
         ref = reference("density_1d", GMM1, GMM1.sample(n, np.random.default_rng(100 + seed)), [bins], None)
-        out.append(noise_floor(GMM1, ref, n, np.random.default_rng(seed))[0][0])
-    return float(np.mean(out))
+        measured.append(noise_floor(GMM1, ref, n, np.random.default_rng(seed))[0][0])
+        expected.append(expected_floor(GMM1, ref.edges[0][0], ref.mass[0], n))
+    return np.asarray(measured), np.asarray(expected)
 
 
-def test_noise_floor_matches_the_official_kl_gt_column():
-    """The committed KL_gt column (about 0.008) is the plots script's floor: 10000 exact samples (its N),
-    bins over the range of 10000 exact samples, KL against the edge-averaged density. With the
-    experiment's own 200 bins the same computation gives 0.008; the floor of the N = 5000 particle runs
-    is about twice that (it scales ~ 1/N), which is where the committed diffusion curve plateaus (0.015)."""
-    assert mean_floor(10_000, 200) == pytest.approx(0.008, abs=0.0015)
-    assert mean_floor(5000, 200) / mean_floor(10_000, 200) == pytest.approx(2.0, rel=0.25)
+def test_noise_floor_at_the_spec_sample_size_and_binning():
+    """Spec §10.5 at the spec's own sample size and binning: 5000 exact samples, 200 equal-width bins over the
+    range of 5000 exact samples (§8), KL against the edge-averaged density. The measured floor equals its exact
+    binomial expectation (mean over 30 draws, within 3 s.e.). It is about 0.015, twice the spec's 0.008:
+    the spec's value does not hold at the spec's size. The committed KL_gt 0.008 is the floor at
+    bins / N = 0.02 (10000 samples with 200 bins; the committed plots script has N = 10000 and 100 bins,
+    which gives 0.0045, so the column was not made by that script as committed)."""
+    measured, expected = floors(SPEC_FLOOR_N, SPEC_FLOOR_BINS, reps=30)
+    diff = measured - expected
+    assert abs(diff.mean()) < 3 * diff.std(ddof=1) / np.sqrt(len(diff)), (measured.mean(), expected.mean())
+    assert expected.mean() / COMMITTED_KL_GT == pytest.approx(1.9, abs=0.2)  # not ≈ 0.008 at the spec's size
+    assert floors(10_000, 200, reps=3)[1].mean() == pytest.approx(COMMITTED_KL_GT, abs=0.001)
+    assert floors(10_000, 100, reps=3)[1].mean() == pytest.approx(0.0045, abs=0.001)
 
 
 def test_histogram_kl_is_zero_for_matching_mass_and_large_for_a_wrong_mode_weight():

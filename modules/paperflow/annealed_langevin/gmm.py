@@ -54,26 +54,28 @@ class GMM:
         return GMM(np.sqrt(1.0 - tau) * self.means, np.sqrt((1.0 - tau) * self.stds**2 + tau), self.weights)
 
     def _log_components(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(log(w_k N(x; m_k, s_k^2)) of shape (n, K), x - m_k of shape (n, K, d)) for x of shape (n, d)."""
-        diff = x[:, None, :] - self.means[None, :, :]
-        if self.dim == 1:
-            return self._log_const - 0.5 * diff[..., 0] ** 2 * self._prec[:, 0], diff
-        return self._log_const - 0.5 * np.einsum("nkd,kd->nk", diff**2, self._prec), diff
+        """(log(w_k N(x; m_k, s_k^2)) of shape (K, n), (x - m_k) / s_k^2 of shape (K, n, d)) for x of shape (n, d).
+        Component-major, so that the reductions over k run across K rows of length n (numpy reduces the
+        short trailing axis of an (n, K) array about eight times slower)."""
+        diff = x[None, :, :] - self.means[:, None, :]
+        scaled = diff * self._prec[:, None, :]
+        quad = diff[..., 0] * scaled[..., 0] if self.dim == 1 else np.einsum("knd,knd->kn", diff, scaled)
+        return self._log_const[:, None] - 0.5 * quad, scaled
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
         logc, _ = self._log_components(np.atleast_2d(x))
-        top = logc.max(axis=1, keepdims=True)
-        return (top + np.log(np.exp(logc - top).sum(axis=1, keepdims=True)))[:, 0]
+        top = logc.max(axis=0)
+        return top + np.log(np.exp(logc - top).sum(axis=0))
 
     def density(self, x: np.ndarray) -> np.ndarray:
         return np.exp(self.log_density(x))
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """grad log pi(x), responsibilities by log-sum-exp (stable far from every mode)."""
-        logc, diff = self._log_components(np.atleast_2d(x))
-        resp = np.exp(logc - logc.max(axis=1, keepdims=True))
-        resp /= resp.sum(axis=1, keepdims=True)
-        return -np.einsum("nk,nkd->nd", resp, diff * self._prec)
+        logc, scaled = self._log_components(np.atleast_2d(x))
+        resp = np.exp(logc - logc.max(axis=0))
+        resp /= resp.sum(axis=0)
+        return -(resp[:, :, None] * scaled).sum(axis=0)
 
     def official_score(self, x: np.ndarray) -> np.ndarray:
         """The official code's score: float32 densities, no log-sum-exp, divided by max(density, 1e-9);
