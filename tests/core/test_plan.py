@@ -95,3 +95,57 @@ def test_profiles_install_links_them_where_snakemake_finds_a_bare_name(dry_repo,
     dry = subprocess.run(snakemake, cwd=dry_repo, env={**env, "PYTHONPATH": ""}, capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert "uka_report" in dry.stdout
+
+
+def test_every_unpinned_paper_download_has_a_reason_and_no_reason_outlives_its_key():
+    from pathlib import Path
+
+    from paperflow.core.config import available_papers, load_paper_config
+    from paperflow.core.download import read_lock, read_lock_revisions
+    from paperflow.core.plan import unpinned_reasons
+
+    root = Path(__file__).resolve().parents[2]
+    reasons = unpinned_reasons(root)
+    assert set(reasons) <= set(available_papers(root)), "config/unpinned.yaml names an unknown paper"
+    for slug in available_papers(root):
+        cfg = load_paper_config(slug, "paper", root)
+        unpinned = set(unpinned_downloads(cfg, read_lock(slug, root), revisions=read_lock_revisions(slug, root)))
+        mine = reasons.get(slug, {})
+        assert unpinned <= set(mine), f"{slug}: no reason in config/unpinned.yaml for {sorted(unpinned - set(mine))}"
+        assert set(mine) <= unpinned, (
+            f"{slug}: config/unpinned.yaml keeps reasons for pinned {sorted(set(mine) - unpinned)}"
+        )
+        assert all(len(why) > 20 for why in mine.values())
+
+
+def test_render_lists_each_unpinned_key_with_its_reason():
+    from paperflow.core.plan import render
+
+    rows = [
+        {"paper": "p", "jobs": 1, "GPU jobs": 0, "GPU-hours": 0.0, "CPU-hours": 1.0, "unpinned downloads": 2,
+         "unpinned keys": "a.sha256, b.sha256"},
+        {"paper": "q", "jobs": 1, "GPU jobs": 0, "GPU-hours": 0.0, "CPU-hours": 1.0, "unpinned downloads": 0,
+         "unpinned keys": "-"},
+    ]  # fmt: skip
+    text = render(rows, "paper", {"p": {"a.sha256": "the host publishes none"}})
+    assert "- `p` `a.sha256`: the host publishes none" in text
+    assert "- `p` `b.sha256`: no reason recorded" in text and "`q`" not in text.split("why no published")[1]
+    assert "why no published" not in render(rows[1:], "paper", {})
+
+
+def test_readme_rows_read_back_what_render_wrote_and_a_subset_replaces_only_its_rows(tmp_path):
+    from paperflow.core.plan import merge_rows, readme_rows, render, write_readme_block
+
+    rows = [
+        {"paper": "p", "jobs": 3, "jobs per rule": "train 2, report 1", "GPU jobs": 2, "GPU-hours": 16.0,
+         "CPU-hours": 0.5, "max memory (GB)": 64.0, "unpinned downloads": 1, "unpinned keys": "a.sha256"},
+        {"paper": "q", "jobs": 1, "jobs per rule": "report 1", "GPU jobs": 0, "GPU-hours": 0,
+         "CPU-hours": 0.2, "max memory (GB)": 2.0, "unpinned downloads": 0, "unpinned keys": "-"},
+    ]  # fmt: skip
+    readme = tmp_path / "R.md"
+    readme.write_text(f"x\n{PLAN_BEGIN}\n{PLAN_END}\n")
+    write_readme_block(readme, render(rows, "paper", {"p": {"a.sha256": "none published anywhere we looked"}}))
+    assert readme_rows(readme) == rows
+    q2 = dict(rows[1], jobs=5, **{"jobs per rule": "train 4, report 1"})
+    merged = merge_rows(readme_rows(readme), [q2], ["q", "p", "r"])
+    assert merged == [q2, rows[0]]

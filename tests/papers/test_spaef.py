@@ -645,3 +645,32 @@ def test_paper_download_refuses_unpinned_data(tmp_path):
 
     with pytest.raises(ConfigError, match="sha256 is not set"):
         fetch_all("hocwt", {"matrix": {"url": "https://example.org/m.h5", "sha256": None}}, tmp_path)
+
+
+def test_genept_reads_the_pickle_inside_zenodos_zip_as_from_the_file(tmp_path):
+    import pickle
+    import zipfile
+
+    from paperflow.spaef.embed import genept_lookup
+
+    table = {"A": [1.0, 2.0], "C": [3.0, 4.0]}
+    (tmp_path / "e.pickle").write_bytes(pickle.dumps(table))
+    with zipfile.ZipFile(tmp_path / "e.zip", "w") as archive:
+        archive.writestr("GenePT_emebdding_v2/e.pickle", pickle.dumps(table))
+    plain = genept_lookup(["A", "B", "C"], tmp_path / "e.pickle")
+    zipped = genept_lookup(["A", "B", "C"], tmp_path / "e.zip", "GenePT_emebdding_v2/e.pickle")
+    for a, b in zip(plain, zipped):
+        np.testing.assert_array_equal(a, b)
+    assert zipped[1].tolist() == [True, False, True] and zipped[0][2].tolist() == [3.0, 4.0]
+
+
+def test_an_unpinned_model_file_is_refused_naming_its_own_config_key(tmp_path, monkeypatch):
+    from paperflow.core.download import PIN_ENV
+    from paperflow.spaef.data import fetch_all
+    from paperflow.spaef.settings import model_downloads
+
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    models = model_downloads(load_paper_config("spaef", "paper"))
+    assert models["genept"]["embeddings"]["sha256"].startswith("md5:")  # Zenodo's published md5, labelled
+    with pytest.raises(ConfigError, match=r"embedding\.omiclip\.sha256 is not set"):
+        fetch_all("omiclip", models["omiclip"], tmp_path)

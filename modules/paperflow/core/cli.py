@@ -70,7 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_plan.add_argument("papers", nargs="*", help="slugs (default: every paper)")
     p_plan.add_argument("--scale", default="paper")
-    p_plan.add_argument("--readme", default=None, help="also write the table into this file's plan block")
+    p_plan.add_argument(
+        "--readme",
+        default=None,
+        help="also write the table into this file's plan block (given papers: only their rows change)",
+    )
     p_prof = sub.add_parser(
         "profiles",
         help="link the project's Snakemake profiles (profiles/<name>) where Snakemake looks names up, so that "
@@ -111,7 +115,16 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from paperflow.core.plan import dry_run, parse_dry_run, plan_rows, render, write_readme_block
+    from paperflow.core.plan import (
+        dry_run,
+        merge_rows,
+        parse_dry_run,
+        plan_rows,
+        readme_rows,
+        render,
+        unpinned_reasons,
+        write_readme_block,
+    )
 
     known = available_papers()
     papers = args.papers or known
@@ -120,7 +133,10 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"plan: unknown paper(s) {unknown}; papers: {', '.join(known)}", file=sys.stderr)
         return 2
     root = repo_root()
-    table = render(plan_rows(parse_dry_run(dry_run(root, args.scale, papers)), papers, args.scale, root), args.scale)
+    rows = plan_rows(parse_dry_run(dry_run(root, args.scale, papers)), papers, args.scale, root)
+    if args.readme and args.papers:  # a subset: the README keeps the other papers' rows as they are
+        rows = merge_rows(readme_rows(args.readme), rows, known)
+    table = render(rows, args.scale, unpinned_reasons(root))
     print(table)
     if args.readme:
         changed = write_readme_block(args.readme, table)

@@ -19,14 +19,14 @@ log = logging.getLogger(__name__)
 
 
 def fetch_all(name: str, files: dict[str, dict[str, Any]], cache: str | Path) -> dict[str, Path]:
-    """Every file of a real dataset, each verified against its sha256 from the config or config/locks/spaef.json;
-    an unpinned file stops the run naming `paperflow pin spaef`."""
+    """Every file of a real dataset or model, each verified against its checksum from the config or
+    config/locks/spaef.json; an unpinned file stops the run naming `paperflow pin spaef` and the config key (a spec's
+    `key`, else datasets.<name>.files.<key>.sha256)."""
     paths = {}
     for key, spec in files.items():
         dest = Path(cache) / name / Path(spec["url"]).name
-        paths[key] = pinned_fetch(
-            spec["url"], dest, spec["sha256"], slug="spaef", key=f"datasets.{name}.files.{key}.sha256"
-        )
+        config_key = spec.get("key", f"datasets.{name}.files.{key}.sha256")
+        paths[key] = pinned_fetch(spec["url"], dest, spec["sha256"], slug="spaef", key=config_key)
     return paths
 
 

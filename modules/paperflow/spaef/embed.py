@@ -47,11 +47,20 @@ def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int
     return np.concatenate(out).astype(np.float32)
 
 
-def genept_lookup(genes: Sequence[str], pickle_path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """GenePT embeddings (dict symbol -> 1536-d vector); returns (matrix, has-embedding mask); rows of
-    genes without an embedding are zero and masked out of the gene graph (spec §9)."""
-    with open(pickle_path, "rb") as fh:
-        table = pickle.load(fh)
+def genept_lookup(
+    genes: Sequence[str], pickle_path: str | Path, member: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """GenePT embeddings (dict symbol -> 1536-d vector), from a pickle file or the `member` of a zip (Zenodo's
+    archive); returns (matrix, has-embedding mask); rows of genes without an embedding are zero and masked out of
+    the gene graph (spec §9)."""
+    if member is None:
+        with open(pickle_path, "rb") as fh:
+            table = pickle.load(fh)
+    else:
+        import zipfile
+
+        with zipfile.ZipFile(pickle_path) as archive, archive.open(member) as fh:
+            table = pickle.load(fh)
     dim = len(next(iter(table.values())))
     mask = np.array([g in table for g in genes])
     emb = np.zeros((len(genes), dim), dtype=np.float32)
@@ -93,20 +102,28 @@ def embed_stage(
         spots = encode_sentences(sent["sentence"].tolist(), cfg["batch_size"], device, cfg["sentence_tokens"])
     else:
         spots = encode_omiclip(
-            sent["sentence"].tolist(), fetch_resource(cfg["omiclip"], cache, "omiclip"), cfg["batch_size"], device
+            sent["sentence"].tolist(),
+            fetch_resource({**cfg["omiclip"], "key": "embedding.omiclip.sha256"}, cache, "omiclip"),
+            cfg["batch_size"],
+            device,
         )
     if cfg["gene_model"] == "minilm":
         genes, pairs = gene_texts(adata)
         gene_emb = encode_sentences(genes["text"].tolist(), cfg["batch_size"], device)
         has = np.ones(len(genes), bool)
     else:
-        files = {k: fetch_resource(v, cache, "genept") for k, v in cfg["genept"].items()}
+        files = {
+            k: fetch_resource({**v, "key": f"embedding.genept.{k}.sha256"}, cache, "genept")
+            for k, v in cfg["genept"].items()
+        }
         pairs = read_ggi(files["ggi_text"], files["ggi_labels"])
         extra = sorted(set(pairs.a) | set(pairs.b) - set(adata.var_names))
         genes = pd.DataFrame(
             {"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)}
         )
-        gene_emb, has = genept_lookup(genes["gene"].tolist(), files["embeddings"])
+        gene_emb, has = genept_lookup(
+            genes["gene"].tolist(), files["embeddings"], cfg["genept"]["embeddings"].get("member")
+        )
         pairs = pairs[pairs.a.isin(genes.gene[has]) & pairs.b.isin(genes.gene[has])]
     write_frame(
         out_spots,

@@ -90,9 +90,9 @@ def model_downloads(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
     enc = cfg["embedding"]
     out: dict[str, dict[str, Any]] = {}
     if enc["spot_model"] == "omiclip":
-        out["omiclip"] = {"file": enc["omiclip"]}
+        out["omiclip"] = {"file": {**enc["omiclip"], "key": "embedding.omiclip.sha256"}}
     if enc["gene_model"] == "genept":
-        out["genept"] = dict(enc["genept"])
+        out["genept"] = {k: {**v, "key": f"embedding.genept.{k}.sha256"} for k, v in enc["genept"].items()}
     return out
 
 

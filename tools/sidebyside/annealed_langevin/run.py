@@ -79,8 +79,8 @@ from paperflow.annealed_langevin.sampler import (  # noqa: E402
 )
 from paperflow.core.config import load_paper_config  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spaef"))
-from splice import splice  # noqa: E402  # TODO(kit): tools/sidebyside/splice.py, see notes
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
+from splice import splice  # noqa: E402
 
 OFFICIAL_NAMES = {
     "ula": "ULA",

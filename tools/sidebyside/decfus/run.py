@@ -70,7 +70,7 @@ from paperflow.decfus.simulation import simulate
 from paperflow.decfus.topology import paper_topology
 from paperflow.decfus.training import load_split
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spaef"))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
 from splice import splice  # noqa: E402
 
 NB = paper_topology()

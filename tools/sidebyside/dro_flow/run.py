@@ -62,8 +62,8 @@ from paperflow.dro_flow.evaluation import delta_grid, shift_losses  # noqa: E402
 from paperflow.dro_flow.problems import Problem, make_problem  # noqa: E402
 from paperflow.dro_flow.training import fit  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spaef"))
-from splice import splice  # noqa: E402  # TODO(kit): tools/sidebyside/splice.py, see /work/notes
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
+from splice import splice  # noqa: E402
 
 DATASET = "uls_official"
 METHODS = ["erm", "wrm", "dual", "wgf", "wfr"]

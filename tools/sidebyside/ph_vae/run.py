@@ -54,7 +54,7 @@ from paperflow.ph_vae.evaluation import SAMPLE_SEED_OFFSET, model_metrics, prior
 from paperflow.ph_vae.model import VAE
 from paperflow.ph_vae.training import fit
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spaef"))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
 from splice import splice  # noqa: E402
 
 INITS = ("own init", "shared init")

@@ -41,6 +41,7 @@ from paperflow.spaef.stages import dense, graph_edges
 from paperflow.spaef.training import fit_denoiser
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
 from splice import splice  # noqa: E402
 
 LRS = (1e-3, 3e-3, 1e-2, 3e-2)

@@ -35,6 +35,8 @@ from paperflow.spaef.training import DenoiserTask
 
 sys.path.insert(0, str(Path(__file__).parent))
 from legacy import legacy_model  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
 from splice import splice  # noqa: E402
 
 # name -> (legacy switches or None for the current model, lr or None for the config's, epochs)

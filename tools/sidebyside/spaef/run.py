@@ -44,6 +44,7 @@ from paperflow.spaef.stages import dense, graph_edges
 from paperflow.spaef.training import fit_denoiser
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
 from splice import splice  # noqa: E402
 
 # (name, model sizes, lr, epochs); None = the value of config/spaef.yaml at smoke scale. Both codes run with the
