@@ -149,7 +149,7 @@ SHA_A, SHA_B = "a" * 40, "b" * 40
 
 
 def test_hub_revision_from_the_config_then_the_lock_and_a_branch_is_refused(tmp_path, monkeypatch):
-    from paperflow.core.download import pinned_revision
+    from paperflow.core.hub import pinned_revision
 
     monkeypatch.delenv(PIN_ENV, raising=False)
     assert pinned_revision("org/m", SHA_A, slug="demo", key="model.revision", root=tmp_path) == SHA_A
@@ -164,7 +164,8 @@ def test_hub_revision_from_the_config_then_the_lock_and_a_branch_is_refused(tmp_
 def test_pin_resolves_the_hub_head_once_and_keeps_the_files_section(server, tmp_path, monkeypatch):
     import huggingface_hub
 
-    from paperflow.core.download import pinned_revision, read_lock_revisions
+    from paperflow.core.download import read_lock_revisions
+    from paperflow.core.hub import pinned_revision
 
     url, _ = server
     heads = {"org/m": SHA_A}

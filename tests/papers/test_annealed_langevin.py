@@ -159,10 +159,18 @@ def test_cross_field_config_errors(change, message):
         check(bad(change), "config/annealed_langevin.yaml")
 
 
-def test_paper_scale_downloads_refuse_unpinned_files_with_instructions(tmp_path):
+def test_paper_scale_downloads_are_pinned_and_an_unpinned_one_is_refused(tmp_path, monkeypatch):
+    from paperflow.core.download import PIN_ENV
+
     cfg = load_paper_config("annealed_langevin", "paper")
-    with pytest.raises(UnpinnedDownload, match="sha256sum diffusion_ffhq_10m.pt"):
-        fetch_pinned("weights", cfg["imaging"]["weights"], tmp_path / "diffusion_ffhq_10m.pt")
+    for name in ("weights", "image"):  # the Hub's LFS sha256 at a commit URL, not the moving main
+        assert len(cfg["imaging"][name]["sha256"]) == 64 and "/resolve/main/" not in cfg["imaging"][name]["url"]
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    unpinned = dict(cfg["imaging"]["weights"], sha256=None)
+    with pytest.raises(
+        UnpinnedDownload, match=r"imaging\.weights\.sha256 is not set.*`paperflow pin annealed_langevin`"
+    ):
+        fetch_pinned("weights", unpinned, tmp_path / "diffusion_ffhq_10m.pt")
     assert not (tmp_path / "diffusion_ffhq_10m.pt").exists()
 
 

@@ -191,11 +191,11 @@ def assert_tree_audit_covers_the_report(out: Path) -> None:
 def test_readme_plan_block_is_the_current_plan(scratch):
     """README's generated paper-scale plan equals `paperflow plan --scale paper` on this checkout (same dry run):
     a config or rule change that moves a job, a GPU request or a pin must regenerate it."""
-    from paperflow.core.plan import PLAN_BEGIN, PLAN_END, parse_dry_run, plan_rows, render
+    from paperflow.core.plan import PLAN_BEGIN, PLAN_END, parse_dry_run, plan_rows, render, unpinned_reasons
 
     rows = plan_rows(parse_dry_run(dag_text(scratch, "paper")), available_papers(scratch), "paper", scratch)
     text = (scratch / "README.md").read_text()
     block = text[text.index(PLAN_BEGIN) + len(PLAN_BEGIN) : text.index(PLAN_END)].strip()
-    assert block == render(rows, "paper"), (
+    assert block == render(rows, "paper", unpinned_reasons(scratch)), (
         "README's plan is stale: run `paperflow plan --scale paper --readme README.md`"
     )

@@ -19,7 +19,9 @@ RULE = re.compile(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", re.M)
 
 
 def snakefile(slug: str) -> str:
-    return (ROOT / "workflows" / slug / "Snakefile").read_text()
+    """The paper's rules: its Snakefile and the .smk files beside it (a paper may keep the rules of one scale apart,
+    as lozo_plus does with synthetic.smk and paper.smk)."""
+    return "\n".join(path.read_text() for path in workflow_files(slug))
 
 
 def workflow_files(slug: str) -> list[Path]:

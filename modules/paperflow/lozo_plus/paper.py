@@ -29,7 +29,7 @@ def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Pat
 def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
     """The model's files (`pretrained.files`) at its pinned commit into the cache; `out` (JSON) names the commit and
     the folder, which every later rule loads offline."""
-    from paperflow.core.download import pinned_revision
+    from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
 
     hub = pretrained["hub"]
@@ -45,7 +45,7 @@ def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[
 def download_task(task: str, dataset: Mapping[str, Any], cache: str, outputs: Mapping[str, str]) -> dict[str, int]:
     """A task's HF train and validation parquet shards (only those) at the pinned commit, each split written as one
     parquet file with its origin in the metadata. Returns the rows per split."""
-    from paperflow.core.download import pinned_revision
+    from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
 
     hub, subset = dataset["hub"], dataset["subset"]

@@ -129,7 +129,7 @@ def download_pretrained(
     name: str, revision: str | None, folder: str | Path, allow_patterns=None, repo_type: str = "model"
 ) -> Path:
     """The files of Hub repo `name` (a model, or with repo_type="dataset" a dataset) at pinned `revision` into
-    `folder` (the paper-scale download rule; `paperflow.core.download.pinned_revision` gives the revision from the
+    `folder` (the paper-scale download rule; `paperflow.core.hub.pinned_revision` gives the revision from the
     config or the paper's lock file). The revision is a commit sha, so the bytes fetched are the ones it names."""
     revision = require_pinned(name, revision)
     from huggingface_hub import snapshot_download
