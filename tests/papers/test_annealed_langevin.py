@@ -15,11 +15,12 @@ from paperflow.annealed_langevin.claims import PAPER_FINAL_KL, build_claims
 from paperflow.annealed_langevin.evaluation import curves, final_values
 from paperflow.annealed_langevin.gmm import GMM
 from paperflow.annealed_langevin.imaging import imaging_taus, inpainting_mask, posterior_langevin
-from paperflow.annealed_langevin.imaging_data import UnpinnedDownload, fetch_pinned
+from paperflow.annealed_langevin.imaging_data import fetch_pinned
 from paperflow.annealed_langevin.paths import drift
 from paperflow.annealed_langevin.sampler import build_grid, sample_path
 from paperflow.annealed_langevin.settings import check
 from paperflow.core.config import ConfigError, load_paper_config, read_yaml, repo_root, validate
+from paperflow.core.download import UnpinnedDownload
 
 SEEDS = [0, 1, 2]
 VARIANTS = {"tempering": "canonical", "dilation": "code", "score": "stable"}  # the drifts under test

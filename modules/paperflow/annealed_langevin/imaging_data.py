@@ -6,9 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paperflow.core.download import UnpinnedDownload, pinned_fetch
-
-__all__ = ["UnpinnedDownload", "fetch_pinned"]
+from paperflow.core.download import pinned_fetch
 
 
 def fetch_pinned(name: str, source: Mapping[str, Any], dest: str | Path) -> Path:

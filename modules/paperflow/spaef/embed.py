@@ -18,7 +18,8 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.lm.encoders import encode_sentences
-from paperflow.spaef.settings import known_keys
+from paperflow.spaef.data import fetch_all
+from paperflow.spaef.settings import embedding_downloads, known_keys
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,13 @@ def embed_stage(
     adata = ad.read_h5ad(proc)
     sent, _ = read_frame(sentences)
     device = cfg["device"]
+    downloads = embedding_downloads(cfg)
     if cfg["spot_model"] == "minilm":
         spots = encode_sentences(sent["sentence"].tolist(), cfg["batch_size"], device, cfg["sentence_tokens"])
     else:
         spots = encode_omiclip(
             sent["sentence"].tolist(),
-            fetch_resource({**cfg["omiclip"], "key": "embedding.omiclip.sha256"}, cache, "omiclip"),
+            fetch_all("omiclip", downloads["omiclip"], cache)["file"],
             cfg["batch_size"],
             device,
         )
@@ -112,10 +114,7 @@ def embed_stage(
         gene_emb = encode_sentences(genes["text"].tolist(), cfg["batch_size"], device)
         has = np.ones(len(genes), bool)
     else:
-        files = {
-            k: fetch_resource({**v, "key": f"embedding.genept.{k}.sha256"}, cache, "genept")
-            for k, v in cfg["genept"].items()
-        }
+        files = fetch_all("genept", downloads["genept"], cache)
         pairs = read_ggi(files["ggi_text"], files["ggi_labels"])
         extra = sorted(set(pairs.a) | set(pairs.b) - set(adata.var_names))
         genes = pd.DataFrame(
@@ -138,12 +137,6 @@ def embed_stage(
     )
     write_frame(out_ggi, pairs.reset_index(drop=True))
     return {"spot_dim": int(spots.shape[1]), "gene_dim": int(gene_emb.shape[1]), "n_ggi_pairs": int(len(pairs))}
-
-
-def fetch_resource(spec: Mapping[str, Any], cache: str, name: str) -> Path:
-    from paperflow.spaef.data import fetch_all
-
-    return fetch_all(name, {"file": dict(spec)}, cache)["file"]
 
 
 def read_ggi(text: Path, labels: Path) -> pd.DataFrame:

@@ -85,9 +85,14 @@ def seeds_of(cfg: dict[str, Any], sample: str) -> list[int]:
 
 
 def model_downloads(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`embedding_downloads` of the paper's whole config."""
+    return embedding_downloads(cfg["embedding"])
+
+
+def embedding_downloads(enc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The language-model files the embed stage reads (paper scale: the OmiCLIP checkpoint, GenePT's
-    embeddings and GGI split), as {cache folder: {key: {url, sha256}}}; none for the MiniLM stand-in."""
-    enc = cfg["embedding"]
+    embeddings and GGI split) of the `embedding` block, as {cache folder: {key: {url, sha256, key}}} where `key`
+    names the file's checksum in the config; none for the MiniLM stand-in."""
     out: dict[str, dict[str, Any]] = {}
     if enc["spot_model"] == "omiclip":
         out["omiclip"] = {"file": {**enc["omiclip"], "key": "embedding.omiclip.sha256"}}
