@@ -5,6 +5,7 @@ config errors."""
 from __future__ import annotations
 
 import copy
+import re
 
 import anndata as ad
 import numpy as np
@@ -674,3 +675,59 @@ def test_an_unpinned_model_file_is_refused_naming_its_own_config_key(tmp_path, m
     assert models["genept"]["embeddings"]["sha256"].startswith("md5:")  # Zenodo's published md5, labelled
     with pytest.raises(ConfigError, match=r"embedding\.omiclip\.sha256 is not set"):
         fetch_all("omiclip", models["omiclip"], tmp_path)
+
+
+def _write_10x_h5(path, barcodes, genes, counts):
+    """A minimal Cell Ranger v3 filtered_feature_bc_matrix.h5 (CSC, genes x spots), the layout scanpy reads."""
+    import h5py
+    import scipy.sparse as sp
+
+    csc = sp.csc_matrix(np.asarray(counts, dtype=np.int32).T)
+    with h5py.File(path, "w") as f:
+        m = f.create_group("matrix")
+        m["barcodes"] = np.array(barcodes, dtype="S")
+        m["data"], m["indices"], m["indptr"] = csc.data, csc.indices.astype(np.int64), csc.indptr.astype(np.int64)
+        m["shape"] = np.array(csc.shape, dtype=np.int32)
+        feats = m.create_group("features")
+        feats["id"] = np.array([f"ENSG{i}" for i in range(len(genes))], dtype="S")
+        feats["name"] = np.array(genes, dtype="S")
+        feats["feature_type"] = np.array(["Gene Expression"] * len(genes), dtype="S")
+        feats["genome"] = np.array(["GRCh38"] * len(genes), dtype="S")
+
+
+def test_a_dlpfc_section_reads_from_the_10x_matrix_humanpilots_positions_and_its_layer_map(tmp_path):
+    """Paper scale's DLPFC files as published: the bucket's 10x HDF5, HumanPilot's headerless
+    tissue_positions_list.txt and its all-sections barcode_level_layer_map.tsv, fetched by sha256 from file:// URLs."""
+    import hashlib
+
+    from paperflow.spaef.data import acquire
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _write_10x_h5(src / "m.h5", ["A-1", "B-1", "C-1"], ["G1", "G2"], [[1, 0], [2, 3], [0, 4]])
+    (src / "tissue_positions_list.txt").write_text("D-1,0,0,0,9,9\nC-1,1,0,2,30,40\nA-1,1,0,0,10,20\nB-1,1,1,1,15,25\n")
+    (src / "layers.tsv").write_text("A-1\t151507\tL1\nA-1\t151673\tL3\nC-1\t151673\tWM\nB-1\t151507\tL2\n")
+    files = {
+        key: {"url": (src / name).as_uri(), "sha256": hashlib.sha256((src / name).read_bytes()).hexdigest()}
+        for key, name in (("matrix", "m.h5"), ("spatial", "tissue_positions_list.txt"), ("labels", "layers.tsv"))
+    }
+    files["labels"]["sample"] = "151673"
+    adata = acquire("dlpfc", {"kind": "visium", "files": files}, 0, tmp_path / "cache")
+    assert adata.obs_names.tolist() == ["A-1", "C-1"]  # B-1 has a label only in another section: dropped
+    assert adata.obs["domain"].astype(str).tolist() == ["L3", "WM"]
+    np.testing.assert_array_equal(adata.obsm["spatial"], [[20.0, 10.0], [40.0, 30.0]])  # (pxl_col, pxl_row)
+    np.testing.assert_array_equal(adata.X.toarray(), [[1, 0], [0, 4]])
+
+    files["labels"]["sample"] = "151999"
+    with pytest.raises(ValueError, match=r"no rows for sample '151999'; samples present: \['151507', '151673'\]"):
+        acquire("dlpfc", {"kind": "visium", "files": files}, 0, tmp_path / "cache")
+
+
+def test_paper_dlpfc_positions_and_labels_are_pinned_at_a_humanpilot_commit():
+    files = load_paper_config("spaef", "paper")["datasets"]["dlpfc151673"]["files"]
+    for key in ("spatial", "labels"):
+        assert re.fullmatch(
+            r"https://raw\.githubusercontent\.com/LieberInstitute/HumanPilot/[0-9a-f]{40}/10X/.+", files[key]["url"]
+        )
+        assert re.fullmatch(r"[0-9a-f]{64}", files[key]["sha256"])
+    assert files["labels"]["sample"] == "151673" and "/151673/" in files["spatial"]["url"]
