@@ -555,3 +555,14 @@ def test_uls_training_does_not_import_torch_dynamo():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo_root(), check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_an_unpinned_cifar_source_is_refused_naming_its_full_config_key(tmp_path, monkeypatch):
+    from paperflow.core.config import ConfigError
+    from paperflow.core.download import PIN_ENV
+    from paperflow.dro_flow.cifar import fetch_sources
+
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    spec = dict(load_paper_config("dro_flow", "paper")["datasets"]["cifar10"]["data"], images_sha256=None)
+    with pytest.raises(ConfigError, match=r"datasets\.cifar10\.data\.images_sha256 is not set.*paperflow pin dro_flow"):
+        fetch_sources(spec, tmp_path / "i.tar.gz", tmp_path / "w.pth", "datasets.cifar10.data")

@@ -13,13 +13,15 @@ from paperflow.core.download import pinned_fetch
 log = logging.getLogger(__name__)
 
 
-def fetch_sources(spec: dict[str, Any], images_out: str | Path, weights_out: str | Path) -> None:
+def fetch_sources(spec: dict[str, Any], images_out: str | Path, weights_out: str | Path, key_prefix: str) -> None:
+    """Both files, each verified against its pinned checksum; an unpinned one is refused naming its config key
+    `<key_prefix>.<images|weights>_sha256` (e.g. datasets.cifar10.data.images_sha256) and `paperflow pin dro_flow`."""
     for url_key, sha_key, out in (
         ("images_url", "images_sha256", images_out),
         ("weights_url", "weights_sha256", weights_out),
     ):
         url, sha = spec[url_key], spec[sha_key]
         dest = Path(out).with_suffix(Path(out).suffix + ".download")
-        path = pinned_fetch(url, dest, sha, slug="dro_flow", key=f"data.{sha_key}")
+        path = pinned_fetch(url, dest, sha, slug="dro_flow", key=f"{key_prefix}.{sha_key}")
         shutil.move(str(path), out)
         log.info("fetched %s -> %s", url, out)
