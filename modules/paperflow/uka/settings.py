@@ -8,6 +8,7 @@ from paperflow.core.config import ConfigError, require_choices
 
 GATED = ("standard", "principles", "uka")  # the methods the gated claims compare, in both worlds
 TRAINED_BY = {"uka_no_belief_test": "uka"}  # a method evaluated with another method's memory
+PAPER_KEYS = ("data", "pretrained", "server", "llm", "critic", "tom", "win_rate")  # source.kind esconv
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -19,6 +20,14 @@ def check(cfg: dict[str, Any], source: str) -> None:
         if method in cfg["methods"] and trainer not in cfg["methods"]:
             raise ConfigError(
                 f"{source}: method {method!r} is evaluated with {trainer!r}'s memory; add {trainer!r} to methods"
+            )
+    if cfg["source"]["kind"] == "esconv":
+        missing = [k for k in PAPER_KEYS if k not in cfg]
+        if missing:
+            raise ConfigError(f"{source}: source.kind esconv (paper scale) needs the keys {missing}")
+        if cfg["win_rate"]["reference"] not in cfg["methods"]:
+            raise ConfigError(
+                f"{source}: win_rate.reference {cfg['win_rate']['reference']!r} is not one of methods {cfg['methods']}"
             )
     if cfg["training"]["budget_turns"] < cfg["training"]["dialogues"]:
         raise ConfigError(

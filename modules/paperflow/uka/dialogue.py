@@ -1,0 +1,333 @@
+"""UKA's paper-scale dialogues: one open LLM plays the supporter (realising the planner's strategy), the help-seeker
+(an ESConv case), the critic (PPDPP's four verdicts, l samples, the keyword parse of `needworld.critic_reward`),
+the feedback reader (the seeker's reply as one of NeedWorld's feedback classes, which the ToM belief observes), the
+theory-of-mind model (the likelihood L~[need, strategy, feedback] elicited from the LLM) and the pairwise judge.
+
+The planners are the smoke scale's (`agents.Agent`): PRINCIPLES-like draws from the strategy prior reweighted by
+retrieved principles, UKA scores strategies by EIG and retrieved rewards under its belief; `standard` is the LLM
+with no strategy instruction at all. Every request carries a seed derived from (seed, case, turn, attempt, role),
+so a rerun against the same server asks the same questions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from paperflow.uka import agents as ag
+from paperflow.uka import belief as bf
+from paperflow.uka import esconv
+from paperflow.uka import needworld as nw
+from paperflow.uka.llm import ChatClient
+from paperflow.uka.memory import Embeddings
+
+log = logging.getLogger(__name__)
+
+# what the supporter is asked to do for each ESConv strategy (after PPDPP's ESConvAct, in our words)
+STRATEGY_ACT = {
+    "Question": "Ask the seeker to say more about what they just described.",
+    "Restatement or Paraphrasing": "Restate in your own words what the seeker just said.",
+    "Reflection of feelings": "Name and acknowledge the feelings the seeker is expressing.",
+    "Self-disclosure": "Share a brief, relevant experience of your own.",
+    "Affirmation and Reassurance": "Affirm the seeker's strengths and reassure them.",
+    "Providing Suggestions": "Suggest something concrete the seeker could do.",
+    "Information": "Give factual information that helps with the seeker's situation.",
+    "Others": "Chat with the seeker warmly.",
+}
+FEEDBACK_DEFINITION = {
+    "elaborates": "tells more about their problem or feelings",
+    "agrees": "agrees with or accepts what the supporter said",
+    "pushes_back": "disagrees, rejects or resists what the supporter said",
+    "asks_help": "asks the supporter for help, advice or information",
+    "short": "gives a short or non-committal answer",
+}
+NEED_DEFINITION = {
+    "validation": "to have their feelings validated",
+    "understanding": "to feel understood",
+    "advice": "practical advice on what to do",
+    "information": "information about their situation",
+}
+# the critic's instruction and its four verdict sentences (PPDPP's ESConv critic; the parse is by keyword)
+CRITIC_SYSTEM = (
+    "Given a conversation between a Supporter and a Seeker, assess whether the Seeker's emotional issue has been "
+    "solved after the conversation."
+)
+CRITIC_CHOICES = (
+    "No, the Seeker feels worse. No, the Seeker feels the same. No, but the Seeker feels better. "
+    "Yes, the Seeker's issue has been solved."
+)
+SEEKER_OPENING = "Hi, what would you like to talk about today?"  # as PPDPP's "Now tell me your issue."
+ROLE_IDS = {"supporter": 1, "seeker": 2, "critic": 3, "feedback": 4, "tom": 5, "judge": 6}
+SPEAKER = {"supporter": "Supporter", "seeker": "Seeker"}
+
+
+def request_seed(*parts: int) -> int:
+    """A request's sampling seed from integer parts (seed, case, turn, attempt, role id)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def first_class(text: str, names: Sequence[str]) -> int:
+    """The index of the name (of `names`) that occurs first in the lowercased text, -1 when none does."""
+    low = text.lower().replace("-", "_").replace(" ", "_")
+    hits = [(low.find(n), i) for i, n in enumerate(names) if n in low]
+    return min(hits)[1] if hits else -1
+
+
+def transcript_text(history: Sequence[Mapping[str, str]]) -> str:
+    return " ".join(f"{SPEAKER[t['role']]}: {t['content']}" for t in history)
+
+
+@dataclass
+class Roles:
+    """The LLM roles of one job: one client, the sampling settings of each role (`llm` config block)."""
+
+    client: ChatClient
+    llm: Mapping[str, Mapping[str, Any]]
+
+    def _ask(self, role: str, messages: list[dict[str, str]], seed: int, n: int = 1) -> list[str]:
+        cfg = self.llm[role]
+        return self.client.chat(messages, temperature=cfg["temperature"], max_tokens=cfg["max_tokens"], n=n, seed=seed)
+
+    def supporter(self, history: Sequence[Mapping[str, str]], strategy: int, seed: int) -> str:
+        """The supporter's next utterance; strategy -1 (Standard) gives no strategy instruction."""
+        act = "" if strategy < 0 else " " + STRATEGY_ACT[nw.STRATEGIES[strategy]]
+        system = (
+            "You are a supporter in an emotional-support conversation. Help the seeker reduce their emotional "
+            f"distress and work through their challenges. Reply with one short sentence.{act}"
+        )
+        chat = [{"role": "user" if t["role"] == "seeker" else "assistant", "content": t["content"]} for t in history]
+        return self._ask("supporter", [{"role": "system", "content": system}, *chat], seed)[0].strip()
+
+    def seeker(self, case: Mapping[str, Any], history: Sequence[Mapping[str, str]], seed: int) -> str:
+        system = (
+            f"You play a help-seeker in an emotional-support conversation. You feel {case['emotion']} about "
+            f"{case['problem']}. Your situation: {case['situation']} Reply to the supporter with one short sentence."
+        )
+        chat = [{"role": "user" if t["role"] == "supporter" else "assistant", "content": t["content"]} for t in history]
+        opening = {"role": "user", "content": SEEKER_OPENING}  # the history starts with the seeker's own turn
+        return self._ask("seeker", [{"role": "system", "content": system}, opening, *chat], seed)[0].strip()
+
+    def critic(self, case: Mapping[str, Any], history: Sequence[Mapping[str, str]], samples: int, seed: int):
+        """(the `samples` verdict texts, r_t = their keyword-parsed mean: spec section 2.1)."""
+        user = (
+            f"You can only reply with one of the following sentences: {CRITIC_CHOICES}\n\nThe following is a "
+            f"conversation about {case['emotion']} regarding {case['problem']}: {transcript_text(history)}\n"
+            "Question: Has the Seeker's issue been solved? Answer: "
+        )
+        texts = self._ask("critic", [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": user}],
+                          seed, n=samples)  # fmt: skip
+        return texts, nw.critic_reward(texts)
+
+    def feedback(self, history: Sequence[Mapping[str, str]], seed: int) -> int:
+        """The class (index into nw.FEEDBACK) of the seeker's last reply, -1 when the answer names none."""
+        classes = "; ".join(f"{k}: the seeker {v}" for k, v in FEEDBACK_DEFINITION.items())
+        user = (
+            f"Conversation: {transcript_text(history[-2:])}\nClassify the Seeker's last reply as exactly one of "
+            f"these labels ({classes}). Answer with the label only."
+        )
+        return first_class(self._ask("feedback", [{"role": "user", "content": user}], seed)[0], nw.FEEDBACK)
+
+    def tom_sample(self, need: int, strategy: int, samples: int, seed: int) -> list[int]:
+        """`samples` predicted feedback classes of a seeker who wants `need` to a supporter using `strategy`."""
+        s = nw.STRATEGIES[strategy]
+        classes = "; ".join(f"{k}: the seeker {v}" for k, v in FEEDBACK_DEFINITION.items())
+        user = (
+            f"A help-seeker in an emotional-support conversation mainly wants {NEED_DEFINITION[nw.NEEDS[need]]}. The "
+            f"supporter's last turn used the strategy '{s}' ({STRATEGY_ACT[s]}). How does the seeker most likely "
+            f"reply? Choose one label ({classes}). Answer with the label only."
+        )
+        return [
+            first_class(t, nw.FEEDBACK) for t in self._ask("tom", [{"role": "user", "content": user}], seed, samples)
+        ]
+
+    def judge(self, case: Mapping[str, Any], a: Sequence[Mapping[str, str]], b: Sequence[Mapping[str, str]], seed: int):
+        """'A', 'B' or None (an answer that starts with neither)."""
+        user = (
+            f"Two supporters talked with the same help-seeker, who feels {case['emotion']} about {case['problem']}."
+            f"\nConversation A: {transcript_text(a)}\nConversation B: {transcript_text(b)}\n"
+            "Which supporter helped the seeker more? Answer with A or B only."
+        )
+        answer = self._ask("judge", [{"role": "user", "content": user}], seed)[0].strip().upper()
+        return answer[0] if answer[:1] in ("A", "B") else None
+
+
+def elicit_tom(roles: Roles, samples: int, seed: int) -> dict[str, Any]:
+    """The ToM likelihood L~[need, strategy, feedback]: `samples` LLM predictions per (need, strategy), add-one
+    smoothed (a row whose answers all fail to parse is uniform). Returns the table, the counts and the unparsed."""
+    Z, S, U = len(nw.NEEDS), len(nw.STRATEGIES), len(nw.FEEDBACK)
+    counts, unparsed = np.zeros((Z, S, U)), 0
+    for z in range(Z):
+        for s in range(S):
+            for u in roles.tom_sample(z, s, samples, request_seed(seed, z, s, 0, ROLE_IDS["tom"])):
+                if u < 0:
+                    unparsed += 1
+                else:
+                    counts[z, s, u] += 1
+    likelihood = (counts + 1) / (counts + 1).sum(axis=-1, keepdims=True)
+    return {"likelihood": likelihood.tolist(), "counts": counts.tolist(), "unparsed": unparsed, "samples": samples}
+
+
+def paper_likelihood(tom: Mapping[str, Any], method: str) -> np.ndarray:
+    """The agent's L~ at paper scale: the elicited table, need-permuted for the permuted-ToM arm."""
+    table = np.asarray(tom["likelihood"], dtype=float)
+    return bf.permute_needs(table) if method == "uka_permuted_tom" else table
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The situation axes of the cases: index a (turn, case, last feedback) into the embedded vocabulary."""
+
+    emotions: list[str]
+    problems: list[str]
+
+    def index(self, turn: int, case: Mapping[str, Any], last: int) -> np.ndarray:
+        return np.atleast_1d(
+            esconv.situation_index(
+                nw.phase_of(turn),
+                self.emotions.index(case["emotion"]),
+                self.problems.index(case["problem"]),
+                last,
+                len(self.emotions),
+                len(self.problems),
+            )
+        )
+
+
+def make_agent(method: str, settings: ag.Settings, tom: Mapping[str, Any], emb: Embeddings, memory=None):
+    """The planner of `method` (None for standard: the LLM alone)."""
+    if method == "standard":
+        return None
+    return ag.Agent(method, settings, paper_likelihood(tom, method), emb, memory)
+
+
+def _turn(roles: Roles, case, history, strategy: int, critic_samples: int, seeds: Sequence[int]):
+    """One simulated turn after `history`: (supporter text, seeker text, critic texts, reward, feedback class)."""
+    said = roles.supporter(history, strategy, request_seed(*seeds, ROLE_IDS["supporter"]))
+    after = [*history, {"role": "supporter", "content": said}]
+    reply = roles.seeker(case, after, request_seed(*seeds, ROLE_IDS["seeker"]))
+    after = [*after, {"role": "seeker", "content": reply}]
+    verdicts, reward = roles.critic(case, after, critic_samples, request_seed(*seeds, ROLE_IDS["critic"]))
+    feedback = roles.feedback(after, request_seed(*seeds, ROLE_IDS["feedback"]))
+    return said, reply, verdicts, reward, feedback
+
+
+def run_case(roles: Roles, agent, axes: Axes, case: Mapping[str, Any], settings: ag.Settings, success: float,
+             seed: int) -> tuple[dict, list[dict], dict]:  # fmt: skip
+    """One test dialogue (no backtracking): ends when r_t >= `success` or after `settings.turns` turns. Returns
+    (the case's row, its turn rows, its transcript)."""
+    rng = np.random.default_rng([int(seed), int(case["case"]), 7])
+    history = [{"role": "seeker", "content": case["first_user"]}]
+    b, last, done, rows = bf.uniform(1, len(nw.NEEDS)), nw.NO_FEEDBACK, False, []
+    entropy_t3 = np.nan
+    for t in range(settings.turns):
+        u = rng.random(1)
+        s = -1 if agent is None else int(agent.choose_test(b, axes.index(t, case, last), u)[0])
+        said, reply, verdicts, reward, fb = _turn(roles, case, history, s, settings.critic_samples,
+                                                  (seed, case["case"], t, 0))  # fmt: skip
+        history += [{"role": "supporter", "content": said, "strategy": s}, {"role": "seeker", "content": reply}]
+        if agent is not None and fb >= 0:
+            b = bf.update(b, agent.likelihood, [s], [fb])
+        last = fb if fb >= 0 else nw.NO_FEEDBACK
+        done = reward >= success
+        rows.append({"case": int(case["case"]), "turn": t, "strategy": s, "feedback": fb, "reward": reward,
+                     "entropy": float(bf.entropy(b)[0]) if agent is not None else np.nan, "verdicts": verdicts})  # fmt: skip
+        if t == 2:
+            entropy_t3 = rows[-1]["entropy"]
+        if done:
+            break
+    if agent is not None and np.isnan(entropy_t3):
+        entropy_t3 = float(bf.entropy(b)[0])
+    summary = {"case": int(case["case"]), "success": bool(done), "turns": len(rows) if done else settings.turns,
+               "final_reward": rows[-1]["reward"], "entropy_t3": entropy_t3}  # fmt: skip
+    return summary, rows, {"case": int(case["case"]), "history": history}
+
+
+def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float, seed: int,
+             concurrency: int) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
+    """Every test case's dialogue, `concurrency` at a time (the planner is read-only at test): (per case, per
+    turn, transcripts), in case order."""
+    records = cases.to_dict("records")
+    with ThreadPoolExecutor(max_workers=max(int(concurrency), 1)) as pool:
+        results = list(pool.map(lambda c: run_case(roles, agent, axes, c, settings, success, seed), records))
+    per_case = pd.DataFrame([r[0] for r in results])
+    per_turn = pd.DataFrame([row for r in results for row in r[1]])
+    return per_case, per_turn, [r[2] for r in results]
+
+
+def acquire(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float,
+            seed: int) -> pd.DataFrame:  # fmt: skip
+    """Self-play knowledge acquisition on the training cases, as `agents.acquire` at smoke scale: a turn whose
+    critic reward does not beat the previous one is revised (the seeker never saw it) up to `max_revisions` times,
+    the budget counts every simulated turn, and a winning attempt writes the memory. One dialogue after another:
+    each uses what the earlier ones wrote. Returns one row per simulated attempt."""
+    rng = np.random.default_rng([int(seed), 11])
+    rows, budget = [], settings.budget_turns
+    for i, case in enumerate(cases.head(settings.dialogues).to_dict("records")):
+        if budget <= 0:
+            break
+        history = [{"role": "seeker", "content": case["first_user"]}]
+        b, last, r_prev = bf.uniform(1, len(nw.NEEDS)), nw.NO_FEEDBACK, ag.R_START
+        for t in range(settings.turns):
+            if budget <= 0:
+                break
+            sit = axes.index(t, case, last)
+            tried, attempts = [], []
+            for attempt in range(settings.max_revisions + 1):
+                s = agent.choose_train(b, sit, tried, float(rng.random()))
+                said, reply, _, reward, fb = _turn(roles, case, history, s, settings.critic_samples,
+                                                   (seed, 100000 + i, t, attempt))  # fmt: skip
+                budget -= 1
+                b_after = bf.update(b, agent.likelihood, [s], [fb]) if fb >= 0 else b
+                won = reward > r_prev
+                attempts.append((s, _Out(reward), b_after, said, reply, fb))
+                rows.append({"dialogue": i, "case": int(case["case"]), "turn": t, "attempt": attempt, "strategy": s,
+                             "reward": reward, "won": won, "success": reward >= success, "feedback": fb,
+                             "inferred_need": int(b_after[0].argmax())})  # fmt: skip
+                if won or budget <= 0:
+                    break
+                tried.append(s)
+            if rows[-1]["won"]:
+                ag._write(agent, int(sit[0]), [a[:3] for a in attempts])
+            s, out, b, said, reply, fb = attempts[-1]
+            history += [{"role": "supporter", "content": said, "strategy": s}, {"role": "seeker", "content": reply}]
+            last, r_prev = (fb if fb >= 0 else nw.NO_FEEDBACK), out.value
+            if out.value >= success:
+                break
+    return pd.DataFrame(rows)
+
+
+class _Out:
+    """The reward of an attempt in the shape `agents._write` reads (`out.reward[0]`)."""
+
+    def __init__(self, value: float):
+        self.value = float(value)
+        self.reward = np.array([self.value])
+
+
+def win_rates(roles: Roles, cases: pd.DataFrame, mine: Sequence[Mapping], theirs: Sequence[Mapping], seed: int,
+              concurrency: int) -> pd.DataFrame:  # fmt: skip
+    """Per test case, the judge's preference for `mine` over `theirs`, asked in both orders (position bias): 1 when
+    both answers prefer mine, 0 when both prefer theirs, 0.5 when they split (a tie counts half); an order whose
+    answer names neither is left out, NaN when both are."""
+    by_case = {int(c["case"]): c for c in cases.to_dict("records")}
+    a_of, b_of = {t["case"]: t["history"] for t in mine}, {t["case"]: t["history"] for t in theirs}
+    if set(a_of) != set(b_of):
+        raise ValueError(f"the two methods' transcripts cover different cases: {sorted(set(a_of) ^ set(b_of))[:5]}")
+
+    def one(case_id: int) -> dict:
+        case = by_case[case_id]
+        first = roles.judge(case, a_of[case_id], b_of[case_id], request_seed(seed, case_id, 0, 0, ROLE_IDS["judge"]))
+        second = roles.judge(case, b_of[case_id], a_of[case_id], request_seed(seed, case_id, 0, 1, ROLE_IDS["judge"]))
+        votes = [v for v in (None if first is None else first == "A", None if second is None else second == "B")
+                 if v is not None]  # fmt: skip
+        return {"case": case_id, "first": first, "second": second,
+                "win": float(np.mean(votes)) if votes else np.nan}  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=max(int(concurrency), 1)) as pool:
+        return pd.DataFrame(list(pool.map(one, sorted(a_of))))

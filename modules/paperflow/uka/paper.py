@@ -1,0 +1,172 @@
+"""UKA's paper-scale stages with their files (source.kind esconv), one function per rule of workflows/uka/paper.smk.
+
+download_data(data, outputs)          ESConv, PPDPP's train / test split files, each by its pinned sha256
+download_model(pretrained, cache, out) the backbone's Hub snapshot at its pinned commit (JSON: hub, revision, folder)
+preprocess(raw, embedding, outs)      the cases of both splits, and the situation vocabulary embedded (MiniLM)
+tom(...)                              the LLM's theory-of-mind likelihood L~[need, strategy, feedback]
+train(method, ...)                    self-play knowledge acquisition on the training cases -> memory + attempts
+evaluate(method, ...)                 the test dialogues -> per case, per turn, transcripts
+win_rate(method, ...)                 the LLM judge on the paired test transcripts of `method` and the reference
+
+Every LLM stage runs inside `backbone(...)`: the job's own vLLM server on its GPU (or `server.base_url`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from paperflow.core.io import read_frame, write_frame
+from paperflow.uka import agents as ag
+from paperflow.uka import dialogue as dl
+from paperflow.uka import esconv
+from paperflow.uka.llm import ChatClient, served, vllm_command
+from paperflow.uka.memory import memory_from_frame
+
+log = logging.getLogger(__name__)
+SLUG = "uka"
+SPLITS = ("train", "test")
+
+
+def download_data(data: Mapping[str, Any], outputs: Mapping[str, str]) -> dict[str, int]:
+    """Each split file of `data` (url + sha256, else the lock file's) fetched to its output; the dialogues per split."""
+    from paperflow.core.download import pinned_fetch
+
+    counts = {}
+    for split in SPLITS:
+        spec = data[split]
+        pinned_fetch(spec["url"], outputs[split], spec.get("sha256"), slug=SLUG, key=f"data.{split}.sha256")
+        counts[split] = sum(1 for line in Path(outputs[split]).read_text().splitlines() if line.strip())
+    return counts
+
+
+def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
+    """The backbone's files (`pretrained.files`) at its pinned commit into the cache; `out` (JSON) names the commit
+    and the folder, which the server of every LLM job loads."""
+    from paperflow.core.hub import pinned_revision
+    from paperflow.core.lm.models import download_pretrained
+
+    hub = pretrained["hub"]
+    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
+    folder = Path(cache) / "models" / hub / revision
+    download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
+    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def preprocess(raw: Mapping[str, str], embedding: Mapping[str, Any], out_cases: str, out_embeddings: str,
+               encode=None) -> pd.DataFrame:  # fmt: skip
+    """Both splits' cases as one table, and the embedded situation vocabulary (`encode` overrides the encoder)."""
+    cases = pd.concat([esconv.read_cases(raw[s], s) for s in SPLITS], ignore_index=True)
+    write_frame(out_cases, cases, {"source": "esconv"})
+    write_frame(out_embeddings, esconv.embed_vocabulary(cases, dict(embedding), encode), {"encoder": embedding["kind"]})
+    return cases
+
+
+@contextmanager
+def backbone(pretrained_json: str, cfg: Mapping[str, Any], log_path: str) -> Iterator[ChatClient]:
+    """The job's LLM client: the config's `server.base_url`, else a vLLM server on this job's GPUs started here.
+    `pretrained.device: cuda` makes a job that sees no GPU fail naming that key before anything starts."""
+    server, pretrained = cfg["server"], cfg["pretrained"]
+    command = None
+    if not server.get("base_url"):
+        from paperflow.core.device import pick
+
+        pick(pretrained["device"], key="uka pretrained.device")
+        folder = json.loads(Path(pretrained_json).read_text())["folder"]
+        command = vllm_command(folder, server, cfg["resources"]["gpus"], pretrained["dtype"])
+    with served(command, server, log_path) as client:
+        yield client
+
+
+def _cases(path: str, split: str) -> pd.DataFrame:
+    frame = read_frame(path)[0]
+    out = frame[frame["split"] == split].sort_values("case").reset_index(drop=True)
+    if out.empty:
+        raise ValueError(f"{path}: no {split} cases; rerun preprocess")
+    return out
+
+
+def _setting(cases_path: str, embeddings_path: str, cfg: Mapping[str, Any]):
+    cases = read_frame(cases_path)[0]
+    emb = esconv.embeddings_from_frame(read_frame(embeddings_path)[0], cases)
+    emotions, problems = esconv.vocabulary(cases)
+    return ag.Settings.from_config(cfg), emb, dl.Axes(emotions, problems)
+
+
+def tom(client: ChatClient, cfg: Mapping[str, Any], out: str) -> dict[str, Any]:
+    """The elicited ToM likelihood as JSON (table, counts, unparsed answers)."""
+    doc = dl.elicit_tom(dl.Roles(client, cfg["llm"]), int(cfg["tom"]["samples"]), int(cfg["seeds"][0]))
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def train(client: ChatClient, method: str, cases: str, embeddings: str, tom_json: str, cfg: Mapping[str, Any],
+          seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """`method`'s knowledge acquisition per seed on the training cases: (memory rows, attempt rows), with seeds."""
+    settings, emb, axes = _setting(cases, embeddings, cfg)
+    train_cases, tom_doc = _cases(cases, "train"), json.loads(Path(tom_json).read_text())
+    if len(train_cases) < settings.dialogues:
+        raise ValueError(f"{len(train_cases)} training cases for training.dialogues = {settings.dialogues}")
+    roles, memories, attempts = dl.Roles(client, cfg["llm"]), [], []
+    for seed in seeds:
+        agent = dl.make_agent(method, settings, tom_doc, emb, ag.new_memory(method))
+        rows = dl.acquire(roles, agent, axes, train_cases, settings, float(cfg["critic"]["success_reward"]), seed)
+        memories.append(agent.memory.frame().assign(seed=seed))
+        attempts.append(rows.assign(seed=seed, method=method))
+        log.info("%s seed %d: %d attempts, %d memory entries", method, seed, len(rows), len(agent.memory))
+    return pd.concat(memories, ignore_index=True), pd.concat(attempts, ignore_index=True)
+
+
+def evaluate(client: ChatClient, method: str, cases: str, embeddings: str, tom_json: str, memory: str | None,
+             cfg: Mapping[str, Any], seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
+    """`method`'s test dialogues per seed: (per case, per turn, transcripts), each with seed and method."""
+    settings, emb, axes = _setting(cases, embeddings, cfg)
+    test_cases, tom_doc = _cases(cases, "test"), json.loads(Path(tom_json).read_text())
+    mem_frame = read_frame(memory)[0] if memory else None
+    roles, per_case, per_turn, transcripts = dl.Roles(client, cfg["llm"]), [], [], []
+    for seed in seeds:
+        mem = None
+        if mem_frame is not None:
+            # no entry at all: self-play never won a turn (possible with an LLM critic); the memory is empty
+            mem = memory_from_frame(mem_frame[mem_frame["seed"] == seed]) or ag.new_memory(method)
+            if not len(mem):
+                log.warning("%s: the memory of seed %d is empty (no turn won in self-play)", memory, seed)
+        agent = dl.make_agent(method, settings, tom_doc, emb, mem)
+        pc, pt, tr = dl.run_test(roles, agent, axes, test_cases, settings, float(cfg["critic"]["success_reward"]),
+                                 seed, int(cfg["server"]["concurrency"]))  # fmt: skip
+        per_case.append(pc.assign(seed=seed, method=method))
+        per_turn.append(pt.assign(seed=seed, method=method))
+        transcripts += [{**t, "seed": seed, "method": method} for t in tr]
+    return pd.concat(per_case, ignore_index=True), pd.concat(per_turn, ignore_index=True), transcripts
+
+
+def write_transcripts(path: str, transcripts: Sequence[Mapping]) -> None:
+    with open(path, "w") as fh:
+        for t in transcripts:
+            fh.write(json.dumps(t) + "\n")
+
+
+def read_transcripts(path: str) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def win_rate(client: ChatClient, method: str, reference: str, mine: str, theirs: str, cases: str,
+             cfg: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:  # fmt: skip
+    """Per seed and test case, the judge's preference for `method`'s dialogue over `reference`'s (see
+    dialogue.win_rates for the order and tie rule)."""
+    test_cases, roles = _cases(cases, "test"), dl.Roles(client, cfg["llm"])
+    a, b, frames = read_transcripts(mine), read_transcripts(theirs), []
+    for seed in seeds:
+        wins = dl.win_rates(roles, test_cases, [t for t in a if t["seed"] == seed], [t for t in b if t["seed"] == seed],
+                            seed, int(cfg["server"]["concurrency"]))  # fmt: skip
+        frames.append(wins.assign(seed=seed, method=method, reference=reference))
+    return pd.concat(frames, ignore_index=True)

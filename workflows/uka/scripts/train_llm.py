@@ -1,0 +1,11 @@
+from paperflow.core.io import write_frame
+from paperflow.core.job import snakemake_job
+from paperflow.uka.paper import backbone, train
+
+with snakemake_job(snakemake) as job:
+    i, p, method = job.input, job.params, job.wildcards.method
+    with backbone(i.pretrained, p.settings, job.log[0] + ".server") as client:
+        memory, attempts = train(client, method, i.cases, i.embeddings, i.tom, p.settings, p.seeds)
+    write_frame(job.output.memory, memory, {"method": method})
+    attempts.to_csv(job.output.attempts, index=False)
+    job.note(seeds=p.seeds, entries=memory.groupby("seed").size().to_dict())
