@@ -460,8 +460,8 @@ def test_config_errors_name_the_key_and_the_allowed_values(tmp_path):
         load_paper_config("enterpriseops_gym", "smoke", root)
 
 
-def test_paper_scale_is_refused_by_name(tmp_path):
+def test_the_synthetic_download_refuses_the_official_source_by_name(tmp_path):
     cfg = load_paper_config("enterpriseops_gym", "paper")
-    with pytest.raises(ConfigError, match=r"source.kind 'official'.*issue 18.*source.kind: synthetic"):
+    with pytest.raises(ConfigError, match=r"source.kind 'official'.*paper.smk.*source.kind: synthetic"):
         stages.download(cfg["source"], cfg["world"], tmp_path / "seed.sql")
     assert not (tmp_path / "seed.sql").exists()

@@ -21,3 +21,19 @@ def check(cfg: dict[str, Any], source: str) -> None:
             f"{source}: tasks.n_infeasible ({cfg['tasks']['n_infeasible']}) must be >= 3, one per infeasible kind "
             "(permission, nonexistent, policy)"
         )
+    if cfg["source"]["kind"] == "official":
+        check_official(cfg, source)
+
+
+def check_official(cfg: dict[str, Any], source: str) -> None:
+    """Paper scale: the official data named, and GPUs exactly for the models vLLM serves."""
+    missing = [k for k in ("tasks", "dbs") if k not in cfg["source"]] + (["official"] if "official" not in cfg else [])
+    if missing:
+        raise ConfigError(f"{source}: source.kind 'official' needs {', '.join(missing)} (see the paper block)")
+    served = sorted(m for m, c in cfg["official"]["models"].items() if c["serve"] == "vllm")
+    heavy = sorted(cfg["resources"].get("gpu_datasets", []))
+    if heavy != served:
+        raise ConfigError(
+            f"{source}: resources.gpu_datasets ({heavy}) must list exactly the models served by vLLM ({served}): "
+            "their train jobs get the GPUs, API models run on CPU"
+        )

@@ -19,9 +19,10 @@ from paperflow.enterpriseops_gym.tasks import build_tasks, load_task
 from paperflow.enterpriseops_gym.verifiers import sqlite_query, verify
 
 OFFICIAL_REFUSAL = (
-    "enterpriseops_gym source.kind 'official': the official task set (Hugging Face ServiceNow-AI/EnterpriseOps-Gym, "
-    "CC-BY-NC-4.0), gym_dbs.zip and the domain server images are not pinned by revision and checksum yet (issue 18), "
-    "so this version refuses to fetch them; use source.kind: synthetic (the generated sandbox)"
+    "enterpriseops_gym source.kind 'official': this stage builds the generated sandbox only; the official task set "
+    "(Hugging Face ServiceNow-AI/EnterpriseOps-Gym), gym_dbs.zip and the models are fetched at pinned commits by "
+    "the paper-scale rules (workflows/enterpriseops_gym/paper.smk, paperflow.enterpriseops_gym.official); use "
+    "source.kind: synthetic here"
 )
 
 

@@ -1,0 +1,506 @@
+"""enterpriseops_gym at paper scale, offline: the official task set as Hub parquet files in the dataset's column
+layout (configs = modes, splits = domains, its card's `configs:` block) fetched only at the pinned commit, an unpinned
+one refused with `paperflow pin enterpriseops_gym` named; gym_dbs.zip served over loopback HTTP and checked against
+its sha256 and its git blob id; preprocess resolving seed files and server URLs; the official harness's protocol end
+to end (seed-database, MCP JSON-RPC with context headers, tools merged and filtered, sql-runner verifiers, the judge
+prompt) with our MCP server standing in for the official domain servers and a scripted model behind an
+OpenAI-compatible endpoint; errored samples retried and counted apart; the vLLM command line and server lifetime
+against a fake server; the per-domain/per-mode tables; the paper-scale DAG with a GPU on the served model's run only.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import UnpinnedDownload
+from paperflow.enterpriseops_gym import endpoint, harness, official, tasks
+from paperflow.enterpriseops_gym.mcp_server import GymServer
+from paperflow.enterpriseops_gym.sandbox import WorldSize, world_sql
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+HUB = "ServiceNow-AI/EnterpriseOps-Gym"
+SERVER = "eog-mcp"
+SQL_REL = f"{official.DB_ROOT}/itsm/dbs/db_seed_0.sql"
+MODES = ("oracle", "plus_10_tools")
+OUR_MODE = {"oracle": "oracle", "plus_10_tools": "plus_10"}
+
+
+def official_row(task, mode, server=SERVER):
+    """One of our generated tasks in the dataset's column layout: JSON text columns, nested validation_config,
+    gym_name on every verifier (our collateral `unchanged` checks have no official form and are dropped)."""
+    checks = []
+    for v in task["verifiers"]:
+        if v["verifier_type"] == "unchanged":
+            continue
+        cfg = {k: x for k, x in v.items() if k not in ("verifier_type", "name", "judge_rule")}
+        checks.append(
+            {"verifier_type": v["verifier_type"], "name": v["name"], "gym_name": server, "validation_config": cfg}
+        )
+    gym = {
+        "mcp_server_name": server,
+        "mcp_server_url": "http://localhost:8006",
+        "seed_database_file": SQL_REL,
+        "context": {"x-user-id": task["eog"]["actor"]},
+    }
+    return {
+        "task_id": f"{task['task_id']}__{mode}",
+        "domain": task["domain"],
+        "system_prompt": task["system_prompt"],
+        "user_prompt": task["user_prompt"],
+        "selected_tools": list(task["selected_tools"]),
+        "restricted_tools": list(task["restricted_tools"]) or None,
+        "mcp_endpoint": "/mcp",
+        "number_of_runs": 1,
+        "reset_database_between_runs": True,
+        "gym_servers_config": json.dumps([gym]),
+        "verifiers": json.dumps(checks),
+    }
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Our sandbox's seed SQL, a few feasible tasks per domain (generated with golden plans) and their official rows."""
+    sql = world_sql(0, WorldSize())
+    ts = tasks.build_tasks(sql, 12, 3, 0, list(OUR_MODE.values()))
+    picked = {}
+    for mode, ours in OUR_MODE.items():
+        loaded = [tasks.load_task(json.loads(json.dumps(r))) for r in ts.modes[ours]]
+        feasible = [t for t in loaded if t["eog"]["feasible"]]
+        by_domain = {}
+        for t in feasible:
+            by_domain.setdefault(t["domain"], []).append(t)
+        picked[mode] = [t for d in sorted(by_domain) for t in by_domain[d][:2]]
+    rows = {m: [official_row(t, m) for t in picked[m]] for m in MODES}
+    return sql, picked, rows
+
+
+def domains_of(rows):
+    return sorted({r["domain"] for rs in rows.values() for r in rs})
+
+
+@pytest.fixture
+def hub(world, tmp_path, monkeypatch):
+    """A fake Hub: download_pretrained writes the files of the dataset matching allow_patterns (the card and the
+    parquet shards, at the paths its `configs:` block names) and records the call."""
+    from paperflow.core.lm import models
+
+    _, _, rows = world
+    files = {}
+    card = ["---", "license: cc-by-nc-4.0", "configs:"]
+    for mode in MODES:
+        card += [f"  - config_name: {mode}", "    data_files:"]
+        for domain in domains_of(rows):
+            rel = f"data/{mode}/{domain}-00000-of-00001.parquet"
+            card += [f"      - split: {domain}", f"        path: data/{mode}/{domain}-*"]
+            buf = io.BytesIO()
+            pd.DataFrame([r for r in rows[mode] if r["domain"] == domain]).to_parquet(buf, index=False)
+            files[rel] = buf.getvalue()
+    files["README.md"] = ("\n".join([*card, "---", "# EnterpriseOps-Gym"]) + "\n").encode()
+    files["data/unused/extra.bin"] = b"not asked for"
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        written = [p for p in files if any(fnmatch.fnmatch(p, q) for q in allow_patterns)]
+        for rel in written:
+            (Path(folder) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(folder) / rel).write_bytes(files[rel])
+        calls.append({"name": name, "revision": revision, "repo_type": repo_type, "written": sorted(written)})
+        return Path(folder)
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    return calls, tmp_path / "cache"
+
+
+def dataset(revision=SHA):
+    return {"hub": HUB, "repo_type": "dataset", "revision": revision, "files": ["README.md", "*.parquet"]}
+
+
+def test_the_task_set_is_fetched_at_the_pinned_commit_in_its_column_layout(world, hub, tmp_path):
+    _, _, rows = world
+    calls, cache = hub
+    outputs = {m: str(tmp_path / "raw" / f"{m}.jsonl") for m in MODES} | {"meta": str(tmp_path / "raw" / "t.json")}
+    doc = official.download_tasks(dataset(), MODES, domains_of(rows), str(cache), outputs)
+    assert [c["revision"] for c in calls] == [SHA] and calls[0]["repo_type"] == "dataset"
+    assert "data/unused/extra.bin" not in calls[0]["written"] and "README.md" in calls[0]["written"]
+    assert doc["folder"].endswith(f"datasets/ServiceNow-AI--EnterpriseOps-Gym/{SHA}")
+    for mode in MODES:
+        got = official.read_jsonl(outputs[mode])
+        assert sorted(r["task_id"] for r in got) == sorted(r["task_id"] for r in rows[mode])
+        first = got[0]
+        assert isinstance(first["gym_servers_config"], list) and isinstance(first["verifiers"], list)
+        assert first["mode"] == mode and first["restricted_tools"] == []
+        assert doc["rows"][mode] == {d: sum(r["domain"] == d for r in rows[mode]) for d in domains_of(rows)}
+    # without a card, the push_to_hub layout <config>/<split>-*.parquet is read
+    bare = tmp_path / "bare"
+    (bare / "oracle").mkdir(parents=True)
+    pd.DataFrame(rows["oracle"][:1]).to_parquet(bare / "oracle" / "itsm-00000-of-00001.parquet")
+    assert [p.name for p in official.split_files(bare, "oracle", "itsm")] == ["itsm-00000-of-00001.parquet"]
+    with pytest.raises(FileNotFoundError, match="config 'oracle' split 'hr'"):
+        official.split_files(bare, "oracle", "hr")
+
+
+def test_an_unpinned_task_set_or_model_is_refused_with_the_pin_command_named(hub, tmp_path, monkeypatch):
+    from paperflow.core import download
+    from paperflow.core import hub as core_hub
+
+    calls, cache = hub
+    monkeypatch.setattr(core_hub, "read_lock_revisions", lambda slug, root=None: {})
+    monkeypatch.delenv(download.PIN_ENV, raising=False)
+    with pytest.raises(UnpinnedDownload, match=r"source\.tasks\.revision .*`paperflow pin enterpriseops_gym`"):
+        official.download_tasks(dataset(None), MODES, ["itsm"], str(cache), {})
+    model = load_paper_config("enterpriseops_gym", "paper")["official"]["models"]["qwen3_4b"]
+    with pytest.raises(UnpinnedDownload, match=r"official\.models\.qwen3_4b\.revision .*`paperflow pin"):
+        official.download_model("qwen3_4b", {**model, "revision": None}, str(cache), str(tmp_path / "m.json"))
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        official.download_model("qwen3_4b", {**model, "revision": "main"}, str(cache), str(tmp_path / "m.json"))
+    assert calls == []
+
+
+def zipped(sql: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(SQL_REL, sql)
+    return buf.getvalue()
+
+
+def test_gym_dbs_is_checked_by_sha256_and_git_blob_id_then_unzipped(world, tmp_path, serve_bytes, monkeypatch):
+    import hashlib
+
+    from paperflow.core import download
+
+    sql, _, _ = world
+    payload = zipped(sql)
+    (tmp_path / "z.zip").write_bytes(payload)
+    blob = subprocess.run(["git", "hash-object", str(tmp_path / "z.zip")], capture_output=True, text=True, check=True)
+    assert official.git_blob_sha1(tmp_path / "z.zip") == blob.stdout.strip()
+    base, hits = serve_bytes(payload)
+    dbs = {"url": base + "/gym_dbs.zip", "sha256": hashlib.sha256(payload).hexdigest(), "git_blob": blob.stdout.strip()}
+    doc = official.download_dbs(dbs, str(tmp_path / "cache"), str(tmp_path / "dbs.json"))
+    assert doc["sql_files"] == 1 and (Path(doc["folder"]) / SQL_REL).read_text() == sql and hits == ["/gym_dbs.zip"]
+    with pytest.raises(ConfigError, match=r"source\.dbs\.git_blob: .* has git blob id"):
+        official.download_dbs({**dbs, "git_blob": "f" * 40}, str(tmp_path / "c2"), str(tmp_path / "d2.json"))
+    assert not (tmp_path / "c2" / "gym_dbs" / ("f" * 40 + ".zip")).exists()
+    monkeypatch.setattr(download, "read_lock", lambda slug, root=None: {})
+    monkeypatch.delenv(download.PIN_ENV, raising=False)
+    with pytest.raises(UnpinnedDownload, match=r"source\.dbs\.sha256 .*`paperflow pin enterpriseops_gym`"):
+        official.download_dbs({**dbs, "sha256": None}, str(tmp_path / "c3"), str(tmp_path / "d3.json"))
+
+
+def prepared(world, tmp_path, server_url, mode="oracle"):
+    """raw JSONL -> preprocess with the unzipped seed folder and `official.servers`; the mode's runnable tasks."""
+    sql, _, rows = world
+    root = tmp_path / "dbs"
+    (root / SQL_REL).parent.mkdir(parents=True, exist_ok=True)
+    (root / SQL_REL).write_text(sql)
+    (tmp_path / "dbs.json").write_text(json.dumps({"folder": str(root)}))
+    raw = tmp_path / f"raw_{mode}.jsonl"
+    official.write_jsonl(raw, [{**tasks.load_task(r), "mode": mode} for r in rows[mode]])
+    out = tmp_path / f"tasks_{mode}.jsonl"
+    official.preprocess(str(raw), str(tmp_path / "dbs.json"), {SERVER: server_url}, str(out))
+    return official.read_jsonl(out)
+
+
+def test_preprocess_resolves_seed_files_and_server_urls_and_names_what_is_missing(world, tmp_path):
+    got = prepared(world, tmp_path, "http://127.0.0.1:9")
+    gym = got[0]["gym_servers_config"][0]
+    assert gym["mcp_server_url"] == "http://127.0.0.1:9" and Path(gym["seed_database_file"]).is_file()
+    raw = tmp_path / "raw_oracle.jsonl"
+    with pytest.raises(ConfigError, match=r"official.servers has no URL for server 'eog-mcp'"):
+        official.preprocess(str(raw), str(tmp_path / "dbs.json"), {"gym-itsm-mcp": "http://x"}, str(tmp_path / "o"))
+    (tmp_path / "dbs.json").write_text(json.dumps({"folder": str(tmp_path / "nowhere")}))
+    with pytest.raises(FileNotFoundError, match="seed database"):
+        official.preprocess(str(raw), str(tmp_path / "dbs.json"), {SERVER: "http://x"}, str(tmp_path / "o"))
+
+
+def unwrap(message):
+    """The scripted model reads the tool text inside the official ToolMessage's MCP result JSON."""
+    if message["role"] != "tool":
+        return message
+    envelope = json.loads(message["content"])
+    assert set(envelope) >= {"content", "isError"}, envelope  # what react.py puts in a ToolMessage
+    return {**message, "content": "".join(c["text"] for c in envelope["content"])}
+
+
+class JudgedModel:
+    """The scripted model (golden plans, one injected HTTP 503, one bad call) that also answers the official judge
+    prompt: score 9 when the SQL result's value is in the judged answer, else 2."""
+
+    def __init__(self, scripted, judge_calls):
+        self.scripted, self.judge_calls = scripted, judge_calls
+        self.requests = 0
+
+    def fail_now(self):
+        return self.scripted.fail_now()
+
+    def reply(self, body):
+        system = body["messages"][0]["content"]
+        if system != official.JUDGE_SYSTEM:
+            return self.scripted.reply({**body, "messages": [unwrap(m) for m in body["messages"]]})
+        user = body["messages"][1]["content"]
+        self.judge_calls.append(user)
+        shown, rest = user.split("Database Query Result:\n")[1].split("\n\nAI Assistant Response:\n")
+        answer = rest.split("\n\nComparison Task:")[0]
+        values = [str(v) for row in json.loads(shown)["rows"] for v in row.values()]
+        score = 9 if values and all(v in answer for v in values) else 2
+        text = "```json\n" + json.dumps({"score": score, "reasoning": "scripted"}) + "\n```"
+        return self.scripted._message({"role": "assistant", "content": text})
+
+
+@pytest.fixture(scope="module")
+def served(world):
+    with GymServer() as server:
+        yield server
+
+
+def test_the_official_protocol_runs_end_to_end_and_the_scripted_model_solves_every_task(world, served, tmp_path):
+    _, picked, _ = world
+    runnable = prepared(world, tmp_path, served.url)
+    judge_calls = []
+    model = JudgedModel(endpoint.ScriptedModel(picked["oracle"], bad_step=0, http_errors=1), judge_calls)
+    with endpoint.Endpoint(model) as url:
+        agent = harness.ReactAgent(url, "scripted", max_iterations=50, retries=5, name="scripted")
+        judge = official.LlmJudge(url, "scripted")
+        records = official.run_official(runnable, agent, judge, runs=2)
+    assert len(records) == 2 * len(runnable) and {r["run"] for r in records} == {0, 1}
+    assert all(r["errored"] is None and r["overall_success"] for r in records), [
+        (r["task_id"], r["verification_summary"]) for r in records if not r["overall_success"]
+    ]
+    assert agent.usage["retries"] == 1  # the injected 503 was retried
+    assert all(r["failed_calls"] >= 1 for r in records)  # the injected bad call was refused by the server
+    kinds = {v["type"] for r in records for v in r["verification_summary"]["results"].values()}
+    assert kinds == {"database_state", "response_check", "tool_execution"}
+    assert judge_calls and all("Comparison Task:" in c for c in judge_calls)  # the official judge prompt
+    assert not served.databases  # every episode's database was deleted
+    # the same tasks with a model that does nothing: the state verifiers fail
+    with endpoint.Endpoint(endpoint.ScriptedModel([], http_errors=0)) as url:
+        idle = harness.ReactAgent(url, "idle", name="idle")
+        failed = official.run_official(runnable, idle, official.LlmJudge(url, "idle"), runs=1)
+    assert all(r["errored"] is None and not r["overall_success"] for r in failed)
+
+
+def test_tools_merge_across_servers_first_wins_and_restricted_tools_are_dropped(world, served, tmp_path):
+    task = prepared(world, tmp_path, served.url)[0]
+    second = {**task["gym_servers_config"][0], "mcp_server_name": "eog-second"}
+    allowed = task["selected_tools"]
+    task = {**task, "gym_servers_config": [task["gym_servers_config"][0], second], "restricted_tools": allowed[:1]}
+    session = official.OfficialSession(task)
+    try:
+        assert set(session.clients) == {SERVER, "eog-second"}
+        assert len({c.database_id for c in session.clients.values()}) == 2  # one fresh database per server
+        assert set(session.route.values()) == {SERVER}
+        assert session.names == [n for n in session.tools if n in allowed[1:]]
+        assert [s["function"]["name"] for s in session.specs()] == session.names
+        refused = session.call(allowed[0], {})
+        assert refused["isError"] and "not available" in json.loads(refused["content"][0]["text"])["content"][0]["text"]
+        assert session.client_for("eog-second").sql("SELECT COUNT(*) AS n FROM users")["success"]
+        verdict = official.verify_official(
+            [{"verifier_type": "database_state", "name": "v", "gym_name": "absent", "validation_config": {}}],
+            session,
+            "",
+            None,
+        )
+        assert verdict["skipped"] == ["v"] and verdict["total"] == 0 and verdict["overall_success"]
+    finally:
+        session.close()
+    assert not served.databases
+
+
+def test_official_extraction_and_comparisons():
+    ok = lambda rows: {"success": True, "result": {"rows": rows}}  # noqa: E731
+    assert official.extract_value(ok([{"n": 1}])) == 1
+    assert official.extract_value(ok([{"a": 1, "b": 2}])) == {"a": 1, "b": 2}
+    assert official.extract_value(ok([{"a": 1}, {"a": 2}])) == [{"a": 1}, {"a": 2}]
+    assert official.extract_value(ok([])) == []
+    assert official.extract_value({"success": True, "result": {"data": [{"x": "y"}]}}) == "y"
+    assert official.extract_value({"success": False}) is None
+    assert official.compare_values(1, 1, "equals") and not official.compare_values("1", 1, "equals")
+    assert official.compare_values(3, 2, "greater_than") and not official.compare_values("3", 2, "greater_than")
+    assert official.compare_values({"a": "xyz"}, "xy", "contains") and not official.compare_values(1, 1, "between")
+
+
+def test_an_endpoint_that_keeps_failing_errors_the_sample_after_its_attempts(world, served, tmp_path):
+    runnable = prepared(world, tmp_path, served.url)[:1]
+    with endpoint.Endpoint(endpoint.ScriptedModel([], http_errors=100)) as url:
+        agent = harness.ReactAgent(url, "down", retries=0, name="down")
+        records = official.run_official(runnable, agent, None, runs=1, attempts=2)
+    (rec,) = records
+    assert rec["errored"] and "HTTP 503" in rec["errored"] and rec["attempts"] == 2 and not rec["overall_success"]
+    assert not served.databases
+
+
+def test_tables_per_model_mode_and_domain_exclude_errored_episodes(tmp_path):
+    rows = []
+    for model, rate in (("m1", 1.0), ("m2", 0.5)):
+        for mode in ("oracle", "plus_5_tools"):
+            for domain, n in (("itsm", 2), ("hr", 4)):
+                for t in range(n):
+                    for run in range(2):
+                        success = (t + run) % 2 == 0 if rate < 1 else True
+                        rows.append(
+                            {
+                                "agent": model,
+                                "mode": mode,
+                                "domain": domain,
+                                "task_id": f"{domain}{t}",
+                                "run": run,
+                                "errored": None,
+                                "overall_success": success,
+                                "verifier_pass_rate": 1.0 if success else 0.25,
+                            }
+                        )
+    rows.append({**rows[0], "run": 9, "errored": "HTTP 503", "overall_success": False, "verifier_pass_rate": 0.0})
+    ep = pd.DataFrame(rows)
+    t = official.official_tables(ep, ["calendar", "hr", "itsm"])
+    ok = ep[ep["errored"].isna()]
+    for _, row in t["success"].iterrows():
+        g = ok[(ok["agent"] == row["model"]) & (ok["mode"] == row["mode"])]
+        per = {d: 100 * g[g["domain"] == d]["overall_success"].mean() for d in ("hr", "itsm")}
+        assert row["hr"] == pytest.approx(per["hr"]) and row["itsm"] == pytest.approx(per["itsm"])
+        assert row["avg"] == pytest.approx(sum(per.values()) / 2)  # unweighted over the domains present
+        assert row["micro"] == pytest.approx(100 * g["overall_success"].mean())
+        assert pd.isna(row["calendar"])
+    assert t["success"].set_index(["model", "mode"]).loc[("m1", "oracle"), "avg"] == 100.0
+    counts = t["counts"].set_index(["model", "mode", "domain"])
+    assert (
+        counts.loc[("m1", "oracle", "itsm"), "errored"] == 1 and counts.loc[("m1", "oracle", "itsm"), "episodes"] == 5
+    )
+    pk = t["pass_k"].set_index(["model", "mode", "domain", "k"])["pass_hat_k"]
+    assert pk[("m2", "oracle", "hr", 1)] == pytest.approx(0.5) and pk[("m2", "oracle", "hr", 2)] == 0.0
+    outputs = {f"table_{k}": str(tmp_path / f"{k}.csv") for k in ("success", "verifier_pass", "pass_k", "counts")}
+    outputs |= {"metrics": str(tmp_path / "metrics.json"), "report": str(tmp_path / "report.md")}
+    meta = {"hub": HUB, "revision": SHA, "rows": {"oracle": {"hr": 4, "itsm": 2}}}
+    metrics = official.report(ep, ["calendar", "hr", "itsm"], meta, outputs)
+    assert metrics["episodes"] == len(ep) and metrics["errored"] == 1
+    assert pd.read_csv(outputs["table_success"]).shape == t["success"].shape
+    assert f"commit {SHA}" in Path(outputs["report"]).read_text()
+
+
+def test_the_vllm_command_line_and_the_server_lifetime(tmp_path):
+    model = load_paper_config("enterpriseops_gym", "paper")["official"]["models"]["qwen3_4b"]
+    cmd = official.vllm_command("/snap/qwen", "qwen3_4b", 8123, 2, model)
+    assert cmd[:3] == ["vllm", "serve", "/snap/qwen"]
+    flags = " ".join(cmd)
+    for part in (
+        "--served-model-name qwen3_4b",
+        "--host 127.0.0.1",
+        "--port 8123",
+        "--tensor-parallel-size 2",
+        "--enable-auto-tool-choice --tool-call-parser hermes",
+        "--reasoning-parser qwen3",
+        "--max-model-len 131072",
+        "--enable-prefix-caching",
+    ):
+        assert part in flags
+    assert cmd[-2] == "--hf-overrides" and json.loads(cmd[-1])["rope_parameters"]["rope_type"] == "yarn"
+    fake = (
+        "import http.server, json, sys\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body = json.dumps({'data': [{'id': sys.argv[2]}]}).encode()\n"
+        "        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()\n"
+        "        self.wfile.write(body)\n"
+        "    def log_message(self, *a): pass\n"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+    )
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/v1"
+    log = tmp_path / "server.log"
+    with official.serving(
+        [sys.executable, "-c", fake, str(port), "served"], base, "served", 30, str(log), poll_s=0.05
+    ) as url:
+        with __import__("urllib.request").request.urlopen(url + "/models", timeout=5) as resp:
+            assert json.loads(resp.read())["data"][0]["id"] == "served"
+    with pytest.raises(RuntimeError, match=r"exited with code 3 .*server.log"):
+        with official.serving([sys.executable, "-c", "raise SystemExit(3)"], base, "x", 30, str(log), poll_s=0.05):
+            pass
+
+
+def test_a_served_model_without_a_gpu_fails_naming_the_key(tmp_path):
+    cfg = load_paper_config("enterpriseops_gym", "paper")
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    official.write_jsonl(tmp_path / "t.jsonl", [])
+    with pytest.raises(ConfigError, match=r"official\.models\.qwen3_4b\.device"):
+        official.run_model(
+            "qwen3_4b",
+            cfg["official"]["models"]["qwen3_4b"],
+            {m: str(tmp_path / "t.jsonl") for m in cfg["official"]["modes"]},
+            cfg["official"],
+            None,
+        )
+    api = {"serve": "api", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "EOG_TEST_UNSET_KEY"}
+    with pytest.raises(ConfigError, match=r"official\.models\.api\.api_key_env: .*EOG_TEST_UNSET_KEY"):
+        official.run_model(
+            "api", api, {m: str(tmp_path / "t.jsonl") for m in cfg["official"]["modes"]}, cfg["official"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("modes: [oracle, plus_5_tools, plus_10_tools, plus_15_tools]", "modes: [oracle, plus_20_tools]"),
+            "plus_20_tools",
+        ),
+        (("gpu_datasets: [qwen3_4b]", "gpu_datasets: []"), r"gpu_datasets \(\[\]\) must list exactly"),
+        (("        serve: vllm\n", "        serve: sglang\n"), "sglang"),
+        (("      git_blob: f6475dae", "      git_blob: main"), "git_blob"),
+    ],
+)
+def test_paper_config_errors_name_the_key(tmp_path, edit, message):
+    import shutil
+
+    from paperflow.core.config import repo_root
+
+    root = tmp_path / "repo"
+    (root / "config" / "schemas").mkdir(parents=True)
+    shutil.copy(repo_root() / "config/schemas/enterpriseops_gym.schema.yaml", root / "config/schemas/")
+    path = root / "config" / "enterpriseops_gym.yaml"
+    text = (repo_root() / "config/enterpriseops_gym.yaml").read_text()
+    assert edit[0] in text
+    path.write_text(text)
+    assert load_paper_config("enterpriseops_gym", "paper", root)["source"]["kind"] == "official"
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("enterpriseops_gym", "paper", root)
+
+
+def test_paper_scale_dry_run_puts_a_gpu_on_the_served_models_run_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[enterpriseops_gym]")
+    counts = dict(re.findall(r"^(enterpriseops_gym_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "enterpriseops_gym_download": "1",
+        "enterpriseops_gym_download_dbs": "1",
+        "enterpriseops_gym_download_model": "1",
+        "enterpriseops_gym_preprocess": "1",
+        "enterpriseops_gym_train": "1",
+        "enterpriseops_gym_evaluate": "1",
+        "enterpriseops_gym_report": "1",
+    }
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    assert gpus["enterpriseops_gym_train"] == {1}
+    assert all(v == {0} for r, v in gpus.items() if r != "enterpriseops_gym_train")
