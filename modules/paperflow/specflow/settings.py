@@ -23,6 +23,9 @@ BASELINE_METHODS = ("full", "random", "uniform_pool", "topk", "hired", "visionzi
 METHODS = (*BASELINE_METHODS, "fastv", *VARIANTS)
 # the gated claims compare these (spec sections 7 and 11)
 GATED = ("full", "topk", "fastv", "specflow", "specflow_noheat", "specflow_topk")
+# at paper scale (source.kind llava) the claims compare these; FastV prunes inside the LLM and is not wired there
+PAPER_GATED = ("full", "topk", "visionzip", "specflow")
+PAPER_UNWIRED = ("fastv",)
 
 
 def method_kind(method: str) -> str:
@@ -53,8 +56,12 @@ def budget_of(ratio: float, n: int) -> int:
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
-    """Cross-key rules: known methods, the gated ones present, the claims' ratio among the ratios, the image tiling."""
-    require_choices(cfg["methods"], source=source, key="methods", known=METHODS, required=GATED, noun="method")
+    """Cross-key rules: known methods, the gated ones present, the claims' ratio among the ratios, the image tiling;
+    at paper scale (source.kind llava) the LLaVA and benchmark blocks."""
+    if cfg["source"]["kind"] == "llava":
+        check_paper(cfg, source)
+    else:
+        require_choices(cfg["methods"], source=source, key="methods", known=METHODS, required=GATED, noun="method")
     if cfg["claims"]["ratio"] not in cfg["ratios"]:
         raise ConfigError(f"{source}: claims.ratio {cfg['claims']['ratio']} is not one of ratios {cfg['ratios']}")
     image, enc = cfg["data"]["image"], cfg["encoder"]
@@ -66,3 +73,26 @@ def check(cfg: dict[str, Any], source: str) -> None:
         )
     if -enc["seed_layer"] > enc["num_hidden_layers"]:
         raise ConfigError(f"{source}: encoder.seed_layer {enc['seed_layer']} is deeper than num_hidden_layers")
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    """source.kind llava: `pretrained` and `benchmarks` present, no method that prunes inside the LLM, the paper's
+    comparisons present."""
+    from paperflow.specflow.benchmarks import KINDS
+
+    for key in ("pretrained", "benchmarks"):
+        if not cfg.get(key):
+            raise ConfigError(f"{source}: source.kind llava needs the `{key}` block (see the paper block)")
+    known = [m for m in METHODS if m not in PAPER_UNWIRED]
+    require_choices(
+        cfg["methods"],
+        source=source,
+        key="methods",
+        known=known,
+        required=PAPER_GATED,
+        noun="method",
+        why="the paper-scale claims compare them (fastv prunes inside the LLM: not wired at paper scale)",
+    )
+    for name, bench in cfg["benchmarks"].items():
+        if bench["kind"] not in KINDS:
+            raise ConfigError(f"{source}: benchmarks.{name}.kind {bench['kind']!r} is not one of {', '.join(KINDS)}")

@@ -1,0 +1,418 @@
+"""specflow at paper scale, offline: benchmark parquet files in lmms-lab's layouts and columns (written here, laid out
+as snapshot_download lays them out), the download stage asking only for the pinned files and refusing an unpinned
+one with `paperflow pin specflow` named; a tiny LLaVA (transformers' LlavaForConditionalGeneration: a tiny CLIP
+vision tower + a tiny Llama, saved with save_pretrained as the Hub snapshot) through the condensation hook, whose
+unpruned path reproduces the model's own forward; the download -> evaluate -> score -> report path on the CPU; the
+scorers against hand-computed values; the claims failing on their negative control; config errors by name; and the
+paper-scale DAG with GPUs on the evaluate rule only."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.io import read_frame
+from paperflow.specflow import benchmarks as bm
+from paperflow.specflow import paper
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+WORDS = "USER: ASSISTANT: yes no is there a cat dog in the image Answer question using single word or phrase.".split()
+SIDE, PATCH = 24, 4  # a 6 x 6 grid: N = 36 visual tokens
+N = (SIDE // PATCH) ** 2
+
+
+def png(seed: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def image_cell(seed: int) -> dict:
+    return {"bytes": png(seed), "path": f"{seed}.png"}
+
+
+def hub_tables() -> dict[str, dict[str, pd.DataFrame]]:
+    """{repo: {repo path: frame}} with lmms-lab's columns (the Hub `Image` feature as {'bytes', 'path'})."""
+    pope = pd.DataFrame({
+        "id": [str(i) for i in range(6)], "question_id": [str(i + 1) for i in range(6)],
+        "question": ["Is there a cat in the image?"] * 6, "answer": ["yes", "no", "yes", "no", "yes", "no"],
+        "image_source": ["COCO_val2014_0001"] * 6, "image": [image_cell(i) for i in range(6)],
+        "category": ["adversarial", "adversarial", "popular", "popular", "random", "random"],
+    })  # fmt: skip
+    mme = pd.DataFrame({
+        "question_id": ["code/1.png", "code/1.png", "count/2.png", "count/2.png"],
+        "question": ["Is there a cat? Please answer yes or no."] * 4, "answer": ["Yes", "No", "Yes", "No"],
+        "image": [image_cell(10 + i) for i in range(4)], "category": ["code_reasoning"] * 2 + ["count"] * 2,
+    })  # fmt: skip
+    sqa = pd.DataFrame({
+        "image": [image_cell(20), image_cell(21)], "question": ["Which is a cat?", "Which is a dog?"],
+        "choices": [["cat", "dog"], ["cat", "dog", "bird"]], "answer": [0, 1], "hint": ["", "A farm."],
+        "task": ["closed choice"] * 2, "grade": ["grade2"] * 2, "subject": ["natural science"] * 2,
+        "topic": ["biology"] * 2, "category": ["Classification"] * 2, "skill": ["x"] * 2, "lecture": [""] * 2,
+        "solution": [""] * 2,
+    })  # fmt: skip
+    textvqa = pd.DataFrame({
+        "image_id": ["a", "b"], "question_id": [34602, 34603], "question": ["what word is it?", "what brand?"],
+        "question_tokens": [["what"], ["what"]], "image": [image_cell(30), image_cell(31)],
+        "image_width": [40, 40], "image_height": [30, 30], "flickr_original_url": ["u", "u"],
+        "flickr_300k_url": ["u", "u"], "answers": [["cat"] * 4 + ["dog"] * 6, ["nokia"] * 10],
+        "image_classes": [["x"], ["x"]], "set_name": ["val", "val"], "ocr_tokens": [["cat"], ["nokia"]],
+    })  # fmt: skip
+    gqa_questions = pd.DataFrame({
+        "id": ["201307251", "201640614", "202225914"], "imageId": ["n1", "n2", "n1"],
+        "question": ["Is it a cat?", "What animal is it?", "Which color is it?"], "answer": ["yes", "dog", "red"],
+        "fullAnswer": ["Yes, it is.", "It is a dog.", "It is red."], "isBalanced": [True] * 3,
+    })  # fmt: skip
+    gqa_images = pd.DataFrame({"id": ["n0", "n1", "n2"], "image": [image_cell(40), image_cell(41), image_cell(42)]})
+    return {
+        "lmms-lab/GQA": {
+            "testdev_balanced_instructions/testdev-00000-of-00001.parquet": gqa_questions,
+            "testdev_balanced_images/testdev-00000-of-00001.parquet": gqa_images,
+            "train_balanced_instructions/train-00000-of-00001.parquet": gqa_questions,
+        },  # fmt: skip
+        "lmms-lab/POPE": {"data/test-00000-of-00001.parquet": pope, "Full/adversarial-00000-of-00001.parquet": pope},
+        "lmms-lab/MME": {"data/test-00000-of-00001-abc.parquet": mme},
+        "lmms-lab/ScienceQA": {
+            "ScienceQA-IMG/test-00000-of-00001.parquet": sqa,
+            "ScienceQA-IMG/train-00000-of-00001.parquet": sqa,
+        },  # fmt: skip
+        "lmms-lab/textvqa": {
+            "data/validation-00000-of-00001.parquet": textvqa,
+            "data/train-00000-of-00001.parquet": textvqa,
+        },  # fmt: skip
+    }
+
+
+BENCHES = {
+    "gqa": {
+        "hub": "lmms-lab/GQA",
+        "files": ["testdev_balanced_instructions/testdev-*.parquet", "testdev_balanced_images/testdev-*.parquet"],
+    },  # fmt: skip
+    "pope": {"hub": "lmms-lab/POPE", "files": ["data/test-*.parquet"]},
+    "mme": {"hub": "lmms-lab/MME", "files": ["data/test-*.parquet"]},
+    "sqa": {"hub": "lmms-lab/ScienceQA", "files": ["ScienceQA-IMG/test-*.parquet"]},
+    "textvqa": {"hub": "lmms-lab/textvqa", "files": ["data/validation-*.parquet"]},
+}
+
+
+def bench(name: str, revision=SHA, limit=None) -> dict:
+    return {**BENCHES[name], "repo_type": "dataset", "revision": revision, "kind": name, "limit": limit}
+
+
+def save_tiny_llava(folder: Path) -> None:
+    """A tiny LLaVA-1.5 layout: LlavaForConditionalGeneration (CLIP vision 24 px / 4 px patches, 3 layers; Llama 2
+    layers), a word-level tokenizer and a CLIP image processor, as save_pretrained writes them."""
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
+
+    from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
+
+    tok = word_level_tokenizer(WORDS + ["<image>"])
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+                              image_size=SIDE, patch_size=PATCH, projection_dim=16)  # fmt: skip
+    text = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0,
+                       bos_token_id=1, eos_token_id=2)  # fmt: skip
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=len(tok) - 1,
+                         vision_feature_layer=-2, projector_hidden_act="gelu")  # fmt: skip
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(config).save_pretrained(folder)
+    save_tokenizer(tok, folder)
+    CLIPImageProcessor(size={"shortest_edge": SIDE}, crop_size={"height": SIDE, "width": SIDE}).save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_llava(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("llava")
+    save_tiny_llava(folder)
+    return folder
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch, tiny_llava):
+    """download_pretrained replaced by a fake Hub: a dataset repo writes the fixture's parquet files matching the
+    allow patterns (only those), the model repo copies the tiny LLaVA. Returns (calls, cache)."""
+    import shutil
+
+    from paperflow.core.lm import models
+
+    tables = hub_tables()
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if repo_type == "dataset":
+            written = [rel for rel in tables[name] if any(fnmatch.fnmatch(rel, p) for p in allow_patterns)]
+            for rel in written:
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                tables[name][rel].to_parquet(folder / rel, index=False)
+            calls[-1]["written"] = written
+        else:
+            shutil.copytree(tiny_llava, folder, dirs_exist_ok=True)
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return calls, tmp_path / "cache"
+
+
+PRETRAINED = {"hub": "org/tiny-llava", "repo_type": "model", "revision": SHA, "files": ["*.json", "*.safetensors"],
+              "dtype": "float32", "device": "cpu", "tokens": N, "max_new_tokens": 3}  # fmt: skip
+SPECFLOW = {"k": 6, "tau": 10.0, "alpha": 0.5, "steps": 2, "m": 2, "delta": None, "symmetric": False,
+            "allocation": "quadtree", "sinks": True, "matched": False, "graph": "knn"}  # fmt: skip
+
+
+def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hub, tmp_path):
+    calls, cache = hub
+    pj = tmp_path / "models" / "pretrained.json"
+    paper.download_model(PRETRAINED, str(cache), str(pj))
+    counts = {name: paper.download_benchmark(name, bench(name), str(cache), str(tmp_path / f"{name}.parquet"))
+              for name in BENCHES}  # fmt: skip
+    assert counts == {"gqa": 3, "pope": 6, "mme": 4, "sqa": 2, "textvqa": 2}
+    assert calls[0] == {"name": "org/tiny-llava", "revision": SHA, "patterns": ["*.json", "*.safetensors"],
+                        "repo_type": "model"}  # fmt: skip
+    written = {c["name"]: c["written"] for c in calls[1:]}
+    assert all(c["revision"] == SHA and c["repo_type"] == "dataset" for c in calls[1:])
+    assert written == {"lmms-lab/GQA": ["testdev_balanced_instructions/testdev-00000-of-00001.parquet",
+                                        "testdev_balanced_images/testdev-00000-of-00001.parquet"],
+                       "lmms-lab/POPE": ["data/test-00000-of-00001.parquet"],
+                       "lmms-lab/MME": ["data/test-00000-of-00001-abc.parquet"],
+                       "lmms-lab/ScienceQA": ["ScienceQA-IMG/test-00000-of-00001.parquet"],
+                       "lmms-lab/textvqa": ["data/validation-00000-of-00001.parquet"]}  # fmt: skip
+    assert json.loads(pj.read_text())["folder"].endswith(f"models/org--tiny-llava/{SHA}")
+    assert all(read_frame(tmp_path / f"{name}.parquet")[0].qid.is_unique for name in BENCHES)
+    frame, meta = read_frame(tmp_path / "sqa.parquet")
+    assert list(frame.columns) == bm.QUESTION_COLUMNS
+    assert meta == {"benchmark": "sqa", "kind": "sqa", "hub": "lmms-lab/ScienceQA", "revision": SHA,
+                    "files": ["ScienceQA-IMG/test-*.parquet"]}  # fmt: skip
+    assert frame.question[1] == (
+        "Context: A farm.\nWhich is a dog?\nA. cat\nB. dog\nC. bird\nAnswer with the option's letter from the given "
+        "choices directly."
+    )
+    assert [json.loads(a) for a in frame.answers] == [["A"], ["B"]]
+    assert frame.image[0] == png(20)
+    mme, _ = read_frame(tmp_path / "mme.parquet")
+    assert list(mme.group) == ["code_reasoning/code/1.png"] * 2 + ["count/count/2.png"] * 2
+    assert mme.qid.is_unique and list(mme.answers) == ['["yes"]', '["no"]'] * 2
+    gqa, _ = read_frame(tmp_path / "gqa.parquet")  # each question joined to its image by imageId
+    assert list(gqa.image) == [png(41), png(42), png(41)] and list(gqa.qid) == ["201307251", "201640614", "202225914"]
+    tv, _ = read_frame(tmp_path / "textvqa.parquet")
+    assert json.loads(tv.answers[0]) == ["cat"] * 4 + ["dog"] * 6
+    limited = paper.download_benchmark("pope", bench("pope", limit=2), str(cache), str(tmp_path / "p2.parquet"))
+    assert limited == 2
+
+
+def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_path, monkeypatch):
+    from paperflow.core import download
+
+    calls, cache = hub
+    monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})  # whatever the checkout holds
+    with pytest.raises(
+        UnpinnedDownload, match=r"benchmarks\.pope\.revision .*dataset:lmms-lab/POPE.*`paperflow pin specflow`"
+    ):
+        paper.download_benchmark("pope", bench("pope", revision=None), str(cache), str(tmp_path / "x.parquet"))
+    with pytest.raises(UnpinnedDownload, match=r"pretrained\.revision .*`paperflow pin specflow`"):
+        paper.download_model({**PRETRAINED, "revision": None}, str(cache), str(tmp_path / "p.json"))
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        paper.download_model({**PRETRAINED, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+    assert calls == []  # nothing was fetched
+
+
+def test_the_hook_feeds_llava_what_its_own_forward_does_and_condenses_to_the_budget(tiny_llava):
+    """Unpruned, the spliced prompt embeddings give the logits of LlavaForConditionalGeneration's own forward
+    (input ids with N image tokens + pixel values); Z is its projected image features; Top-K feeds K tokens,
+    SpecFlow K + 2 (sinks) and the budget-matched SpecFlow K."""
+    from paperflow.specflow import llava
+
+    model = llava.load(str(tiny_llava), "float32", torch.device("cpu"))
+    assert model.grid == (6, 6) and model.layer == -2
+    px = llava.pixels(model, png(3))
+    toks = llava.vision_tokens(model, px)
+    feats = model.model.get_image_features(pixel_values=px, vision_feature_layer=-2,
+                                           vision_feature_select_strategy="default").pooler_output[0]  # fmt: skip
+    np.testing.assert_allclose(toks.z[0], feats.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert toks.cls.shape == (1, N) and toks.cls.sum() == pytest.approx(1.0, abs=0.05)  # [CLS] row minus self
+    assert toks.keys.shape[1] == N + 1 and toks.attn.shape == (1, N, N)
+
+    question = "is there a cat"
+    embeds = llava.prompt_embeds(model, question, torch.from_numpy(toks.z).float())
+    tok, image_id = model.tokenizer, model.model.config.image_token_id
+    before, after = llava.PROMPT.format(question=question).split(llava.IMAGE)
+    ids = tok(before)["input_ids"] + [image_id] * N + tok(after, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        own = model.model(input_ids=torch.tensor([ids]), pixel_values=px).logits[0, -1]
+        ours = model.model(inputs_embeds=embeds).logits[0, -1]
+    torch.testing.assert_close(ours, own, rtol=1e-5, atol=1e-5)
+
+    cfg = {"specflow": SPECFLOW}
+    fed = {m: llava.answer(model, png(3), question, m, 8, cfg, 0, 2)["k_fed"]
+           for m in ("full", "topk", "visionzip", "specflow", "specflow_matched")}  # fmt: skip
+    assert fed == {"full": N, "topk": 8, "visionzip": 8, "specflow": 10, "specflow_matched": 8}
+    with pytest.raises(ValueError, match="inside the language model"):
+        llava.answer(model, png(3), question, "fastv", 8, cfg, 0, 2)
+
+
+def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub, tmp_path):
+    from paperflow.core.report import publish
+
+    _, cache = hub
+    pj = str(tmp_path / "models" / "pretrained.json")
+    paper.download_model(PRETRAINED, str(cache), pj)
+    cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0], "ratios": [0.667, 0.889],
+           "methods": ["full", "topk", "visionzip", "specflow"], "claims": {"ratio": 0.889}}  # fmt: skip
+    assert paper.jobs(cfg) == [("full", N), ("topk", 12), ("topk", 4), ("visionzip", 12), ("visionzip", 4),
+                               ("specflow", 12), ("specflow", 4)]  # fmt: skip
+    cfg["ratios"] = [0.889]  # the jobs at K = 4 only: each job loads the model (CI time)
+    scores = []
+    for name in ("pope", "sqa"):
+        questions = str(tmp_path / "raw" / f"{name}.parquet")
+        paper.download_benchmark(name, bench(name, limit=3), str(cache), questions)
+        answers = {}
+        for method, k in paper.jobs(cfg):
+            answers[(method, k)] = str(tmp_path / "answers" / name / f"{method}_k{k}.parquet")
+            info = paper.evaluate(method, k, pj, questions, cfg, answers[(method, k)])
+            assert info["benchmark"] == name and info["revision"] == SHA
+        got, _ = read_frame(answers[("specflow", 4)])
+        assert list(got.k_fed) == [6] * len(got) and got.prediction.map(type).eq(str).all()
+        scores.append(paper.score_benchmark(answers))
+    scores = pd.concat(scores, ignore_index=True)
+    assert len(scores) == 2 * 4 and scores.score.between(0, 100).all()
+    assert set(scores.questions) == {3, 2} and set(scores[scores.method == "specflow"].k_fed) == {6.0}
+    report = paper.build_paper_report(scores, cfg)
+    outputs = {"report": tmp_path / "report.md", "metrics": tmp_path / "metrics.json",
+               "table_relative": tmp_path / "relative.csv", "table_scores": tmp_path / "scores.csv",
+               "figure_relative": tmp_path / "relative.png"}  # fmt: skip
+    publish(report, outputs, paper="specflow", scale="paper")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert {c["id"] for c in metrics["claims"]} == {"paper_specflow_vs_topk", "paper_specflow_vs_visionzip"}
+    table = paper.relative_table(scores)
+    assert [r["method"] for r in metrics["relative"]] == list(table.method)
+    assert (tmp_path / "relative.png").stat().st_size > 0 and "paper_specflow_vs_topk" in outputs["report"].read_text()
+
+
+def test_a_cuda_device_without_a_gpu_fails_naming_the_key(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    cfg = {"pretrained": {**PRETRAINED, "device": "cuda"}, "specflow": SPECFLOW, "seeds": [0]}
+    with pytest.raises(ConfigError, match="pretrained.device"):
+        paper.evaluate("topk", 4, str(tmp_path / "none.json"), str(tmp_path / "none.parquet"), cfg, "out")
+
+
+def _answers(kind, rows):
+    return pd.DataFrame(rows, columns=["prediction", "answers", "category", "group"]).assign(
+        answers=lambda f: f.answers.map(json.dumps)
+    )
+
+
+def test_the_scorers_match_hand_computed_values():
+    pope = _answers("pope", [("Yes.", ["yes"], "adv", "1"), ("yes", ["no"], "adv", "2"), ("No", ["yes"], "adv", "3"),
+                             ("no", ["no"], "pop", "4"), ("yes", ["yes"], "pop", "5")])  # fmt: skip
+    # adv: tp 1, fp 1, fn 1 -> F1 0.5; pop: tp 1 -> 1.0
+    assert bm.score("pope", pope) == pytest.approx(75.0)
+    mme = _answers("mme", [("Yes", ["yes"], "count", "a"), ("No", ["no"], "count", "a"),
+                           ("Yes", ["yes"], "count", "b"), ("Yes", ["no"], "count", "b"),
+                           ("no", ["yes"], "ocr", "c"), ("no", ["no"], "ocr", "c")])  # fmt: skip
+    # count: acc 3/4, acc+ 1/2 -> 125; ocr: acc 1/2, acc+ 0 -> 50
+    assert bm.score("mme", mme) == pytest.approx(175.0)
+    sqa = _answers("sqa", [("B", ["B"], "c", "1"), ("(A) cat", ["A"], "c", "2"), ("The answer is B", ["B"], "c", "3")])
+    assert bm.score("sqa", sqa) == pytest.approx(200 / 3)
+    tv = _answers("textvqa", [("The Cat.", ["cat"] * 2 + ["dog"] * 8, "t", "1"), ("nokia", ["nokia"] * 10, "t", "2")])
+    assert bm.score("textvqa", tv) == pytest.approx(100 * (2 / 3 + 1) / 2)
+    gqa = _answers("gqa", [("Dog.", ["dog"], "gqa", "1"), ("a dog", ["dog"], "gqa", "2"), ("Red", ["red"], "gqa", "3")])
+    assert bm.score("gqa", gqa) == pytest.approx(200 / 3)
+    assert bm.yes_no("maybe yes") == "other" and bm.letter("E.") == "E" and bm.letter("none") == ""
+
+
+def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
+    cfg = {"pretrained": {"tokens": 576}, "seeds": [0], "claims": {"ratio": 0.889},
+           "methods": ["full", "topk", "visionzip", "specflow", "specflow_matched"]}  # fmt: skip
+
+    def scores(specflow):
+        rows = [("full", 576, 80.0), ("topk", 64, 60.0), ("visionzip", 64, 70.0), ("specflow", 64, specflow),
+                ("specflow_matched", 64, 72.0)]  # fmt: skip
+        return pd.DataFrame([{"benchmark": b, "method": m, "budget": k, "k_fed": k, "score": s * f}
+                             for b, f in (("pope", 1.0), ("mme", 20.0)) for m, k, s in rows])  # fmt: skip
+
+    held = {c.id: (c.held, c.gated) for c in paper.paper_claims(paper.relative_table(scores(76.0)), cfg)}
+    assert held == {"paper_specflow_vs_topk": (True, True), "paper_specflow_vs_visionzip": (True, True),
+                    "paper_matched_vs_topk": (True, False)}  # fmt: skip
+    control = {c.id: c.held for c in paper.paper_claims(paper.relative_table(scores(60.0)), cfg)}  # Top-K's scores
+    assert control["paper_specflow_vs_topk"] is False and control["paper_specflow_vs_visionzip"] is False
+    table = paper.relative_table(scores(76.0))
+    assert float(table[(table.method == "specflow")].relative.iloc[0]) == pytest.approx(95.0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("            specflow, specflow_noheat, specflow_topk, specflow_matched]",
+          "            specflow, specflow_noheat, specflow_topk, specflow_matched, fastv]"), "fastv"),
+        (("      kind: textvqa\n", "      kind: vqav2\n"), "kind"),
+        (("    revision: 16952161b5e90aea6e332e36a6fe99024096dd0a", "    revision: main"), "revision"),
+        (("    tokens: 576 ", "    tokenz: 576 "), "tokenz"),
+    ],
+)  # fmt: skip
+def test_paper_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "specflow.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("specflow", "paper", repo_copy)
+
+
+def test_paper_scale_dry_run_builds_the_dag_with_gpus_on_evaluate_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[specflow]")
+    cfg = load_paper_config("specflow", "paper")
+    n_bench = len(cfg["benchmarks"])
+    counts = dict(re.findall(r"^(specflow_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "specflow_download_model": "1",
+        "specflow_download": str(n_bench),
+        "specflow_evaluate": str(n_bench * len(paper.jobs(cfg))),
+        "specflow_score": str(n_bench),
+        "specflow_report": "1",
+    }
+    assert len(paper.jobs(cfg)) == 1 + 3 * (len(cfg["methods"]) - 1)
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    assert gpus["specflow_evaluate"] == {1}
+    assert all(v == {0} for r, v in gpus.items() if r != "specflow_evaluate")
+
+
+def test_a_question_whose_image_is_missing_is_refused(tmp_path):
+    (tmp_path / "q").mkdir()
+    (tmp_path / "i").mkdir()
+    pd.DataFrame({"id": ["1"], "imageId": ["n9"], "question": ["?"], "answer": ["x"]}).to_parquet(
+        tmp_path / "q/a.parquet"
+    )
+    pd.DataFrame({"id": ["n1"], "image": [image_cell(0)]}).to_parquet(tmp_path / "i/a.parquet")
+    with pytest.raises(ValueError, match="1 questions name an imageId absent"):
+        bm.read_parquet_files(tmp_path, ["q/*.parquet", "i/*.parquet"])
+    with pytest.raises(FileNotFoundError, match=r"no parquet file .* matches \['x/\*.parquet'\]"):
+        bm.read_parquet_files(tmp_path, ["x/*.parquet"])
