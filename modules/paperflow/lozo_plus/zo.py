@@ -5,12 +5,20 @@ A direction D is a list of per-parameter pieces, dense (z, a tensor of the param
 V in the `param.size(1)` space). Every optimiser takes one step on a batch through `loss_fn()`, the loss of the
 model as it stands on that step's batch (one forward, counted by the caller's ForwardCounter):
 
-    c = [L(theta + eps D) - L(theta - eps D)] / (2 eps)        # two forwards, same batch, exact restore
+    c = [L(theta + eps D) - L(theta - eps D)] / (2 eps)        # two forwards, same batch, theta restored
     theta <- theta - lr (c D + wd theta)                          # wd on matrices only (LOZO / MeZO code)
+
+theta is restored after each side either from a copy of every parameter (`restore: copy`, bit for bit; the
+tiny/smoke scales) or in place (`restore: inplace`, the paper scale): each side is undone by subtracting what it
+added, +eps D, -eps D | -eps D, +eps D, D regenerated from its seeds (MeZO) or from the kept factors (LOZO's U V^T,
+formed one matrix at a time), so no parameter-sized copy of the model is held (MeZO's inference-level memory).
+An undo is exact wherever round(round(w + x) - x) = w, most elements; elsewhere w moves by an ulp of its dtype. The
+MeZO and LOZO codes use +eps D, -2 eps D, +eps D (one regeneration fewer), which leaves several times more
+elements moved in fp16 (workflows/lozo_plus/README.md, side by side).
 
 All noise comes from `torch.Generator`s seeded from (run seed, step, purpose), never from the global stream, so
 two runs with the same seed see the same perturbations whatever else draws random numbers. MeZO regenerates its
-z from the step's seed for each of its three uses (the seed trick: z is never stored whole). No 1/r factor in
+z from the step's seed for each of its uses (the seed trick: z is never stored whole). No 1/r factor in
 the low-rank estimator (the official LOZO code's form; the config scales LOZO's learning rate instead).
 """
 
@@ -29,6 +37,7 @@ LossFn = Callable[[], float]
 
 STEP, REFRESH, PROBE, CANDIDATE, SELECT = range(5)  # purposes of the seeded generators
 METHODS = ("mezo", "lozo", "lozom", "lozoplus", "lozoplus_random")
+RESTORE = ("copy", "inplace")
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,11 @@ class Settings:
     kappa_lazy: float = 0.0  # early refresh when |c_t| < kappa_lazy * EMA(|c|); 0 = off
     skip_small_steps: bool = False  # reading (iii): skip lazy updates with |c_t| < kappa * EMA(|c|)
     ema: float = 0.9  # the EMA of |c| used by threshold_mode ema, kappa_lazy and skip_small_steps
+    restore: str = "copy"  # copy (theta restored bit for bit from a copy) | inplace (each side undone in place)
+
+    def __post_init__(self):
+        if self.restore not in RESTORE:
+            raise ValueError(f"zo.restore {self.restore!r}: choose one of {RESTORE}")
 
 
 def derive_seed(*keys: int) -> int:
@@ -126,7 +140,18 @@ class ZeroOrder:
 
     @torch.no_grad()
     def two_point(self, loss_fn: LossFn, pieces: Callable[[], Iterable[Piece]]) -> tuple[float, float, float]:
-        """(c, L+, L-) along the direction `pieces()`; theta is restored bit for bit (from a copy) after each side."""
+        """(c, L+, L-) along the direction `pieces()`; theta is restored after each side, bit for bit from a copy
+        (`restore: copy`) or in place without one (`restore: inplace`: each side undone by subtracting what it
+        added, D regenerated: +eps D, -eps D, -eps D, +eps D)."""
+        eps = self.s.eps
+        if self.s.restore == "inplace":
+            add_direction(pieces(), eps)
+            plus = float(loss_fn())
+            add_direction(pieces(), -eps)  # undo: theta again up to one rounding (most elements exactly)
+            add_direction(pieces(), -eps)
+            minus = float(loss_fn())
+            add_direction(pieces(), eps)  # undo
+            return (plus - minus) / (2 * eps), plus, minus
         backup = [p.detach().clone() for p in self.params]
 
         def restore():
