@@ -294,10 +294,10 @@ def test_config_errors_name_the_key(repo_copy, edit, message):
         load_paper_config("eapo", "smoke", repo_copy)
 
 
-def test_paper_scale_is_refused_by_name(tmp_path):
+def test_the_synthetic_download_refuses_the_math_source_by_name(tmp_path):
     from paperflow.eapo.prepare import download
 
-    with pytest.raises(ConfigError, match="not pinned"):
+    with pytest.raises(ConfigError, match="paper-scale rules"):
         download({"kind": "math"}, {"n_digits": 2, "test_size": 5, "test_seed": 0}, str(tmp_path / "x.parquet"))
 
 

@@ -27,3 +27,28 @@ def dualreform_report_inputs(wildcards):
         **keyed("history", {m: dualreform_path("models", m, "history.csv") for m in trained}),
         **keyed("refs", {m: dualreform_path("models", m, "refs.parquet") for m in trained}),
     }
+
+
+# paper scale (paper.smk): DUALREFORM_LOCK and DUALREFORM_DENSE are defined there
+def dualreform_locked(ref):
+    return DUALREFORM_LOCK.get(f"{ref['repo_type']}:{ref['hub']}")
+
+
+def dualreform_rounds(method, seed):
+    """The round checkpoints of a trained method and seed, iteration 1 first."""
+    n = DUALREFORM["iterations"] if method == "dualreform" else 1
+    return [dualreform_path("models", method, f"seed{seed}_it{i}.safetensors") for i in range(1, n + 1)]
+
+
+def dualreform_eval_inputs(wildcards):
+    """The pretrained model (not for raw), the method's rounds (trained methods) and the dense index (when set)."""
+    out = {}
+    if DUALREFORM_DENSE:
+        out |= {"dense": dualreform_path("models", "dense.json"), "dense_index": dualreform_path("data", "dense.npy")}
+    if wildcards.method == "raw":
+        return out
+    out["pretrained"] = dualreform_path("models", "pretrained.json")
+    if wildcards.method == "prompted":
+        return out
+    rounds = dualreform_rounds(wildcards.method, wildcards.seed)
+    return out | keyed("ckpt", {i + 1: p for i, p in enumerate(rounds)})

@@ -22,3 +22,14 @@ def itpo_curves(wildcards):
     return keyed(
         "curves", {(m, g): itpo_path("models", m, f"{g}_curves.csv") for m in ITPO["methods"] for g in ITPO_GROUPS}
     )
+
+
+# paper scale (paper.smk defines ITPO_LOCK, ITPO_TASKS before its rules call these)
+def itpo_locked(ref):
+    return ITPO_LOCK.get(f"{ref['repo_type']}:{ref['hub']}")
+
+
+def itpo_runs_of(name, ext):
+    """One file of every (task, method, group) run, keyed (task, method, group)."""
+    runs = [(t, m, g) for t in ITPO_TASKS for m in ITPO["methods"] for g in ITPO_GROUPS]
+    return keyed(name, {(t, m, g): itpo_path("eval", t, f"{m}_{g}.{ext}") for t, m, g in runs})

@@ -222,7 +222,8 @@ def build_report(
         limitations=[
             "Candidates come from six deterministic templates, not an LLM; inference reranks them (spec section 7, "
             "inference (a)); greedy generation is not run.",
-            "TopiOCQA/QReCC, GTR dense retrieval and the 8B backbone need `scale=paper`, which this version does not wire.",
+            "TopiOCQA, GTR dense retrieval and a pretrained LM with LoRA run at `scale=paper` (workflows/dualreform/"
+            "README.md, Paper scale); QReCC and the 8B backbone are not wired.",
         ],
         metrics={"raw_response_ref_accuracy": raw_acc},
     )

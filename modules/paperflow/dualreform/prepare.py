@@ -11,11 +11,12 @@ from paperflow.dualreform.data import generate
 
 
 def download(source: Mapping[str, Any], world: Mapping[str, Any], world_seed: int, out_passages: str, out_turns: str):
-    """Tiny/smoke: SynthConvQA from its seed. Paper scale (TopiOCQA, QReCC) is not wired yet: refused by name."""
+    """Tiny/smoke: SynthConvQA from its seed. Paper scale (TopiOCQA) has its own download rules (paper.smk,
+    `paperflow.dualreform.paper`): another source kind is refused here by name."""
     if source["kind"] != "synthetic":
         raise ConfigError(
-            f"dualreform source kind {source['kind']!r}: only 'synthetic' (SynthConvQA) runs in this version; "
-            "TopiOCQA/QReCC need their pinned downloads and corpus indexing (workflows/dualreform/README.md)"
+            f"dualreform source kind {source['kind']!r}: this download makes SynthConvQA only; TopiOCQA is "
+            "downloaded by workflows/dualreform/paper.smk (source.kind topiocqa)"
         )
     w = generate(world, world_seed)
     meta = {"world_seed": world_seed, "entities": w.entities, "aspect_values": w.aspect_values}

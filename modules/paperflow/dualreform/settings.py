@@ -15,9 +15,33 @@ NEEDED_BY = {  # a method and the methods whose results its claims compare it wi
 }
 
 
+PAPER_KEYS = ("data", "pretrained", "lora", "trl_sft", "trl_dpo")
+TRAINED = ("retpo", "dualreform", "single_role", "random_ref")  # paper scale: from the pretrained model
+PAPER_METHODS = ("raw", "prompted", *TRAINED)
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+SFT_REQUIRED = (  # TRL SFTConfig values that decide a result (the rest: paperflow.dualreform.lora._args)
+    "learning_rate",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "max_length",
+    "weight_decay",
+    "max_grad_norm",
+    "bf16",
+)
+DPO_REQUIRED = (*SFT_REQUIRED, "beta", "loss_type")
+
+
 def check(cfg: dict[str, Any], source: str) -> None:
     """Cross-key rules: the world's sizes agree, the model spec is one the kit builds, every preference method
-    has the SFT model it starts from."""
+    has the SFT model it starts from; at paper scale, the paper keys and methods (check_paper)."""
+    if cfg["source"]["kind"] != "synthetic":
+        check_paper(cfg, source)
+        return
+    if "prompted" in cfg["methods"]:
+        raise ConfigError(f"{source}: method 'prompted' needs a pretrained model (source.kind topiocqa)")
     w = cfg["world"]
     if not w["response_values"] <= w["values_per_passage"] <= w["values_per_aspect"]:
         raise ConfigError(f"{source}: world needs response_values <= values_per_passage <= values_per_aspect")
@@ -28,3 +52,25 @@ def check(cfg: dict[str, Any], source: str) -> None:
         missing = [n for n in needs if method in cfg["methods"] and n not in cfg["methods"]]
         if missing:
             raise ConfigError(f"{source}: method {method!r} starts from {missing}; add it to methods")
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    """Paper scale (source.kind topiocqa): the Hub references and TRL settings given, the methods it runs (no
+    sft_human: TopiOCQA has no human rewrites), the model every trained method starts from among them."""
+    if cfg["source"]["kind"] != "topiocqa":
+        raise ConfigError(
+            f"{source}: source.kind {cfg['source']['kind']!r} is not wired at paper scale (QReCC needs its 54M-passage "
+            "web corpus, which no pinned Hub dataset holds); allowed: synthetic, topiocqa"
+        )
+    missing = [k for k in PAPER_KEYS if not cfg.get(k)]
+    if missing:
+        raise ConfigError(f"{source}: source.kind topiocqa needs {missing} (the paper-scale keys)")
+    off = [m for m in cfg["methods"] if m not in PAPER_METHODS]
+    if off:
+        raise ConfigError(f"{source}: methods {off} do not run at paper scale; allowed: {list(PAPER_METHODS)}")
+    if any(m in TRAINED for m in cfg["methods"]) and "prompted" not in cfg["methods"]:
+        raise ConfigError(f"{source}: the trained methods start from the pretrained model; add 'prompted' to methods")
+    for key, keys in (("trl_sft", SFT_REQUIRED), ("trl_dpo", DPO_REQUIRED)):
+        wrong = sorted(set(cfg[key]) ^ set(keys))
+        if wrong:
+            raise ConfigError(f"{source}: {key} needs exactly {list(keys)}; wrong or missing: {wrong}")

@@ -1,5 +1,5 @@
-"""eapo's download stage: at smoke scale the task is generated, so "download" writes the fixed test problems;
-paper scale (the math training set and benchmarks) is refused until its files are pinned (issue 18)."""
+"""eapo's download stage at smoke and tiny scale: the task is generated, so "download" writes the fixed test
+problems. Paper scale (the math training set and benchmarks) has its own download rules (paper.smk, `paper`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ TASK = "addition"
 def download(source: Mapping[str, Any], task: Mapping[str, Any], out: str):
     if source["kind"] != "synthetic":
         raise ConfigError(
-            f"eapo source.kind {source['kind']!r}: the paper-scale math data (DAPO-Math-17k and the five benchmarks, "
-            "spec section 4) are not pinned yet, so this version refuses to fetch them; use source.kind: synthetic"
+            f"eapo source.kind {source['kind']!r}: this stage writes the synthetic task only; the math data (spec "
+            "section 4) are fetched by the paper-scale rules (workflows/eapo/paper.smk, paperflow.eapo.paper)"
         )
     return write_problems(task, out)
 

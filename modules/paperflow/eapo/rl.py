@@ -160,7 +160,8 @@ class Injector:
             prior_logits if state.temperature in (0, 1) else prior_logits / state.temperature, -1
         )
         n = state.tokens.shape[0]
-        coins = torch.rand(n, 2, generator=self.generator, dtype=torch.float64)
+        device = state.logprobs.device  # the paper scale samples on a GPU (the generator lives there too)
+        coins = torch.rand(n, 2, generator=self.generator, dtype=torch.float64, device=device)
         kl = (prior_logp.exp() * (prior_logp - state.logprobs)).sum(-1)
         if self.rule == "random":
             critical = coins[:, 0] < s.random_rate
@@ -172,12 +173,12 @@ class Injector:
             critical = (state.entropies >= self.tau) & (kl >= self.tau_kl)
         critical = critical & ~state.done & self.rows
         inject = critical & (coins[:, 1] < s.alpha)
-        u = torch.rand(n, 1, generator=self.generator, dtype=torch.float64)
+        u = torch.rand(n, 1, generator=self.generator, dtype=torch.float64, device=device)
         prior_token = inverse_cdf(prior_logp, u)
         token = torch.where(inject, prior_token, state.tokens)
         p_old = state.logprobs.gather(-1, token[:, None]).squeeze(-1)
         p_prior = prior_logp.gather(-1, token[:, None]).squeeze(-1)
-        alpha = torch.tensor(float(s.alpha), dtype=torch.float64)
+        alpha = torch.tensor(float(s.alpha), dtype=torch.float64, device=device)
         mu = torch.logaddexp(
             p_old.double() + torch.log1p(-alpha), p_prior.double() + torch.log(alpha)
         ).float()  # log((1-a) p_old + a p_E): exactly log p_old at a = 0, log p_E at a = 1

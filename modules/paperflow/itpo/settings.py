@@ -16,6 +16,9 @@ def check(cfg: dict[str, Any], source: str) -> None:
     all there; the control rides on a method that trains a PRM."""
     from paperflow.itpo.env import MAX_LENGTH
 
+    if cfg["source"]["kind"] == "collabllm":
+        check_paper(cfg, source)
+        return
     model_config(cfg["model"])  # refuses a misspelt model key by name
     if cfg["model"].get("max_position_embeddings", 10**9) < MAX_LENGTH:
         raise ConfigError(f"{source}: model.max_position_embeddings must be >= {MAX_LENGTH} (the longest episode)")
@@ -28,3 +31,23 @@ def check(cfg: dict[str, Any], source: str) -> None:
         )
     if "itponorm" not in cfg["rl"]["control_methods"]:
         raise ConfigError(f"{source}: rl.control_methods must hold itponorm (the gated control of section 11)")
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    """Paper scale: the methods are the recipe's, each task has a beta for each, one seed per job, and the job's
+    GPUs are the simulator's plus verl's."""
+    from paperflow.itpo.recipe import METHODS
+
+    require_choices(cfg["methods"], source=source, key="methods", known=tuple(METHODS), noun="paper-scale method")
+    for name, task in cfg["tasks"].items():
+        missing = [m for m in cfg["methods"] if m not in task["beta"]]
+        if missing:
+            raise ConfigError(f"{source}: tasks.{name}.beta has no value for {missing} (reward_model.model.beta_train)")
+    if cfg["seeds_per_job"] != 1:
+        raise ConfigError(f"{source}: seeds_per_job must be 1 at paper scale (one verl run per job)")
+    gpus = int(cfg["simulator"]["tensor_parallel"]) + int(cfg["verl"]["n_gpus"])
+    if cfg["resources"]["gpus"] != gpus:
+        raise ConfigError(
+            f"{source}: resources.gpus = {cfg['resources']['gpus']} but the train and evaluate jobs use "
+            f"simulator.tensor_parallel + verl.n_gpus = {gpus}"
+        )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_choices
+from paperflow.core.config import ConfigError, require_choices, require_keys
 from paperflow.core.lm.models import model_config
 
 GATED_VARIANTS = ("em", "randomk")  # the primary claims and their section-11 control
+PAPER_KEYS = ("models", "corpora", "benchmarks", "seeds_data", "vllm", "llm_em", "sft", "llm_synthesis", "llm_eval")
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -24,3 +25,32 @@ def check(cfg: dict[str, Any], source: str) -> None:
     extra = [s for s in cfg["report_seeds"] if s not in cfg["seeds"]]
     if extra:
         raise ConfigError(f"{source}: report_seeds {extra} are not in seeds {cfg['seeds']}")
+    if cfg["source"]["kind"] == "official":
+        check_paper(cfg, source)
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    """Paper scale: every paper key present; the seed corpus in PromptCoT 1.0's triple format and every benchmark a
+    benchmark-format corpus; TRL's SFT keys (paperflow.promptscale.sft); vLLM's tensor parallelism within the GPUs
+    a generation job asks for."""
+    from paperflow.promptscale.llm_text import BENCHMARK_FORMATS
+    from paperflow.promptscale.sft import check_settings
+
+    require_keys(cfg, PAPER_KEYS, f"{source} (source.kind official)")
+    corpora = cfg["corpora"]
+    if corpora["seeds"]["format"] != "promptcot_triples":
+        raise ConfigError(
+            f"{source}: corpora.seeds.format must be promptcot_triples, got {corpora['seeds']['format']!r}"
+        )
+    for name in cfg["benchmarks"]:
+        if name not in corpora:
+            raise ConfigError(f"{source}: benchmark {name!r} has no entry in corpora (it has {sorted(corpora)})")
+        if corpora[name]["format"] not in BENCHMARK_FORMATS:
+            raise ConfigError(
+                f"{source}: corpora.{name}.format = {corpora[name]['format']!r}: a benchmark is one of {BENCHMARK_FORMATS}"
+            )
+    check_settings(cfg["sft"], f"{source}: sft")
+    gpus = cfg["resources"].get("sample_gpus", cfg["resources"]["gpus"])
+    tp = cfg["vllm"]["tensor_parallel_size"]
+    if gpus and tp > gpus:
+        raise ConfigError(f"{source}: vllm.tensor_parallel_size ({tp}) exceeds the GPUs of a generation job ({gpus})")

@@ -1,0 +1,242 @@
+"""The paper-scale CQR model: a pretrained instruct LM with LoRA adapters, trained with TRL (SFTTrainer on the best
+candidates, then DPOTrainer on (best, worse) pairs against the SFT model, spec section 2 step 5), in its two roles.
+
+Prompts are plain strings: the conversation's questions and answers, then the text to rewrite (the current question,
+or in the refine role the response, its question closing the history: the dual role of section 11), rendered with
+the tokenizer's chat template when it has one. A completion is the rewrite followed by the tokenizer's EOS, as TRL's
+SFTTrainer appends it; a candidate's score is its completion's summed log-prob divided by its token count (spec
+section 7, inference (a)), tokenized as TRL tokenizes (prompt, then prompt + completion, the completion starting
+where they diverge).
+
+TODO(kit): train_sft, train_dpo, save_round, apply_round and completion_scores belong in paperflow.core.lm once a
+second paper trains a pretrained model with TRL and LoRA (proposal in /work/notes/dualreform_paper_scale.md).
+
+A round's weights are two LoRA adapters, SFT then DPO, each merged into the model before the next: saved as one
+safetensors file (keys "sft." / "dpo." + PEFT's adapter keys, the LoRA settings in its metadata) and applied to
+the pretrained model again by `apply_round`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from paperflow.core.config import reject_unknown, require_keys
+from paperflow.dualreform.settings import DPO_REQUIRED, LORA_KEYS, SFT_REQUIRED
+
+INSTRUCTION = (
+    "Rewrite the last utterance of this conversation into a self-contained search query that retrieves the "
+    "passage answering it."
+)
+STAGES = ("sft", "dpo")
+
+
+def _check(settings: Mapping[str, Any], keys, where: str) -> dict[str, Any]:
+    require_keys(settings, keys, where)
+    reject_unknown(settings, keys, where)
+    return dict(settings)
+
+
+def prompt_text(tokenizer, questions: Sequence[str], answers: Sequence[str], text: str) -> str:
+    """The prompt for rewriting `text` after the conversation (questions[i], answers[i]); a question without its
+    answer (the current one, in the refine role) is listed alone."""
+    lines = [INSTRUCTION, "Conversation:"]
+    for i, q in enumerate(questions):
+        lines.append(f"Q: {q}")
+        if i < len(answers):
+            lines.append(f"A: {answers[i]}")
+    lines.append(f"Utterance: {text}")
+    content = "\n".join(lines)
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": content}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text if text[-1:].isspace() else text + " "  # the completion is appended as a string
+    return content + "\nRewrite: "
+
+
+def rewrite_prompts(tokenizer, table: pd.DataFrame) -> list[str]:
+    return [
+        prompt_text(tokenizer, h, a, q)
+        for h, a, q in zip(table["hist_queries"], table["hist_responses"], table["query"])
+    ]
+
+
+def refine_prompts(tokenizer, table: pd.DataFrame) -> list[str]:
+    return [
+        prompt_text(tokenizer, [*h, q], a, r)
+        for h, a, q, r in zip(table["hist_queries"], table["hist_responses"], table["query"], table["response"])
+    ]
+
+
+def completion(tokenizer, text: str) -> str:
+    return text + tokenizer.eos_token
+
+
+def _pair_ids(tokenizer, prompt: str, done: str, max_prompt: int) -> tuple[list[int], int]:
+    """Token ids of prompt + completion (the prompt cut to its last `max_prompt` tokens) and the completion's start."""
+    p = tokenizer(prompt)["input_ids"]
+    full = tokenizer(prompt + done)["input_ids"]
+    start = next((i for i, (a, b) in enumerate(zip(p, full)) if a != b), min(len(p), len(full)))
+    cut = max(0, start - max_prompt)
+    return full[cut:], start - cut
+
+
+@torch.no_grad()
+def completion_scores(model, tokenizer, prompts, completions, batch_size: int, max_prompt: int) -> np.ndarray:
+    """Length-normalised log-prob of each completion given its prompt (right-padded batches on the model's device)."""
+    from paperflow.core.lm.sampling import sequence_logprobs
+
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out = []
+    for s in range(0, len(prompts), batch_size):
+        pairs = [
+            _pair_ids(tokenizer, p, c, max_prompt)
+            for p, c in zip(prompts[s : s + batch_size], completions[s : s + batch_size])
+        ]
+        width = max(len(ids) for ids, _ in pairs)
+        ids = torch.full((len(pairs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(pairs), width), dtype=torch.long)
+        counted = torch.zeros((len(pairs), width))
+        for i, (row, start) in enumerate(pairs):
+            ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = 1
+            counted[i, start : len(row)] = 1
+        logp = sequence_logprobs(model, ids.to(device), mask.to(device)).float().cpu()
+        out.append(((logp * counted).sum(-1) / counted.sum(-1).clamp(min=1)).numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def rank_candidates(model, tokenizer, prompts, candidate_lists, batch_size: int, max_prompt: int) -> np.ndarray:
+    """The index of each prompt's best candidate by length-normalised log-prob (ties: the first)."""
+    k = len(candidate_lists[0])
+    if any(len(c) != k for c in candidate_lists):
+        raise ValueError("every turn needs the same number of candidates")
+    flat_p = [p for p in prompts for _ in range(k)]
+    flat_c = [completion(tokenizer, c) for cands in candidate_lists for c in cands]
+    model.eval()
+    return (
+        completion_scores(model, tokenizer, flat_p, flat_c, batch_size, max_prompt).reshape(len(prompts), k).argmax(1)
+    )
+
+
+def lora_config(lora: Mapping[str, Any]):
+    from peft import LoraConfig
+
+    lora = _check(lora, LORA_KEYS, "lora")
+    return LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=int(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=list(lora["target_modules"]),
+        task_type="CAUSAL_LM",
+    )
+
+
+def _args(settings: Mapping[str, Any], seed: int, out_dir: str | Path, device) -> dict[str, Any]:
+    return {
+        **settings,
+        "output_dir": str(out_dir),
+        "seed": int(seed),
+        "report_to": [],
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "gradient_checkpointing": False,
+        "use_cpu": torch.device(device).type == "cpu",
+    }
+
+
+def _adapter_state(peft_model) -> dict[str, torch.Tensor]:
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
+
+
+def train_sft(model, tokenizer, prompts, targets, lora, settings, seed: int, out_dir, device):
+    """TRL's SFTTrainer with a LoRA adapter on (prompt, target) strings; returns (merged model, adapter, history)."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from paperflow.core.lm.trl_anchor import history_frame
+
+    args = _args(_check(settings, SFT_REQUIRED, "trl_sft"), seed, out_dir, device)
+    rows = [{"prompt": p, "completion": completion(tokenizer, t)} for p, t in zip(prompts, targets)]
+    trainer = SFTTrainer(
+        model=model,
+        args=SFTConfig(**args),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(lora),
+    )
+    trainer.train()
+    adapter = _adapter_state(trainer.model)
+    return trainer.model.merge_and_unload(), adapter, history_frame(trainer.state.log_history)
+
+
+def train_dpo(model, tokenizer, prompts, chosen, rejected, lora, settings, seed: int, out_dir, device):
+    """TRL's DPOTrainer with a LoRA adapter on `model` (the SFT model, which is also the reference: the adapter
+    switched off); returns (merged model, adapter, history)."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    from paperflow.core.lm.trl_anchor import history_frame
+
+    args = _args(_check(settings, DPO_REQUIRED, "trl_dpo"), seed, out_dir, device)
+    if isinstance(args["loss_type"], str):
+        args["loss_type"] = [args["loss_type"]]
+    rows = [
+        {"prompt": p, "chosen": completion(tokenizer, c), "rejected": completion(tokenizer, r)}
+        for p, c, r in zip(prompts, chosen, rejected)
+    ]
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=None,
+        args=DPOConfig(**args),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(lora),
+    )
+    trainer.train()
+    adapter = _adapter_state(trainer.model)
+    return trainer.model.merge_and_unload(), adapter, history_frame(trainer.state.log_history)
+
+
+def save_round(adapters: Mapping[str, Mapping[str, torch.Tensor]], lora: Mapping[str, Any], path: str | Path) -> Path:
+    """A round's adapters ({"sft": state, "dpo": state}, either may be absent) as one safetensors file."""
+    from safetensors.torch import save_file
+
+    unknown = sorted(set(adapters) - set(STAGES))
+    if unknown:
+        raise ValueError(f"adapters {unknown}: a round has only {STAGES}")
+    tensors = {f"{stage}.{k}": v for stage, state in adapters.items() for k, v in state.items()}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    meta = {"lora": json.dumps(dict(lora)), "stages": json.dumps([s for s in STAGES if s in adapters])}
+    save_file(tensors, str(path), metadata=meta)
+    return Path(path)
+
+
+def apply_round(model, path: str | Path):
+    """`model` (the pretrained model) with a saved round's adapters merged in, SFT first."""
+    from peft import get_peft_model, set_peft_model_state_dict
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    lora = json.loads(meta["lora"])
+    for stage in json.loads(meta["stages"]):
+        state = {k[len(stage) + 1 :]: v for k, v in tensors.items() if k.startswith(f"{stage}.")}
+        peft_model = get_peft_model(model, lora_config(lora))
+        result = set_peft_model_state_dict(peft_model, state)
+        if result.unexpected_keys:
+            raise ValueError(f"{path}: adapter keys the model has no place for: {result.unexpected_keys[:5]}")
+        model = peft_model.merge_and_unload()
+    return model

@@ -1,0 +1,298 @@
+"""dualreform at paper scale (`source.kind: topiocqa`), one function per rule: the pretrained CQR model and TopiOCQA
+(conversations and corpus) at pinned Hub commits, the candidate table with BM25 over the corpus, each preference
+method's rounds (pseudo references -> TRL SFT -> TRL DPO, LoRA on the pretrained model) per seed, and test-turn
+retrieval of each model. The scripts only pass paths and params; the smoke scale's stages are `prepare` and
+`stages`, whose references, preferences and metrics (`pipeline`, `retrieval`) are reused here unchanged.
+
+Methods: `raw` (the question as is), `prompted` (the pretrained instruct model ranks the candidates zero-shot: the
+LLM-based baseline, and the model every trained method starts from), `retpo` (gold references: the upper bound),
+`dualreform` (responses refined by the CQR model itself: iteration 1 by the pretrained model, iteration i by the
+model of iteration i - 1), `single_role` (responses + the current question) and `random_ref` (the control).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from paperflow.core.io import read_frame, write_frame
+from paperflow.dualreform import pipeline
+from paperflow.dualreform import topiocqa as tq
+from paperflow.dualreform.settings import TRAINED
+
+log = logging.getLogger(__name__)
+SLUG = "dualreform"
+LIST_COLUMNS = ("hist_queries", "hist_responses", "qcands", "rcands", "q_gold_rank", "r_top1")
+
+
+def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:  # TODO(kit): core.hub, as lozo_plus
+    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
+
+
+def _fetch(ref: Mapping[str, Any], key: str, cache: str, patterns: list[str]) -> tuple[Path, str]:
+    from paperflow.core.hub import pinned_revision
+    from paperflow.core.lm.models import download_pretrained
+
+    revision = pinned_revision(ref["hub"], ref["revision"], slug=SLUG, key=key, repo_type=ref["repo_type"])
+    folder = _snapshot(cache, ref["repo_type"], ref["hub"], revision)
+    download_pretrained(ref["hub"], revision, folder, allow_patterns=patterns, repo_type=ref["repo_type"])
+    return folder, revision
+
+
+def download_model(pretrained: Mapping[str, Any], cache: str, out: str, key: str = "pretrained") -> dict[str, str]:
+    """A model's files (`<key>.files`) at its pinned commit into the cache; `out` (JSON) names the commit and the
+    folder, which every later rule loads offline. `key` is the config key (pretrained, or dense for the encoder)."""
+    folder, revision = _fetch(pretrained, f"{key}.revision", cache, list(pretrained["files"]))
+    doc = {"hub": pretrained["hub"], "revision": revision, "folder": str(folder)}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def _first_conversations(records: list[dict], limit: int | None) -> list[dict]:
+    if limit is None:
+        return records
+    keep = sorted({int(r["Conversation_no"]) for r in records})[: int(limit)]
+    return [r for r in records if int(r["Conversation_no"]) in set(keep)]
+
+
+def download_data(data: Mapping[str, Any], cache: str, out_passages: str, out_turns: str) -> dict[str, int]:
+    """TopiOCQA's conversation files and corpus shards (only those) at their pinned commits, written as the smoke
+    path's raw tables: passages (pid, docid, text) and turns (with each gold passage's pid). `data.conversations`
+    limits the conversations per split (the first N by number; null keeps all)."""
+    conv, corpus = data["conversations"], data["corpus"]
+    conv_folder, conv_rev = _fetch(conv, "data.conversations.revision", cache, list(tq.CONVERSATION_FILES.values()))
+    corpus_folder, corpus_rev = _fetch(corpus, "data.corpus.revision", cache, [tq.CORPUS_PATTERN])
+    passages = tq.read_corpus(corpus_folder)
+    records = {
+        split: _first_conversations(tq.read_jsonl(conv_folder / name), data["limit_conversations"][split])
+        for split, name in tq.CONVERSATION_FILES.items()
+    }
+    turns, dropped = tq.turns_table(records, passages["docid"])
+    if dropped:
+        log.warning("%d turns whose gold passage is not in the corpus were dropped", dropped)
+    origin = {
+        "conversations": {"hub": conv["hub"], "revision": conv_rev},
+        "corpus": {"hub": corpus["hub"], "revision": corpus_rev},
+    }
+    write_frame(out_passages, passages, {"origin": origin})
+    write_frame(out_turns, turns, {"origin": origin, "dropped_turns": dropped})
+    counts = {f"{s}_turns": int((turns["split"] == s).sum()) for s in tq.CONVERSATION_FILES}
+    return {**counts, "passages": len(passages), "dropped_turns": dropped}
+
+
+def preprocess(passages: str, turns: str, bm25: Mapping[str, Any], threads: int, out: str) -> pd.DataFrame:
+    """The candidate table: every turn's six rewrite and six refinement candidates with their BM25 rankings."""
+    pas, _ = read_frame(passages)
+    tur, _ = read_frame(turns)
+    tur = _lists(tur, ("hist_queries", "hist_responses"))
+    index = tq.CorpusBM25(pas["text"].tolist(), bm25["k1"], bm25["b"], threads=threads)
+    table = tq.candidate_table(tur, index, pipeline.DEPTH)
+    write_frame(out, table, {"bm25": dict(bm25), "templates": list(tq.TEMPLATES), "n_passages": len(pas)})
+    return table
+
+
+def index_dense(passages: str, dense_json: str, dense: Mapping[str, Any], out: str) -> tuple[int, int]:
+    """The corpus encoded by the dense retriever (float16 [n_passages, dim] .npy)."""
+    from paperflow.core.device import pick
+    from paperflow.dualreform import dense as dn
+
+    pas, _ = read_frame(passages)
+    model = dn.encoder(dense_json, dense, pick(dense["device"], key="dense.device"))
+    return dn.index_corpus(model, pas["text"].tolist(), int(dense["batch_size"]), out)
+
+
+def _lists(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    out = frame.copy()
+    for col in columns:
+        out[col] = [[x.item() if hasattr(x, "item") else x for x in v] for v in out[col]]
+    return out
+
+
+def read_table(path: str) -> tuple[pd.DataFrame, dict]:
+    frame, meta = read_frame(path)
+    frame = _lists(frame, LIST_COLUMNS)
+    frame["q_top"] = [[list(r) for r in v] for v in frame["q_top"]]
+    return frame, meta
+
+
+def _tokenizer(pretrained_json: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        json.loads(Path(pretrained_json).read_text())["folder"], local_files_only=True
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _model(pretrained_json: str, pretrained: Mapping[str, Any], device):
+    from paperflow.core.lm.models import load_pretrained
+
+    info = json.loads(Path(pretrained_json).read_text())
+    return load_pretrained(
+        info["hub"], info["revision"], info["folder"], dtype=pretrained["dtype"], device=device
+    ).eval()
+
+
+def _pretrained(pretrained_json: str, pretrained: Mapping[str, Any], device):
+    """(the pretrained model on `device` in eval mode, its tokenizer with a pad token)."""
+    return _model(pretrained_json, pretrained, device), _tokenizer(pretrained_json)
+
+
+def _ranker(pretrained: Mapping[str, Any]) -> dict[str, int]:
+    return {"batch_size": int(pretrained["score_batch_size"]), "max_prompt": int(pretrained["max_prompt_tokens"])}
+
+
+def train(
+    method: str, seed: int, table_path: str, pretrained_json: str, cfg: Mapping[str, Any], outputs: Mapping[str, Any]
+) -> pd.DataFrame:
+    """`method`'s rounds for one seed, each from the pretrained model: references (the dual role: ranked by the
+    latest model), SFT on the best candidates, DPO on (best, worse). Writes each round's adapters
+    (outputs["checkpoints"][i - 1]), the training history and the references; returns the history."""
+    from paperflow.core.device import pick
+    from paperflow.core.seeding import seed_all
+    from paperflow.dualreform import lora
+
+    if method not in TRAINED:
+        raise ValueError(f"method {method!r} is not trained; trained methods: {list(TRAINED)}")
+    device = pick(cfg["pretrained"]["device"], key="pretrained.device")
+    table, meta = read_table(table_path)
+    train_turns = table[table["split"] == "train"].reset_index(drop=True)
+    q_top = np.stack([np.asarray(t) for t in train_turns["q_top"]])
+    r_top1 = np.stack(train_turns["r_top1"].to_numpy())
+    qc = list(train_turns["qcands"])
+    gold = train_turns["gold_pid"].to_numpy()
+    n_iter = int(cfg["iterations"]) if method == "dualreform" else 1
+    if len(outputs["checkpoints"]) != n_iter:
+        raise ValueError(f"{method}: {n_iter} rounds but {len(outputs['checkpoints'])} checkpoint paths")
+    histories, ref_rows = [], []
+    seed_all(seed)
+    tok = _tokenizer(pretrained_json)
+    refiner = _model(pretrained_json, cfg["pretrained"], device) if method == "dualreform" else None
+    prompts = lora.rewrite_prompts(tok, train_turns)
+    for it in range(1, n_iter + 1):
+        if method == "dualreform":
+            choice = lora.rank_candidates(
+                refiner,
+                tok,
+                lora.refine_prompts(tok, train_turns),
+                list(train_turns["rcands"]),
+                **_ranker(cfg["pretrained"]),
+            )
+            refs = r_top1[np.arange(len(train_turns)), choice]
+        else:
+            refs = pipeline.pseudo_references(
+                method, train_turns, int(meta["n_passages"]), np.random.default_rng([seed, 2])
+            )
+        ref_rows.append(
+            pd.DataFrame({"iteration": it, "turn_index": np.arange(len(train_turns)), "ref": refs, "gold": gold})
+        )
+        best, worse = pipeline.preferences(pipeline.reference_ranks(q_top, refs), np.random.default_rng([seed, 1]))
+        pairs = [i for i in range(len(train_turns)) if worse[i] >= 0]
+        if not pairs:
+            raise ValueError(f"{method} iteration {it}: every candidate ties on every turn; no DPO pair")
+        work = Path(tempfile.mkdtemp(prefix=f"dualreform_{method}_seed{seed}_it{it}_"))  # TRL's output_dir (unused)
+        model = _model(pretrained_json, cfg["pretrained"], device)
+        model, sft_adapter, h_sft = lora.train_sft(
+            model,
+            tok,
+            prompts,
+            [qc[i][best[i]] for i in range(len(qc))],
+            cfg["lora"],
+            cfg["trl_sft"],
+            seed,
+            work / "sft",
+            device,
+        )
+        model, dpo_adapter, h_dpo = lora.train_dpo(
+            model,
+            tok,
+            [prompts[i] for i in pairs],
+            [qc[i][best[i]] for i in pairs],
+            [qc[i][worse[i]] for i in pairs],
+            cfg["lora"],
+            cfg["trl_dpo"],
+            seed,
+            work / "dpo",
+            device,
+        )
+        shutil.rmtree(work, ignore_errors=True)
+        lora.save_round({"sft": sft_adapter, "dpo": dpo_adapter}, cfg["lora"], outputs["checkpoints"][it - 1])
+        histories += [
+            h_sft.assign(phase=f"{method} it{it} sft"),
+            h_dpo.assign(phase=f"{method} it{it} dpo", n_pairs=len(pairs)),
+        ]
+        for h in histories[-2:]:
+            h["iteration"] = it
+        refiner = model.eval()
+    history = pd.concat(histories, ignore_index=True).assign(seed=seed, method=method)
+    history.to_csv(outputs["history"], index=False)
+    write_frame(outputs["refs"], pd.concat(ref_rows, ignore_index=True).assign(seed=seed), {"method": method})
+    return history
+
+
+def evaluate(
+    method: str,
+    seed: int,
+    table_path: str,
+    pretrained_json: str | None,
+    checkpoints: Mapping[int, str],
+    pretrained: Mapping[str, Any] | None,
+    dense: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Test-turn retrieval of a method per iteration (`raw`: the question; `prompted`: the pretrained model's
+    ranking; a trained method: each round's model): MRR, nDCG@3, R@10, R@100 under BM25 and the share of each
+    template; with `dense` ({"json", "index", "settings"}), the same metrics of the dense retriever, prefixed
+    "dense_", for the same chosen rewrites."""
+    from paperflow.dualreform.retrieval import retrieval_metrics
+
+    table, _ = read_table(table_path)
+    test = table[table["split"] == "test"].reset_index(drop=True)
+    runs: dict[int, str | None] = {0: None} if method in ("raw", "prompted") else dict(checkpoints)
+    rows = []
+    for it, path in sorted(runs.items()):
+        if method == "raw":
+            choice = np.zeros(len(test), dtype=int)
+        else:
+            from paperflow.core.device import pick
+            from paperflow.dualreform import lora
+
+            device = pick(pretrained["device"], key="pretrained.device")
+            model, tok = _pretrained(pretrained_json, pretrained, device)
+            if path is not None:
+                model = lora.apply_round(model, path).eval()
+            prompts = lora.rewrite_prompts(tok, test)
+            choice = lora.rank_candidates(model, tok, prompts, list(test["qcands"]), **_ranker(pretrained))
+            del model
+        ranks = np.stack(test["q_gold_rank"].to_numpy())[np.arange(len(test)), choice]
+        shares = np.bincount(choice, minlength=len(tq.TEMPLATES)) / max(len(test), 1)
+        row = {"method": method, "seed": seed, "iteration": it, **retrieval_metrics(ranks)}
+        if dense is not None:
+            row |= {f"dense_{k}": v for k, v in _dense_metrics(test, choice, dense).items()}
+        row |= {f"share_{name}": float(shares[k]) for k, name in enumerate(tq.TEMPLATES)}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _dense_metrics(test: pd.DataFrame, choice: np.ndarray, dense: Mapping[str, Any]) -> dict[str, float]:
+    from paperflow.core.device import pick
+    from paperflow.dualreform import dense as dn
+    from paperflow.dualreform.retrieval import retrieval_metrics
+
+    settings = dense["settings"]
+    device = pick(settings["device"], key="dense.device")
+    encoder = dn.encoder(dense["json"], settings, device)
+    texts = [cands[c] for cands, c in zip(test["qcands"], choice)]
+    vectors = dn.encode(encoder, texts, int(settings["batch_size"]))
+    tops = dn.top(dense["index"], vectors, pipeline.DEPTH, device)
+    return retrieval_metrics(dn.gold_ranks(tops, test["gold_pid"].to_numpy()))

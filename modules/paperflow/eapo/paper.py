@@ -1,0 +1,351 @@
+"""eapo at paper scale (`source.kind: math`), one function per rule: the pretrained model and each math dataset at
+pinned Hub commits, prompts in the model's template, pi_E and every method trained by TRL's GRPOTrainer with
+EAPO's injecting sampler (`paper_train`, one process per GPU under torchrun), avg@k on the benchmarks with
+math-verify rewards, and the report. The scripts only pass paths and params; the smoke scale's stages are
+`prepare` and `stages`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from paperflow.core.config import ConfigError
+from paperflow.core.io import read_frame, write_frame
+from paperflow.eapo import math_data
+from paperflow.eapo.rl import method as method_spec
+
+log = logging.getLogger(__name__)
+SLUG = "eapo"
+PAPER_METHODS = ("grpo", "eapo", "eapo_noIS", "eapo_randpos", "eapo_baseprior", "from_prior")
+NOT_WIRED = {
+    "dapo": "TRL's GRPOTrainer has no dynamic sampling (DAPO's refill of equal-reward groups)",
+    "luffy": "LUFFY's shaped off-policy loss on whole pi_E traces is not a TRL loss_type",
+}
+
+
+# --- config ---------------------------------------------------------------------------------------------------
+def check(cfg: Mapping[str, Any], source: str = "config/eapo.yaml") -> None:
+    """Paper-scale rules the schema cannot state: the methods TRL can run, the datasets named by the train set and
+    the benchmarks, a template with {problem}, the entropy rule and mixture IS, and one batch of TRL rows holding
+    whole groups of `rl.group_size` and `rl.prompts_per_step` prompts."""
+    for m in cfg["methods"]:
+        if m in NOT_WIRED:
+            raise ConfigError(f"{source}: methods: {m!r} is not wired at paper scale ({NOT_WIRED[m]}); remove it")
+        if m not in PAPER_METHODS:
+            raise ConfigError(f"{source}: methods: {m!r} is not a paper-scale method; allowed: {PAPER_METHODS}")
+    math = cfg["math"]
+    names = set(math["datasets"])
+    for name in [math["train_set"], *math["benchmarks"]]:
+        if name not in names:
+            raise ConfigError(f"{source}: math dataset {name!r} is not in math.datasets ({sorted(names)})")
+    for name in math["benchmarks"]:
+        if "k" not in math["datasets"][name]:
+            raise ConfigError(f"{source}: math.datasets.{name}.k (avg@k's samples) is missing for a benchmark")
+    math_data.check_template(math["prompt_template"], f"{source}: math.prompt_template")
+    if cfg["eapo"]["critical_rule"] != "entropy" or cfg["eapo"]["is_mode"] != "mixture_clip":
+        raise ConfigError(
+            f"{source}: paper scale wires eapo.critical_rule 'entropy' and eapo.is_mode 'mixture_clip' only "
+            f"(got {cfg['eapo']['critical_rule']!r}, {cfg['eapo']['is_mode']!r})"
+        )
+    trl_settings(cfg, processes=int(cfg["resources"].get("train_gpus", cfg["resources"]["gpus"])) or 1)
+
+
+def trl_settings(cfg: Mapping[str, Any], processes: int, steps: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """GRPOConfig's arguments: the method's settings from `rl` (G, lr, clip range, temperature, epochs, clipping),
+    the memory layout from `math.trl`, DAPO's token-mean loss, no KL. One optimiser step sees
+    per_device_train_batch_size x processes x gradient_accumulation_steps rows = rl.prompts_per_step groups of G."""
+    rl, trl = cfg["rl"], dict(cfg["math"]["trl"])
+    G = int(rl["group_size"])
+    rows = int(trl["per_device_train_batch_size"]) * processes * int(trl["gradient_accumulation_steps"])
+    if rows != int(rl["prompts_per_step"]) * G:
+        raise ConfigError(
+            f"math.trl: per_device_train_batch_size x GPUs x gradient_accumulation_steps = {rows} rows, but "
+            f"rl.prompts_per_step x rl.group_size = {int(rl['prompts_per_step']) * G}"
+        )
+    per_process = int(trl["per_device_train_batch_size"]) * int(trl["gradient_accumulation_steps"])
+    if per_process % G:
+        raise ConfigError(f"math.trl: each process generates {per_process} rows, not whole groups of {G}")
+    return {
+        **trl,
+        "num_generations": G,
+        "learning_rate": float(rl["lr"]),
+        "epsilon": float(rl["eps_low"]),
+        "epsilon_high": float(rl["eps_high"]),
+        "temperature": float(rl["temperature"]),
+        "num_iterations": int(rl["ppo_epochs"]),
+        "max_grad_norm": float(rl["grad_clip"]),
+        "max_steps": int(steps if steps is not None else rl["steps"]),
+        "loss_type": "dapo",
+        "beta": 0.0,
+        "scale_rewards": "group",
+        "weight_decay": 0.0,
+        "seed": int(seed),
+    }
+
+
+# --- downloads and preprocessing ------------------------------------------------------------------------------
+def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
+    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
+
+
+def _write_json(doc: Mapping[str, Any], out: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
+    """The model's files (`pretrained.files`) at its pinned commit into the cache; `out` names commit and folder."""
+    from paperflow.core.hub import pinned_revision
+    from paperflow.core.lm.models import download_pretrained
+
+    hub = pretrained["hub"]
+    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
+    folder = _snapshot(cache, "model", hub, revision)
+    download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
+    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
+    _write_json(doc, out)
+    return doc
+
+
+def download_dataset(name: str, spec: Mapping[str, Any], cache: str, out: str) -> int:
+    """Dataset `name`'s files (`files`) at the pinned commit, its (problem, answer) rows as one parquet file with
+    the origin in the metadata. Returns the row count."""
+    from paperflow.core.hub import pinned_revision
+    from paperflow.core.lm.models import download_pretrained
+
+    key = f"math.datasets.{name}"
+    hub = spec["hub"]
+    revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"{key}.revision", repo_type="dataset")
+    folder = _snapshot(cache, "dataset", hub, revision)
+    download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]), repo_type="dataset")
+    frame = math_data.problems(math_data.read_snapshot(folder, spec["files"], key), spec, key)
+    write_frame(out, frame, {"dataset": name, "hub": hub, "revision": revision, "files": list(spec["files"])})
+    return len(frame)
+
+
+def load_tokenizer(pretrained_json: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(json.loads(Path(pretrained_json).read_text())["folder"], local_files_only=True)
+
+
+def preprocess(name: str, raw: str, pretrained_json: str, template: str, max_prompt_length: int, out: str) -> int:
+    """The prompts of dataset `name` in the template; problems whose prompt exceeds `max_prompt_length` tokens of
+    the model's tokenizer are dropped (counted in the metadata and the log), never truncated."""
+    frame, meta = read_frame(raw)
+    tokenizer = load_tokenizer(pretrained_json)
+    prompts = [math_data.prompt(template, p) for p in frame["problem"]]
+    lengths = np.array([len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts])
+    keep = lengths <= int(max_prompt_length)
+    out_frame = frame.assign(prompt=prompts, prompt_tokens=lengths)[keep].reset_index(drop=True)
+    out_frame.insert(0, "problem_id", np.flatnonzero(keep))
+    if (~keep).any():
+        log.warning("%s: %d prompts longer than %d tokens dropped", name, int((~keep).sum()), max_prompt_length)
+    write_frame(out, out_frame, {**meta, "max_prompt_length": int(max_prompt_length), "dropped": int((~keep).sum())})
+    return len(out_frame)
+
+
+# --- training: a torchrun launch of paper_train -----------------------------------------------------------------
+def train_spec(
+    cfg: Mapping[str, Any],
+    method: str,
+    seed: int,
+    start: str,
+    prior: str | None,
+    train: str,
+    out_dir: str,
+    history: str,
+    rollouts: str,
+    processes: int,
+    steps: int | None = None,
+) -> dict[str, Any]:
+    """Everything `paper_train.run` needs, JSON-serialisable (it crosses the torchrun boundary as a file)."""
+    m = method_spec(method)
+    uses_prior = bool(m.inject)
+    if uses_prior and prior is None:
+        raise ValueError(f"method {method!r} injects an experience model: give its folder")
+    pretrained = cfg["pretrained"]
+    return {
+        "method": method,
+        "seed": int(seed),
+        "start": start,
+        "prior": prior if uses_prior else None,
+        "train": train,
+        "out_dir": out_dir,
+        "history": history,
+        "rollouts": rollouts,
+        "device": pretrained["device"],
+        "dtype": pretrained["dtype"],
+        "trl": trl_settings(cfg, processes, steps, seed),
+        "eapo": dict(cfg["eapo"]),
+        "rollout": dict(cfg["math"]["rollout"]),
+    }
+
+
+def launch(spec: Mapping[str, Any], spec_path: str, processes: int, python: str = sys.executable) -> list[str]:
+    """Write `spec` and run `paper_train` on `processes` processes of this node (torchrun for more than one)."""
+    from paperflow.core.launch import launch_command
+
+    Path(spec_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(spec_path).write_text(json.dumps(spec, indent=1) + "\n")
+    command = [*shlex.split(launch_command(max(1, processes), python)), "-m", "paperflow.eapo.paper_train", spec_path]
+    modules = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [modules, os.environ.get("PYTHONPATH")]))}
+    log.info("launching %s", shlex.join(command))
+    subprocess.run(command, check=True, env=env)
+    return command
+
+
+def model_folder(path: str) -> str:
+    """A model folder from a pretrained.json (download) or a trained model's pointer JSON."""
+    return json.loads(Path(path).read_text())["folder"]
+
+
+# --- evaluation -------------------------------------------------------------------------------------------------
+def evaluate(
+    model_json: str,
+    benchmarks: Mapping[str, str],
+    ks: Mapping[str, int],
+    evaluation: Mapping[str, Any],
+    device_name: str,
+    dtype: str,
+    stop_tokens: Sequence[str] = (),
+) -> pd.DataFrame:
+    """avg@k of one trained model on each benchmark (spec section 8): k samples per problem at `temperature` and
+    `top_p`, ending at EOS or one of `stop_tokens` (the rollouts' own), each scored by `math_reward` (math-verify on
+    the last \\boxed{}); one row per (benchmark, problem)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from paperflow.core.device import pick
+    from paperflow.eapo.math_reward import math_reward
+
+    device = pick(device_name, key="pretrained.device")
+    folder = model_folder(model_json)
+    tokenizer = _tokenizer(folder)
+    stops = math_data.stop_ids(tokenizer, stop_tokens)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
+    model.to(device).eval()
+    torch.manual_seed(int(evaluation["seed"]))
+    rows = []
+    for name, path in benchmarks.items():
+        frame, _ = read_frame(path)
+        k = int(ks[name])
+        per_call = max(1, int(evaluation["batch_size"]) // k)
+        for lo in range(0, len(frame), per_call):
+            part = frame.iloc[lo : lo + per_call]
+            texts = _generate(model, tokenizer, list(part["prompt"]), k, evaluation, device, stops)
+            for i, (pid, answer) in enumerate(zip(part["problem_id"], part["answer"])):
+                scores = [math_reward(t, answer) for t in texts[i * k : (i + 1) * k]]
+                rows.append({"benchmark": name, "problem_id": int(pid), "k": k, "correct": int(sum(scores))})
+        log.info("%s: avg@%d over %d problems", name, k, len(frame))
+    out = pd.DataFrame(rows)
+    out["avg"] = out["correct"] / out["k"]
+    return out
+
+
+def _tokenizer(folder: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _generate(
+    model, tokenizer, prompts: Sequence[str], k: int, evaluation: Mapping[str, Any], device, stops
+) -> list[str]:
+    import torch
+
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    with torch.no_grad():
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=float(evaluation["temperature"]),
+            top_p=float(evaluation["top_p"]),
+            top_k=0,
+            max_new_tokens=int(evaluation["max_new_tokens"]),
+            num_return_sequences=k,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=list(stops),
+        )
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+# --- report -----------------------------------------------------------------------------------------------------
+def avg_at_k_table(evals: Mapping[tuple[str, int], str], benchmarks: Sequence[str]) -> pd.DataFrame:
+    """avg@k per (method, seed) and benchmark, and their mean over the benchmarks (the spec's five-benchmark
+    average), one row per (method, seed)."""
+    rows = []
+    for (method, seed), path in sorted(evals.items()):
+        frame, _ = read_frame(path)
+        row = {"method": method, "seed": seed}
+        for b in benchmarks:
+            part = frame[frame["benchmark"] == b]
+            if part.empty:
+                raise ValueError(f"{path}: no rows for benchmark {b!r}")
+            row[b] = float(part["avg"].mean())
+        row["average"] = float(np.mean([row[b] for b in benchmarks]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def claims(table: pd.DataFrame, method: str = "eapo", baseline: str = "grpo") -> list[dict[str, Any]]:
+    """The paper-scale reproduction target (spec section 5): `method`'s benchmark average above `baseline`'s, per
+    seed the two share; one claim per baseline present."""
+    out = []
+    mine = table[table["method"] == method].set_index("seed")["average"]
+    for base in [b for b in ("grpo", "eapo_noIS", "eapo_randpos", "from_prior") if b != method]:
+        theirs = table[table["method"] == base].set_index("seed")["average"]
+        seeds = sorted(set(mine.index) & set(theirs.index))
+        if not seeds:
+            continue
+        diffs = [float(mine[s] - theirs[s]) for s in seeds]
+        out.append(
+            {
+                "id": f"{method}_over_{base}_average",
+                "statement": f"{method}'s avg@k averaged over the benchmarks exceeds {base}'s",
+                "value": float(np.mean(diffs)),
+                "per_seed": dict(zip(map(str, seeds), diffs)),
+                "threshold": 0.0,
+                "held": bool(np.mean(diffs) > 0),
+                "gated": base == baseline,
+                "seeds": seeds,
+            }
+        )
+    return out
+
+
+def report(table: pd.DataFrame, ks: Mapping[str, int], pretrained: Mapping[str, Any], out: str) -> dict[str, Any]:
+    """report.md and the metrics document (returned) from the avg@k table."""
+    found = claims(table)
+    lines = [
+        "# EAPO at paper scale",
+        "",
+        f"Model: `{pretrained['hub']}`. avg@k on each benchmark (k: "
+        + ", ".join(f"{b} {k}" for b, k in ks.items())
+        + "), math-verify on the last \\boxed{}, methods trained by TRL's GRPOTrainer with EAPO's sampler.",
+        "",
+        table.to_markdown(index=False, floatfmt=".4f"),
+        "",
+        "| claim | value (mean over seeds) | threshold | held | gated |",
+        "| --- | --- | --- | --- | --- |",
+        *[f"| {c['statement']} | {c['value']:+.4f} | > {c['threshold']} | {c['held']} | {c['gated']} |" for c in found],
+        "",
+    ]
+    Path(out).write_text("\n".join(lines))
+    return {"claims": found, "avg_at_k": table.to_dict(orient="records"), "k": dict(ks)}

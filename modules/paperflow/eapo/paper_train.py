@@ -1,0 +1,292 @@
+"""One paper-scale RL run (pi_E or a method) with TRL's GRPOTrainer and EAPO's injecting sampler, started by
+`python -m paperflow.eapo.paper_train spec.json` (one process, or one per GPU under torchrun; `paper.launch`).
+
+TRL generates through `rollout_func` (`Rollout` below): the kit's step-wise sampler on the policy, with the same
+`rl.Injector` hook as the smoke loop on the first `eapo.g_aug` rows of every group (pi_E's token at critical,
+high-entropy steps, tau_H an EMA of the pure rows' entropy quantile, kept per process). Every method samples this
+way, so GRPO is EAPO without the hook. TRL ignores the log-probs a rollout returns in its ratio (spec section 11),
+so `EAPOTrainer` puts the recorded behaviour log-probs log mu in TRL's `old_per_token_logps` at the critical steps
+(mixture IS, spec 2.3); elsewhere they stay pi_old's, computed by TRL's own forward. eapo_noIS keeps pi_old
+everywhere (TRL's default), and with alpha = 0 nothing is replaced, so the run is GRPO's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from paperflow.eapo import rl
+from paperflow.eapo.math_data import stop_ids
+
+log = logging.getLogger(__name__)
+
+
+def _pad(rows: Sequence[torch.Tensor], width: int, value, device) -> torch.Tensor:
+    out = torch.full((len(rows), width), value, dtype=rows[0].dtype if rows else torch.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r[:width].cpu()
+    return out.to(device)
+
+
+class Rollout:
+    """TRL's `rollout_func`: completions of the process's prompts (G consecutive copies per prompt) from the policy,
+    with EAPO's injection on the augmented rows when the method injects. Keeps what the trainer needs to set the
+    behaviour log-probs (`take`) and one row of statistics per call (`stats`)."""
+
+    def __init__(self, method: str, eapo: Mapping[str, Any], group_size: int, settings: Mapping[str, Any], prior, seed):
+        self.m = rl.method(method)
+        self.s = rl.Settings(
+            steps=0,
+            prompts_per_step=0,
+            group_size=int(group_size),
+            lr=0.0,
+            eps_low=0.0,
+            eps_high=0.0,
+            temperature=0.0,
+            ppo_epochs=1,
+            adv_eps=0.0,
+            grad_clip=None,
+            eval_every=1,
+            **{k: v for k, v in eapo.items() if k in rl.Settings.__dataclass_fields__},
+        )
+        self.s.check()
+        self.prior = prior
+        self.chunk = int(settings["batch_rows"])
+        self.stop_tokens = list(settings.get("stop_tokens", []))
+        if self.chunk % self.s.group_size:
+            raise ValueError(f"math.rollout.batch_rows ({self.chunk}) must hold whole groups of {self.s.group_size}")
+        self.seed = int(seed)
+        self.tau: float | None = None
+        self.generators: dict[str, torch.Generator] = {}
+        self.stats: list[dict[str, float]] = []
+        self._last: dict[str, list[torch.Tensor]] | None = None
+
+    @property
+    def replaces_denominator(self) -> bool:
+        """Whether the behaviour log-probs differ from pi_old's at some steps (true EAPO, alpha > 0)."""
+        return bool(self.m.inject) and self.m.denominator == "mixture" and self.s.alpha > 0 and self.s.g_aug > 0
+
+    def _generator(self, name: str, device, offset: int) -> torch.Generator:
+        if name not in self.generators:
+            self.generators[name] = torch.Generator(device=device).manual_seed(self.seed + offset)
+        return self.generators[name]
+
+    def take(self) -> dict[str, list[torch.Tensor]] | None:
+        last, self._last = self._last, None
+        return last
+
+    def _sample(
+        self, model, tokenizer, ids: list[list[int]], max_new: int, temperature: float, device, generator, hook=None
+    ):
+        from paperflow.core.lm.sampling import sample
+
+        width = max(len(x) for x in ids)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in ids], device=device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+        return sample(
+            model,
+            input_ids,
+            mask,
+            max_new_tokens=max_new,
+            temperature=temperature,
+            generator=generator,
+            eos_token_id=stop_ids(tokenizer, self.stop_tokens),
+            pad_token_id=pad,
+            hook=hook,
+        )
+
+    def _threshold(self, entropies: torch.Tensor, mask: torch.Tensor) -> None:
+        values = entropies[mask.bool()].float()
+        if values.numel() == 0:
+            return
+        q = float(torch.quantile(values.cpu(), self.s.quantile))
+        self.tau = q if self.tau is None else self.s.ema * self.tau + (1 - self.s.ema) * q
+
+    def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer = trainer.processing_class
+        device = trainer.accelerator.device
+        G, n = self.s.group_size, len(prompts)
+        if n % G or any(prompts[i] != prompts[i - i % G] for i in range(n)):
+            raise ValueError(f"rollout: {n} prompts are not groups of {G} consecutive copies (TRL's RepeatSampler)")
+        ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        max_new = int(trainer.args.max_completion_length)
+        temperature = float(trainer.args.temperature)
+        was_training = model.training
+        model.eval()
+        if self.m.inject == "critical" and self.tau is None:  # the first tau_H: one pure rollout of the first chunk,
+            calibrate = self._generator("calibrate", device, 1)  # its own draws: the policy's stay those of GRPO
+            first = self._sample(model, tokenizer, ids[: self.chunk], max_new, temperature, device, calibrate)
+            self._threshold(first.entropies, first.completion_mask)
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        critical_rows, logp_rows, entropies, masks, augmented_all, injected_all = [], [], [], [], [], []
+        for lo in range(0, n, self.chunk):
+            part = ids[lo : lo + self.chunk]
+            augmented = (torch.arange(len(part), device=device) % G) < self.s.g_aug
+            hook = None
+            if self.m.inject:
+                hook = rl.Injector(
+                    self.prior,
+                    self.s,
+                    self.m.inject,
+                    float(self.tau if self.tau is not None else 0.0),
+                    0.0,
+                    self._generator("injector", device, 7919),
+                    augmented,
+                    self.m.denominator,
+                )
+            policy = self._generator("policy", device, 0)
+            roll = self._sample(model, tokenizer, part, max_new, temperature, device, policy, hook)
+            mask = roll.completion_mask.bool()
+            flags = hook.flags() if hook is not None and hook.steps else None
+            critical = flags["critical"] & mask if flags is not None else torch.zeros_like(mask)
+            injected = flags["inject"] & mask if flags is not None else torch.zeros_like(mask)
+            for i, prompt_ids in enumerate(part):
+                length = int(mask[i].sum())
+                out["prompt_ids"].append(list(prompt_ids))
+                out["completion_ids"].append(roll.completion_ids[i, :length].tolist())
+                out["logprobs"].append(roll.logprobs[i, :length].tolist())
+                critical_rows.append(critical[i, :length].cpu())
+                logp_rows.append(roll.logprobs[i, :length].float().cpu())
+            entropies.append(roll.entropies.cpu())
+            masks.append(mask.cpu())
+            augmented_all.append(augmented.cpu())
+            injected_all.append(injected.sum().cpu())
+        model.train(was_training)
+        pure_entropy = torch.cat([e[~a].flatten() for e, a in zip(entropies, augmented_all)])
+        pure_mask = torch.cat([m[~a].flatten() for m, a in zip(masks, augmented_all)])
+        if self.m.inject == "critical":
+            self._threshold(pure_entropy, pure_mask)
+        aug_tokens = sum(int(m[a].sum()) for m, a in zip(masks, augmented_all))
+        n_critical = sum(int(c.sum()) for c in critical_rows)
+        self.stats.append(
+            {
+                "call": len(self.stats),
+                "rows": n,
+                "tau": float("nan") if self.tau is None else self.tau,
+                "entropy": float(torch.cat([e[m] for e, m in zip(entropies, masks)]).float().mean()),
+                "critical_rate": n_critical / aug_tokens if aug_tokens else float("nan"),
+                "injection_rate": float(sum(injected_all)) / aug_tokens if aug_tokens else float("nan"),
+            }
+        )
+        self._last = {"critical": critical_rows, "logprobs": logp_rows}
+        return out
+
+
+def eapo_trainer_class():
+    """GRPOTrainer whose old log-probs are the behaviour policy's at the rollout's critical steps (TRL imported
+    lazily: only the jobs that train need it)."""
+    from trl import GRPOTrainer
+
+    class EAPOTrainer(GRPOTrainer):
+        eapo_rollout: Rollout | None = None
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            last = self.eapo_rollout.take() if self.eapo_rollout is not None else None
+            if last is None or not self.eapo_rollout.replaces_denominator:
+                return out
+            completion = out["completion_ids"]
+            width, device = completion.shape[1], completion.device
+            critical = _pad(last["critical"], width, False, device)
+            mu = _pad(last["logprobs"], width, 0.0, device)
+            old = out.get("old_per_token_logps")
+            if old is None:  # TRL skips pi_old when it equals pi_theta's detached log-probs; EAPO needs it
+                ids = torch.cat([out["prompt_ids"], completion], 1)
+                attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+                with torch.no_grad():
+                    old, _, _ = self._get_per_token_logps_and_entropies(
+                        self.model, ids, attn, width, batch_size=self.args.per_device_train_batch_size
+                    )
+            out["old_per_token_logps"] = torch.where(critical, mu.to(old.dtype), old)
+            return out
+
+    return EAPOTrainer
+
+
+def _load(folder: str, dtype: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
+
+
+def _tokenizer(folder: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def build(spec: Mapping[str, Any]):
+    """The trainer of one run from its spec (`paper.train_spec`), not yet trained."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from paperflow.core.device import pick
+    from paperflow.core.io import read_frame
+    from paperflow.eapo.math_reward import trl_math_reward
+
+    device = pick(spec["device"], key="pretrained.device")
+    frame, _ = read_frame(spec["train"])
+    dataset = Dataset.from_pandas(frame[["prompt", "answer"]], preserve_index=False)
+    args = GRPOConfig(
+        output_dir=str(Path(spec["out_dir"]) / "trl"),
+        use_cpu=device.type == "cpu",
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=not sys.stderr.isatty(),
+        dataloader_num_workers=0,
+        **spec["trl"],
+    )
+    policy = _load(spec["start"], spec["dtype"])
+    prior = None
+    if spec["prior"] is not None:
+        prior = _load(spec["prior"], spec["dtype"]).eval().requires_grad_(False)
+    rollout = Rollout(spec["method"], spec["eapo"], args.num_generations, spec["rollout"], prior, spec["seed"])
+    trainer = eapo_trainer_class()(
+        model=policy,
+        reward_funcs=trl_math_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=_tokenizer(spec["start"]),
+        rollout_func=rollout,
+    )
+    trainer.eapo_rollout = rollout
+    if prior is not None:
+        prior.to(trainer.accelerator.device)
+    return trainer
+
+
+def run(spec: Mapping[str, Any]) -> None:
+    """Train, then (main process) save the model folder, TRL's history and the rollout statistics."""
+    trainer = build(spec)
+    trainer.train()
+    trainer.save_model(spec["out_dir"])
+    if trainer.accelerator.is_main_process:
+        trainer.processing_class.save_pretrained(spec["out_dir"])
+        rows = [r for r in trainer.state.log_history if "step" in r and "train_runtime" not in r]
+        pd.DataFrame(rows).to_csv(spec["history"], index=False)
+        pd.DataFrame(trainer.eapo_rollout.stats).to_csv(spec["rollouts"], index=False)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m paperflow.eapo.paper_train SPEC.json")
+    logging.basicConfig(level=logging.INFO)
+    run(json.loads(Path(argv[0]).read_text()))
+
+
+if __name__ == "__main__":
+    main()

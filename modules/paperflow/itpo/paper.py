@@ -1,0 +1,227 @@
+"""itpo at paper scale (`source.kind: collabllm`), one function per rule: the policy model (also the PRM and the
+reference) and the simulator/judge model at pinned Hub commits, each task's CollabLLM parquet at its pinned commit,
+the official recipe's source tree (ITPO + verl at pinned git commits), verl's RL rows, and the recipe's training
+and evaluation run by verl with the simulator served by vLLM on the job's own GPUs. The scripts only pass paths and
+params; the command lines come from `paperflow.itpo.recipe`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from paperflow.core.config import ConfigError
+from paperflow.itpo import recipe, serving
+
+log = logging.getLogger(__name__)
+SLUG = "itpo"
+
+
+def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
+    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
+
+
+def _write_json(path: str | Path, doc: Mapping[str, Any]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download_hub(ref: Mapping[str, Any], key: str, cache: str, out: str) -> dict[str, Any]:
+    """The files of a Hub reference (`ref.files`, a model or a dataset) at its pinned commit into the cache; `out`
+    (JSON) names the commit, the folder and each file's sha256, which every later rule reads offline. `key` is
+    the reference's config key (`pretrained`, `simulator`, `tasks.<task>`), named when the pin is missing."""
+    from paperflow.core.hub import pinned_revision
+    from paperflow.core.lm.models import download_pretrained
+
+    hub, repo_type = ref["hub"], ref["repo_type"]
+    revision = pinned_revision(hub, ref["revision"], slug=SLUG, key=f"{key}.revision", repo_type=repo_type)
+    folder = _snapshot(cache, repo_type, hub, revision)
+    download_pretrained(hub, revision, folder, allow_patterns=list(ref["files"]), repo_type=repo_type)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    if not files:
+        raise FileNotFoundError(f"{repo_type} {hub}@{revision}: no file matches {key}.files = {list(ref['files'])}")
+    doc = {
+        "hub": hub,
+        "repo_type": repo_type,
+        "revision": revision,
+        "folder": str(folder),
+        "sha256": {str(p.relative_to(folder)): _sha256(p) for p in files},
+    }
+    _write_json(out, doc)
+    return doc
+
+
+def download_recipe(source: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
+    """The recipe's source tree: verl at `recipe.verl.commit` with ITPO's files (`recipe.itpo.commit`) overlaid as
+    the ITPO README says, under the cache; `out` (JSON) names the commits and the tree."""
+    itpo, verl = source["itpo"], source["verl"]
+    base = Path(cache) / "recipe"
+    itpo_dir = recipe.checkout(itpo["git"], itpo["commit"], base / "itpo" / itpo["commit"], "recipe.itpo.commit")
+    verl_dir = recipe.checkout(verl["git"], verl["commit"], base / "verl" / verl["commit"], "recipe.verl.commit")
+    tree = base / "tree" / f"{itpo['commit'][:12]}-{verl['commit'][:12]}"
+    placed = recipe.assemble_tree(itpo_dir, verl_dir, tree)
+    doc = {"tree": str(tree), "itpo": dict(itpo), "verl": dict(verl), "overlaid": placed}
+    _write_json(out, doc)
+    return doc
+
+
+def preprocess(
+    task_name: str, task: Mapping[str, Any], raw_json: str, recipe_json: str, split: Mapping[str, Any], outputs
+) -> dict[str, int]:
+    """verl's RL rows of a task (rl_train / rl_validation parquet, as process_dataset.py --dataset_type rl)."""
+    from paperflow.itpo import collab
+
+    raw = json.loads(Path(raw_json).read_text())
+    tree = json.loads(Path(recipe_json).read_text())["tree"]
+    rows = collab.hub_rows(raw["folder"])
+    parts = collab.rl_splits(
+        rows, collab.system_prompt(tree), task["task_desc"], float(split["validation_size"]), int(split["seed"])
+    )
+    counts = {}
+    for name, data in parts.items():
+        Path(outputs[name]).parent.mkdir(parents=True, exist_ok=True)
+        data.to_parquet(outputs[name])
+        counts[name] = len(data)
+    log.info("%s: %d hub rows -> %s", task_name, len(rows), counts)
+    return counts
+
+
+def gpu_split(simulator: Mapping[str, Any], verl: Mapping[str, Any]) -> tuple[str, str]:
+    """(CUDA_VISIBLE_DEVICES of the simulator server, of verl): the job's GPUs (its CUDA_VISIBLE_DEVICES, else
+    0..N-1), the first `simulator.tensor_parallel` to vLLM and the next `verl.n_gpus` to the policy, PRM and
+    reference (spec section 6: 2 + 2). With `verl.device: cuda` the GPUs must be visible."""
+    n_sim, n_verl = int(simulator["tensor_parallel"]), int(verl["n_gpus"])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(n_sim + n_verl)]
+    if verl["device"] == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < n_sim + n_verl:
+            raise ConfigError(
+                f"verl.device = 'cuda' needs simulator.tensor_parallel + verl.n_gpus = {n_sim + n_verl} GPUs; "
+                f"torch sees {torch.cuda.device_count()} (run the job where resources.gpus GPUs are visible)"
+            )
+    if len(ids) < n_sim + n_verl:
+        raise ConfigError(f"CUDA_VISIBLE_DEVICES={visible!r} has fewer than {n_sim + n_verl} GPUs")
+    return ",".join(ids[:n_sim]), ",".join(ids[n_sim : n_sim + n_verl])
+
+
+def _run_with_simulator(cfg, simulator_json: str, cmd, workdir: Path, tree: str, log_dir: Path, python: str):
+    """`cmd` (a verl launch) in `workdir`, the recipe tree first on PYTHONPATH, on its GPUs, while the simulator
+    server runs on the others; its output goes to log_dir/verl.log (the server's to log_dir/simulator.log)."""
+    sim, verl = cfg["simulator"], cfg["verl"]
+    sim_gpus, verl_gpus = gpu_split(sim, verl)
+    url = serving.base_url(sim["port"])
+    folder = json.loads(Path(simulator_json).read_text())["folder"]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    server = serving.server_command(sim, folder, python=python)
+    start = time.time()
+    with serving.served(
+        server, url, sim["served_name"], float(sim["ready_timeout_s"]), log_dir / "simulator.log",
+        {"CUDA_VISIBLE_DEVICES": sim_gpus},
+    ):  # fmt: skip
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": verl_gpus, "PYTHONPATH": path, "VLLM_USE_V1": "1"}
+        with open(log_dir / "verl.log", "a") as out:
+            proc = subprocess.run(list(cmd), cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise RuntimeError(f"verl exited with code {proc.returncode}; see {log_dir / 'verl.log'}")
+    return {"simulator": server, "simulator_gpus": sim_gpus, "verl_gpus": verl_gpus, "wall_s": time.time() - start}
+
+
+def _paths(run_dir: Path, data: Mapping[str, str], pretrained_json: str, cfg, name: str) -> dict[str, str]:
+    return {
+        "train": str(Path(data["train"]).resolve()),
+        "validation": str(Path(data["validation"]).resolve()),
+        "model": json.loads(Path(pretrained_json).read_text())["folder"],
+        "checkpoints": str((run_dir / "checkpoints").resolve()),
+        "base_url": serving.base_url(cfg["simulator"]["port"]),
+        "name": name,
+    }
+
+
+def train(
+    task_name: str, method: str, seeds, cfg: Mapping[str, Any], inputs: Mapping[str, str], out: str, python=None
+) -> dict[str, Any]:
+    """One run of the recipe's training (`recipe.itpo.main_prime`) for `method` on `task_name`: the command and
+    interaction file written beside `out`, verl's checkpoints under <run>/checkpoints; `out` (JSON) names the final
+    checkpoint folder (global_step_<N>, verl's latest_checkpointed_iteration.txt), the command and the GPUs."""
+    if len(seeds) != 1:
+        raise ValueError(f"a paper-scale train job runs one seed; got {list(seeds)} (seeds_per_job must be 1)")
+    python = python or sys.executable
+    run_dir = Path(out).parent
+    tree = json.loads(Path(inputs["recipe"]).read_text())["tree"]
+    workdir = recipe.job_workdir(Path(tree), run_dir / "work")
+    name = f"{task_name}-rloo-{method}-s{seeds[0]}"
+    paths = _paths(run_dir, inputs, inputs["pretrained"], cfg, name)
+    paths["interaction"] = str((run_dir / "interaction.yaml").resolve())
+    _write_yaml(paths["interaction"], recipe.interaction_config(cfg["simulator"], paths["base_url"], 1.0))
+    task = cfg["tasks"][task_name]
+    overrides = recipe.train_overrides(task_name, task, method, cfg["verl"], cfg["simulator"], paths)
+    cmd = recipe.command(recipe.TRAIN_MODULE, overrides, python=python)  # the seed labels the run (verl's own seeds)
+    _write_json(run_dir / "command.json", {"cwd": str(workdir), "command": cmd})
+    ran = _run_with_simulator(cfg, inputs["simulator"], cmd, workdir, tree, run_dir / "logs", python)
+    latest = Path(paths["checkpoints"]) / "latest_checkpointed_iteration.txt"
+    if not latest.is_file():
+        raise FileNotFoundError(f"{latest}: verl saved no checkpoint (trainer.save_freq vs the run's steps?)")
+    step = int(latest.read_text().strip())
+    doc = {"task": task_name, "method": method, "seed": int(seeds[0]), "global_step": step,
+           "checkpoint": str(Path(paths["checkpoints"]) / f"global_step_{step}"), "command": cmd, **ran}  # fmt: skip
+    _write_json(out, doc)
+    return doc
+
+
+def evaluate(
+    task_name: str, method: str, cfg: Mapping[str, Any], inputs: Mapping[str, str], outputs, python=None
+) -> dict[str, Any]:
+    """scripts/eval/eval.sh on a trained run's final checkpoint (greedy, the simulator at temperature 0): the
+    dumped generations as a frame (`outputs['rollouts']`) and their means (`outputs['summary']`, JSON)."""
+    from paperflow.core.io import write_frame
+    from paperflow.itpo import collab
+
+    python = python or sys.executable
+    run = json.loads(Path(inputs["run"]).read_text())
+    eval_dir = Path(outputs["summary"]).parent / f"{task_name}_{method}_s{run['seed']}"
+    tree = json.loads(Path(inputs["recipe"]).read_text())["tree"]
+    workdir = recipe.job_workdir(Path(tree), eval_dir / "work")
+    paths = _paths(eval_dir, inputs, inputs["pretrained"], cfg, f"{run['task']}-eval-{method}-s{run['seed']}")
+    paths["resume"] = run["checkpoint"]
+    paths["interaction"] = str((eval_dir / "interaction.yaml").resolve())
+    _write_yaml(paths["interaction"], recipe.interaction_config(cfg["simulator"], paths["base_url"], 0.0))
+    task = cfg["tasks"][task_name]
+    cmd = recipe.command(
+        recipe.EVAL_MODULE,
+        recipe.eval_overrides(task_name, task, method, cfg["verl"], cfg["simulator"], paths),
+        python=python,
+    )
+    _write_json(eval_dir / "command.json", {"cwd": str(workdir), "command": cmd})
+    _run_with_simulator(cfg, inputs["simulator"], cmd, workdir, tree, eval_dir / "logs", python)
+    frame = collab.read_generations(workdir / recipe.EVAL_DUMP_DIR)
+    summary = {"task": task_name, "method": method, "seed": run["seed"], "global_step": run["global_step"],
+               **collab.summarise(frame, task["metric"])}  # fmt: skip
+    write_frame(outputs["rollouts"], frame.assign(task=task_name, method=method, seed=run["seed"]), summary)
+    _write_json(outputs["summary"], summary)
+    return summary
+
+
+def _write_yaml(path: str, doc: Mapping[str, Any]) -> None:
+    import yaml
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))

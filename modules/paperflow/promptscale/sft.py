@@ -1,0 +1,156 @@
+"""Supervised fine-tuning of q_phi and p_theta at paper scale with TRL's SFTTrainer (prompt-completion data, the
+loss on the completion only), on one process or on every GPU of a node:
+
+    run_sft(model_folder, data_jsonl, out_folder, settings, device="cuda", n_procs=8, history=...)
+
+With `n_procs` > 1 it starts `python -m torch.distributed.run --standalone --nproc-per-node=N -m
+paperflow.promptscale.sft <args.json>` (paperflow.core.launch), and each rank runs `train` below; TRL / accelerate
+read the ranks torchrun sets, and `settings.fsdp` (e.g. "full_shard auto_wrap") shards the 7B model and its
+optimiser state across the GPUs. One process (a single GPU, or the CPU in the tests) runs `train` in place, and
+`fsdp` is then not passed (it needs a process group). The weights are trained in float32 with bf16 autocast
+(`bf16`), and saved with the tokenizer by `save_model` as a Hub-style folder that vLLM and the next iteration load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from paperflow.core.config import reject_unknown, require_keys
+
+log = logging.getLogger(__name__)
+
+REQUIRED = ("learning_rate", "per_device_train_batch_size", "max_length", "seed")
+OPTIONAL = (
+    "num_train_epochs",
+    "max_steps",
+    "gradient_accumulation_steps",
+    "warmup_steps",
+    "weight_decay",
+    "lr_scheduler_type",
+    "max_grad_norm",
+    "bf16",
+    "gradient_checkpointing",
+    "fsdp",
+    "logging_steps",
+)
+
+
+def check_settings(settings: Mapping[str, Any], where: str = "sft") -> dict[str, Any]:
+    """The config's `sft` block: the keys TRL needs here, nothing it would silently ignore."""
+    require_keys(settings, REQUIRED, where)
+    reject_unknown(settings, (*REQUIRED, *OPTIONAL), where)
+    return dict(settings)
+
+
+def sft_arguments(settings: Mapping[str, Any], out_dir: str | Path, device: str, world_size: int) -> dict[str, Any]:
+    """SFTConfig's arguments: the config's, plus what decides no result (no checkpoints or reporting, a log row
+    per `logging_steps`), the completion-only loss, the CPU when `device` is cpu, and FSDP only on several ranks."""
+    args = check_settings(settings)
+    fsdp = args.pop("fsdp", None)
+    base = {
+        "output_dir": str(out_dir),
+        "report_to": [],
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "disable_tqdm": not sys.stderr.isatty(),
+        "dataloader_num_workers": 0,
+        "completion_only_loss": True,
+        "use_cpu": device == "cpu",
+    }
+    if fsdp and world_size > 1:
+        base["fsdp"] = fsdp
+    return {**base, **args}
+
+
+def train(
+    model_folder: str,
+    data: str,
+    out_folder: str,
+    settings: Mapping[str, Any],
+    device: str,
+    history: str | None = None,
+) -> list[dict[str, Any]]:
+    """One rank of the fine-tuning: the model and tokenizer at `model_folder` (offline), the {"prompt",
+    "completion"} rows of `data` (JSONL), TRL's SFTTrainer; rank 0 saves the model and tokenizer in `out_folder`
+    and the logged rows in `history` (JSON). Returns the logged rows."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from paperflow.core.device import pick
+    from paperflow.promptscale.llm_text import read_jsonl
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        pick(device, key="models.prompt.device")  # a GPU job that sees none fails here, naming the key
+    rows = read_jsonl(data)
+    if not rows:
+        raise ValueError(f"{data}: no training rows")
+    tok = AutoTokenizer.from_pretrained(model_folder, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(model_folder, local_files_only=True, dtype=torch.float32)
+    trainer = SFTTrainer(
+        model=model,
+        args=SFTConfig(**sft_arguments(settings, f"{out_folder}.trl", device, world_size)),
+        train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
+        processing_class=tok,
+    )
+    trainer.train()
+    trainer.save_model(out_folder)
+    logged = [dict(r) for r in trainer.state.log_history]
+    if trainer.is_world_process_zero():
+        tok.save_pretrained(out_folder)
+        if history:
+            Path(history).write_text(json.dumps(logged, indent=1) + "\n")
+    return logged
+
+
+def command(n_procs: int, args_file: str | Path) -> list[str]:
+    """The command that runs `train` on `n_procs` processes of this node (torchrun; plain python for one)."""
+    from paperflow.core.launch import launch_command
+
+    return [*launch_command(int(n_procs), python=sys.executable).split(), "-m", __name__, str(args_file)]
+
+
+def run_sft(
+    model_folder: str,
+    data: str,
+    out_folder: str,
+    settings: Mapping[str, Any],
+    device: str,
+    n_procs: int,
+    history: str,
+) -> list[dict[str, Any]]:
+    """`train` in this process (`n_procs` <= 1) or on `n_procs` ranks started by torchrun; the logged rows."""
+    check_settings(settings)
+    kwargs = {
+        "model_folder": str(model_folder),
+        "data": str(data),
+        "out_folder": str(out_folder),
+        "settings": dict(settings),
+        "device": device,
+        "history": str(history),
+    }
+    if int(n_procs) <= 1:
+        return train(**kwargs)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=Path(out_folder).parent, delete=False) as fh:
+        json.dump(kwargs, fh)
+    cmd = command(n_procs, fh.name)
+    log.info("running %s", " ".join(cmd))
+    try:
+        subprocess.run(cmd, check=True)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    return json.loads(Path(history).read_text())
+
+
+if __name__ == "__main__":
+    train(**json.loads(Path(sys.argv[1]).read_text()))

@@ -1,0 +1,472 @@
+"""dualreform at paper scale, offline: TopiOCQA's files in their real layout and fields (conversation jsonl records,
+corpus parquet shards) written by a fake Hub, the download asking only for those files at the pinned commits and
+refusing an unpinned one with `paperflow pin dualreform` named, the candidate table with bm25s over the corpus, a
+tiny Qwen2 model with a word-level tokenizer standing in for the pretrained instruct model through TRL's SFTTrainer
+and DPOTrainer with LoRA (train -> evaluate on the CPU, device `cpu`), the round's adapters reloaded to the same
+scores, the dense retriever (the MiniLM encoder standing in for GTR) indexing the corpus and searching it exactly,
+the paper-scale claims failing on their negative control, config errors by name, and the paper-scale DAG with GPUs
+on the train, evaluate and dense-index rules only."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.io import read_frame
+from paperflow.dualreform import paper
+from paperflow.dualreform import topiocqa as tq
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+TITLES = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+SECTIONS = ["history", "music", "sport"]
+FILLER = "lorem ipsum dolor sit amet".split()
+MODEL_SPEC = {
+    "arch": "qwen2",
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 512,
+}
+CHAT = (
+    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def corpus_frame() -> pd.DataFrame:
+    """The wiki corpus's columns: one passage per (title, section), ids as TopiOCQA writes them."""
+    rows = []
+    for t in TITLES:
+        for s in SECTIONS:
+            rows.append(
+                {"id": f"wiki:{len(rows)}", "title": t, "sub_title": s, "contents": f"{t} {s} {' '.join(FILLER)}"}
+            )
+    return pd.DataFrame(rows)
+
+
+def conversation_records(split: str, n_conv: int, seed: int) -> list[dict]:
+    """TopiOCQA jsonl records: a topic per conversation, an elliptic follow-up about another section."""
+    rng = np.random.default_rng(seed)
+    corpus = corpus_frame()
+    out = []
+    for c in range(1, n_conv + 1):
+        title = TITLES[int(rng.integers(len(TITLES)))]
+        context: list[str] = []
+        for t, section in enumerate(rng.choice(SECTIONS, size=2, replace=False), start=1):
+            question = f"tell me about {title}" if t == 1 else f"and its {section}"
+            answer = f"{section} {FILLER[t]}"
+            gold = corpus[(corpus["title"] == title) & (corpus["sub_title"] == section)].iloc[0]
+            out.append(
+                {
+                    "Conversation_no": c,
+                    "Turn_no": t,
+                    "Question": question,
+                    "Answer": answer,
+                    "Topic": title,
+                    "Topic_section": section,
+                    "Rationale": "",
+                    "is_nq": False,
+                    "Context": list(context),
+                    "Additional_answers": [],
+                    "Gold_passage": {"id": gold["id"], "title": title, "text": gold["contents"]},
+                }
+            )
+            context += [question, answer]
+    return out
+
+
+def write_dataset(folder: Path, hub: str, allow_patterns) -> list[str]:
+    """What snapshot_download leaves in `folder` for a dataset repo: its files matching `allow_patterns`."""
+    files = {}
+    if hub == "org/topiocqa":
+        for split, name in tq.CONVERSATION_FILES.items():
+            recs = conversation_records(split, 8 if split == "train" else 4, seed=len(split))
+            files[name] = "".join(json.dumps(r) + "\n" for r in recs)
+        files["TopiOCQA.py"] = "# loading script\n"
+    else:
+        corpus = corpus_frame()
+        files["data/train-00000-of-00002.parquet"] = corpus.iloc[:9]
+        files["data/train-00001-of-00002.parquet"] = corpus.iloc[9:]
+        files["README.md"] = "corpus\n"
+    written = []
+    for rel, content in files.items():
+        if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, pd.DataFrame):
+                content.to_parquet(folder / rel, index=False)
+            else:
+                (folder / rel).write_text(content)
+            written.append(rel)
+    return written
+
+
+def tokenizer_words() -> list[str]:
+    words = set(" ".join(corpus_frame()["contents"]).split()) | {"tell", "me", "about", "and", "its"}
+    words |= set(" ".join([paper_lora().INSTRUCTION, "Conversation: Q: A: Utterance: Rewrite:"]).split())
+    return sorted(words | {"<user>", "<assistant>"})
+
+
+def paper_lora():
+    from paperflow.dualreform import lora
+
+    return lora
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """download_pretrained replaced by a fake Hub: the dataset repos lay out TopiOCQA's files, the model repo a tiny
+    Qwen2 and a word-level tokenizer with a chat template. Returns (calls, cache)."""
+    from paperflow.core.lm import models
+    from paperflow.core.lm.models import build_model, save_model
+    from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
+
+    tok = word_level_tokenizer(tokenizer_words(), chat_template=CHAT)
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if repo_type == "dataset":
+            calls[-1]["written"] = write_dataset(folder, name, allow_patterns)
+        elif name == DENSE["hub"]:  # the sentence encoder: the MiniLM files the kit ships, in the Hub's layout
+            import shutil
+
+            from paperflow.core.lm.encoders import minilm_folder
+
+            shutil.copytree(minilm_folder(), folder, dirs_exist_ok=True)
+        else:
+            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+            save_tokenizer(tok, folder)
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return calls, tmp_path / "cache"
+
+
+PRETRAINED = {
+    "hub": "org/tiny-instruct",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors"],
+    "dtype": "float32",
+    "device": "cpu",
+    "max_prompt_tokens": 256,
+    "score_batch_size": 16,
+}
+DENSE = {
+    "hub": "org/sentence-encoder",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors", "vocab.txt", "1_Pooling/*"],
+    "dtype": "float32",
+    "device": "cpu",
+    "batch_size": 8,
+    "max_seq_length": 64,
+}
+DATA = {
+    "conversations": {"hub": "org/topiocqa", "repo_type": "dataset", "revision": SHA},
+    "corpus": {"hub": "org/wiki", "repo_type": "dataset", "revision": SHA},
+    "limit_conversations": {"train": None, "test": None},
+}
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+TRL = {
+    "learning_rate": 1e-2,
+    "num_train_epochs": 1,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "lr_scheduler_type": "constant",
+    "warmup_steps": 0,
+    "max_length": 512,
+    "weight_decay": 0.0,
+    "max_grad_norm": 1.0,
+    "bf16": False,
+}
+CFG = {
+    "pretrained": PRETRAINED,
+    "lora": LORA,
+    "trl_sft": TRL,
+    "trl_dpo": {**TRL, "beta": 0.1, "loss_type": "sigmoid"},
+    "iterations": 2,
+}
+
+
+def prepared(hub, tmp_path):
+    """download_model + download_data + preprocess on the fake Hub: (pretrained.json, candidates.parquet)."""
+    _, cache = hub
+    pj = str(tmp_path / "models" / "pretrained.json")
+    paper.download_model(PRETRAINED, str(cache), pj)
+    raw = {k: str(tmp_path / "raw" / f"{k}.parquet") for k in ("passages", "turns")}
+    paper.download_data(DATA, str(cache), raw["passages"], raw["turns"])
+    table = str(tmp_path / "data" / "candidates.parquet")
+    paper.preprocess(raw["passages"], raw["turns"], {"k1": 0.9, "b": 0.4}, 1, table)
+    return pj, table
+
+
+def test_download_fetches_only_the_pinned_files_and_writes_the_smoke_tables(hub, tmp_path):
+    calls, cache = hub
+    pj, _ = prepared(hub, tmp_path)
+    model_call, conv_call, corpus_call = calls
+    assert model_call["revision"] == SHA and model_call["patterns"] == ["*.json", "*.safetensors"]
+    assert conv_call["repo_type"] == "dataset" and sorted(conv_call["written"]) == sorted(
+        tq.CONVERSATION_FILES.values()
+    )
+    assert sorted(corpus_call["written"]) == [f"data/train-0000{i}-of-00002.parquet" for i in (0, 1)]
+    passages, meta = read_frame(tmp_path / "raw" / "passages.parquet")
+    assert list(passages.columns) == ["pid", "docid", "text"] and len(passages) == len(TITLES) * len(SECTIONS)
+    assert passages["pid"].tolist() == list(range(len(passages)))
+    assert meta["origin"]["corpus"] == {"hub": "org/wiki", "revision": SHA}
+    turns, _ = read_frame(tmp_path / "raw" / "turns.parquet")
+    assert (turns["split"] == "train").sum() == 16 and (turns["split"] == "test").sum() == 8
+    first = turns[(turns["conv"] == "train1") & (turns["turn"] == 2)].iloc[0]
+    record = conversation_records("train", 8, seed=5)[1]
+    assert list(first["hist_queries"]) == [record["Context"][0]] and list(first["hist_responses"]) == [
+        record["Context"][1]
+    ]
+    assert passages["docid"].iloc[int(first["gold_pid"])] == record["Gold_passage"]["id"]
+    assert json.loads(Path(pj).read_text())["folder"].endswith(f"models/org--tiny-instruct/{SHA}")
+
+
+def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_path, monkeypatch):
+    from paperflow.core import download
+
+    calls, cache = hub
+    monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})
+    data = {**DATA, "corpus": {**DATA["corpus"], "revision": None}}
+    with pytest.raises(
+        UnpinnedDownload, match=r"data\.corpus\.revision .*dataset:org/wiki.*`paperflow pin dualreform`"
+    ):
+        paper.download_data({**data, "conversations": DATA["conversations"]}, str(cache), "p", "t")
+    with pytest.raises(UnpinnedDownload, match=r"pretrained\.revision .*`paperflow pin dualreform`"):
+        paper.download_model({**PRETRAINED, "revision": None}, str(cache), str(tmp_path / "p.json"))
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        paper.download_model({**PRETRAINED, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+    assert [c["repo_type"] for c in calls] == ["dataset"]  # the conversations only: nothing after the refusal
+
+
+def test_candidates_and_bm25_over_the_corpus(hub, tmp_path):
+    _, table_path = prepared(hub, tmp_path)
+    table, meta = paper.read_table(table_path)
+    assert meta["templates"] == list(tq.TEMPLATES) and meta["n_passages"] == len(TITLES) * len(SECTIONS)
+    row = table[(table["conv"] == "train1") & (table["turn"] == 2)].iloc[0]
+    prev = row["hist_queries"][0]
+    assert row["qcands"][0] == row["query"] and row["qcands"][1] == f"{row['query']} {prev}"
+    assert row["rcands"][1] == f"{row['response']} {row['query']}"  # the single-role refiner: + the current question
+    # an elliptic question alone misses the topic; with the previous question BM25 ranks the gold passage first
+    second = table[table["turn"] == 2]
+    ranks = np.stack(second["q_gold_rank"].to_numpy())
+    assert (ranks[:, 1] == 1).all() and ranks[:, 0].mean() > 1.5
+    assert all(len(top) == len(tq.TEMPLATES) and len(top[0]) == 18 for top in table["q_top"])
+    # the top passage of bm25s over the corpus is rank-bm25's BM25Okapi best on the same tokens (spec 10.3)
+    from rank_bm25 import BM25Okapi
+
+    texts = [f"{t} {sec}" for t in TITLES for sec in SECTIONS]
+    queries = ["alpha music", "the gamma sport", "history of delta", "omega"]
+    okapi = BM25Okapi([t.split() for t in texts], k1=0.9, b=0.4)
+    best = [int(np.argmax(okapi.get_scores([w for w in q.split() if w in TITLES + SECTIONS]))) for q in queries[:3]]
+    index = tq.CorpusBM25(texts, 0.9, 0.4)
+    top = index.top(queries, 3)
+    assert top[:3, 0].tolist() == best and top.shape == (4, 3)
+    assert {texts[p].split()[0] for p in top[3]} == {"omega"}  # the three omega passages tie on top
+
+
+def test_the_paper_train_and_evaluate_path_runs_trl_with_lora_on_a_tiny_model(hub, tmp_path):
+    from paperflow.dualreform import lora
+
+    pj, table_path = prepared(hub, tmp_path)
+    out = tmp_path / "models" / "dualreform"
+    outputs = {
+        "checkpoints": [str(out / f"seed0_it{i}.safetensors") for i in (1, 2)],
+        "history": str(out / "history_seed0.csv"),
+        "refs": str(out / "refs_seed0.parquet"),
+    }
+    history = paper.train("dualreform", 0, table_path, pj, CFG, outputs)
+    assert set(history["phase"]) == {f"dualreform it{i} {s}" for i in (1, 2) for s in ("sft", "dpo")}
+    assert "rewards/accuracies" in history and history["loss"].notna().any()
+    refs, _ = read_frame(outputs["refs"])
+    assert sorted(set(refs["iteration"])) == [1, 2] and len(refs) == 2 * 16
+    _, cache = hub
+    dj, index = str(tmp_path / "models" / "dense.json"), str(tmp_path / "data" / "dense.npy")
+    paper.download_model(DENSE, str(cache), dj, key="dense")
+    assert paper.index_dense(str(tmp_path / "raw" / "passages.parquet"), dj, DENSE, index) == (18, 384)
+    dense = {"json": dj, "index": index, "settings": DENSE}
+    rounds = {1: outputs["checkpoints"][0], 2: outputs["checkpoints"][1]}
+    evals = paper.evaluate("dualreform", 0, table_path, pj, rounds, PRETRAINED, dense)
+    assert evals["iteration"].tolist() == [1, 2] and evals["mrr"].between(0, 1).all()
+    assert evals["dense_mrr"].between(0, 1).all() and evals["dense_recall@100"].eq(1.0).all()  # 18 passages
+    raw = paper.evaluate("raw", 0, table_path, None, {}, None)
+    assert raw["share_raw"].iloc[0] == 1.0 and "dense_mrr" not in raw
+    # the saved round, applied to the pretrained model again, gives the trained model's scores; the base's differ
+    table, _ = paper.read_table(table_path)
+    test = table[table["split"] == "test"].reset_index(drop=True)
+    base, tok = paper._pretrained(pj, PRETRAINED, "cpu")
+    prompts = lora.rewrite_prompts(tok, test)[:4]
+    comps = [lora.completion(tok, c) for c in test["qcands"].iloc[0][:4]]
+    before = lora.completion_scores(base, tok, prompts, comps, 8, 256)
+    tuned = lora.apply_round(paper._pretrained(pj, PRETRAINED, "cpu")[0], outputs["checkpoints"][1])
+    after = lora.completion_scores(tuned, tok, prompts, comps, 8, 256)
+    assert not np.allclose(before, after)
+    again = lora.completion_scores(lora.apply_round(base, outputs["checkpoints"][1]), tok, prompts, comps, 8, 256)
+    np.testing.assert_allclose(after, again, rtol=1e-6)
+
+
+def test_dense_search_in_chunks_is_exact_and_breaks_ties_by_pid(tmp_path):
+    from paperflow.dualreform import dense as dn
+
+    rng = np.random.default_rng(0)
+    corpus = rng.normal(size=(50, 8))
+    corpus = (corpus / np.linalg.norm(corpus, axis=1, keepdims=True)).astype(np.float16)  # unit rows, as GTR's
+    corpus[7] = corpus[3]  # a tie: the lower pid first
+    np.save(tmp_path / "c.npy", corpus)
+    queries = rng.normal(size=(5, 8)).astype(np.float16)
+    queries[0] = corpus[3]
+    got = dn.top(tmp_path / "c.npy", queries, 10, "cpu", chunk=7)
+    scores = queries.astype(np.float32) @ corpus.astype(np.float32).T
+    want = np.stack([np.lexsort((np.arange(50), -row))[:10] for row in scores])
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 0] == 3 and got[0, 1] == 7
+    assert dn.gold_ranks(got, np.array([7, got[1, 4], 49, 0, 1]))[:2].tolist() == [2, 5]
+    assert dn.gold_ranks(got[:1], np.array([int(np.argmin(scores[0]))]))[0] == 11
+
+
+def _evals(mrr: dict[str, float], seeds=(0, 1)) -> pd.DataFrame:
+    rows = []
+    for m, v in mrr.items():
+        its = (1, 2) if m == "dualreform" else ((0,) if m in ("raw", "prompted") else (1,))
+        for s in seeds:
+            for it in its:
+                rows.append(
+                    {
+                        "method": m,
+                        "seed": s,
+                        "iteration": it,
+                        "mrr": v + 0.01 * s,
+                        "ndcg@3": v,
+                        "recall@10": v,
+                        "recall@100": v,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _refs(hit: float, n=20, seeds=(0, 1)) -> pd.DataFrame:
+    k = int(hit * n)
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {"iteration": it, "turn_index": np.arange(n), "ref": [1] * k + [2] * (n - k), "gold": 1, "seed": s}
+            )
+            for s in seeds
+            for it in (1, 2)
+        ],
+        ignore_index=True,
+    )
+
+
+def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
+    from paperflow.dualreform.paper_report import build_claims
+
+    mrr = {"raw": 0.10, "prompted": 0.15, "retpo": 0.40, "dualreform": 0.38, "single_role": 0.30, "random_ref": 0.12}
+    held = {c.id: c.held for c in build_claims(_evals(mrr), _refs(0.8), 0.5, [0, 1], 2)}
+    assert all(held.values()) and len(held) == 5
+    # negative control: the raw question's and the prompted model's MRR in DualReform's place, raw-level references,
+    # and random references that beat the model they start from
+    control = {**mrr, "dualreform": 0.10, "random_ref": 0.30}
+    held = {c.id: c.held for c in build_claims(_evals(control), _refs(0.5), 0.5, [0, 1], 2)}
+    assert not any(held.values()), held
+    assert not any(c.gated for c in build_claims(_evals(mrr), _refs(0.8), 0.5, [0, 1], 2))
+
+
+def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
+    from paperflow.core.report import publish
+    from paperflow.dualreform.paper_report import build_report
+
+    cfg = load_paper_config("dualreform", "paper")
+    mrr = {"raw": 0.1, "prompted": 0.15, "retpo": 0.4, "dualreform": 0.38, "single_role": 0.3, "random_ref": 0.12}
+    table = pd.DataFrame({"split": ["train", "train"], "r_top1": [[1] * 6, [3] * 6], "gold_pid": [1, 2]})
+    refs = {m: _refs(0.8) for m in ("retpo", "dualreform", "single_role", "random_ref")}
+    params = {"seeds": [0, 1], "methods": list(mrr), "iterations": 2, "pretrained": cfg["pretrained"]}
+    report = build_report(_evals(mrr), refs, table, params)
+    outputs = {
+        k: str(tmp_path / f)
+        for k, f in (
+            ("report", "report.md"),
+            ("metrics", "metrics.json"),
+            ("table_retrieval", "t.csv"),
+            ("figure_mrr", "mrr.png"),
+        )
+    }
+    doc = publish(report, outputs, paper="dualreform", scale="paper")
+    assert [c["id"] for c in doc["claims"]][0] == "paper_g1_refined_refs_beat_raw_by_10pts"
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in Path(outputs["report"]).read_text()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("  source: {kind: topiocqa}", "  source: {kind: qrecc}"), "qrecc.*not wired"),
+        (
+            ("methods: [raw, prompted, retpo,", "methods: [raw, sft_human, prompted, retpo,"),
+            r"\['sft_human'\] do not run",
+        ),
+        (("methods: [raw, prompted, retpo,", "methods: [raw, retpo,"), "add 'prompted'"),
+        (("    loss_type: sigmoid\n", "    loss_type: sigmoid\n    warmup_ratio: 0.1\n"), "warmup_ratio"),
+        (("revision: 50ae3b82713b1a935190def03ce7e7e75a318636", "revision: main"), "revision"),
+        (("    dtype: bfloat16\n", "    dtype: bf16\n"), "dtype"),
+    ],
+)
+def test_paper_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "dualreform.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("dualreform", "paper", repo_copy)
+
+
+def test_prompted_needs_the_paper_scale(repo_copy):
+    path = repo_copy / "config" / "dualreform.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("  methods: [raw, sft_human, retpo,", "  methods: [raw, prompted, sft_human, retpo,"))
+    with pytest.raises(ConfigError, match="'prompted' needs a pretrained model"):
+        load_paper_config("dualreform", "smoke", repo_copy)
+
+
+def test_paper_scale_dry_run_builds_the_dag_with_gpus_on_train_evaluate_and_dense_index_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[dualreform]")
+    cfg = load_paper_config("dualreform", "paper")
+    n_seeds = len(cfg["seeds"])
+    counts = dict(re.findall(r"^(dualreform_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "dualreform_download_model": "1",
+        "dualreform_download": "1",
+        "dualreform_preprocess": "1",
+        "dualreform_train": str(3 * n_seeds),
+        "dualreform_train_iterated": str(n_seeds),
+        "dualreform_evaluate": str(6 * n_seeds),
+        "dualreform_download_dense": "1",
+        "dualreform_index_dense": "1",
+        "dualreform_report": "1",
+    }
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    heavy = ("dualreform_train", "dualreform_train_iterated", "dualreform_evaluate", "dualreform_index_dense")
+    assert all(gpus[r] == {1} for r in heavy)
+    assert all(v == {0} for r, v in gpus.items() if r not in heavy)

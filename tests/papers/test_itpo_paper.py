@@ -1,0 +1,620 @@
+"""itpo at paper scale, offline: the verl command lines generated from the config against the official scripts'
+overrides (recipe/itpo/scripts/*.sh at the pinned commit, typed below), the interaction file, the simulator/judge
+client against a local fake OpenAI-compatible server, the Hub downloads (only the listed files, at the pinned
+commit; an unpinned one refused naming `paperflow pin itpo`), the recipe tree assembled from local git repositories
+at exact commits, CollabLLM rows in their real columns made into verl's RL rows, the train -> evaluate -> report
+path end to end with a fake `python` standing in for vLLM and verl (neither is installed here), config errors by
+name, and the paper-scale DAG with GPUs on train and evaluate only."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.io import read_frame
+from paperflow.itpo import collab, paper, recipe, serving
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+CFG = load_paper_config("itpo", "paper")
+
+# recipe/itpo/scripts/math_rloo_itponorm.sh at Graph-COM/ITPO b1245e8 (its overrides, in its order)
+MATH_ITPONORM = """
+data.train_files="$train_files" data.val_files="$test_files" data.train_batch_size=16 data.max_prompt_length=1024
+data.max_response_length=4096 data.filter_overlong_prompts=True data.filter_accuracy=False
+data.accuracy_lower_bound=0.2 data.accuracy_upper_bound=0.8 data.oversample_factor=1
+actor_rollout_ref.model.path=$model_path actor_rollout_ref.actor.optim.lr=1e-6
+actor_rollout_ref.model.use_remove_padding=True actor_rollout_ref.actor.ppo_mini_batch_size=4
+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1 actor_rollout_ref.model.enable_gradient_checkpointing=True
+actor_rollout_ref.actor.fsdp_config.param_offload=True actor_rollout_ref.actor.fsdp_config.optimizer_offload=True
+actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.001
+actor_rollout_ref.actor.kl_loss_type=low_var_kl actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
+actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.rollout.name=vllm
+actor_rollout_ref.rollout.n=8 actor_rollout_ref.rollout.val_kwargs.n=3
+actor_rollout_ref.rollout.gpu_memory_utilization=0.4 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1
+algorithm.adv_estimator=rloo_itponorm algorithm.use_kl_in_reward=True algorithm.kl_penalty=kl
+algorithm.kl_ctrl.kl_coef=0.001 algorithm.reward_gt_coef=0 algorithm.reward_dpo_coef=5 +algorithm.reward_turn_coef=0
+reward_model.model.path=$model_path reward_model.micro_batch_size_per_gpu=1 reward_model.model.update=itponorm
+reward_model.model.beta_train=0.010 reward_model.model.optim.lr=1e-6 reward_model.model.optim.grad_clip=10.0
+reward_model.model.input_tokenizer=null reward_model.mini_batch_size=4 reward_model.ulysses_sequence_parallel_size=1
++reward_model.model.temp=0.4 critic.optim.lr=1e-5 critic.model.path=$model_path critic.ppo_micro_batch_size_per_gpu=1
+critic.ppo_mini_batch_size=4 critic.enable=False trainer.val_before_train=False trainer.logger='["console","wandb"]'
+trainer.project_name='verlxcollabllm' trainer.experiment_name=Qwen3-$TASK-rloo-itponorm trainer.n_gpus_per_node=2
+trainer.nnodes=1 trainer.save_freq=50 trainer.test_freq=500 trainer.total_epochs=20
+reward_model.reward_manager=collabllm +reward_model.reward_kwargs.metric_weights.accuracy=1
++reward_model.reward_kwargs.metric_weights.token_amount=-0.00005
++reward_model.reward_kwargs.llm_judge_kwargs.model="hosted_vllm/Qwen/Qwen2.5-14B-Instruct"
++reward_model.reward_kwargs.llm_judge_kwargs.max_tokens=2048 +reward_model.reward_kwargs.llm_judge_kwargs.temperature=0
++reward_model.reward_kwargs.llm_judge_kwargs.api_base="http://0.0.0.0:8001/v1" actor_rollout_ref.rollout.mode=async
+actor_rollout_ref.rollout.temperature=1.0 actor_rollout_ref.rollout.free_cache_engine=True
+actor_rollout_ref.rollout.multi_turn.enable=true actor_rollout_ref.rollout.multi_turn.format=hermes
+actor_rollout_ref.rollout.multi_turn.max_user_turns=4 actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5
+actor_rollout_ref.rollout.trace.token2text=True custom_reward_function.path=recipe/itpo/reward_function.py
+custom_reward_function.name=conversation_level_reward_func
+actor_rollout_ref.rollout.multi_turn.interaction_config_path="$ROOT_FOLDER/verl/recipe/itpo/config/itpo_interaction_collab.yaml"
+trainer.resume_mode=disable trainer.resume_from_path=$RESUME_PATH reward_model.enable_resource_pool=True
+"""
+# what the other scripts change relative to it (diffs of the scripts at the same commit)
+SCRIPT_DELTAS = {
+    ("math", "outcome"): {  # math_rloo_baseline.sh
+        "algorithm.adv_estimator": "rloo", "algorithm.reward_gt_coef": "5", "algorithm.reward_dpo_coef": "0",
+        "reward_model.model.update": "before", "reward_model.model.beta_train": "0.005", "+reward_model.model.temp": None,
+    },
+    ("math", "itpo"): {  # math_rloo_itpo.sh
+        "algorithm.adv_estimator": "rloo_itpo", "reward_model.model.update": "itpo",
+        "reward_model.model.beta_train": "0.050",
+    },
+    ("doc", "itponorm"): {  # medium_rloo_itponorm.sh
+        "data.max_response_length": "3072", "actor_rollout_ref.actor.optim.lr": "5e-7",
+        "algorithm.reward_dpo_coef": "15", "reward_model.model.beta_train": "0.005",
+        "+reward_model.reward_kwargs.metric_weights.accuracy": None,
+        "+reward_model.reward_kwargs.metric_weights.bleu_score": "1",
+    },
+    ("doc", "itpo"): {  # medium_rloo_itpo.sh
+        "data.max_response_length": "3072", "actor_rollout_ref.actor.optim.lr": "5e-7",
+        "algorithm.adv_estimator": "rloo_itpo", "algorithm.reward_dpo_coef": "15", "reward_model.model.update": "itpo",
+        "reward_model.model.beta_train": "0.005", "+reward_model.reward_kwargs.metric_weights.accuracy": None,
+        "+reward_model.reward_kwargs.metric_weights.bleu_score": "1",
+    },
+}  # fmt: skip
+# overrides whose values are paths, names or addresses of this pipeline, not hyperparameters
+LOCAL = {
+    "data.train_files", "data.val_files", "actor_rollout_ref.model.path", "reward_model.model.path",
+    "critic.model.path", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+    "+reward_model.reward_kwargs.llm_judge_kwargs.api_base", "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+    "trainer.resume_from_path", "trainer.default_local_dir",
+}  # fmt: skip
+
+
+def _parse(words) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in words)
+
+
+def _value(v: str):
+    """A script value as Hydra reads it: numbers compared as numbers, quotes dropped."""
+    v = v.strip("'\"")
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def _paths(tmp_path: Path) -> dict[str, str]:
+    return {
+        "train": str(tmp_path / "rl_train.parquet"),
+        "validation": str(tmp_path / "rl_validation.parquet"),
+        "model": str(tmp_path / "model"),
+        "checkpoints": str(tmp_path / "ckpt"),
+        "base_url": "http://127.0.0.1:8001/v1",
+        "name": "run",
+        "interaction": str(tmp_path / "interaction.yaml"),
+        "resume": str(tmp_path / "ckpt" / "global_step_7"),
+    }
+
+
+@pytest.mark.parametrize(("task", "method"), [("math", "itponorm"), *SCRIPT_DELTAS])
+def test_the_generated_training_overrides_are_the_official_scripts(task, method, tmp_path):
+    expected = _parse(MATH_ITPONORM.split())
+    for key, value in SCRIPT_DELTAS.get((task, method), {}).items():
+        if value is None:
+            expected.pop(key)
+        else:
+            expected[key] = value
+    got = _parse(
+        recipe.train_overrides(task, CFG["tasks"][task], method, CFG["verl"], CFG["simulator"], _paths(tmp_path))
+    )
+    assert len(got) == len(recipe.train_overrides(task, CFG["tasks"][task], method, CFG["verl"], CFG["simulator"],
+                                                  _paths(tmp_path)))  # fmt: skip
+    hyper = {k: _value(v) for k, v in expected.items() if k not in LOCAL}
+    assert {k: _value(v) for k, v in got.items() if k not in LOCAL} == hyper
+    assert set(got) - set(expected) == {"trainer.default_local_dir"}
+    assert set(expected) - set(got) == {"trainer.resume_from_path"}
+    assert got["actor_rollout_ref.model.path"] == got["reward_model.model.path"] == str(tmp_path / "model")
+    assert got["+reward_model.reward_kwargs.llm_judge_kwargs.api_base"] == "http://127.0.0.1:8001/v1"
+    assert got["data.train_files"] == f"['{tmp_path / 'rl_train.parquet'}']"
+
+
+def test_the_evaluation_resumes_the_run_greedily_as_eval_sh(tmp_path):
+    paths = _paths(tmp_path)
+    got = _parse(recipe.eval_overrides("doc", CFG["tasks"]["doc"], "itpo", CFG["verl"], CFG["simulator"], paths))
+    assert got["trainer.resume_mode"] == "resume_path" and got["trainer.resume_from_path"] == paths["resume"]
+    assert got["trainer.val_before_train"] == "True"
+    assert got["data.train_files"] == got["data.val_files"] == f"['{paths['validation']}']"
+    assert (got["actor_rollout_ref.rollout.val_kwargs.n"], got["actor_rollout_ref.rollout.val_kwargs.do_sample"]) == (
+        "32",
+        "False",
+    )
+    assert got["actor_rollout_ref.rollout.temperature"] == "0.0"
+    assert got["+reward_model.reward_kwargs.metric_weights.bleu_score"] == "1"
+    cmd = recipe.command(recipe.EVAL_MODULE, [f"{k}={v}" for k, v in got.items()], python="py")
+    assert cmd[:3] == ["py", "-m", "recipe.itpo.evaluate"]
+
+
+def test_the_interaction_file_is_the_recipes_with_the_local_address():
+    doc = recipe.interaction_config(CFG["simulator"], "http://127.0.0.1:8001/v1", 1.0)
+    (entry,) = doc["interaction"]
+    assert entry["name"] == "collabllm" and entry["class_name"] == recipe.INTERACTION_CLASS
+    assert entry["config"] == {
+        "user_model": "hosted_vllm/Qwen/Qwen2.5-14B-Instruct",
+        "num_retries": 3,
+        "max_tokens": 512,
+        "temperature": 1.0,
+        "enable_log": True,
+        "api_base": "http://127.0.0.1:8001/v1",
+    }
+
+
+def test_a_method_the_recipe_lacks_is_refused_by_name():
+    with pytest.raises(ConfigError, match="'itponorm_grpo' is not wired at paper scale"):
+        recipe.train_overrides("math", CFG["tasks"]["math"], "itponorm_grpo", CFG["verl"], CFG["simulator"], {})
+
+
+# --- the simulator / judge client against a fake OpenAI-compatible server ---
+
+
+class FakeChat(BaseHTTPRequestHandler):
+    model = "Qwen/Qwen2.5-14B-Instruct"
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        else:
+            self._send(404, {"error": "no route"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(body)
+        if body["model"] != self.model:
+            self._send(404, {"error": f"model {body['model']} not served"})
+            return
+        text = f"echo: {body['messages'][-1]['content']}"
+        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
+
+
+@pytest.fixture
+def fake_server():
+    FakeChat.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield serving.base_url(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_client_waits_for_the_model_and_chats(fake_server):
+    assert serving.wait_ready(fake_server, FakeChat.model, timeout_s=5, poll_s=0.05) >= 0
+    assert serving.probe(fake_server, FakeChat.model) == "echo: Reply with the single word: ready"
+    assert FakeChat.seen[-1]["temperature"] == 0.0 and FakeChat.seen[-1]["max_tokens"] == 8
+    with pytest.raises(RuntimeError, match="HTTP 404"):
+        serving.chat(fake_server, "other/model", [{"role": "user", "content": "hi"}])
+    with pytest.raises(RuntimeError, match="not 'other/model'"):
+        serving.wait_ready(fake_server, "other/model", timeout_s=5, poll_s=0.05)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_waiting_for_a_server_that_never_comes_fails_naming_it():
+    url = serving.base_url(_free_port())
+    with pytest.raises(TimeoutError, match=re.escape(url)):
+        serving.wait_ready(url, "m", timeout_s=0.3, poll_s=0.05)
+
+
+def test_the_vllm_server_command_is_the_readmes_on_loopback():
+    cmd = serving.server_command(CFG["simulator"], "/models/q14", python="py")
+    assert cmd[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    flags = dict(zip(cmd[3::2], cmd[4::2], strict=True))
+    assert flags == {
+        "--model": "/models/q14",
+        "--served-model-name": "Qwen/Qwen2.5-14B-Instruct",
+        "--host": "127.0.0.1",
+        "--port": "8001",
+        "--tensor-parallel-size": "2",
+    }
+
+
+# --- downloads: a fake Hub, git repositories on disk ---
+
+SYSTEM = "You are a proactive assistant.\nAsk when the request is unclear."
+
+
+def hub_rows(n: int = 12) -> pd.DataFrame:
+    """CollabLLM multiturn rows in the Hub's columns (prompt, completion, conv_id, score, single_turn_prompt,
+    single_turn_completion, single_turn_metadata, turn_id, sessions, rewards); rows 0 and 1 share a prompt."""
+    rows = []
+    for i in range(n):
+        first = i if i > 1 else 0
+        rows.append({
+            "prompt": [{"role": "user", "content": f"help me with problem {first}"},
+                       {"role": "assistant", "content": "which part?"}, {"role": "user", "content": "all of it"}],
+            "completion": f"answer {i}",
+            "conv_id": i // 2,
+            "score": 0.5,
+            "single_turn_prompt": f"Solve problem {first} exactly.",
+            "single_turn_completion": f"\\boxed{{{first}}}",
+            "single_turn_metadata": json.dumps({"level": 5}),
+            "turn_id": i % 2,
+            "sessions": json.dumps([]),
+            "rewards": json.dumps({"accuracy": [1.0]}),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """download_pretrained replaced by a fake Hub that writes the files matching the patterns (a dataset repo's
+    data/train-00000-of-00001.parquet, a model repo's config and weights); returns the calls."""
+    import fnmatch
+
+    from paperflow.core.lm import models
+
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
+        folder = Path(folder)
+        repo = (
+            {"data/train-00000-of-00001.parquet": None, "README.md": b"card"}
+            if repo_type == "dataset"
+            else {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}", "README.md": b"card"}
+        )
+        for path, payload in repo.items():
+            if allow_patterns and not any(fnmatch.fnmatch(path, p) for p in allow_patterns):
+                continue
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            if payload is None:
+                hub_rows().to_parquet(folder / path)
+            else:
+                (folder / path).write_bytes(payload)
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return calls
+
+
+def test_downloads_fetch_only_the_listed_files_at_the_pinned_commit(hub, tmp_path):
+    doc = paper.download_hub(CFG["pretrained"], "pretrained", str(tmp_path / "cache"), str(tmp_path / "p.json"))
+    task = {**CFG["tasks"]["math"], "revision": SHA}
+    data = paper.download_hub(task, "tasks.math", str(tmp_path / "cache"), str(tmp_path / "math.json"))
+    assert hub == [
+        {"name": "Qwen/Qwen2.5-3B-Instruct", "revision": CFG["pretrained"]["revision"],
+         "patterns": CFG["pretrained"]["files"], "repo_type": "model"},
+        {"name": "collabllm/collabllm-multiturn-math-hard", "revision": SHA, "patterns": ["data/*.parquet"],
+         "repo_type": "dataset"},
+    ]  # fmt: skip
+    assert sorted(doc["sha256"]) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert list(data["sha256"]) == ["data/train-00000-of-00001.parquet"]
+    assert data["folder"].endswith(f"datasets/collabllm--collabllm-multiturn-math-hard/{SHA}")
+    assert json.loads((tmp_path / "math.json").read_text()) == data
+
+
+def test_an_unpinned_dataset_is_refused_naming_paperflow_pin(hub, tmp_path, monkeypatch):
+    from paperflow.core import download
+
+    monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})  # whatever the checkout holds
+    with pytest.raises(UnpinnedDownload, match=r"tasks\.doc\.revision .*`paperflow pin itpo`"):
+        paper.download_hub(CFG["tasks"]["doc"], "tasks.doc", str(tmp_path), str(tmp_path / "d.json"))
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        paper.download_hub({**CFG["simulator"], "revision": "main"}, "simulator", str(tmp_path), str(tmp_path / "s"))
+    assert hub == []
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    import os
+
+    out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env={**os.environ, **env})
+    return out.stdout.strip()
+
+
+def _repo(root: Path, files: dict[str, str]) -> str:
+    root.mkdir(parents=True)
+    _git(root, "init", "-q")
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "c")
+    return _git(root, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def recipe_json(tmp_path):
+    """ITPO and verl as local git repositories, fetched at their commits and assembled by download_recipe."""
+    itpo_sha = _repo(tmp_path / "src" / "itpo", {
+        "recipe/itpo/main_prime.py": "# trainer\n",
+        "recipe/itpo/process_data/process_dataset.py": f"X = 1\nSYSTEM_PROMPT = {SYSTEM!r}\n",
+        "verl/interactions/collabllm_interaction.py": "# ITPO's simulator\n",
+        "README.md": "itpo\n",
+    })  # fmt: skip
+    verl_sha = _repo(tmp_path / "src" / "verl", {
+        "verl/__init__.py": "", "verl/interactions/collabllm_interaction.py": "# verl's\n", "recipe/prime/x.py": "",
+    })  # fmt: skip
+    source = {
+        "itpo": {"git": (tmp_path / "src" / "itpo").as_uri(), "commit": itpo_sha},
+        "verl": {"git": (tmp_path / "src" / "verl").as_uri(), "commit": verl_sha},
+    }
+    out = tmp_path / "recipe.json"
+    doc = paper.download_recipe(source, str(tmp_path / "cache"), str(out))
+    return out, doc, source
+
+
+def test_the_recipe_tree_is_verl_with_itpos_files_at_exact_commits(recipe_json, tmp_path):
+    _, doc, source = recipe_json
+    tree = Path(doc["tree"])
+    assert (tree / "verl" / "interactions" / "collabllm_interaction.py").read_text() == "# ITPO's simulator\n"
+    assert (tree / "recipe" / "itpo" / "main_prime.py").is_file() and (tree / "recipe" / "prime" / "x.py").is_file()
+    assert not (tree / "README.md").exists() and not (tree / ".git").exists()
+    assert doc["overlaid"] == [
+        "recipe/itpo/main_prime.py",
+        "recipe/itpo/process_data/process_dataset.py",
+        "verl/interactions/collabllm_interaction.py",
+    ]
+    with pytest.raises(RuntimeError, match="git fetch"):
+        recipe.checkout(source["verl"]["git"], "f" * 40, tmp_path / "x", "recipe.verl.commit")
+    with pytest.raises(ConfigError, match="recipe.verl.commit"):
+        recipe.checkout(source["verl"]["git"], "main", tmp_path / "x", "recipe.verl.commit")
+
+
+def test_collabllm_rows_become_the_recipes_rl_rows(hub, recipe_json, tmp_path):
+    task = {**CFG["tasks"]["math"], "revision": SHA}
+    paper.download_hub(task, "tasks.math", str(tmp_path / "cache"), str(tmp_path / "math.json"))
+    outs = [{s: str(tmp_path / f"{k}{s}.parquet") for s in ("train", "validation")} for k in ("a", "b")]
+    for out in outs:
+        counts = paper.preprocess("math", task, str(tmp_path / "math.json"), str(recipe_json[0]), CFG["split"], out)
+    assert counts == {"train": 9, "validation": 2}  # 12 rows, one duplicate prompt; datasets' 10% rounds up
+    train = pd.read_parquet(outs[0]["train"])
+    for s in ("train", "validation"):  # reproducible, byte for byte
+        assert Path(outs[0][s]).read_bytes() == Path(outs[1][s]).read_bytes()
+    row = train.iloc[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"] and row["prompt"][0]["content"] == SYSTEM
+    kwargs = row["extra_info"]["interaction_kwargs"]
+    assert kwargs["name"] == "collabllm" and kwargs["task_desc"] == "solving math problems"
+    assert kwargs["single_turn_prompt"].startswith("Solve problem")
+    assert row["ground_truth"] == row["reward_model"]["ground_truth"] == row["extra_info"]["single_turn_completion"]
+    assert row["agent_name"] == "itpo_collabllm_agent" and row["data_source"] == "collabllm"
+    both = pd.concat([train, pd.read_parquet(outs[0]["validation"])])
+    assert both["index"].is_unique and len(both) == 11
+
+
+# --- train -> evaluate -> report with a fake `python` for vLLM and verl ---
+
+FAKE_PYTHON = r'''#!{exe}
+"""Stands in for `python` in the recipe env: vLLM's OpenAI server, verl's trainer and its evaluator."""
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+args = sys.argv[1:]
+module = args[1]
+log = Path(os.environ["FAKE_LOG"])
+with log.open("a") as f:
+    f.write(json.dumps({{"module": module, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        "pythonpath": os.environ.get("PYTHONPATH", ""), "cwd": os.getcwd()}}) + "\n")
+if module == "vllm.entrypoints.openai.api_server":
+    flags = dict(zip(args[2::2], args[3::2]))
+    name = flags["--served-model-name"]
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, doc):
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            self._send({{"data": [{{"id": name}}]}})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self._send({{"choices": [{{"message": {{"role": "assistant", "content": "ready"}}}}]}})
+
+    HTTPServer((flags["--host"], int(flags["--port"])), H).serve_forever()
+over = dict(a.split("=", 1) for a in args[2:])
+if module == "recipe.itpo.main_prime":
+    ckpt = Path(over["trainer.default_local_dir"])
+    (ckpt / "global_step_6" / "actor").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("6")
+elif module == "recipe.itpo.evaluate":
+    assert over["trainer.resume_from_path"].endswith("global_step_6"), over["trainer.resume_from_path"]
+    out = Path("recipe/itpo/val_out")
+    out.mkdir(parents=True, exist_ok=True)
+    good = "itponorm" in over["trainer.experiment_name"]
+    rows = [{{"input": f"q{{i // 2}}", "output": "assistant: x = 4 user: thanks", "gts": "4",
+             "score": (0.9 if good else 0.4) - 0.0003, "step": 6}} for i in range(4)]
+    (out / "6.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+'''
+
+
+def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_json, tmp_path, monkeypatch):
+    exe = tmp_path / "fake_python"
+    exe.write_text(FAKE_PYTHON.format(exe=sys.executable))
+    exe.chmod(0o755)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    port = _free_port()
+    cfg = {
+        "tasks": {"math": {**CFG["tasks"]["math"], "revision": SHA}},
+        "simulator": {**CFG["simulator"], "port": port, "ready_timeout_s": 30},
+        "verl": {**CFG["verl"], "device": "cpu"},
+    }
+    cache = str(tmp_path / "cache")
+    inputs = {
+        "pretrained": str(tmp_path / "pretrained.json"),
+        "simulator": str(tmp_path / "simulator.json"),
+        "recipe": str(recipe_json[0]),
+        "train": str(tmp_path / "rl_train.parquet"),
+        "validation": str(tmp_path / "rl_validation.parquet"),
+    }
+    paper.download_hub(CFG["pretrained"], "pretrained", cache, inputs["pretrained"])
+    paper.download_hub(CFG["simulator"], "simulator", cache, inputs["simulator"])
+    paper.download_hub(cfg["tasks"]["math"], "tasks.math", cache, str(tmp_path / "math.json"))
+    paper.preprocess("math", cfg["tasks"]["math"], str(tmp_path / "math.json"), inputs["recipe"], CFG["split"],
+                     {"train": inputs["train"], "validation": inputs["validation"]})  # fmt: skip
+    summaries = []
+    for method in ("outcome", "itponorm"):
+        run_json = tmp_path / "runs" / method / "run.json"
+        run = paper.train("math", method, [0], cfg, inputs, str(run_json), python=str(exe))
+        assert run["global_step"] == 6 and run["checkpoint"].endswith("checkpoints/global_step_6")
+        assert (run["simulator_gpus"], run["verl_gpus"]) == ("4,5", "6,7")
+        outputs = {"rollouts": str(tmp_path / "eval" / f"{method}.parquet"),
+                   "summary": str(tmp_path / "eval" / f"{method}.json")}  # fmt: skip
+        summaries.append(paper.evaluate("math", method, cfg, {**inputs, "run": str(run_json)}, outputs, str(exe)))
+        frame, meta = read_frame(outputs["rollouts"])
+        assert len(frame) == 4 and meta["prompts"] == 2 and meta["metric_mean"] is None
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert [c["module"] for c in calls] == [
+        "vllm.entrypoints.openai.api_server", "recipe.itpo.main_prime",
+        "vllm.entrypoints.openai.api_server", "recipe.itpo.evaluate",
+    ] * 2  # fmt: skip
+    tree = json.loads(Path(inputs["recipe"]).read_text())["tree"]
+    for c in calls:
+        assert c["gpus"] == ("4,5" if c["module"].startswith("vllm") else "6,7")
+        if c["module"].startswith("recipe"):
+            assert c["pythonpath"].split(":")[0] == tree and Path(c["cwd"], "recipe", "itpo", "main_prime.py").is_file()
+    command = json.loads((tmp_path / "runs" / "itponorm" / "command.json").read_text())["command"]
+    assert "algorithm.adv_estimator=rloo_itponorm" in command and command[1:3] == ["-m", "recipe.itpo.main_prime"]
+    interaction = yaml.safe_load((tmp_path / "runs" / "itponorm" / "interaction.yaml").read_text())
+    assert interaction["interaction"][0]["config"]["api_base"] == f"http://127.0.0.1:{port}/v1"
+
+    from paperflow.core.report import publish
+    from paperflow.itpo.paper_report import build_report
+
+    runs = pd.DataFrame(summaries)
+    params = {"methods": ["outcome", "itponorm"], "tasks": ["math"], "seeds": [0], "metrics": {"math": "accuracy"}}
+    doc = publish(build_report(runs, params), {"report": str(tmp_path / "r.md"), "metrics": str(tmp_path / "m.json"),
+                  "table_runs": str(tmp_path / "runs.csv")}, paper="itpo", scale="paper")  # fmt: skip
+    (claim,) = doc["claims"]
+    assert claim["id"] == "paper_math_reward_itponorm_minus_outcome" and claim["held"] and not claim["gated"]
+    swapped = runs.assign(method=runs["method"].map({"outcome": "itponorm", "itponorm": "outcome"}))
+    assert not build_report(swapped, params).claims[0].held  # the negative control: the baseline in its place
+    assert "not in the dump" in Path(tmp_path / "r.md").read_text()
+
+
+def test_the_evaluation_summary_reads_the_latest_dump_and_the_metric_where_it_is_per_rollout(tmp_path):
+    rows = [
+        {"input": "q0", "output": "a b c", "gts": "1", "score": 0.5, "accuracy": 1.0},
+        {"input": "q0", "output": "a b", "gts": "1", "score": 0.0, "accuracy": 0.0},
+        {"input": "q1", "output": "a", "gts": "2", "score": 1.0, "accuracy": 1.0},
+    ]
+    (tmp_path / "9.jsonl").write_text(json.dumps({"input": "old", "output": "", "score": 9.0}) + "\n")
+    (tmp_path / "10.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    frame = collab.read_generations(tmp_path)
+    assert frame["output_words"].tolist() == [3, 2, 1]
+    assert collab.summarise(frame, "accuracy") == {
+        "rollouts": 3, "prompts": 2, "reward": 0.5, "metric": "accuracy", "metric_mean": 2 / 3, "output_words": 2.0,
+    }  # fmt: skip
+    assert collab.summarise(frame, "bleu_score")["metric_mean"] is None
+    with pytest.raises(FileNotFoundError, match="dumped no generations"):
+        collab.read_generations(tmp_path / "none")
+    with pytest.raises(ValueError, match="SYSTEM_PROMPT"):
+        (tmp_path / "t" / "recipe" / "itpo" / "process_data").mkdir(parents=True)
+        (tmp_path / "t" / collab.SYSTEM_PROMPT_FILE).write_text("PROMPT = 'x'\n")
+        collab.system_prompt(tmp_path / "t")
+
+
+def test_a_cuda_job_without_its_gpus_fails_naming_the_key():
+    with pytest.raises(ConfigError, match="verl.device = 'cuda' needs .* 4 GPUs"):
+        paper.gpu_split(CFG["simulator"], CFG["verl"])
+
+
+# --- config and DAG ---
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("methods: [outcome, prime, itpo, itponorm]   #", "methods: [outcome, grpo]   #"), "grpo"),
+        (("    gpus: 4\n", "    gpus: 2\n"), "resources.gpus = 2"),
+        (("beta: {outcome: 0.005, prime: 0.05, itpo: 0.05, itponorm: 0.01}", "beta: {outcome: 0.005}"), "beta"),
+        (("commit: b1245e8855e6f72f87feee4c6d00cfed01ede755", "commit: main"), "commit"),
+    ],
+)
+def test_paper_config_errors_name_the_key(tmp_path, edit, message):
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "config" / "schemas").mkdir(parents=True)
+    schema = "config/schemas/itpo.schema.yaml"
+    (tmp_path / schema).write_text((root / schema).read_text())
+    text = (root / "config" / "itpo.yaml").read_text()
+    assert edit[0] in text
+    (tmp_path / "config" / "itpo.yaml").write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("itpo", "paper", tmp_path)
+
+
+def test_paper_scale_dry_run_has_gpus_on_train_and_evaluate_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[itpo]")
+    runs = len(CFG["tasks"]) * len(CFG["methods"]) * len(CFG["seeds"])
+    counts = dict(re.findall(r"^(itpo_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "itpo_download_model": "1",
+        "itpo_download_simulator": "1",
+        "itpo_download_recipe": "1",
+        "itpo_download": str(len(CFG["tasks"])),
+        "itpo_preprocess": str(len(CFG["tasks"])),
+        "itpo_train": str(runs),
+        "itpo_evaluate": str(runs),
+        "itpo_report": "1",
+    }
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    assert gpus["itpo_train"] == gpus["itpo_evaluate"] == {4}
+    assert all(v == {0} for r, v in gpus.items() if r not in ("itpo_train", "itpo_evaluate"))

@@ -1,0 +1,575 @@
+"""promptscale at paper scale, offline: Hub files in the real layouts and columns (PromptCoT 1.0's prompt/completion
+parquet, math-ai/aime24's parquet, math-ai/aime25's test.jsonl, MathArena's parquet) laid out as snapshot_download
+lays them out, only the configured files fetched at the pinned commit, an unpinned one refused naming `paperflow pin
+promptscale`; the vLLM client and the server launch against a local fake OpenAI-compatible server; TRL's token
+layout; the whole EM -> synthesis -> benchmark -> report path on a tiny Qwen2 with a small BPE tokenizer on the CPU;
+config errors by name; the paper-scale DAG with GPUs on the heavy rules only."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import re
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.promptscale import llm_text as lt
+from paperflow.promptscale import paper, paper_generate, sft, vllm_server
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+CONCEPTS = ["modular arithmetic", "prime numbers", "counting subsets", "geometric series", "angle bisectors"]
+
+
+def seed_rows(n=24) -> pd.DataFrame:
+    """PromptCoT 1.0's columns: prompt (numbered concepts, difficulty level) and completion (marked spans)."""
+    rows = []
+    for i in range(n):
+        cs = [CONCEPTS[i % 5], CONCEPTS[(i + 2) % 5]]
+        prompt = (
+            "Given foundational concepts and difficulty level, identify connections and develop a question.\n\n"
+            f"Foundational Concepts:\n1. {cs[0]}\n2. {cs[1]}\n\nDifficulty Level: AMC12"
+        )
+        completion = (
+            f"{lt.RATIONALE[0]}\nCombine {cs[0]} with {cs[1]} using the number {i}.\n{lt.RATIONALE[1]}\n\n"
+            f"{lt.PROBLEM[0]}\nFind the remainder of {i} squared by seven.\n{lt.PROBLEM[1]}"
+        )
+        rows.append({"prompt": prompt, "completion": completion})
+    rows.append({"prompt": "no concepts here", "completion": "nothing marked"})  # dropped by the parser
+    return pd.DataFrame(rows)
+
+
+HUB_FILES = {
+    "xl-zhao/PromptCoT-Problem-Generation-Dataset": {"data/train-00000-of-00001.parquet": seed_rows()},
+    "math-ai/aime24": {
+        "test-00000-of-00001.parquet": pd.DataFrame(
+            {
+                "id": [60, 61],
+                "problem": ["Find 3 times 11.", "Find 2 to the fifth."],
+                "solution": ["So it is $\\boxed{033}$.", "We get \\boxed{\\text{32}}"],
+                "url": ["u0", "u1"],
+            }
+        )
+    },
+    "math-ai/aime25": {"test.jsonl": [{"id": "0", "problem": "Find 7 plus 8.", "answer": "15"}]},
+    "MathArena/hmmt_feb_2025": {
+        "data/train-00000-of-00001.parquet": pd.DataFrame(
+            {"problem_idx": [1], "problem": ["Find 6 times 7."], "answer": ["42"]}
+        )
+    },
+}
+
+
+def bpe_tokenizer():
+    """A small byte-level BPE (the Qwen tokenizers' kind) trained on the texts of the fixtures."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [r["prompt"] + r["completion"] for r in seed_rows().to_dict("records")]
+    texts += [lt.p_prompt(CONCEPTS, "AMC12"), lt.q_prompt(CONCEPTS, "AMC12", "x"), lt.p_completion("z", "x")]
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    core.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory):
+    """A tiny Qwen2 and its tokenizer saved as a Hub snapshot folder."""
+    from paperflow.core.lm.models import build_model, save_model
+
+    folder = tmp_path_factory.mktemp("qwen")
+    tok = bpe_tokenizer()
+    spec = {
+        "arch": "qwen2",
+        "vocab_size": len(tok),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 512,
+    }
+    save_model(build_model(spec, seed=0), folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def hub(monkeypatch, tiny_model_folder):
+    """download_pretrained replaced by a fake Hub; returns the calls (repo, revision, patterns, written files)."""
+    import shutil
+
+    from paperflow.core.lm import models
+
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        if repo_type == "model":
+            shutil.copytree(tiny_model_folder, folder, dirs_exist_ok=True)
+        else:
+            for rel, content in HUB_FILES[name].items():
+                if not any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
+                    continue
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, pd.DataFrame):
+                    content.to_parquet(folder / rel, index=False)
+                else:
+                    (folder / rel).write_text("".join(json.dumps(r) + "\n" for r in content))
+                written.append(rel)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "written": written})
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_paper_config("promptscale", "paper")
+
+
+def pinned(spec):
+    return {**spec, "revision": spec["revision"] or SHA}
+
+
+def test_downloads_fetch_only_the_configured_files_at_the_pinned_commit_and_normalise_rows(hub, cfg, tmp_path):
+    out = {}
+    for name, spec in cfg["corpora"].items():
+        info = paper.download_corpus(name, pinned(spec), str(tmp_path / "cache"), str(tmp_path / f"{name}.jsonl"))
+        out[name] = lt.read_jsonl(tmp_path / f"{name}.jsonl")
+        assert info["revision"] == (spec["revision"] or SHA)
+    assert [c["patterns"] for c in hub] == [list(s["files"]) for s in cfg["corpora"].values()]
+    assert all(c["written"] for c in hub)
+    assert len(out["seeds"]) == 24  # the malformed row is dropped
+    assert out["seeds"][0]["concepts"] == [CONCEPTS[0], CONCEPTS[2]] and out["seeds"][0]["difficulty"] == "AMC12"
+    assert out["seeds"][3]["problem"] == "Find the remainder of 3 squared by seven."
+    assert [r["answer"] for r in out["aime24"]] == ["033", "\\text{32}"]
+    assert out["aime25"] == [{"id": "0", "problem": "Find 7 plus 8.", "answer": "15"}]
+    assert out["hmmt_feb25"] == [{"id": "1", "problem": "Find 6 times 7.", "answer": "42"}]
+    doc = paper.download_model("prompt", cfg["models"]["prompt"], str(tmp_path / "cache"), str(tmp_path / "m.json"))
+    assert doc["revision"] == cfg["models"]["prompt"]["revision"]
+    assert hub[-1]["patterns"] == list(cfg["models"]["prompt"]["files"])
+
+
+def test_an_unpinned_corpus_is_refused_naming_paperflow_pin(hub, cfg, tmp_path):
+    spec = cfg["corpora"]["hmmt_feb25"]
+    assert spec["revision"] is None  # no published commit (config/unpinned.yaml)
+    with pytest.raises(UnpinnedDownload, match=r"corpora\.hmmt_feb25\.revision.*paperflow pin promptscale"):
+        paper.download_corpus("hmmt_feb25", spec, str(tmp_path), str(tmp_path / "x.jsonl"))
+    assert hub == []
+
+
+def test_boxed_answers_and_their_normalisation():
+    assert lt.last_boxed("a \\boxed{1} then \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert lt.last_boxed("no answer") is None
+    assert lt.answer_matches("thus \\boxed{033}", "33") and lt.answer_matches("\\boxed{ 15 }", "15")
+    assert not lt.answer_matches("\\boxed{16}", "15") and not lt.answer_matches("15", "15")
+    with pytest.raises(ValueError, match="row 0 has no problem or no answer"):
+        lt.benchmark_rows([{"problem": "p", "solution": "no box"}], "problem_solution_boxed", "aime24")
+
+
+class FakeVLLM:
+    """An OpenAI-compatible /v1 server standing in for vLLM: q's prompts get a rationale naming the sample's seed and
+    index, p's prompts a marked (rationale, problem) unless the request's seed is a multiple of 4, chat messages a
+    boxed answer that is right for every second sample. With `fail_first` the first POST is answered 503 (the client
+    retries). Records every request body."""
+
+    def __init__(self, name, fail_first=False):
+        self.name, self.bodies, self.failed = name, [], not fail_first
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, code, doc):
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"object": "list", "data": [{"id": fake.name, "object": "model"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not fake.failed:
+                    fake.failed = True
+                    return self._send(503, {"error": "warming up"})
+                fake.bodies.append(body)
+                if body["model"] != fake.name:
+                    return self._send(404, {"error": f"model {body['model']} not served"})
+                self._send(200, {"choices": [fake.choice(body, j) for j in range(body["n"])][::-1]})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def choice(self, body, j):
+        if "messages" in body:
+            text = body["messages"][0]["content"]
+            value = {"Find 3 times 11.": 33, "Find 2 to the fifth.": 32, "Find 7 plus 8.": 15, "Find 6 times 7.": 42}
+            right = next(v for k, v in value.items() if text.startswith(k))
+            answer = right if j % 2 == 0 else right + 1
+            return {"index": j, "message": {"content": f"think \\boxed{{{answer}}}"}, "finish_reason": "stop"}
+        prompt = body["prompt"]
+        if prompt.endswith(lt.RATIONALE[0] + "\n"):
+            text = f"Use the concepts, variant {body['seed'] % 1000} {j}."
+        else:
+            text = lt.p_completion(f"plan {j}", f"Find {body['seed']} squared.") if body["seed"] % 4 else "garbled"
+        return {"index": j, "text": text, "finish_reason": "stop"}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_vllm():
+    servers = []
+
+    def start(name, fail_first=False):
+        servers.append(FakeVLLM(name, fail_first))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def vllm_cfg(base_url, **kw):
+    return {
+        "base_url": base_url,
+        "port": 8000,
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.9,
+        "max_model_len": 4096,
+        "startup_timeout_s": 10,
+        "request_timeout_s": 10,
+        "max_concurrency": 3,
+        "retries": 2,
+        **kw,
+    }
+
+
+def test_the_client_asks_n_samples_per_prompt_with_its_seed_and_retries_a_503(fake_vllm, monkeypatch):
+    monkeypatch.setattr(vllm_server.time, "sleep", lambda s: None)
+    fake = fake_vllm("q0", fail_first=True)
+    client = vllm_server.Client(fake.url, "q0", 10, 2, 3)
+    prompts = [lt.q_prompt(["a"], "AMC12", f"problem {i}") for i in range(5)]
+    out = client.complete(prompts, n=3, temperature=1.0, top_p=1.0, max_tokens=64, seed=100, stop=["END"])
+    assert [len(o) for o in out] == [3] * 5
+    assert out[2][1]["text"] == "Use the concepts, variant 102 1."  # choices reordered by index, prompt 2's seed
+    body = next(b for b in fake.bodies if b["prompt"] == prompts[4])
+    assert body | {"prompt": None} == {
+        "model": "q0",
+        "prompt": None,
+        "n": 3,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_tokens": 64,
+        "seed": 104,
+        "stop": ["END"],
+    }
+    with pytest.raises(vllm_server.ServerError, match="HTTP 404"):
+        vllm_server.Client(fake.url, "p9", 10, 0, 1).complete(
+            ["x"], n=1, temperature=1.0, top_p=1.0, max_tokens=4, seed=0
+        )
+
+
+def test_the_serve_command_and_the_launch_of_a_server_process(tmp_path):
+    cmd = vllm_server.serve_command("/m/q0", "q0", vllm_cfg(None, tensor_parallel_size=2), "bfloat16")
+    assert cmd[:3] == ["vllm", "serve", "/m/q0"]
+    flags = dict(zip(cmd[3::2], cmd[4::2]))
+    assert flags == {
+        "--served-model-name": "q0",
+        "--host": "127.0.0.1",
+        "--port": "8000",
+        "--tensor-parallel-size": "2",
+        "--gpu-memory-utilization": "0.9",
+        "--max-model-len": "4096",
+        "--dtype": "bfloat16",
+        "--generation-config": "vllm",
+    }
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import json, sys\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
+        "class H(BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        d = json.dumps({'data': [{'id': 'q0'}]}).encode()\n"
+        "        self.send_response(200); self.send_header('Content-Length', str(len(d))); self.end_headers()\n"
+        "        self.wfile.write(d)\n"
+        "HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+    )
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with vllm_server.launched([sys.executable, str(script), str(port)], url, "q0", 20, tmp_path / "log") as proc:
+        assert vllm_server.served_models(url) == ["q0"]
+    assert proc.poll() is not None  # stopped on the way out
+    with pytest.raises(vllm_server.ServerError, match="exited with status 3"):
+        with vllm_server.launched([sys.executable, "-c", "raise SystemExit(3)"], url, "q0", 20, tmp_path / "log"):
+            pass
+
+
+def test_several_gpus_run_trl_under_torchrun_with_fsdp_and_unknown_sft_keys_are_refused(cfg):
+    cmd = sft.command(8, "/x/args.json")
+    assert cmd[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=8",
+        "-m",
+        "paperflow.promptscale.sft",
+        "/x/args.json",
+    ]
+    many = sft.sft_arguments(cfg["sft"], "/o", "cuda", world_size=8)
+    one = sft.sft_arguments(cfg["sft"], "/o", "cpu", world_size=1)
+    assert many["fsdp"] == cfg["sft"]["fsdp"] and "fsdp" not in one
+    assert one["use_cpu"] and one["completion_only_loss"] and not many["use_cpu"]
+    with pytest.raises(ConfigError, match="'learning_rat'"):
+        sft.check_settings({**cfg["sft"], "learning_rat": 1.0})
+
+
+def test_scoring_uses_the_token_layout_trl_trains_on(tiny_model_folder, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_folder)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_folder)
+    pairs = lt.pairs_p([{"concepts": CONCEPTS[:2], "difficulty": "AMC12", "rationale": "r one", "problem": "x 1"}])
+    pairs += lt.pairs_q([{"concepts": CONCEPTS[1:4], "difficulty": "AIME", "rationale": "plan two", "problem": "x 2"}])
+    args = sft.sft_arguments({"learning_rate": 1e-3, "per_device_train_batch_size": 1, "max_length": 512, "seed": 0},
+                             tmp_path, "cpu", 1)  # fmt: skip
+    trainer = SFTTrainer(
+        model=model, args=SFTConfig(**args), train_dataset=Dataset.from_list(pairs), processing_class=tok
+    )
+    for row, pair in zip(trainer.train_dataset, pairs):
+        ids, start = paper.trl_layout(tok, pair["prompt"], pair["completion"])
+        assert row["input_ids"] == ids
+        assert row["labels"] == [-100] * start + ids[start:]  # TRL's loss is on the completion tokens only
+    scored = paper.completion_logprobs(model, tok, [p["prompt"] for p in pairs], [p["completion"] for p in pairs], 2,
+                                       "cpu")  # fmt: skip
+    import torch
+
+    for pair, value in zip(pairs, scored):
+        ids, start = paper.trl_layout(tok, pair["prompt"], pair["completion"])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].double(), -1)
+        manual = sum(float(logp[i - 1, ids[i]]) for i in range(start, len(ids)))
+        assert value == pytest.approx(manual, abs=1e-3)
+
+
+def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_model(hub, cfg, fake_vllm, tmp_path):
+    from paperflow.core.report import publish
+
+    d = tmp_path
+    sft_settings = {"learning_rate": 5e-3, "per_device_train_batch_size": 4, "max_length": 512, "seed": 0,
+                    "max_steps": 2, "bf16": False}  # fmt: skip
+    em = {**cfg["llm_em"], "iterations": 1, "k": 3, "max_rationale_tokens": 32, "score_batch_size": 4}
+    for name in ("seeds", *cfg["benchmarks"]):
+        paper.download_corpus(name, pinned(cfg["corpora"][name]), str(d / "cache"), str(d / f"{name}.jsonl"))
+    paper.download_model("prompt", cfg["models"]["prompt"], str(d / "cache"), str(d / "prompt.json"))
+    paper.download_model("policy", cfg["models"]["policy"], str(d / "cache"), str(d / "policy.json"))
+    counts = paper.preprocess(str(d / "seeds.jsonl"), {"n_train": 100, "n_heldout": 6, "seed": 0},
+                              str(d / "train.jsonl"), str(d / "heldout.jsonl"))  # fmt: skip
+    assert counts == {"seeds": 24, "distinct": 24, "train": 18, "heldout": 6}
+
+    def train(which, m):
+        inputs = {
+            "train": str(d / "train.jsonl"),
+            "start": str(d / ("prompt.json" if m == 0 else f"{which}{m - 1}.json")),
+        }
+        if m:
+            inputs["kept"] = str(d / f"kept{m - 1}.jsonl")
+        return paper.fine_tune_job(which, m, inputs, sft_settings, "cpu", 1, str(d / f"{which}{m}.json"),
+                                   str(d / f"history_{which}{m}.json"))  # fmt: skip
+
+    bounds = []
+    for m in (0, 1):
+        assert train("q", m)["rows"] == 18 and train("p", m)["rows"] == 18
+        fake = fake_vllm(f"q{m}")
+        rows = paper_generate.sample_rationales(lt.model_folder(d / f"q{m}.json"), str(d / "train.jsonl"),
+                                                str(d / "heldout.jsonl"), m, em, vllm_cfg(fake.url), "bfloat16",
+                                                str(d / f"samples{m}.jsonl"), str(d / "vllm.log"))  # fmt: skip
+        assert rows == ({"heldout": 6, "train": 18} if m == 0 else {"heldout": 6})  # m = E: held-out only
+        assert {b["stop"][0] for b in fake.bodies} == {lt.RATIONALE[1]}
+        bounds.append(
+            paper.score_estep(
+                m,
+                lt.model_folder(d / f"p{m}.json"),
+                lt.model_folder(d / f"q{m}.json"),
+                str(d / "train.jsonl"),
+                str(d / "heldout.jsonl"),
+                str(d / f"samples{m}.jsonl"),
+                em,
+                {**cfg["models"]["prompt"], "device": "cpu", "dtype": "float32"},
+                4,
+                str(d / f"kept{m}.jsonl"),
+                str(d / f"bound{m}.json"),
+            )  # fmt: skip
+        )
+    assert all(b["heldout_items"] == 6 and b["heldout_bound"] < 0 for b in bounds)
+    assert bounds[0]["kept_reward"] == pytest.approx(bounds[0]["best_reward"])  # best-of-K keeps the argmax
+    kept = lt.read_jsonl(d / "kept0.jsonl")
+    assert len(kept) == 18 and all(r["rationale"].startswith("Use the concepts, variant") for r in kept)
+    assert lt.read_jsonl(d / "kept1.jsonl") == [] and bounds[1]["train_items"] == 0
+    from safetensors.torch import load_file
+
+    w0 = load_file(Path(lt.model_folder(d / "q0.json")) / "model.safetensors")
+    w1 = load_file(Path(lt.model_folder(d / "q1.json")) / "model.safetensors")
+    assert any(not (w0[k] == w1[k]).all() for k in w0)  # the M-step trained q_1 from q_0
+
+    synthesis = []
+    for variant, m in (("coldstart", 0), ("em", 1)):
+        fake = fake_vllm(f"p_{variant}")
+        synthesis.append(
+            paper_generate.synthesize(
+                lt.model_folder(d / f"p{m}.json"),
+                str(d / "heldout.jsonl"),
+                variant,
+                {**cfg["llm_synthesis"], "n": 8},
+                vllm_cfg(fake.url),
+                "bfloat16",
+                str(d / f"synth_{variant}.jsonl"),
+                str(d / "vllm.log"),
+            )  # fmt: skip
+        )
+    assert [s["validity"] for s in synthesis] == [0.75, 0.75]  # prompts 0 and 4 of 8 garbled (seed = 0 + index)
+    assert [s["distinct_problems"] for s in synthesis] == [1.0, 1.0]
+    assert lt.read_jsonl(d / "synth_em.jsonl")[1]["problem"] == "Find 1 squared."
+
+    evals = []
+    for bench in cfg["benchmarks"]:
+        fake = fake_vllm("base")
+        evals.append(
+            paper_generate.evaluate_benchmark(
+                lt.model_folder(d / "policy.json"),
+                "base",
+                str(d / f"{bench}.jsonl"),
+                bench,
+                {**cfg["llm_eval"], "samples": 4},
+                vllm_cfg(fake.url),
+                "bfloat16",
+                str(d / f"eval_{bench}.jsonl"),
+                str(d / "vllm.log"),
+            )  # fmt: skip
+        )
+        assert fake.bodies[0]["top_k"] == cfg["llm_eval"]["top_k"]
+    assert [e["avg_at_k"] for e in evals] == [50.0, 50.0, 50.0]  # every second sample is right
+
+    params = {"models": cfg["models"], "llm_em": em, "llm_eval": cfg["llm_eval"], "benchmarks": cfg["benchmarks"]}
+    from paperflow.promptscale.paper_report import build_report
+
+    outputs = {k: str(d / "report" / f"{k}.{ext}") for k, ext in
+               [("report", "md"), ("metrics", "json"), ("table_em", "csv"), ("table_synthesis", "csv"),
+                ("table_benchmarks", "csv"), ("figure_em", "png")]}  # fmt: skip
+    doc = publish(build_report(bounds, synthesis, evals, params), outputs, paper="promptscale", scale="paper")
+    claim = {c["id"]: c for c in doc["claims"]}
+    assert claim["paper_heldout_bound_rises"]["value"] == pytest.approx(
+        bounds[1]["heldout_bound"] - bounds[0]["heldout_bound"]
+    )
+    assert claim["paper_validity_em_minus_coldstart"]["value"] == 0.0
+    table = pd.read_csv(outputs["table_benchmarks"])
+    assert table.set_index("benchmark")["paper_base_4b"].to_dict() == {
+        "aime24": 85.2,
+        "aime25": 81.3,
+        "hmmt_feb25": 55.5,
+    }
+
+
+def test_best_of_k_keeps_the_argmax_random_of_k_a_uniform_one_and_the_bound_is_the_iwae_formula():
+    rows = [{"split": "train", "index": i, "rationales": ["a", "b", "c"]} for i in range(60)]
+    rows.append({"split": "heldout", "index": 0, "rationales": ["a", "b"]})
+    rewards = [-1.0, -5.0, -9.0] * 60 + [-2.0, -4.0]
+    log_q = [-3.0] * 180 + [-1.0, -0.5]
+    picks = {}
+    for select in ("best", "random"):
+        kept, summary = paper.select_kept(rows, rewards, log_q, {"select": select, "k": 3}, 1)
+        picks[select] = [r["rationale"] for r in kept]
+        assert summary["heldout_bound"] == pytest.approx(math.log((math.exp(-1.0) + math.exp(-3.5)) / 2))
+    assert set(picks["best"]) == {"a"}
+    assert set(picks["random"]) == {"a", "b", "c"}  # the control: 60 uniform draws of 3
+    with pytest.raises(ValueError, match="llm_em.select"):
+        paper.select_kept(rows, rewards, log_q, {"select": "worst", "k": 3}, 1)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("benchmarks: [aime24, aime25, hmmt_feb25]", "benchmarks: [aime24, aime26]"), "aime26"),
+        (("    tensor_parallel_size: 1\n", "    tensor_parallel_size: 2\n"), "tensor_parallel_size"),
+        (("    weight_decay: 0.01\n    max_length", "    weight_dacay: 0.01\n    max_length"), "weight_dacay"),
+        (
+            (
+                "      revision: null                 # no published commit found (config/unpinned.yaml): `paperflow pin "
+                'promptscale`\n      files: ["*.parquet", "*.jsonl"',
+                '      revision: main\n      files: ["*.parquet", "*.jsonl"',
+            ),
+            "revision",
+        ),  # fmt: skip
+    ],
+)
+def test_paper_config_errors_name_the_key(repo_copy, edit, message):
+    path = repo_copy / "config" / "promptscale.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(ConfigError, match=message):
+        load_paper_config("promptscale", "paper", repo_copy)
+
+
+def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[promptscale]")
+    cfg = load_paper_config("promptscale", "paper")
+    e, n_bench = cfg["llm_em"]["iterations"], len(cfg["benchmarks"])
+    counts = dict(re.findall(r"^(promptscale_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "promptscale_download_model": "2",
+        "promptscale_download": str(1 + n_bench),
+        "promptscale_preprocess": "1",
+        "promptscale_train": str(2 * (e + 1)),
+        "promptscale_sample": str(e + 1),
+        "promptscale_score": str(e + 1),
+        "promptscale_synthesize": "2",
+        "promptscale_evaluate": str(n_bench),
+        "promptscale_report": "1",
+    }
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    res = cfg["resources"]
+    assert gpus.pop("promptscale_train") == {res["train_gpus"]}
+    for rule in ("promptscale_sample", "promptscale_synthesize", "promptscale_evaluate"):
+        assert gpus.pop(rule) == {res["sample_gpus"]}
+    assert gpus.pop("promptscale_score") == {res["score_gpus"]}
+    assert all(v == {0} for v in gpus.values()), gpus
