@@ -60,7 +60,7 @@ rule enterpriseops_gym_download_dbs:
     log:
         enterpriseops_gym_path("logs", "download_dbs.log"),
     conda:
-        env_file("base")
+        env_file("lm")  # its modules reach the Hub helpers and the LM kit
     threads: 1
     resources:
         **resources_of("cpu_light"),
@@ -68,7 +68,7 @@ rule enterpriseops_gym_download_dbs:
         dbs=ENTERPRISEOPS_GYM["source"]["dbs"],
         locked=ENTERPRISEOPS_GYM_FILE_LOCK.get(ENTERPRISEOPS_GYM["source"]["dbs"]["url"]),
         cache=ENTERPRISEOPS_GYM_CACHE,
-        code=code_param("base", "workflows/enterpriseops_gym/scripts/download_dbs.py"),
+        code=code_param("lm", "workflows/enterpriseops_gym/scripts/download_dbs.py"),
     script:
         "scripts/download_dbs.py"
 
@@ -103,13 +103,13 @@ rule enterpriseops_gym_preprocess:
     log:
         enterpriseops_gym_path("logs", "preprocess.log"),
     conda:
-        env_file("base")
+        env_file("lm")  # its modules reach the Hub helpers and the LM kit
     threads: 1
     resources:
         **resources_of("cpu_light"),
     params:
         servers=ENTERPRISEOPS_GYM_OFFICIAL["servers"],
-        code=code_param("base", "workflows/enterpriseops_gym/scripts/preprocess_official.py"),
+        code=code_param("lm", "workflows/enterpriseops_gym/scripts/preprocess_official.py"),
     script:
         "scripts/preprocess_official.py"
 
@@ -149,12 +149,12 @@ rule enterpriseops_gym_evaluate:
     log:
         enterpriseops_gym_path("logs", "evaluate.log"),
     conda:
-        env_file("base")
+        env_file("lm")  # its modules reach the Hub helpers and the LM kit
     threads: 1
     resources:
         **resources_of("cpu_light"),
     params:
-        code=code_param("base", "workflows/enterpriseops_gym/scripts/evaluate_official.py"),
+        code=code_param("lm", "workflows/enterpriseops_gym/scripts/evaluate_official.py"),
     script:
         "scripts/evaluate_official.py"
 
@@ -185,12 +185,12 @@ rule enterpriseops_gym_report:
     log:
         enterpriseops_gym_path("logs", "report.log"),
     conda:
-        env_file("base")
+        env_file("lm")  # its modules reach the Hub helpers and the LM kit
     threads: 1
     resources:
         **resources_of("cpu_light"),
     params:
         domains=ENTERPRISEOPS_GYM_OFFICIAL["domains"],
-        code=code_param("base", "workflows/enterpriseops_gym/scripts/report_official.py"),
+        code=code_param("lm", "workflows/enterpriseops_gym/scripts/report_official.py"),
     script:
         "scripts/report_official.py"

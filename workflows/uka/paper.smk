@@ -31,14 +31,14 @@ rule uka_download:
     log:
         uka_path("logs", "download.log"),
     conda:
-        env_file("base")
+        env_file("lm")  # its modules reach the Hub helpers and the LM kit
     threads: 1
     resources:
         **resources_of("cpu_light"),
     params:
         data=UKA["data"],
         locked={s: UKA_LOCKED_FILES.get(f["url"]) for s, f in UKA["data"].items()},
-        code=code_param("base", "workflows/uka/scripts/download_esconv.py"),
+        code=code_param("lm", "workflows/uka/scripts/download_esconv.py"),
     script:
         "scripts/download_esconv.py"
 
