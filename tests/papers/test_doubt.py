@@ -351,5 +351,5 @@ def test_config_errors_name_the_key(repo_copy, edit, message):
 def test_paper_scale_is_refused_by_name(tmp_path):
     from paperflow.doubt.stages import download
 
-    with pytest.raises(ConfigError, match="not pinned"):
+    with pytest.raises(ConfigError, match="synthetic grid scenes only.*paper.smk"):
         download({"kind": "benchmarks"}, {}, str(tmp_path / "x.parquet"))

@@ -368,7 +368,7 @@ def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
         (("            specflow, specflow_noheat, specflow_topk, specflow_matched]",
           "            specflow, specflow_noheat, specflow_topk, specflow_matched, fastv]"), "fastv"),
         (("      kind: textvqa\n", "      kind: vqav2\n"), "kind"),
-        (("    revision: 16952161b5e90aea6e332e36a6fe99024096dd0a", "    revision: main"), "revision"),
+        (("    revision: a272c74b2481d8aff3aa6fc2c4bf891fe57334fb", "    revision: main"), "revision"),
         (("    tokens: 576 ", "    tokenz: 576 "), "tokenz"),
     ],
 )  # fmt: skip

@@ -8,19 +8,44 @@ from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
 
 NEEDED = ("doubt", "vmf_plain", "se_plain")  # the methods the gated claims compare
+# paper scale: the detectors wired there (SE with a semantic clusterer needs the LLM entailment judge: not wired)
+PAPER_METHODS = ("doubt", "vmf_plain", "vmf_oub", "doubt_nodebias", "se_exact", "eigenscore", "lexical")
+PAPER_KEYS = ("vlms", "benchmarks", "judge", "encoder")
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
     """The model spec is one the kit builds; the claims' methods are there; every n fits in n_max and n_max is
-    scored; the format mix is a distribution; the prompts fit the model's positions."""
-    model_config({**cfg["model"], "vocab_size": 16})  # refuses a misspelt model key by name
-    require_choices(cfg["methods"], source=source, key="methods", required=NEEDED)
+    scored; the format mix is a distribution; the prompts fit the model's positions. At paper scale: the MLLMs,
+    benchmarks, judge and encoder are given, every benchmark has a reader and every method is wired."""
     n_max, ns = cfg["sampling"]["n_max"], cfg["scoring"]["ns"]
     if any(n > n_max for n in ns) or n_max not in ns:
         raise ConfigError(f"{source}: scoring.ns {ns} must be <= sampling.n_max ({n_max}) and include it")
+    if cfg["source"]["kind"] == "benchmarks":
+        check_paper(cfg, source)
+        return
+    model_config({**cfg["model"], "vocab_size": 16})  # refuses a misspelt model key by name
+    require_choices(cfg["methods"], source=source, key="methods", required=NEEDED)
     mix = cfg["train"]["format_mix"]
     if abs(sum(mix) - 1) > 1e-6:
         raise ConfigError(f"{source}: train.format_mix {mix} must sum to 1")
     longest = 16 + 8 + 2 + cfg["sampling"]["max_list_tokens"] + cfg["sampling"]["max_new_tokens"] + 2
     if cfg["model"].get("max_position_embeddings", 10**9) < longest:
         raise ConfigError(f"{source}: model.max_position_embeddings is shorter than an OUB prompt and its answer")
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    from paperflow.doubt.benchmarks import check_benchmarks
+
+    missing = [k for k in PAPER_KEYS if k not in cfg]
+    if missing:
+        raise ConfigError(f"{source}: source.kind benchmarks needs the keys {missing} (paper block)")
+    if "top_p" not in cfg["sampling"]:
+        raise ConfigError(f"{source}: sampling.top_p is missing (the code samples with top_p 0.99)")
+    unwired = [m for m in cfg["methods"] if m not in PAPER_METHODS]
+    if unwired:
+        raise ConfigError(
+            f"{source}: methods {unwired} are not wired at paper scale (semantic entropy with a semantic clusterer "
+            f"needs the LLM entailment judge); allowed: {list(PAPER_METHODS)}"
+        )
+    require_choices(cfg["methods"], source=source, key="methods", required=("doubt",))
+    check_benchmarks(cfg["benchmarks"], source)

@@ -25,12 +25,12 @@ SETS = ("A", "B")
 
 
 def download(source: Mapping[str, Any], data: Mapping[str, Any], out: str) -> pd.DataFrame:
-    """Synthetic grid-scene items (train and test splits, seeded); paper scale is refused until its pinned
-    sources are wired (README)."""
+    """Synthetic grid-scene items (train and test splits, seeded); the paper-scale benchmarks are not read here
+    (workflows/doubt/paper.smk, `paperflow.doubt.paper`)."""
     if source["kind"] != "synthetic":
         raise ConfigError(
-            f"doubt source {source['kind']!r}: the paper-scale benchmarks are not pinned in this checkout "
-            "(README: paper scale); use kind: synthetic"
+            f"doubt source {source['kind']!r}: this stage builds the synthetic grid scenes only; the paper-scale "
+            "benchmarks are downloaded by the rules of workflows/doubt/paper.smk (paperflow.doubt.paper)"
         )
     sigmas, prior = tuple(data["sigmas"]), float(data["prior"])
     frames = [

@@ -1,0 +1,102 @@
+"""DOUBT's report at paper scale: per (MLLM, benchmark) each detector's AUROC (positive = ans0 wrong) and detection
+accuracy at the official threshold (DOUBT trustworthy iff score > 0.48; entropy flags U >= 1.0), at n = n_max
+under the code's labels (official) and the fixed ones (strict), and the spread over sub-samplings below n_max. The
+paper's tables were not available (spec section 5), so nothing is compared with a paper number and no claim is
+gated: one reported claim per (MLLM, benchmark), DOUBT's AUROC above chance. numpy, pandas and matplotlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.doubt.methods import METHODS, TRUST_THRESHOLD
+
+
+def auroc_claims(frame: pd.DataFrame, n_max: int) -> list[Claim]:
+    full = frame[(frame["n"] == n_max) & (frame["label_mode"] == "official") & (frame["method"] == "doubt")]
+    claims = []
+    for (vlm, bench), g in full.groupby(["vlm", "benchmark"]):
+        g = g.sort_values("seed")
+        claims.append(
+            compare_claim(
+                id=f"paper_doubt_auroc_{vlm}_{bench}",
+                statement=f"DOUBT's AUROC for detecting a wrong ans0 of {vlm} on {bench} (official labels, "
+                f"n = {n_max}) is above chance",
+                values=[float(v) for v in g["auroc"]],
+                seeds=[int(x) for x in g["seed"]],
+                comparison=">",
+                threshold=0.5,
+                gated=False,
+            )
+        )
+    return claims
+
+
+def figure_auroc(frame: pd.DataFrame, n_max: int):
+    full = frame[(frame["n"] == n_max) & (frame["label_mode"] == "official")]
+    pivot = full.pivot_table(index=["vlm", "benchmark"], columns="method", values="auroc")
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(pivot)), 3.5))
+    x = np.arange(len(pivot))
+    width = 0.8 / max(1, len(pivot.columns))
+    for k, m in enumerate(pivot.columns):
+        ax.bar(x + k * width, pivot[m].to_numpy(), width, label=m)
+    ax.axhline(0.5, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(x + 0.4 - width / 2, [f"{v}\n{b}" for v, b in pivot.index], fontsize=7)
+    ax.set_ylabel(f"AUROC at n = {n_max}")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
+    n_max = int(params["sampling"]["n_max"])
+    full = frame[frame["n"] == n_max]
+    cells = [
+        {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()}
+        for r in full.drop(columns=["auroc_std_subsamples", "n"]).to_dict("records")
+    ]
+    below = frame[frame["n"] < n_max]
+    stability = [
+        {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()}
+        for r in below[below["label_mode"] == "official"][
+            ["vlm", "benchmark", "method", "n", "auroc", "auroc_std_subsamples"]
+        ].to_dict("records")
+    ]
+    methods = sorted(set(frame["method"]))
+    return Report(
+        title="DOUBT at paper scale: hallucination detection on MLLM benchmarks",
+        summary="For every (MLLM, benchmark) pair the MLLM answers each question once (ans0, whose correctness is "
+        "the label), samples a plain answer set and, after listing up to three objects in the image, an object-first "
+        f"set (n = {n_max} each); the detectors score the sets' sentence embeddings without the ground truth. "
+        f"DOUBT flags an answer as a hallucination when 0.5 Rbar(A) + 0.5 Rbar(B) <= {TRUST_THRESHOLD}.",
+        claims=auroc_claims(frame, n_max),
+        sections=[
+            (
+                f"Detectors at n = {n_max}",
+                markdown_table(cells)
+                + "\n\nMethods: "
+                + "; ".join(f"`{m}`: {METHODS[m].description}" for m in methods)
+                + ". `official` labels follow the code (a multiple-choice answer is right when the gt index occurs "
+                "in it; a judge reply holding 'C' or 'c' is 'correct'); `strict` ones parse the first digit / the "
+                "reply's first word.",
+            ),
+            ("Spread over random sub-samplings below n_max (official labels)", markdown_table(stability)),
+        ],
+        figures=[
+            Figure("figure_auroc", f"AUROC per detector at n = {n_max} (official labels)", figure_auroc(frame, n_max))
+        ],
+        tables=[Table("table_detectors", "Per (MLLM, benchmark, method, n, label mode): AUROC, accuracy", frame)],
+        limitations=[
+            "The paper's table numbers were not available (spec section 5): no paper value is compared.",
+            "Semantic entropy with an LLM entailment clusterer and VL-Uncertainty are not wired; `se_exact` is the "
+            "entropy over exact embedded strings (for multiple choice: over the chosen options, each unparsable "
+            "answer its own cluster where the code's SE pools them into one).",
+        ],
+        metrics={"summary": frame.astype(object).where(frame.notna(), None).to_dict("records")},
+    )

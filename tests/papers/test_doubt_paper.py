@@ -1,0 +1,470 @@
+"""doubt at paper scale, offline: Hub parquet files in the benchmarks' real layouts and columns (written here, laid
+out as snapshot_download lays them out), the downloads asking only for the pinned files and refusing an unpinned
+one with `paperflow pin doubt` named, the official question rendering, answer mapping and labels, a tiny
+LLaVA (CLIP vision tower + Llama, LlavaForConditionalGeneration with its processor, built from configs) through the
+paper path on the CPU (sample -> label / judge -> embed -> score -> evaluate -> report), a cuda device refused
+where none is, config errors by name, and the paper DAG with GPUs on exactly the sampling, judge and embedding
+rules."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.io import read_frame
+from paperflow.doubt import benchmarks as bm
+from paperflow.doubt import paper
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+CHAT = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}SYSTEM: {{ m['content'] }} {% elif m['role'] == 'user' %}"
+    "USER: {% if m['content'] is string %}{{ m['content'] }} {% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}<image> {% else %}{{ c['text'] }} {% endif %}{% endfor %}{% endif %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
+WORDS = "<image> USER: ASSISTANT: SYSTEM: ( 0 1 2 3 ): cat dog red blue the answer is a Correct Wrong".split()
+SAMPLING = {"n_max": 3, "temperature": 0.5, "t_answer": 0.1, "top_k": 10, "top_p": 0.99, "max_new_tokens": 3, "seed": 0}
+VLM_SPEC = {
+    "hub": "org/tiny-llava",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors"],
+    "dtype": "float32",
+    "device": "cpu",
+    "image_first": False,
+    "batch_size": 3,
+    "answer_generation": {},
+    "sampling_generation": {"num_beams": 1},
+}
+JUDGE_SPEC = {
+    "hub": "org/tiny-judge",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors"],
+    "dtype": "float32",
+    "device": "cpu",
+    "temperature": 0.1,
+    "top_p": 0.8,
+    "repetition_penalty": 1.05,
+    "max_new_tokens": 3,
+}
+ENCODER_SPEC = {
+    "hub": "org/encoder",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*"],
+    "device": "cpu",
+    "batch_size": 32,
+}
+
+
+def png(seed: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def img(seed):
+    return {"bytes": png(seed), "path": None}
+
+
+def hub_files() -> dict[str, pd.DataFrame]:
+    """{repo path: frame} of the four benchmarks' parquet files, with their Hub columns (an image cell is
+    {"bytes", "path"} as `datasets` writes it)."""
+    scienceqa = pd.DataFrame(
+        {
+            "image": [img(0), None, img(1), img(2)],
+            "question": ["Which is a cat?", "Text only?", "Which colour?", "Which animal barks?"],
+            "choices": [["dog", "cat"], ["a", "b"], ["red", "blue", "green"], ["cat", "dog"]],
+            "answer": [1, 0, 0, 1],
+            "hint": ["", "", "", ""],
+        }
+    )
+
+    def mmmu(subject):
+        return pd.DataFrame(
+            {
+                "id": [f"validation_{subject}_{k}" for k in range(4)],
+                "question": ["What is shown? <image 1>", "Compare <image 1> and <image 2>", "Open one", "Pick one"],
+                "options": ["['cat', 'dog']", "['a', 'b']", "[]", "['x', 'y', 'z']"],
+                "answer": ["B", "A", "42", "C"],
+                "question_type": ["multiple-choice", "multiple-choice", "open", "multiple-choice"],
+                "image_1": [img(3), img(4), img(5), img(6)],
+                "image_2": [None, img(7), None, None],
+            }
+        )
+
+    llava = pd.DataFrame(
+        {
+            "question_id": ["001", "002"],
+            "question": ["What is in the image?", "What colour is it?"],
+            "image": [img(8), img(9)],
+            "gpt_answer": ["A cat on a mat.", "Red."],
+            "caption": ["c", "d"],
+        }
+    )
+    mmvet = pd.DataFrame({"question_id": ["v1"], "question": ["How many cats?"], "image": [img(10)], "answer": ["2"]})
+    return {
+        "data/test-00000-of-00001-abc.parquet": scienceqa,
+        "data/train-00000-of-00001-abc.parquet": scienceqa.head(1),  # another split: must not be fetched
+        "Art/validation-00000-of-00001.parquet": mmmu("Art"),
+        "Math/validation-00000-of-00001.parquet": mmmu("Math"),
+        "Math/test-00000-of-00001.parquet": mmmu("Math"),
+        "llava/data/train-00000-of-00001.parquet": llava,
+        "mmvet/data/test-00000-of-00001.parquet": mmvet,
+    }
+
+
+BENCHES = {
+    "ScienceQA": {"hub": "org/sqa", "repo_type": "dataset", "revision": SHA, "files": ["data/test-*.parquet"], "limit": None},
+    "MMMU": {"hub": "org/mmmu", "repo_type": "dataset", "revision": SHA, "per_subject": 4, "subjects": ["Art", "Math"], "limit": None},
+    "LLaVABench": {"hub": "org/llava-bench", "repo_type": "dataset", "revision": SHA, "files": ["llava/data/train-*.parquet"], "limit": None},
+    "MMVet": {"hub": "org/mmvet", "repo_type": "dataset", "revision": SHA, "files": ["mmvet/data/test-*.parquet"], "limit": None},
+}  # fmt: skip
+
+
+def word_tokenizer():
+    from paperflow.core.lm.tokenizer import word_level_tokenizer
+
+    tok = word_level_tokenizer(WORDS, chat_template=CHAT)
+    tok.add_tokens(["<image>"], special_tokens=True)  # the processor writes <image><image>... without spaces
+    return tok
+
+
+def save_tiny_llava(folder: Path) -> None:
+    """A tiny LLaVA-1.5-style model (CLIP vision tower, projector, Llama) and its processor, from configs."""
+    import torch
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    tok = word_tokenizer()
+    vision = CLIPVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14
+    )
+    text = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    cfg = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",  # LLaVA-1.5's: the CLS feature dropped
+        image_seq_length=4,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(cfg).save_pretrained(folder)
+    images = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    LlavaProcessor(
+        image_processor=images,
+        tokenizer=tok,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=CHAT,
+        num_additional_image_tokens=1,
+    ).save_pretrained(folder)
+
+
+def save_tiny_judge(folder: Path) -> None:
+    from paperflow.core.lm.models import build_model, save_model
+    from paperflow.core.lm.tokenizer import save_tokenizer
+
+    tok = word_tokenizer()
+    spec = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 256}  # fmt: skip
+    save_model(build_model({**spec, "vocab_size": len(tok)}, seed=0), folder)
+    save_tokenizer(tok, folder)
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory):
+    """The model repos' files, built once: the tiny LLaVA, the tiny judge, and MiniLM standing in for the encoder."""
+    from paperflow.core.lm.encoders import minilm_folder
+
+    root = tmp_path_factory.mktemp("snapshots")
+    save_tiny_llava(root / "vlm")
+    save_tiny_judge(root / "judge")
+    shutil.copytree(minilm_folder(), root / "encoder")
+    return {"org/tiny-llava": root / "vlm", "org/tiny-judge": root / "judge", "org/encoder": root / "encoder"}
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch, snapshots):
+    """download_pretrained replaced by a fake Hub: a dataset repo writes the fixture's parquet files matching the
+    patterns, a model repo copies its snapshot. Returns (calls, cache)."""
+    from paperflow.core.lm import models
+
+    files = hub_files()
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
+        folder = Path(folder)
+        if repo_type == "dataset":
+            written = [p for p in files if any(fnmatch.fnmatch(p, pat) for pat in allow_patterns)]
+            for rel in written:
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                files[rel].to_parquet(folder / rel, index=False)
+            calls[-1]["written"] = sorted(written)
+        else:
+            shutil.copytree(snapshots[name], folder, dirs_exist_ok=True)
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return calls, tmp_path / "cache"
+
+
+def test_benchmark_downloads_fetch_only_their_files_at_the_pin_and_render_the_codes_questions(hub, tmp_path):
+    calls, cache = hub
+    rows = {
+        name: paper.download_benchmark(name, b, str(cache), str(tmp_path / f"{name}.parquet"))
+        for name, b in BENCHES.items()
+    }
+    written = {c["name"]: c["written"] for c in calls}
+    assert all(c["revision"] == SHA and c["repo_type"] == "dataset" for c in calls)
+    assert written["org/sqa"] == ["data/test-00000-of-00001-abc.parquet"]
+    assert written["org/mmmu"] == ["Art/validation-00000-of-00001.parquet", "Math/validation-00000-of-00001.parquet"]
+    # ScienceQA: the row without an image is skipped; choices rendered as the code renders them
+    sqa, meta = read_frame(tmp_path / "ScienceQA.parquet")
+    assert meta == {"benchmark": "ScienceQA", "hub": "org/sqa", "revision": SHA, "kind": "multi_choice"}
+    assert list(sqa["idx"]) == [0, 2, 3] and list(sqa["gt"]) == ["1", "0", "1"]
+    assert sqa["question"][0] == (
+        "Which is a cat?\n(0): dog\n(1): cat\n\nThis is a single choice question, answer only with choice number in 0, 1."
+    )
+    assert sqa["image"][0] == png(0)
+    # MMMU: two images or an open question are skipped; idx = subject * per_subject + row; letter -> index
+    mmmu = read_frame(tmp_path / "MMMU.parquet")[0]
+    assert list(mmmu["idx"]) == [0, 3, 4, 7] and list(mmmu["gt"]) == ["1", "2", "1", "2"]
+    assert list(mmmu["group"]) == ["Art", "Art", "Math", "Math"]
+    assert mmmu["question"][1].endswith(
+        "(2): z\n\nThis is a single choice question, answer only with choice number in 0, 1, 2."
+    )
+    # free-form: LLaVA-Bench's reference is gpt_answer; MM-Vet's question carries the code's note
+    llava, mmvet = (read_frame(tmp_path / f"{n}.parquet")[0] for n in ("LLaVABench", "MMVet"))
+    assert list(llava["gt"]) == ["A cat on a mat.", "Red."] and set(llava["kind"]) == {"free_form"}
+    assert mmvet["question"][0] == "How many cats?" + bm.MMVET_NOTE
+    assert rows == {"ScienceQA": 3, "MMMU": 4, "LLaVABench": 2, "MMVet": 1}
+    with pytest.raises(ValueError, match=r"columns \['answer'\] missing"):
+        bm.read_mmvet(tmp_path / "cache" / "datasets" / "org--llava-bench" / SHA, {"files": ["llava/data/*.parquet"]})
+
+
+def test_an_unpinned_download_is_refused_with_the_pin_command_named(hub, tmp_path, monkeypatch):
+    from paperflow.core import download
+
+    calls, cache = hub
+    monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})  # whatever the checkout holds
+    bench = {**BENCHES["MMVet"], "revision": None}
+    with pytest.raises(
+        UnpinnedDownload, match=r"benchmarks\.MMVet\.revision .*dataset:org/mmvet.*`paperflow pin doubt`"
+    ):
+        paper.download_benchmark("MMVet", bench, str(cache), str(tmp_path / "x.parquet"))
+    with pytest.raises(UnpinnedDownload, match=r"encoder\.revision .*`paperflow pin doubt`"):
+        paper.download_model({**ENCODER_SPEC, "revision": None}, "encoder", str(cache), str(tmp_path / "e.json"))
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        paper.download_model({**VLM_SPEC, "revision": "main"}, "vlms.x", str(cache), str(tmp_path / "v.json"))
+    assert calls == []  # nothing was fetched
+
+
+def test_answer_mapping_and_labels_follow_the_code_official_and_strict():
+    q = bm.render_choices("Q?", ["red", "blue", "green"])
+    got = bm.map_answers(["1", "The answer is (2).", "no digit", "7 is out of range", "2 and 0"], q)
+    assert got == [
+        "The answer of this question is blue.",
+        "The answer of this question is green.",
+        "no digit",
+        "7 is out of range",
+        "The answer of this question is green.",  # the first digit anywhere
+    ]
+    assert bm.label_multi_choice("10", 0) == (True, False)  # the code's substring test: "0" in "10"
+    assert bm.label_multi_choice("(1)", 1) == (True, True) and bm.label_multi_choice("0", 1) == (False, False)
+    assert bm.label_judge("Incorrect") == (True, False)  # the code counts any 'c' as correct
+    assert bm.label_judge("Correct.") == (True, True) and bm.label_judge("Wrong") == (False, False)
+    assert bm.oub_prompt("Q?", "{cat, dog}") == "Q?" + bm.BRIDGE + "{cat, dog}"
+    assert bm.BRIDGE.endswith("\nImage Description:")
+
+
+def test_the_paper_path_runs_end_to_end_on_a_tiny_llava_on_the_cpu(hub, tmp_path):
+    from paperflow.core.report import publish
+    from paperflow.doubt import scores
+    from paperflow.doubt.paper_report import build_report
+
+    _, cache = hub
+    vlm_json, judge_json, enc_json = (str(tmp_path / f"{k}.json") for k in ("vlm", "judge", "enc"))
+    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
+    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    paper.download_model(ENCODER_SPEC, "encoder", str(cache), enc_json)
+    labels, score_files = {}, {}
+    for name, limit in (("ScienceQA", 2), ("LLaVABench", 1)):
+        raw, items = str(tmp_path / f"raw_{name}.parquet"), str(tmp_path / f"items_{name}.parquet")
+        paper.download_benchmark(name, BENCHES[name], str(cache), raw)
+        assert paper.preprocess(raw, limit, items) == limit
+        assert "gt" not in read_frame(items)[0].columns  # the sampling job never sees the ground truth
+        samples = paper.sample("tiny", vlm_json, VLM_SPEC, items, SAMPLING, seed=0)
+        assert len(samples) == limit and all(len(a) == 3 for s in ("A", "B") for a in samples[s])
+        assert all(isinstance(x, str) for s in ("A", "B") for row in samples[s] for x in row)
+        if name == "ScienceQA":  # seeded
+            pd.testing.assert_frame_equal(samples, paper.sample("tiny", vlm_json, VLM_SPEC, items, SAMPLING, seed=0))
+        sp = str(tmp_path / f"samples_{name}.parquet")
+        samples.to_parquet(sp)
+        if name == "ScienceQA":
+            lab = paper.label_multi_choice(raw, sp)
+            gt = read_frame(raw)[0].set_index("idx")["gt"]
+            assert list(lab["correct_official"]) == [gt[i] in a for i, a in zip(samples["idx"], samples["ans0"])]
+        else:
+            lab = paper.judge(judge_json, JUDGE_SPEC, raw, sp, seed=0)
+            assert list(lab["correct_official"]) == [bm.label_judge(r)[0] for r in lab["reply"]]
+        lp = str(tmp_path / f"labels_{name}.parquet")
+        lab.to_parquet(lp)
+        emb = paper.embed(enc_json, ENCODER_SPEC, items, sp)
+        ep = str(tmp_path / f"emb_{name}.parquet")
+        emb.to_parquet(ep)
+        texts = paper.answer_texts(read_frame(items)[0], samples)
+        assert set(emb["answer"]) == {a for s in ("A", "B") for row in texts[s] for a in row}
+        scoring = {"ns": [2, 3], "reps": 2}
+        for method in ("doubt", "se_exact"):
+            frame = paper.score(method, items, sp, ep, scoring, seed=0, chunk=1)  # blocks of one item
+            path = str(tmp_path / f"scores_{name}_{method}.parquet")
+            frame.to_parquet(path)
+            score_files[("tiny", name, 0, method)] = path
+            if method == "doubt":  # the score is -(0.5 Rbar(A) + 0.5 Rbar(B)) of the sets' embeddings, per item
+                vec = dict(zip(emb["answer"], emb["vector"]))
+                full = frame[frame["n"] == 3].sort_values("item")
+                for i in range(limit):
+                    r = [scores.rbar(np.stack([vec[a] for a in texts[s][i]])) for s in ("A", "B")]
+                    assert full["score"].iloc[i] == pytest.approx(-(0.5 * r[0] + 0.5 * r[1]), abs=1e-9)
+                    assert full["flag"].iloc[i] == float(0.5 * r[0] + 0.5 * r[1] <= 0.48)
+        labels[("tiny", name, 0)] = lp
+    metrics = paper.evaluate(labels, score_files)
+    assert len(metrics) == 2 * 2 * 2 * 2  # benchmarks x methods x n x label modes
+    assert set(metrics["benchmark"]) == {"ScienceQA", "LLaVABench"}
+    assert metrics[metrics["method"] == "se_exact"]["detection_accuracy"].between(0, 1).all()
+    outputs = {k: str(tmp_path / "report" / v) for k, v in
+               {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png"}.items()}  # fmt: skip
+    doc = publish(build_report(metrics, {"seeds": [0], "sampling": SAMPLING}), outputs, paper="doubt", scale="paper")
+    assert {c["id"] for c in doc["claims"]} == {"paper_doubt_auroc_tiny_ScienceQA", "paper_doubt_auroc_tiny_LLaVABench"}
+    assert not any(c["gated"] for c in doc["claims"])
+
+
+def test_evaluate_ranks_wrong_answers_as_positives_under_each_label_mode(tmp_path):
+    labels = pd.DataFrame(
+        {"idx": [0, 1, 2, 3], "reply": None, "correct_official": [True, False, True, False],
+         "correct_strict": [True, True, True, False]}
+    )  # fmt: skip
+    labels.to_parquet(tmp_path / "labels.parquet")
+    table = pd.DataFrame(
+        {"seed": 0, "n": 3, "rep": 0, "item": [3, 2, 1, 0], "score": [-0.2, -0.8, -0.1, -0.9], "flag": [1.0, 0, 1, 0]}
+    )  # hallucination scores (higher = more likely wrong), in another row order than the labels
+    table.to_parquet(tmp_path / "doubt.parquet")
+    got = paper.evaluate(
+        {("m", "b", 0): str(tmp_path / "labels.parquet")}, {("m", "b", 0, "doubt"): str(tmp_path / "doubt.parquet")}
+    )
+    got = got.set_index("label_mode")
+    # official: wrong items 1 and 3 hold the two highest scores and are the two flagged
+    assert got.loc["official", "auroc"] == 1.0 and got.loc["official", "detection_accuracy"] == 1.0
+    # strict: only item 3 is wrong; it outranks two of the three right ones; item 1 is flagged but right
+    assert got.loc["strict", "auroc"] == pytest.approx(2 / 3) and got.loc["strict", "detection_accuracy"] == 0.75
+    assert got.loc["strict", "wrong_rate"] == 0.25 and (got["items"] == 4).all()
+
+
+def test_a_cuda_device_without_a_gpu_fails_naming_the_key(hub, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    _, cache = hub
+    vlm_json = str(tmp_path / "vlm.json")
+    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
+    with pytest.raises(ConfigError, match=r"vlms\.tiny\.device = 'cuda'"):
+        paper.sample("tiny", vlm_json, {**VLM_SPEC, "device": "cuda"}, "unused", SAMPLING, seed=0)
+
+
+def test_a_qwen2_vl_snapshot_without_torchvision_is_refused_by_name(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchvision" else real(name, *a))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
+    with pytest.raises(RuntimeError, match=r"org/qwen \(model_type qwen2_vl\).*torchvision"):
+        paper.require_processor_deps(str(tmp_path), "org/qwen")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava"}))
+    paper.require_processor_deps(str(tmp_path), "org/llava")  # LLaVA's processor needs none
+
+
+def test_the_paper_config_resolves_and_bad_paper_keys_are_named(repo_copy):
+    cfg = load_paper_config("doubt", "paper")
+    assert cfg["sampling"]["top_p"] == 0.99 and cfg["sampling"]["max_new_tokens"] == 128
+    assert all(v["device"] == "cuda" for v in cfg["vlms"].values()) and cfg["judge"]["device"] == "cuda"
+    path = repo_copy / "config" / "doubt.yaml"
+    text = path.read_text()
+    for old, new, message in (
+        ("methods: [doubt, vmf_plain, vmf_oub, doubt_nodebias, se_exact,", "methods: [doubt, se_plain, vmf_oub, "
+         "doubt_nodebias, se_exact,", r"\['se_plain'\] are not wired at paper scale"),
+        ("    MMVet:\n", "    POPE:\n", r"benchmarks \['POPE'\] have no reader"),
+        ("revision: 895c3a49bc3fa70a340399125c650a463535e71c", "revision: main", "revision"),
+    ):  # fmt: skip
+        assert old in text
+        path.write_text(text.replace(old, new))
+        with pytest.raises(ConfigError, match=message):
+            load_paper_config("doubt", "paper", repo_copy)
+    path.write_text(text)
+
+
+def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_and_embedding_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[doubt]")
+    cfg = load_paper_config("doubt", "paper")
+    v, s = len(cfg["vlms"]), len(cfg["seeds"])
+    kinds = [bm.KIND_OF[b] for b in cfg["benchmarks"]]
+    mc, ff = kinds.count(bm.MULTI_CHOICE), kinds.count(bm.FREE_FORM)
+    counts = dict(re.findall(r"^(doubt_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "doubt_download_model": str(v),
+        "doubt_download_judge": "1",
+        "doubt_download_encoder": "1",
+        "doubt_download": str(mc + ff),
+        "doubt_preprocess": str(mc + ff),
+        "doubt_sample": str(v * (mc + ff) * s),
+        "doubt_label": str(v * mc * s),
+        "doubt_judge": str(v * ff * s),
+        "doubt_embed": str(v * (mc + ff) * s),
+        "doubt_score": str(v * (mc + ff) * s * len(cfg["methods"])),
+        "doubt_evaluate": "1",
+        "doubt_report": "1",
+    }
+    gpus = {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+    heavy = ("doubt_sample", "doubt_judge", "doubt_embed")
+    assert all(gpus[r] == {1} for r in heavy)
+    assert all(g == {0} for r, g in gpus.items() if r not in heavy)
+    assert json.loads(json.dumps(sorted(gpus)))  # every rule appeared

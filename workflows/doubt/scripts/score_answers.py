@@ -1,0 +1,11 @@
+from paperflow.core.io import write_frame
+from paperflow.core.job import snakemake_job
+from paperflow.doubt.paper import score
+
+with snakemake_job(snakemake) as job:
+    seed = int(job.wildcards.seed)
+    frame = score(
+        job.wildcards.method, job.input.questions, job.input.samples, job.input.embeddings, job.params.scoring, seed
+    )
+    write_frame(job.output[0], frame, {"scoring": dict(job.params.scoring)})
+    job.note(seeds=[seed], rows=len(frame))
