@@ -73,6 +73,24 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: decoding.temperatures {dec['temperatures']} must include 0 (claim (a))")
     if cfg["confu"]["k_expert"] > cfg["confu"]["n_expert"]:
         raise ConfigError(f"{source}: confu.k_expert {cfg['confu']['k_expert']} > n_expert {cfg['confu']['n_expert']}")
+    if cfg["source"]["kind"] == "specbench":
+        check_paper(cfg, source)
+
+
+PAPER_KEYS = ("targets", "datasets", "benchmark", "prompts", "regenerate")
+
+
+def check_paper(cfg: dict[str, Any], source: str) -> None:
+    """Paper scale (source.kind specbench): the targets, prompt sets, benchmark and regeneration keys present; the
+    drafts' sequences long enough for the prompts they start with."""
+    missing = [k for k in PAPER_KEYS if k not in cfg]
+    if missing:
+        raise ConfigError(f"{source}: source.kind specbench needs the keys {missing} (see the paper block)")
+    if cfg["regenerate"]["max_length"] <= cfg["prompts"]["max_prompt_tokens"]:
+        raise ConfigError(
+            f"{source}: regenerate.max_length {cfg['regenerate']['max_length']} must exceed "
+            f"prompts.max_prompt_tokens {cfg['prompts']['max_prompt_tokens']} (the drafts learn from the responses)"
+        )
 
 
 # evaluation variants per method: {variant: (decoding controls, temperatures or None for all)}. The controls are the

@@ -1,0 +1,364 @@
+"""confu at paper scale, offline: a fake Hub laying out ShareGPT's JSON and UltraChat's parquet in their real
+layout and columns and a tiny Llama target (built from a config, saved with save_pretrained) with a chat-template
+tokenizer; Spec-Bench's question.jsonl served on loopback and checked by sha256; only the pinned files fetched, an
+unpinned download refused naming `paperflow pin confu`; the paper path (preprocess -> regenerate -> draft training
+through `paper_train.run` -> plain and speculative decoding -> report) on the CPU, lossless against the target's
+greedy output; a bf16 target under autocast; the torchrun launch; config errors by name; GPUs on the heavy rules
+only."""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from paperflow.confu import paper, paper_train
+from paperflow.confu.settings import check
+from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.io import read_frame
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+WORDS = "the a cat dog sat ran on mat big small red blue it was good bad sort list write".split()
+MODEL_SPEC = {"arch": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128}  # fmt: skip
+TARGET = {"hub": "org/tiny-llama", "repo_type": "model", "revision": SHA, "files": ["*.json", "*.safetensors"],
+          "dtype": "float32", "device": "cpu", "feature_layers": [1, 2, 3], "heads": 4, "intermediate_size": 64}  # fmt: skip
+DATASETS = {
+    "sharegpt": {"hub": "org/sharegpt", "repo_type": "dataset", "revision": SHA,
+                 "files": ["ShareGPT_V4.3_unfiltered_cleaned_split.json"], "format": "sharegpt", "limit": None},
+    "ultrachat": {"hub": "org/ultrachat", "repo_type": "dataset", "revision": SHA,
+                  "files": ["data/train_sft-*.parquet"], "format": "ultrachat", "limit": 5},
+}  # fmt: skip
+
+
+def _text(rng, n):
+    return " ".join(rng.choice(WORDS, n))
+
+
+def repo_files(rng) -> dict[str, dict[str, bytes]]:
+    """The dataset repos' files in their real layout: ShareGPT's JSON list (one conversation opening with gpt,
+    dropped), UltraChat's train_sft and test_sft parquet shards (prompt, prompt_id, messages)."""
+    import io
+
+    convs = [{"id": f"c{i}", "conversations": [{"from": "human", "value": _text(rng, 5)},
+                                               {"from": "gpt", "value": _text(rng, 4)}]} for i in range(5)]  # fmt: skip
+    convs.append({"id": "g", "conversations": [{"from": "gpt", "value": "hello"}]})
+
+    def chat(n, tag):
+        prompts = [_text(rng, 4) for _ in range(n)]
+        frame = pd.DataFrame({"prompt": prompts, "prompt_id": [f"{tag}{i}" for i in range(n)],
+                              "messages": [[{"content": p, "role": "user"}] for p in prompts]})  # fmt: skip
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        return buf.getvalue()
+
+    return {
+        "org/sharegpt": {
+            "ShareGPT_V4.3_unfiltered_cleaned_split.json": json.dumps(convs).encode(),
+            "ShareGPT_V3_unfiltered_cleaned_split.json": b"[]",
+        },
+        "org/ultrachat": {
+            "data/train_sft-00000-of-00001-aa.parquet": chat(8, "u"),
+            "data/test_sft-00000-of-00001-bb.parquet": chat(3, "t"),
+        },
+    }
+
+
+def specbench_bytes(rng) -> bytes:
+    cats = ["writing", "coding", "translation", "summarization"]
+    lines = [json.dumps({"question_id": 81 + i, "category": c, "turns": [_text(rng, 4), _text(rng, 3)]})
+             for i, c in enumerate(cats)]  # fmt: skip
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """download_pretrained replaced by a fake Hub (the dataset repos' files matching the patterns; the model repo a
+    tiny Llama and a word-level tokenizer with a chat template). Returns (calls, cache)."""
+    from paperflow.core.lm import models
+    from paperflow.core.lm.models import build_model, save_model
+    from paperflow.core.lm.tokenizer import SIMPLE_CHAT_TEMPLATE, save_tokenizer, word_level_tokenizer
+
+    files = repo_files(np.random.default_rng(0))
+    tok = word_level_tokenizer(WORDS + ["user", "assistant", "hello"], chat_template=SIMPLE_CHAT_TEMPLATE)
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        if repo_type == "dataset":
+            for rel, data in files[name].items():
+                if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
+                    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (folder / rel).write_bytes(data)
+                    written.append(rel)
+        else:
+            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+            save_tokenizer(tok, folder)
+        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type,
+                      "written": sorted(written)})  # fmt: skip
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return calls, tmp_path / "cache"
+
+
+@pytest.fixture
+def bench(serve_bytes):
+    payload = specbench_bytes(np.random.default_rng(1))
+    base, hits = serve_bytes(payload)
+    return {"url": f"{base}/data/spec_bench/question.jsonl", "sha256": hashlib.sha256(payload).hexdigest(),
+            "limit": None}, hits  # fmt: skip
+
+
+def cfg_for(**over):
+    cfg = {
+        "seeds": [0],
+        "methods": ["vanilla", "eagle3", "eagle3_extra", "confu"],
+        "targets": {"tiny": TARGET},
+        "prompts": {"max_prompt_tokens": 12, "shards": 2, "seed": 0},
+        "regenerate": {"max_new_tokens": 6, "max_length": 24, "batch_size": 4},
+        "draft": {"feature_layers": [1, 2, 3], "heads": 4, "intermediate_size": 64, "ttt_steps": 2,
+                  "ttt_decay": 0.8, "n_prompts": 8, "batch_size": 4, "steps": 2, "lr": 3e-3, "extra_steps": 1,
+                  "extra_lr": 1e-3},
+        "confu": {"n_soft": 2, "n_expert": 2, "k_expert": 1, "anchors": 2, "window": 2},
+        "decoding": {"nodes": 4, "top_k": 2, "depth": 2, "temperatures": [0, 1.0], "max_new_tokens": 4},
+        "claims": {"margin": 1.05, "bootstrap": 50, "level": 0.95},
+    }  # fmt: skip
+    cfg.update(over)
+    return cfg
+
+
+def prepared(hub, bench, tmp_path, target=TARGET, limit=None):
+    """download (model, both prompt sets, Spec-Bench, its first `limit` questions) + preprocess; returns
+    (pretrained.json, train, test)."""
+    _, cache = hub
+    pj = str(tmp_path / "models" / "tiny" / "pretrained.json")
+    paper.download_model("tiny", target, str(cache), pj)
+    raws = []
+    for name, ds in DATASETS.items():
+        raws.append(str(tmp_path / "raw" / f"{name}.parquet"))
+        paper.download_dataset(name, ds, str(cache), raws[-1])
+    q = str(tmp_path / "raw" / "specbench_questions.parquet")
+    paper.download_benchmark({**bench[0], "limit": limit}, str(cache), q)
+    train, test = (str(tmp_path / "data" / f"{s}_prompts.parquet") for s in ("train", "test"))
+    paper.preprocess(pj, raws, q, cfg_for()["prompts"], train, test)
+    return pj, train, test
+
+
+def test_downloads_fetch_only_the_pinned_files_in_their_real_layout(hub, bench, tmp_path):
+    calls, _ = hub
+    pj, train, test = prepared(hub, bench, tmp_path)
+    model, share, ultra = calls
+    assert model["name"] == "org/tiny-llama" and model["revision"] == SHA and model["repo_type"] == "model"
+    assert share["written"] == ["ShareGPT_V4.3_unfiltered_cleaned_split.json"]  # not the V3 file beside it
+    assert ultra["written"] == ["data/train_sft-00000-of-00001-aa.parquet"]  # not test_sft
+    assert json.loads(Path(pj).read_text())["folder"].endswith(f"models/org--tiny-llama/{SHA}")
+    raw, meta = read_frame(tmp_path / "raw" / "sharegpt.parquet")
+    assert len(raw) == 5 and meta["revision"] == SHA  # the conversation opening with gpt is dropped
+    assert len(read_frame(tmp_path / "raw" / "ultrachat.parquet")[0]) == 5  # limit 5 of 8
+    assert bench[1] == ["/data/spec_bench/question.jsonl"]
+    q, _ = read_frame(tmp_path / "raw" / "specbench_questions.parquet")
+    assert q.task.tolist() == ["mt_bench", "mt_bench", "translation", "summarization"]
+    tr, _ = read_frame(train)
+    assert len(tr) == 10 and set(tr["shard"]) == {0, 1}
+    tok = paper.load_tokenizer(paper.model_folder(pj))
+    first = tok.decode(list(read_frame(test)[0].prompt_ids.iloc[0]))
+    assert first.startswith("user ") and first.endswith("assistant")  # the chat template's single user turn
+
+
+def test_unpinned_downloads_are_refused_with_the_pin_command_named(hub, bench, tmp_path, monkeypatch):
+    from paperflow.core import download
+
+    calls, cache = hub
+    monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})
+    monkeypatch.setattr(download, "read_lock", lambda slug, root=None: {})
+    with pytest.raises(UnpinnedDownload, match=r"targets\.tiny\.revision .*`paperflow pin confu`"):
+        paper.download_model("tiny", {**TARGET, "revision": None}, str(cache), str(tmp_path / "p.json"))
+    with pytest.raises(UnpinnedDownload, match=r"datasets\.sharegpt\.revision .*`paperflow pin confu`"):
+        paper.download_dataset("sharegpt", {**DATASETS["sharegpt"], "revision": None}, str(cache), "x")
+    with pytest.raises(UnpinnedDownload, match=r"benchmark\.sha256 .*`paperflow pin confu`"):
+        paper.download_benchmark({**bench[0], "sha256": None}, str(cache), "x")
+    with pytest.raises(ConfigError, match="not a pinned revision"):
+        paper.download_model("tiny", {**TARGET, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+    assert calls == [] and bench[1] == []
+
+
+def _train(method, pj, shards, tmp_path, cfg, init=None, target=TARGET):
+    out = str(tmp_path / "models" / f"{method}.safetensors")
+    spec = paper_train.train_spec(method, "tiny", target, cfg, pj, shards, init, out,
+                                  str(tmp_path / "models" / f"{method}_history.csv"), 0)  # fmt: skip
+    rows = paper_train.run(json.loads(json.dumps(spec)))  # what crosses the torchrun boundary
+    return out, rows
+
+
+def test_paper_path_trains_drafts_and_decodes_losslessly_on_cpu(hub, bench, tmp_path):
+    from paperflow.confu.model import head_meta, load_head
+
+    cfg = cfg_for()
+    pj, train, test = prepared(hub, bench, tmp_path, limit=2)
+    shards = [str(tmp_path / "data" / f"draft_shard{s}.safetensors") for s in (0, 1)]
+    for s, out in enumerate(shards):
+        assert paper.regenerate(pj, train, s, TARGET, "tiny", cfg["regenerate"], out) == 5
+    data = paper_train.load_data(shards)
+    assert len(data) == 10 and all(p < len(ids) <= 24 for ids, p in data)  # prompt + a response, cut to max_length
+    heads = {}
+    for method in ("vanilla", "eagle3"):
+        heads[method], rows = _train(method, pj, shards, tmp_path, cfg)
+        assert len(rows) == cfg["draft"]["steps"] and np.isfinite([r["loss"] for r in rows]).all()
+    for method in ("eagle3_extra", "confu"):
+        heads[method], rows = _train(method, pj, shards, tmp_path, cfg, init=heads["eagle3"])
+        assert len(rows) == cfg["draft"]["extra_steps"]
+    assert load_head(heads["confu"]).cfg.kind == "confu" and head_meta(heads["confu"])["target"] == "tiny"
+    assert load_head(heads["confu"]).cfg.hidden_size == MODEL_SPEC["hidden_size"]  # from the target's config
+    plain = str(tmp_path / "eval" / "plain.parquet")
+    paper.plain_decoding(pj, test, TARGET, "tiny", cfg["decoding"], plain)
+    evals = []
+    for method, head in heads.items():
+        out = str(tmp_path / "eval" / f"{method}.parquet")
+        temps = cfg["decoding"]["temperatures"] if method == "confu" else [0]  # T > 0 once, to keep the test short
+        paper.evaluate(method, pj, head, test, plain, TARGET, "tiny", {**cfg, "decoding": {**cfg["decoding"],
+                       "temperatures": temps}}, out)  # fmt: skip
+        frame, meta = read_frame(out)
+        assert meta["c_draft"] > 0 and len(frame) == 2 * len(temps)
+        greedy = frame[frame.temperature == 0]
+        assert greedy.lossless.all(), f"{method} differs from the target's greedy output"
+        assert (frame.cycles >= 1).all() and (frame.n_tokens <= cfg["decoding"]["max_new_tokens"]).all()
+        evals.append(frame)
+    evals = pd.concat(evals, ignore_index=True)
+    plain_frame = read_frame(plain)[0].assign(target="tiny")
+    table = paper.summary_table(evals, plain_frame)
+    row = table[(table.method == "eagle3") & (table.task == "all") & (table.temperature == 0)].iloc[0]
+    g = evals[(evals.method == "eagle3") & (evals.temperature == 0)]
+    assert row.tau == pytest.approx((g.n_tokens - 1).sum() / g.cycles.sum()) and row.lossless == 1.0
+    report = paper.build_paper_report(evals, plain_frame, {**cfg, "targets": {"tiny": TARGET}})
+    ids = {c.id: c for c in report.claims}
+    assert ids["paper_tiny_lossless"].held and ids["paper_tiny_lossless"].value == 1.0
+    assert set(ids) == {f"paper_tiny_{k}" for k in ("lossless", "eagle3_vs_vanilla", "confu_vs_control",
+                                                     "speedup_vs_eagle3")}  # fmt: skip
+
+
+def test_the_lossless_claim_fails_when_a_method_differs_from_the_target():
+    rows = []
+    for method in ("vanilla", "eagle3", "eagle3_extra", "confu"):
+        for q in range(4):
+            rows.append({"target": "t", "method": method, "temperature": 0.0, "question_id": q, "task": "qa",
+                         "n_tokens": 9, "cycles": 3 if method == "confu" else 4, "seconds": 1.0,
+                         "lossless": not (method == "confu" and q == 0)})  # fmt: skip
+    evals = pd.DataFrame(rows)
+    plain = pd.DataFrame({"target": "t", "question_id": range(4), "task": "qa", "n_tokens": 9, "seconds": 2.0})
+    claims = {c.id: c for c in paper.paper_claims(evals, paper.summary_table(evals, plain), cfg_for())}
+    assert not claims["paper_t_lossless"].held and claims["paper_t_lossless"].value == 0.75
+    assert claims["paper_t_confu_vs_control"].held  # ConFu's tau 8/3 > the control's 8/4 on every question
+    # the control in ConFu's place: the ratio is 1, its lower bound not above 1
+    same = evals.assign(cycles=4)
+    claims = {c.id: c for c in paper.paper_claims(same, paper.summary_table(same, plain), cfg_for())}
+    assert not claims["paper_t_confu_vs_control"].held and not claims["paper_t_eagle3_vs_vanilla"].held
+
+
+def test_a_bf16_target_trains_and_decodes_under_autocast(hub, bench, tmp_path):
+    """The cluster's dtype mix on the CPU: a bf16 target, the draft's fp32 weights (autocast casts per op)."""
+    bf16 = {**TARGET, "dtype": "bfloat16"}
+    cfg = cfg_for(draft={**cfg_for()["draft"], "steps": 1, "extra_steps": 1})
+    cfg["decoding"]["temperatures"] = [0]
+    pj, train, test = prepared(hub, bench, tmp_path, target=bf16, limit=2)
+    shard = str(tmp_path / "data" / "draft_shard0.safetensors")
+    paper.regenerate(pj, train, 0, bf16, "tiny", cfg["regenerate"], shard)
+    eagle, rows = _train("eagle3", pj, [shard], tmp_path, cfg, target=bf16)
+    confu, rows = _train("confu", pj, [shard], tmp_path, cfg, init=eagle, target=bf16)
+    assert np.isfinite(rows[0]["loss"])
+    plain = str(tmp_path / "eval" / "plain.parquet")
+    paper.plain_decoding(pj, test, bf16, "tiny", cfg["decoding"], plain)
+    out = str(tmp_path / "eval" / "confu.parquet")
+    paper.evaluate("confu", pj, confu, test, plain, bf16, "tiny", cfg, out)
+    frame, _ = read_frame(out)
+    assert (frame.cycles >= 1).all() and frame.lossless.notna().sum() == 2
+
+
+def test_training_launches_one_process_per_gpu_under_torchrun(tmp_path, monkeypatch):
+    import subprocess
+
+    seen = []
+    monkeypatch.setattr(subprocess, "run", lambda command, check, env: seen.append((command, env)))
+    spec = {"method": "eagle3"}
+    command = paper_train.launch(spec, str(tmp_path / "spec.json"), 8, python="python")
+    assert command[:7] == ["python", "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                           "--nproc-per-node=8", "-m"]  # fmt: skip
+    assert command[7:] == ["paperflow.confu.paper_train", str(tmp_path / "spec.json")]
+    assert json.loads((tmp_path / "spec.json").read_text()) == spec
+    assert paper_train.launch(spec, str(tmp_path / "spec.json"), 1, python="python")[:3] == [
+        "python", "-m", "paperflow.confu.paper_train"]  # fmt: skip
+
+
+def test_a_cuda_target_without_a_gpu_fails_naming_the_key(hub, bench, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    _, cache = hub
+    pj = str(tmp_path / "p.json")
+    paper.download_model("tiny", TARGET, str(cache), pj)
+    with pytest.raises(ConfigError, match=r"targets\.tiny\.device = 'cuda'"):
+        paper.load_target(pj, {**TARGET, "device": "cuda"}, "tiny")
+
+
+def test_paper_config_errors_name_the_key(hub, tmp_path):
+    cfg = load_paper_config("confu", "paper")
+    broken = copy.deepcopy(cfg)
+    del broken["benchmark"]
+    with pytest.raises(ConfigError, match=r"needs the keys \['benchmark'\]"):
+        check(broken, "paper")
+    broken = copy.deepcopy(cfg)
+    broken["regenerate"]["max_length"] = broken["prompts"]["max_prompt_tokens"]
+    with pytest.raises(ConfigError, match="regenerate.max_length"):
+        check(broken, "paper")
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=4)
+    with pytest.raises(ConfigError, match=r"targets\.t\.feature_layers \[4\]"):
+        paper.check_target_shape("t", {**TARGET, "feature_layers": [1, 4]}, config)
+    with pytest.raises(ConfigError, match=r"targets\.t\.heads = 5"):
+        paper.check_target_shape("t", {**TARGET, "heads": 5}, config)
+    with pytest.raises(ConfigError, match=r"datasets\.x\.format = 'alpaca'"):
+        paper.download_dataset("x", {**DATASETS["sharegpt"], "format": "alpaca"}, str(tmp_path), "y")
+    for name, t in cfg["targets"].items():  # every pin is a commit, and the benchmark has its checksum
+        assert re.fullmatch(r"[0-9a-f]{40}", t["revision"]), name
+    assert all(re.fullmatch(r"[0-9a-f]{40}", d["revision"]) for d in cfg["datasets"].values())
+    assert re.fullmatch(r"[0-9a-f]{64}", cfg["benchmark"]["sha256"])
+
+
+def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
+    from conftest import run_snakemake
+
+    from paperflow.core.plan import parse_dry_run
+
+    proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[confu]")
+    cfg = load_paper_config("confu", "paper")
+    nt, nm = len(cfg["targets"]), len(cfg["methods"])
+    counts = dict(re.findall(r"^(confu_\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts == {
+        "confu_download_model": str(nt), "confu_download": str(len(cfg["datasets"])),
+        "confu_download_benchmark": "1", "confu_preprocess": str(nt),
+        "confu_regenerate": str(nt * cfg["prompts"]["shards"]), "confu_train": str(nt * nm),
+        "confu_evaluate_plain": str(nt), "confu_evaluate": str(nt * nm), "confu_report": "1",
+    }  # fmt: skip
+    gpus, nodes = {}, {}
+    for job in parse_dry_run(proc.stdout):
+        gpus.setdefault(job.rule, set()).add(job.gpus)
+        nodes.setdefault(job.rule, set()).add(job.resources.get("nodes"))
+    res = cfg["resources"]
+    assert gpus["confu_train"] == {res["gpus"]} and nodes["confu_train"] == {"1"}  # one node's GPUs
+    assert gpus["confu_regenerate"] == {res["regenerate_gpus"]}
+    assert gpus["confu_evaluate"] == gpus["confu_evaluate_plain"] == {res["evaluate_gpus"]}
+    heavy = ("confu_train", "confu_regenerate", "confu_evaluate", "confu_evaluate_plain")
+    assert all(v == {0} for r, v in gpus.items() if r not in heavy)

@@ -1,0 +1,6 @@
+from paperflow.confu.paper import plain_decoding
+from paperflow.core.job import snakemake_job
+
+with snakemake_job(snakemake) as job:
+    w, p = job.wildcards, job.params
+    job.note(**plain_decoding(job.input.pretrained, job.input.test, p.target, w.target, p.decoding, job.output[0]))
