@@ -11,7 +11,6 @@ import fnmatch
 import json
 import math
 import re
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.lm import serve
 from paperflow.promptscale import llm_text as lt
 from paperflow.promptscale import paper, paper_generate, sft, vllm_server
 
@@ -271,12 +271,13 @@ def vllm_cfg(base_url, **kw):
     }
 
 
-def test_the_client_asks_n_samples_per_prompt_with_its_seed_and_retries_a_503(fake_vllm, monkeypatch):
-    monkeypatch.setattr(vllm_server.time, "sleep", lambda s: None)
+def test_the_client_asks_n_samples_per_prompt_with_its_seed_and_retries_a_503(fake_vllm):
     fake = fake_vllm("q0", fail_first=True)
-    client = vllm_server.Client(fake.url, "q0", 10, 2, 3)
+    client = serve.Client(fake.url + "/v1", "q0", timeout_s=10, retries=2, backoff_s=0, concurrency=3)
     prompts = [lt.q_prompt(["a"], "AMC12", f"problem {i}") for i in range(5)]
-    out = client.complete(prompts, n=3, temperature=1.0, top_p=1.0, max_tokens=64, seed=100, stop=["END"])
+    out = vllm_server.complete_each(
+        client, prompts, n=3, temperature=1.0, top_p=1.0, max_tokens=64, seed=100, stop=["END"]
+    )
     assert [len(o) for o in out] == [3] * 5
     assert out[2][1]["text"] == "Use the concepts, variant 102 1."  # choices reordered by index, prompt 2's seed
     body = next(b for b in fake.bodies if b["prompt"] == prompts[4])
@@ -291,13 +292,19 @@ def test_the_client_asks_n_samples_per_prompt_with_its_seed_and_retries_a_503(fa
         "seed": 104,
         "stop": ["END"],
     }
-    with pytest.raises(vllm_server.ServerError, match="HTTP 404"):
-        vllm_server.Client(fake.url, "p9", 10, 0, 1).complete(
-            ["x"], n=1, temperature=1.0, top_p=1.0, max_tokens=4, seed=0
+    with pytest.raises(serve.ServerError, match="HTTP 404"):
+        vllm_server.complete_each(
+            serve.Client(fake.url + "/v1", "p9", timeout_s=10, retries=0),
+            ["x"],
+            n=1,
+            temperature=1.0,
+            top_p=1.0,
+            max_tokens=4,
+            seed=0,
         )
 
 
-def test_the_serve_command_and_the_launch_of_a_server_process(tmp_path):
+def test_the_serve_command_line_of_a_generation_job():
     cmd = vllm_server.serve_command("/m/q0", "q0", vllm_cfg(None, tensor_parallel_size=2), "bfloat16")
     assert cmd[:3] == ["vllm", "serve", "/m/q0"]
     flags = dict(zip(cmd[3::2], cmd[4::2]))
@@ -311,28 +318,6 @@ def test_the_serve_command_and_the_launch_of_a_server_process(tmp_path):
         "--dtype": "bfloat16",
         "--generation-config": "vllm",
     }
-    script = tmp_path / "server.py"
-    script.write_text(
-        "import json, sys\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
-        "class H(BaseHTTPRequestHandler):\n"
-        "    def do_GET(self):\n"
-        "        d = json.dumps({'data': [{'id': 'q0'}]}).encode()\n"
-        "        self.send_response(200); self.send_header('Content-Length', str(len(d))); self.end_headers()\n"
-        "        self.wfile.write(d)\n"
-        "HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
-    )
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    with vllm_server.launched([sys.executable, str(script), str(port)], url, "q0", 20, tmp_path / "log") as proc:
-        assert vllm_server.served_models(url) == ["q0"]
-    assert proc.poll() is not None  # stopped on the way out
-    with pytest.raises(vllm_server.ServerError, match="exited with status 3"):
-        with vllm_server.launched([sys.executable, "-c", "raise SystemExit(3)"], url, "q0", 20, tmp_path / "log"):
-            pass
 
 
 def test_several_gpus_run_trl_under_torchrun_with_fsdp_and_unknown_sft_keys_are_refused(cfg):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,7 @@ import pytest
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.lm import serve
 from paperflow.uka import dialogue as dl
 from paperflow.uka import esconv, llm
 from paperflow.uka import needworld as nw
@@ -140,19 +140,21 @@ def test_the_paper_config_pins_the_test_split_and_the_backbone():
     assert cfg["pretrained"]["device"] == "cuda" and cfg["resources"]["gpus"] >= 1
 
 
-def test_the_chat_client_retries_a_503_and_fails_at_once_on_a_4xx(fake_llm):
+def test_the_chat_request_body_is_ukas_and_the_texts_come_back_in_choice_order(fake_llm):
     url, script = fake_llm
-    script.fail_first = 1
-    client = llm.ChatClient(url, llm.SERVED_NAME, timeout_s=5, retries=2, backoff_s=0.01)
-    texts = client.chat([{"role": "user", "content": "Which supporter helped more?"}], temperature=0, max_tokens=2,
-                        n=2, seed=5)  # fmt: skip
-    assert texts == ["A", "A"]
-    assert len(script.bodies) == 2 and script.bodies[-1]["seed"] == 5 and script.bodies[-1]["n"] == 2
-    wrong = llm.ChatClient(url, "another-model", timeout_s=5, retries=3, backoff_s=0.01)
-    before = len(script.bodies)
-    with pytest.raises(llm.LLMError, match="HTTP 404"):
-        wrong.chat([{"role": "user", "content": "x"}], temperature=0, max_tokens=1)
-    assert len(script.bodies) == before + 1  # no retry of a client error
+    client = llm.client_for(url, {"timeout_s": 5, "retries": 0})
+    message = {"role": "user", "content": "Which supporter helped more?", "name": "dropped"}
+    assert llm.chat_texts(client, [message], temperature=0, max_tokens=2, n=2, seed=5) == ["A", "A"]
+    assert script.bodies[-1] == {
+        "model": llm.SERVED_NAME,
+        "messages": [{"role": "user", "content": "Which supporter helped more?"}],
+        "temperature": 0.0,
+        "max_tokens": 2,
+        "n": 2,
+        "seed": 5,
+    }
+    llm.chat_texts(client, [message], temperature=0.7, max_tokens=2)
+    assert script.bodies[-1]["n"] == 1 and "seed" not in script.bodies[-1]
 
 
 def test_the_critic_over_http_keeps_the_keyword_map_and_drops_off_format_samples(fake_llm):
@@ -210,9 +212,9 @@ def test_served_starts_the_command_waits_for_it_and_stops_it(tmp_path):
     script.write_text(FAKE_SERVER)
     server = {"port": port, "ready_timeout_s": 30, "timeout_s": 5, "retries": 0, "base_url": None}
     with llm.served([sys.executable, str(script), str(port)], server, tmp_path / "server.log") as client:
-        assert client.chat([{"role": "user", "content": "x"}], temperature=0, max_tokens=1) == ["served"]
+        assert llm.chat_texts(client, [{"role": "user", "content": "x"}], temperature=0, max_tokens=1) == ["served"]
     assert "fake server up" in (tmp_path / "server.log").read_text()
-    with pytest.raises(llm.LLMError, match="exited with status 3"):
+    with pytest.raises(serve.ServerError, match="exited with status 3"):
         with llm.served([sys.executable, "-c", "import sys; sys.exit(3)"], server, tmp_path / "dead.log"):
             pass
 
@@ -371,15 +373,3 @@ def test_a_paper_config_without_its_llm_keys_names_them(repo_copy):
     path.write_text(text.replace("  win_rate: {reference: principles}", "  win_rate: {reference: uka_permuted_tom}"))
     with pytest.raises(ConfigError, match="win_rate.reference"):
         load_paper_config("uka", "paper", repo_copy)
-
-
-def test_the_vllm_log_tail_is_in_the_error_of_a_server_that_never_answers(tmp_path):
-    log_path = tmp_path / "s.log"
-    proc = subprocess.Popen([sys.executable, "-c", "print('loading weights', flush=True); import time; time.sleep(30)"],
-                            stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        with pytest.raises(llm.LLMError, match="loading weights"):
-            llm.wait_ready("http://127.0.0.1:9/v1", proc, 2, log_path)
-    finally:
-        proc.kill()
-        proc.wait()

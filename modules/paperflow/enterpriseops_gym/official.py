@@ -16,8 +16,8 @@ vLLM on the GPU node of the run).
   whose gym_name names no server of the task is skipped, as there. Success = every verifier passes.
 - Samples whose run errors (the endpoint or a server failing past its retries) are retried up to `attempts` times, as
   evaluate.py does; an errored episode is counted apart and excluded from the rates (evaluate.py would average it in).
-- `vllm_command` / `VllmServer`: the `vllm serve` command line for an open model and the server's lifetime inside
-  the GPU job.
+- `vllm_command`: the `vllm serve` command line for an open model (tool-call and reasoning parsers), served inside
+  the GPU job by the kit's `paperflow.core.lm.serve.served`.
 - `official_tables`: success and verifier pass rates per model, mode and domain as the paper's tables give them
   (the README's "Avg" is the unweighted mean over domains), with micro averages and pass^k beside them.
 """
@@ -31,17 +31,16 @@ import logging
 import os
 import random
 import string
-import subprocess
 import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import ConfigError
+from paperflow.core.lm import serve
 from paperflow.enterpriseops_gym.harness import HarnessError, Session, post_json
 
 log = logging.getLogger(__name__)
@@ -647,56 +646,18 @@ def vllm_command(folder: str, served_name: str, port: int, gpus: int, model: Map
     """`vllm serve` for an open model downloaded at its pinned commit: the OpenAI-compatible server on 127.0.0.1
     with tool calls parsed (`tool_call_parser`), the reasoning parser where the model has one, tensor parallel over
     the job's GPUs, prefix caching (the tasks share long system prompts) and `vllm_args` appended."""
-    cmd = ["vllm", "serve", str(folder), "--served-model-name", served_name, "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--tensor-parallel-size", str(gpus), "--enable-prefix-caching"]
-    cmd += ["--enable-auto-tool-choice", "--tool-call-parser", model["tool_call_parser"]]
+    extra = ["--enable-prefix-caching", "--enable-auto-tool-choice", "--tool-call-parser", model["tool_call_parser"]]
     if model.get("reasoning_parser"):
-        cmd += ["--reasoning-parser", model["reasoning_parser"]]
-    if model.get("max_model_len"):
-        cmd += ["--max-model-len", str(model["max_model_len"])]
-    return cmd + [str(a) for a in model.get("vllm_args") or []]
-
-
-@contextmanager
-def serving(
-    command: Sequence[str],
-    base_url: str,
-    served_name: str,
-    timeout_s: float,
-    log_path: str | None = None,
-    poll_s: float = 1.0,
-) -> Iterator[str]:
-    """Start `command` (a model server), wait until GET <base_url>/models lists `served_name`, yield `base_url`, stop
-    the server at the end. A server that exits, or is not ready within `timeout_s`, fails naming its log."""
-    sink = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(list(command), stdout=sink, stderr=subprocess.STDOUT, env=os.environ.copy())
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"the model server exited with code {proc.returncode} before it was ready (log: {log_path})"
-                )
-            try:
-                with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=5) as resp:
-                    ids = [m.get("id") for m in json.loads(resp.read()).get("data", [])]
-                if served_name in ids:
-                    break
-            except (urllib.error.URLError, OSError, json.JSONDecodeError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the model server was not ready within {timeout_s} s (log: {log_path})")
-            time.sleep(poll_s)
-        yield base_url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if log_path:
-            sink.close()
+        extra += ["--reasoning-parser", model["reasoning_parser"]]
+    return serve.vllm_command(
+        folder,
+        served_name,
+        port=port,
+        tensor_parallel_size=gpus,
+        max_model_len=model.get("max_model_len") or None,
+        generation_config=None,
+        extra=[*extra, *(model.get("vllm_args") or [])],
+    )
 
 
 def endpoint_of(name: str, model: Mapping[str, Any]) -> tuple[str, str]:
@@ -815,7 +776,8 @@ def run_model(
         port = int(model.get("port", 8000))
         command = vllm_command(folder, name, port, torch.cuda.device_count(), model)
         base_url = f"http://127.0.0.1:{port}/v1"
-        with serving(command, base_url, name, float(model.get("startup_timeout_s", 1800)), server_log):
+        timeout_s = float(model.get("startup_timeout_s", 1800))
+        with serve.served(command, base_url, served_name=name, timeout_s=timeout_s, log_path=server_log):
             records, notes = run(base_url, "none", name)
         return records, notes | {"vllm_command": command}
     if model["serve"] == "api":

@@ -1,5 +1,6 @@
 """PromptScale's paper-scale generation stages, one function per rule, each talking to a vLLM server
-(`vllm_server.served`; the rules run in envs/lm-serve.yaml, so this module uses the standard library only):
+(`vllm_server.served`, on the kit's paperflow.core.lm.serve; the rules run in envs/lm-serve.yaml, so this module uses
+the standard library only):
 
 sample_rationales   the E-step's K rationales per seed from q_m (training seeds while m < E; the held-out seeds always)
 synthesize          new (rationale, problem) pairs from p on held-out concept sets: validity, distinctness, length
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from paperflow.promptscale import llm_text as lt
-from paperflow.promptscale.vllm_server import served
+from paperflow.promptscale.vllm_server import chat_each, complete_each, served
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ def sample_rationales(
     with served(q_folder, f"q{iteration}", vllm, server_log, dtype) as client:
         for split, triples in splits.items():
             prompts = [lt.q_prompt(t["concepts"], t["difficulty"], t["problem"]) for t in triples]
-            samples = client.complete(
+            samples = complete_each(
+                client,
                 prompts,
                 n=k,
                 temperature=float(em["temperature"]),
@@ -83,7 +85,8 @@ def synthesize(
     problems among the valid ones, their mean length in words, the share cut at max_tokens."""
     sets = concept_sets(lt.read_jsonl(heldout), int(synthesis["n"]), int(synthesis["seed"]))
     with served(p_folder, f"p_{variant}", vllm, server_log, dtype) as client:
-        samples = client.complete(
+        samples = complete_each(
+            client,
             [lt.p_prompt(s["concepts"], s["difficulty"]) for s in sets],
             n=1,
             temperature=float(synthesis["temperature"]),
@@ -125,7 +128,8 @@ def evaluate_benchmark(
     rows = lt.read_jsonl(benchmark_rows)
     k = int(settings["samples"])
     with served(policy_folder, policy, vllm, server_log, dtype) as client:
-        samples = client.chat(
+        samples = chat_each(
+            client,
             [lt.eval_prompt(r["problem"]) for r in rows],
             n=k,
             temperature=float(settings["temperature"]),

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from paperflow.core.lm.serve import Client
 from paperflow.uka import agents as ag
 from paperflow.uka import belief as bf
 from paperflow.uka import esconv
 from paperflow.uka import needworld as nw
-from paperflow.uka.llm import ChatClient
+from paperflow.uka.llm import chat_texts
 from paperflow.uka.memory import Embeddings
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,14 @@ def transcript_text(history: Sequence[Mapping[str, str]]) -> str:
 class Roles:
     """The LLM roles of one job: one client, the sampling settings of each role (`llm` config block)."""
 
-    client: ChatClient
+    client: Client
     llm: Mapping[str, Mapping[str, Any]]
 
     def _ask(self, role: str, messages: list[dict[str, str]], seed: int, n: int = 1) -> list[str]:
         cfg = self.llm[role]
-        return self.client.chat(messages, temperature=cfg["temperature"], max_tokens=cfg["max_tokens"], n=n, seed=seed)
+        return chat_texts(
+            self.client, messages, temperature=cfg["temperature"], max_tokens=cfg["max_tokens"], n=n, seed=seed
+        )
 
     def supporter(self, history: Sequence[Mapping[str, str]], strategy: int, seed: int) -> str:
         """The supporter's next utterance; strategy -1 (Standard) gives no strategy instruction."""

@@ -23,10 +23,11 @@ from typing import Any
 import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
+from paperflow.core.lm.serve import Client
 from paperflow.uka import agents as ag
 from paperflow.uka import dialogue as dl
 from paperflow.uka import esconv
-from paperflow.uka.llm import ChatClient, served, vllm_command
+from paperflow.uka.llm import served, vllm_command
 from paperflow.uka.memory import memory_from_frame
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def preprocess(raw: Mapping[str, str], embedding: Mapping[str, Any], out_cases: 
 
 
 @contextmanager
-def backbone(pretrained_json: str, cfg: Mapping[str, Any], log_path: str) -> Iterator[ChatClient]:
+def backbone(pretrained_json: str, cfg: Mapping[str, Any], log_path: str) -> Iterator[Client]:
     """The job's LLM client: the config's `server.base_url`, else a vLLM server on this job's GPUs started here.
     `pretrained.device: cuda` makes a job that sees no GPU fail naming that key before anything starts."""
     server, pretrained = cfg["server"], cfg["pretrained"]
@@ -102,14 +103,14 @@ def _setting(cases_path: str, embeddings_path: str, cfg: Mapping[str, Any]):
     return ag.Settings.from_config(cfg), emb, dl.Axes(emotions, problems)
 
 
-def tom(client: ChatClient, cfg: Mapping[str, Any], out: str) -> dict[str, Any]:
+def tom(client: Client, cfg: Mapping[str, Any], out: str) -> dict[str, Any]:
     """The elicited ToM likelihood as JSON (table, counts, unparsed answers)."""
     doc = dl.elicit_tom(dl.Roles(client, cfg["llm"]), int(cfg["tom"]["samples"]), int(cfg["seeds"][0]))
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
 
-def train(client: ChatClient, method: str, cases: str, embeddings: str, tom_json: str, cfg: Mapping[str, Any],
+def train(client: Client, method: str, cases: str, embeddings: str, tom_json: str, cfg: Mapping[str, Any],
           seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """`method`'s knowledge acquisition per seed on the training cases: (memory rows, attempt rows), with seeds."""
     settings, emb, axes = _setting(cases, embeddings, cfg)
@@ -126,7 +127,7 @@ def train(client: ChatClient, method: str, cases: str, embeddings: str, tom_json
     return pd.concat(memories, ignore_index=True), pd.concat(attempts, ignore_index=True)
 
 
-def evaluate(client: ChatClient, method: str, cases: str, embeddings: str, tom_json: str, memory: str | None,
+def evaluate(client: Client, method: str, cases: str, embeddings: str, tom_json: str, memory: str | None,
              cfg: Mapping[str, Any], seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
     """`method`'s test dialogues per seed: (per case, per turn, transcripts), each with seed and method."""
     settings, emb, axes = _setting(cases, embeddings, cfg)
@@ -159,7 +160,7 @@ def read_transcripts(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def win_rate(client: ChatClient, method: str, reference: str, mine: str, theirs: str, cases: str,
+def win_rate(client: Client, method: str, reference: str, mine: str, theirs: str, cases: str,
              cfg: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:  # fmt: skip
     """Per seed and test case, the judge's preference for `method`'s dialogue over `reference`'s (see
     dialogue.win_rates for the order and tie rule)."""
