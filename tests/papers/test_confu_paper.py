@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from paperflow.confu import paper, paper_train
+from paperflow.confu.decoding import ancestors
 from paperflow.confu.settings import check
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
@@ -362,3 +363,168 @@ def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
     assert gpus["confu_evaluate"] == gpus["confu_evaluate_plain"] == {res["evaluate_gpus"]}
     heavy = ("confu_train", "confu_regenerate", "confu_evaluate", "confu_evaluate_plain")
     assert all(v == {0} for r, v in gpus.items() if r not in heavy)
+
+
+# ---------------------------------------------------------------- the paper path's decoder: the target's KV cache
+def _kv_kit(kind: str | None):
+    """A tiny Llama target (vocabulary 24) and a random head of `kind` (None: no head)."""
+    from paperflow.confu.model import DraftConfig, DraftHead
+    from paperflow.core.lm.models import build_model
+
+    target = build_model({**MODEL_SPEC, "vocab_size": 24}, seed=0).eval()
+    if kind is None:
+        return target, None
+    head = DraftHead(DraftConfig(kind, 32, 24, (1, 2, 3), 4, 64, 128, n_soft=2, n_expert=2, k_expert=1),
+                     target.get_input_embeddings().weight, seed=1).eval()  # fmt: skip
+    return target, head
+
+
+def _greedy(target, prompt, n):
+    ids = torch.tensor([prompt])
+    got = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                          min_new_tokens=n, pad_token_id=0)  # fmt: skip
+    return got[0, len(prompt) :].tolist()
+
+
+def _oracle(base, greedy, prompt_len, right_depth):
+    """A decoder whose draft is a tree from the target's own greedy continuation `greedy`: per depth a wrong node
+    (first, so the accepted nodes' indices are not 0, 1, 2, ...) and the right one, the right chain cut at depth
+    `right_depth(cycle)` (deeper, a wrong node with a wrong child); it records the features and f it is given. The
+    cached decoder also drafts with its head through its draft cache, checked against the uncached draft."""
+    from paperflow.confu.decoding import SpecDecoder
+
+    class Oracle(base):
+        def _draft(self, buf, lengths, feats, f):
+            n = int(lengths[0])
+            self.seen.append((feats[0, : n - 1].clone(), None if f is None else f.clone()))
+            if base is not SpecDecoder:  # the draft cache, over commits of 1 .. D + 1 tokens
+                got, want = super()._draft(buf, lengths, feats, f), SpecDecoder._draft(self, buf, lengths, feats, f)
+                assert all(torch.equal(a, b) for a, b in zip(got, want))
+            cut = right_depth(len(self.seen))
+            nxt = greedy[n - prompt_len :] + [0] * (self.tree.depth + 1)
+            tokens, parent, depth, prev = [], [], [], -1
+            for d in range(1, self.tree.depth + 1):
+                right = nxt[d - 1] if d <= cut else (nxt[d - 1] + 2) % 24
+                tokens += [(nxt[d - 1] + 1) % 24, right]
+                parent += [prev, prev]
+                depth += [d, d]
+                prev = len(tokens) - 1
+            keep = self.tree.nodes
+            return (torch.tensor([tokens[:keep]]), ancestors(torch.tensor([parent[:keep]])),
+                    torch.tensor([depth[:keep]]))  # fmt: skip
+
+    return Oracle
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "confu"])
+@pytest.mark.parametrize("tree", [(6, 2, 3), (4, 2, 2)])
+def test_the_cached_decoder_equals_the_uncached_one_and_greedy_decoding_with_accepted_paths(kind, tree):
+    """Trees whose right chain is cut at depth 0..D by cycle: both decoders give the target's greedy tokens, the same
+    accepted depths (so tau) and cycles, and hand the draft the same features and (ConFu) future vector f."""
+    from paperflow.confu.cached_decoding import CachedSpecDecoder
+    from paperflow.confu.decoding import SpecDecoder, TreeConfig
+    from paperflow.confu.stages import uniforms
+
+    target, head = _kv_kit(kind)
+    rng = np.random.default_rng(7)
+    max_new = 9
+    for p in range(2):
+        prompt = rng.integers(1, 24, 5 + 3 * p).tolist()
+        greedy = _greedy(target, prompt, max_new + tree[2] + 1)
+        outs = []
+        for base in (SpecDecoder, CachedSpecDecoder):
+            dec = _oracle(base, greedy, len(prompt), lambda c: c % (tree[2] + 1))(target, head, TreeConfig(*tree),
+                                                                                    (1, 2, 3))  # fmt: skip
+            dec.seen = []
+            ids = torch.tensor([prompt])
+            out = dec.decode(ids, torch.ones_like(ids), max_new_tokens=max_new, temperature=0.0,
+                             uniforms=uniforms(1, max_new, p), eos=-1, pad=0)  # fmt: skip
+            outs.append((out, dec.seen))
+        (plain, seen_plain), (cached, seen_cached) = outs
+        assert cached.tokens == plain.tokens == [greedy[:max_new]]
+        assert cached.accepted == plain.accepted and list(cached.cycles) == list(plain.cycles)
+        assert max(cached.accepted[0]) >= 2  # paths deeper than one node were gathered into the cache
+        assert len(seen_cached) == len(seen_plain)
+        for (fa, fa_f), (fb, fb_f) in zip(seen_plain, seen_cached):
+            torch.testing.assert_close(fb, fa, rtol=1e-4, atol=1e-5)
+            if fa_f is not None:
+                torch.testing.assert_close(fb_f, fa_f, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", [None, "eagle3", "confu"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_cached_decoder_with_a_real_draft_equals_the_uncached_one(kind, temperature):
+    """A random head's own trees (and no head), T = 0 and T = 1 with the same uniforms: the same tokens, accepted
+    depths and cycles (tau) as the uncached decoder; at T = 0 the target's greedy output."""
+    from paperflow.confu.cached_decoding import CachedSpecDecoder
+    from paperflow.confu.decoding import SpecDecoder, TreeConfig
+    from paperflow.confu.stages import uniforms
+
+    target, head = _kv_kit(kind)
+    if head is not None:
+        with torch.no_grad():  # sharpen the random head so that its trees hold deep nodes
+            head.body.lm_head.weight.mul_(30)
+    tree = (6, 2, 3) if temperature == 0 else (4, 4, 1)
+    prompt = np.random.default_rng(3).integers(1, 24, 7).tolist()
+    ids = torch.tensor([prompt])
+    got = [base(target, head, TreeConfig(*tree), (1, 2, 3)).decode(ids, torch.ones_like(ids), max_new_tokens=6,
+           temperature=temperature, uniforms=uniforms(1, 6, 1), eos=-1, pad=0) for base in (SpecDecoder,
+           CachedSpecDecoder)]  # fmt: skip
+    assert got[1].tokens == got[0].tokens and got[1].accepted == got[0].accepted
+    assert list(got[1].cycles) == list(got[0].cycles)
+    if temperature == 0:
+        assert got[1].tokens == [_greedy(target, prompt, 6)]
+
+
+def _count_target_tokens(target):
+    """Tokens a model reads per forward (a pre-hook on its forward); returns (counts, hook handle)."""
+    counts = []
+
+    def hook(module, args, kwargs):
+        x = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
+        counts.append(int((x if x is not None else args[0]).shape[1]))
+
+    return counts, target.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "confu"])
+def test_the_cached_decoder_reads_only_the_trees_positions_per_cycle(kind):
+    """After the prefill the cached decoder's target reads per cycle the tree: its root (the last committed token)
+    and its `nodes` drafted tokens (ConFu: as many contemplate tokens again). The uncached decoder (the negative
+    control) re-reads the whole prefix every cycle and breaks that bound."""
+    from paperflow.confu.cached_decoding import CachedSpecDecoder
+    from paperflow.confu.decoding import SpecDecoder, TreeConfig
+    from paperflow.confu.stages import uniforms
+
+    target, head = _kv_kit(kind)
+    tree = TreeConfig(6, 2, 3)
+    bound = (1 + tree.nodes) * (2 if kind == "confu" else 1)
+    prompt = np.random.default_rng(5).integers(1, 24, 12).tolist()
+    ids = torch.tensor([prompt])
+    reads, draft_reads = {}, {}
+    for base in (SpecDecoder, CachedSpecDecoder):
+        counts, handle = _count_target_tokens(target)
+        draft_counts, draft_handle = _count_target_tokens(head.body.model)
+        try:
+            out = base(target, head, tree, (1, 2, 3)).decode(ids, torch.ones_like(ids), max_new_tokens=8,
+                                                             temperature=0.0, uniforms=uniforms(1, 8, 0), eos=-1,
+                                                             pad=0)  # fmt: skip
+        finally:
+            handle.remove()
+            draft_handle.remove()
+        reads[base.__name__], draft_reads[base.__name__] = counts, draft_counts
+        assert len(counts) == out.target_forwards + 2  # two prefill passes, then one per cycle
+        assert len(draft_counts) == out.draft_forwards == tree.depth * out.target_forwards
+    # the draft: after its first pass (the prompt's rows), a pass reads at most the rows committed since the last
+    # cycle (<= depth + 1) and ConFu's slot at depth 1, and k rows at every further depth
+    draft_bound = tree.depth + 1 + (1 if kind == "confu" else 0)
+    assert all(c <= draft_bound for c in draft_reads["CachedSpecDecoder"][1:])
+    assert all(c > draft_bound for c in draft_reads["SpecDecoder"])
+    print(kind, "draft rows per pass: cached", draft_reads["CachedSpecDecoder"], "uncached", draft_reads["SpecDecoder"])
+    cached, plain = reads["CachedSpecDecoder"], reads["SpecDecoder"]
+    ns = 2 if kind == "confu" else 0
+    assert cached[0] == ns + len(prompt) - 1  # the prefill: [soft] + the prompt but its last token
+    assert cached[1] == (2 if kind == "confu" else 1)  # the prompt's last token (+ its contemplate token)
+    assert cached[2:] and all(c == bound for c in cached[2:])
+    assert all(c > bound for c in plain[2:])  # the negative control: the whole buffer every cycle
+    print(kind, "target tokens per forward: cached", cached, "uncached", plain)
