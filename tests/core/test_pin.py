@@ -215,3 +215,20 @@ def _write_one(args):
 
     root, url = args
     _write_lock_entry("demo", url, {"sha256": "0" * 64, "bytes": 1, "pinned_utc": "t"}, root)
+
+
+def test_a_hub_snapshot_folder_is_one_per_repo_and_pinned_commit(tmp_path):
+    from paperflow.core.hub import snapshot_folder
+
+    sha, other = "0" * 39 + "1", "f" * 40
+    folder = snapshot_folder(tmp_path, "dataset", "org/name", sha)
+    assert folder == tmp_path / "datasets" / "org--name" / sha
+    assert (
+        snapshot_folder(tmp_path, "model", "org/name", sha)
+        != folder
+        != snapshot_folder(tmp_path, "dataset", "org/name", other)
+    )
+    with pytest.raises(ValueError, match="'main' of 'org/name' is not a 40-hex commit"):
+        snapshot_folder(tmp_path, "model", "org/name", "main")
+    with pytest.raises(ValueError, match="repo_type 'space'"):
+        snapshot_folder(tmp_path, "space", "org/name", sha)

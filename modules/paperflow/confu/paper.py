@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core.config import ConfigError
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, fmt, markdown_table, statistic_claim
 
@@ -30,12 +31,6 @@ MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", 
 
 
 # --------------------------------------------------------------------------------------------------- downloads
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    # TODO(kit): the same as lozo_plus.paper._snapshot / specflow.paper._snapshot (proposed
-    # paperflow.core.hub.snapshot_folder in /work/notes/specflow_paper_scale.md)
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
-
-
 def _fetch_hub(ref: Mapping[str, Any], key: str, cache: str) -> tuple[str, Path]:
     """The files `ref.files` of Hub repo `ref.hub` at its pinned revision (config `key`, else the lock file) into
     the cache; (revision, folder)."""
@@ -44,7 +39,7 @@ def _fetch_hub(ref: Mapping[str, Any], key: str, cache: str) -> tuple[str, Path]
 
     hub, repo_type = ref["hub"], ref["repo_type"]
     revision = pinned_revision(hub, ref["revision"], slug=SLUG, key=key, repo_type=repo_type)
-    folder = _snapshot(cache, repo_type, hub, revision)
+    folder = snapshot_folder(cache, repo_type, hub, revision)
     models.download_pretrained(hub, revision, folder, allow_patterns=list(ref["files"]), repo_type=repo_type)
     return revision, folder
 

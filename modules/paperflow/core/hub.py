@@ -21,6 +21,16 @@ HUB_REVISION = re.compile(r"^[0-9a-f]{40}$")
 HUB_REPO_TYPES = ("model", "dataset")
 
 
+def snapshot_folder(cache: str | Path, repo_type: str, repo_id: str, revision: str) -> Path:
+    """Where a paper-scale download keeps Hub repo `repo_id` at `revision`: `<cache>/<repo_type>s/<owner>--<name>/
+    <revision>`, one folder per pinned commit, so a new pin never mixes files with an old one."""
+    if repo_type not in HUB_REPO_TYPES:
+        raise ValueError(f"repo_type {repo_type!r} not in {HUB_REPO_TYPES}")
+    if not HUB_REVISION.match(str(revision)):
+        raise ValueError(f"revision {revision!r} of {repo_id!r} is not a 40-hex commit")
+    return Path(cache) / f"{repo_type}s" / repo_id.replace("/", "--") / str(revision)
+
+
 def pinned_revision(
     repo_id: str,
     revision: str | None,

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.doubt import benchmarks as bm
 from paperflow.doubt import methods as M
@@ -34,10 +35,6 @@ SETS = ("A", "B")
 LABEL_MODES = ("official", "strict")
 
 
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
-
-
 def download_model(spec: Mapping[str, Any], key: str, cache: str, out: str) -> dict[str, str]:
     """A model repo's files (`spec.files`) at its pinned commit (`<key>.revision`, else the lock file) into the
     cache; `out` (JSON) names the commit and the folder, which every later rule loads offline."""
@@ -46,7 +43,7 @@ def download_model(spec: Mapping[str, Any], key: str, cache: str, out: str) -> d
 
     hub = spec["hub"]
     revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"{key}.revision", repo_type="model")
-    folder = _snapshot(cache, "model", hub, revision)
+    folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]))
     doc = {"hub": hub, "revision": revision, "folder": str(folder)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +60,7 @@ def download_benchmark(name: str, bench: Mapping[str, Any], cache: str, out: str
     hub = bench["hub"]
     key = f"benchmarks.{name}.revision"
     revision = pinned_revision(hub, bench["revision"], slug=SLUG, key=key, repo_type="dataset")
-    folder = _snapshot(cache, "dataset", hub, revision)
+    folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=bm.hub_patterns(name, bench), repo_type="dataset")
     frame = bm.READERS[name](folder, bench)
     write_frame(out, frame, {"benchmark": name, "hub": hub, "revision": revision, "kind": bm.KIND_OF[name]})

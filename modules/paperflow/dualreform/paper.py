@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.dualreform import pipeline
 from paperflow.dualreform import topiocqa as tq
@@ -33,16 +34,12 @@ SLUG = "dualreform"
 LIST_COLUMNS = ("hist_queries", "hist_responses", "qcands", "rcands", "q_gold_rank", "r_top1")
 
 
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:  # TODO(kit): core.hub, as lozo_plus
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
-
-
 def _fetch(ref: Mapping[str, Any], key: str, cache: str, patterns: list[str]) -> tuple[Path, str]:
     from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
 
     revision = pinned_revision(ref["hub"], ref["revision"], slug=SLUG, key=key, repo_type=ref["repo_type"])
-    folder = _snapshot(cache, ref["repo_type"], ref["hub"], revision)
+    folder = snapshot_folder(cache, ref["repo_type"], ref["hub"], revision)
     download_pretrained(ref["hub"], revision, folder, allow_patterns=patterns, repo_type=ref["repo_type"])
     return folder, revision
 

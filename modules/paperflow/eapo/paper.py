@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core.config import ConfigError
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.eapo import math_data
 from paperflow.eapo.rl import method as method_spec
@@ -95,10 +96,6 @@ def trl_settings(cfg: Mapping[str, Any], processes: int, steps: int | None = Non
 
 
 # --- downloads and preprocessing ------------------------------------------------------------------------------
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
-
-
 def _write_json(doc: Mapping[str, Any], out: str) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
@@ -111,7 +108,7 @@ def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[
 
     hub = pretrained["hub"]
     revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
-    folder = _snapshot(cache, "model", hub, revision)
+    folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
     doc = {"hub": hub, "revision": revision, "folder": str(folder)}
     _write_json(doc, out)
@@ -127,7 +124,7 @@ def download_dataset(name: str, spec: Mapping[str, Any], cache: str, out: str) -
     key = f"math.datasets.{name}"
     hub = spec["hub"]
     revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"{key}.revision", repo_type="dataset")
-    folder = _snapshot(cache, "dataset", hub, revision)
+    folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]), repo_type="dataset")
     frame = math_data.problems(math_data.read_snapshot(folder, spec["files"], key), spec, key)
     write_frame(out, frame, {"dataset": name, "hub": hub, "revision": revision, "files": list(spec["files"])})

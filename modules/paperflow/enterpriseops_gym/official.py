@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import ConfigError
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.lm import serve
 from paperflow.enterpriseops_gym.harness import HarnessError, Session, post_json
 
@@ -69,10 +70,6 @@ Respond with ONLY a JSON object in this format:
 
 
 # ---- downloads -----------------------------------------------------------------------------------------------------
-
-
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
 
 
 def split_files(folder: str | Path, mode: str, domain: str) -> list[Path]:
@@ -136,7 +133,7 @@ def download_tasks(
 
     hub = dataset["hub"]
     revision = pinned_revision(hub, dataset["revision"], slug=SLUG, key="source.tasks.revision", repo_type="dataset")
-    folder = _snapshot(cache, "dataset", hub, revision)
+    folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(dataset["files"]), repo_type="dataset")
     counts: dict[str, dict[str, int]] = {}
     for mode in modes:
@@ -192,7 +189,7 @@ def download_model(name: str, model: Mapping[str, Any], cache: str, out: str) ->
     revision = pinned_revision(
         hub, model["revision"], slug=SLUG, key=f"official.models.{name}.revision", repo_type="model"
     )
-    folder = _snapshot(cache, "model", hub, revision)
+    folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(model["files"]))
     doc = {"hub": hub, "revision": revision, "folder": str(folder)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)

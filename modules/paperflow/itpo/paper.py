@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import ConfigError
+from paperflow.core.hub import snapshot_folder
 from paperflow.itpo import recipe, serving
 
 log = logging.getLogger(__name__)
 SLUG = "itpo"
-
-
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
 
 
 def _write_json(path: str | Path, doc: Mapping[str, Any]) -> None:
@@ -51,7 +48,7 @@ def download_hub(ref: Mapping[str, Any], key: str, cache: str, out: str) -> dict
 
     hub, repo_type = ref["hub"], ref["repo_type"]
     revision = pinned_revision(hub, ref["revision"], slug=SLUG, key=f"{key}.revision", repo_type=repo_type)
-    folder = _snapshot(cache, repo_type, hub, revision)
+    folder = snapshot_folder(cache, repo_type, hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(ref["files"]), repo_type=repo_type)
     files = sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts)
     if not files:

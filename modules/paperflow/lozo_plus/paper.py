@@ -15,15 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.lozo_plus import superglue as sg
 
 log = logging.getLogger(__name__)
 SLUG = "lozo_plus"
-
-
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
 
 
 def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
@@ -34,7 +31,7 @@ def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[
 
     hub = pretrained["hub"]
     revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
-    folder = _snapshot(cache, "model", hub, revision)
+    folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
     doc = {"hub": hub, "revision": revision, "folder": str(folder)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +48,7 @@ def download_task(task: str, dataset: Mapping[str, Any], cache: str, outputs: Ma
     hub, subset = dataset["hub"], dataset["subset"]
     key = f"tasks.{task}.revision"
     revision = pinned_revision(hub, dataset["revision"], slug=SLUG, key=key, repo_type="dataset")
-    folder = _snapshot(cache, "dataset", hub, revision)
+    folder = snapshot_folder(cache, "dataset", hub, revision)
     patterns = [sg.split_files(subset, split) for split in sg.HF_SPLITS]
     download_pretrained(hub, revision, folder, allow_patterns=patterns, repo_type="dataset")
     counts = {}

@@ -21,14 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from paperflow.core.hub import snapshot_folder
 from paperflow.promptscale import llm_text as lt
 
 log = logging.getLogger(__name__)
 SLUG = "promptscale"
-
-
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
 
 
 def download_model(role: str, spec: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
@@ -39,7 +36,7 @@ def download_model(role: str, spec: Mapping[str, Any], cache: str, out: str) -> 
 
     hub = spec["hub"]
     revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"models.{role}.revision", repo_type="model")
-    folder = _snapshot(cache, "model", hub, revision)
+    folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]))
     doc = {"role": role, "hub": hub, "revision": revision, "folder": str(folder)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +86,7 @@ def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) ->
     if fmt not in lt.FORMATS:
         raise ValueError(f"corpora.{name}.format = {fmt!r}: allowed {lt.FORMATS}")
     revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"corpora.{name}.revision", repo_type="dataset")
-    folder = _snapshot(cache, "dataset", hub, revision)
+    folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]), repo_type="dataset")
     records = read_snapshot_records(folder, spec["files"])
     if fmt == "promptcot_triples":

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, fmt, markdown_table
 from paperflow.specflow import benchmarks as bm
@@ -23,11 +24,6 @@ from paperflow.specflow.settings import budget_of
 log = logging.getLogger(__name__)
 SLUG = "specflow"
 FULL = "full"
-
-
-def _snapshot(cache: str | Path, repo_type: str, hub: str, revision: str) -> Path:
-    # TODO(kit): the same as lozo_plus.paper._snapshot; proposed as paperflow.core.hub.snapshot_folder
-    return Path(cache) / f"{repo_type}s" / hub.replace("/", "--") / revision
 
 
 def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
@@ -39,7 +35,7 @@ def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[
 
     hub = pretrained["hub"]
     revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
-    folder = _snapshot(cache, "model", hub, revision)
+    folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
     doc = {"hub": hub, "revision": revision, "folder": str(folder)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +52,7 @@ def download_benchmark(name: str, bench: Mapping[str, Any], cache: str, out: str
     hub = bench["hub"]
     key = f"benchmarks.{name}.revision"
     revision = pinned_revision(hub, bench["revision"], slug=SLUG, key=key, repo_type="dataset")
-    folder = _snapshot(cache, "dataset", hub, revision)
+    folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(bench["files"]), repo_type="dataset")
     frame = bm.questions(bench["kind"], bm.read_parquet_files(folder, bench["files"]))
     if bench.get("limit"):
