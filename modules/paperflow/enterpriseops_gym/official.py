@@ -43,6 +43,7 @@ from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.lm import serve
 from paperflow.enterpriseops_gym.harness import HarnessError, Session, post_json
+from paperflow.enterpriseops_gym.stages import read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
 SLUG = "enterpriseops_gym"
@@ -198,18 +199,6 @@ def download_model(name: str, model: Mapping[str, Any], cache: str, out: str) ->
 
 
 # ---- preprocess ----------------------------------------------------------------------------------------------------
-
-
-def write_jsonl(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def preprocess(tasks_path: str, dbs_json: str, servers: Mapping[str, str], out: str) -> dict[str, int]:
