@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from paperflow.confu.decoding import Decoded, SpecDecoder, _left_align, _parents
+from paperflow.confu.decoding import Decoded, SpecDecoder, _left_align, _parents, grow_pool
 from paperflow.confu.model import control
 from paperflow.core.lm.sampling import cache_argument
 
@@ -150,19 +150,9 @@ class CachedSpecDecoder(SpecDecoder):
                 logp = torch.log_softmax(logits.float(), -1)  # [1, k, V]
                 parent_score = pool_score.gather(1, frontier)
                 parent_idx = frontier
-            top_lp, top_tok = logp.topk(k, dim=-1)
-            cand_score = (parent_score[..., None] + top_lp).flatten(1)
-            cand_tok = top_tok.flatten(1)
-            cand_par = parent_idx[..., None].expand(-1, -1, k).flatten(1)
-            first = 0 if pool_tok is None else pool_tok.shape[1]
-            new = (cand_tok, cand_par, torch.full_like(cand_tok, d), cand_score)
-            if pool_tok is None:
-                pool_tok, pool_par, pool_depth, pool_score = new
-            else:
-                pool_tok, pool_par, pool_depth, pool_score = (
-                    torch.cat(pair, 1) for pair in zip((pool_tok, pool_par, pool_depth, pool_score), new)
-                )
-            frontier = first + cand_score.topk(k, dim=-1).indices
+            pool_tok, pool_par, pool_depth, pool_score, frontier = grow_pool(
+                (pool_tok, pool_par, pool_depth, pool_score), logp, parent_score, parent_idx, k, d
+            )
         self._keep(cache, torch.arange(self._drows, device=dev))  # the slot and the tree rows go
         return self._select(pool_tok, pool_par, pool_depth, pool_score)
 

@@ -193,19 +193,9 @@ class SpecDecoder:
                 logp = torch.log_softmax(logits[:, base + n_old :].float(), -1)  # [B, k, V]
                 parent_score = pool_score.gather(1, frontier)
                 parent_idx = frontier
-            top_lp, top_tok = logp.topk(k, dim=-1)  # [B, P, k]
-            cand_score = (parent_score[..., None] + top_lp).flatten(1)
-            cand_tok = top_tok.flatten(1)
-            cand_par = parent_idx[..., None].expand(-1, -1, k).flatten(1)
-            first = 0 if pool_tok is None else pool_tok.shape[1]
-            new = (cand_tok, cand_par, torch.full_like(cand_tok, d), cand_score)
-            if pool_tok is None:
-                pool_tok, pool_par, pool_depth, pool_score = new
-            else:
-                pool_tok, pool_par, pool_depth, pool_score = (
-                    torch.cat(pair, 1) for pair in zip((pool_tok, pool_par, pool_depth, pool_score), new)
-                )
-            frontier = first + cand_score.topk(k, dim=-1).indices
+            pool_tok, pool_par, pool_depth, pool_score, frontier = grow_pool(
+                (pool_tok, pool_par, pool_depth, pool_score), logp, parent_score, parent_idx, k, d
+            )
         return self._select(pool_tok, pool_par, pool_depth, pool_score)
 
     def _draft_pass(self, inputs, positions, real, slot, root_row, tree_anc):
@@ -362,6 +352,21 @@ class SpecDecoder:
             if bool(stopped.all()):
                 break
         return path, bonus
+
+
+def grow_pool(pool, logp, parent_score, parent_idx, k: int, depth: int):
+    """One level of the draft tree: each of the P frontier nodes proposes its top-k tokens (logp [B, P, V]); the
+    B x P k candidates join the pool (token, parent pool index, depth, cumulative log-prob; `pool` is a 4-tuple of
+    [B, n] tensors or of Nones at the root) and the k best by cumulative log-prob become the next frontier.
+    Returns the grown pool's four tensors and the frontier's pool indices [B, k]."""
+    top_lp, top_tok = logp.topk(k, dim=-1)  # [B, P, k]
+    cand_score = (parent_score[..., None] + top_lp).flatten(1)
+    cand_tok = top_tok.flatten(1)
+    cand_par = parent_idx[..., None].expand(-1, -1, k).flatten(1)
+    new = (cand_tok, cand_par, torch.full_like(cand_tok, depth), cand_score)
+    first = 0 if pool[0] is None else pool[0].shape[1]
+    grown = new if pool[0] is None else tuple(torch.cat(pair, 1) for pair in zip(pool, new))
+    return (*grown, first + cand_score.topk(k, dim=-1).indices)
 
 
 def ancestors(parent: torch.Tensor) -> torch.Tensor:
