@@ -54,6 +54,25 @@ def test_autotokenizer_loads_the_saved_tokenizer_with_its_chat_template(tmp_path
     assert batch.input_ids[0].tolist() == [0, 0, 7] and batch.attention_mask[0].tolist() == [0, 0, 1]
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_a_word_level_tokenizer_beside_a_model_config_loads_as_saved(tmp_path, model_type):
+    """transformers maps some model types (qwen2 among them) to their own tokenizer class whatever
+    tokenizer_config.json says; through AutoTokenizer the word-level vocabulary would be read with a byte-level
+    BPE pre-tokenizer, which drops multi-character words. load_tokenizer must give back the saved tokenizer."""
+    from transformers import AutoConfig
+
+    AutoConfig.for_model(
+        model_type, vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2
+    ).save_pretrained(tmp_path)
+    words = ["12", "+", "=", "hello,", "x"]
+    tok = word_level_tokenizer(words)
+    again = load_tokenizer(save_tokenizer(tok, tmp_path))
+    text = "12 + 12 = hello, x"
+    assert again(text).input_ids == tok(text).input_ids == [4, 5, 4, 6, 7, 8]
+    assert again.decode(again(text).input_ids) == text
+    assert again.padding_side == "left" and again.pad_token_id == 0
+
+
 def test_encode_pairs_left_pads_and_masks_the_completion_with_its_eos():
     tok = word_level_tokenizer(WORDS)
     batch = encode_pairs(tok, [["1", "+", "2", "="], ["2", "="]], [["0"], ["1", "2"]])

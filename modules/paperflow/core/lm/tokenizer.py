@@ -85,9 +85,18 @@ def save_tokenizer(tokenizer, folder: str | Path) -> Path:
 
 
 def load_tokenizer(folder: str | Path):
-    """`AutoTokenizer.from_pretrained(folder)`, offline: a saved word-level tokenizer loads like a published one."""
-    from transformers import AutoTokenizer
+    """The tokenizer saved in `folder`, offline. A word-level tokenizer of this module is loaded as the fast
+    tokenizer it was saved as: `AutoTokenizer` would not, beside a model config whose type transformers maps to
+    its own tokenizer class regardless of tokenizer_config.json (qwen2, phi3, llava, ...: it then reads the
+    WordLevel vocabulary through a byte-level BPE pre-tokenizer and silently drops words). Anything else goes
+    through `AutoTokenizer.from_pretrained`, as a published tokenizer does."""
+    import json
 
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    spec = Path(folder) / "tokenizer.json"
+    if spec.is_file() and json.loads(spec.read_text()).get("model", {}).get("type") == "WordLevel":
+        return PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
