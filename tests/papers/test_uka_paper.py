@@ -8,13 +8,12 @@ import hashlib
 import json
 import re
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
@@ -39,10 +38,11 @@ class Scripted:
     and 'elaborates' otherwise; the ToM model's answer depends on the need for an affirmation only (so that it is
     the one strategy with a positive EIG); the judge always says A."""
 
-    def __init__(self, fail_first: int = 0):
-        self.fail_first = fail_first
-        self.bodies: list[dict] = []
-        self.lock = threading.Lock()
+    server: FakeOpenAI  # set by the fixture
+
+    @property
+    def bodies(self) -> list[dict]:
+        return self.server.bodies
 
     def reply(self, body: dict) -> list[str]:
         msgs, n = body["messages"], body.get("n", 1)
@@ -70,41 +70,10 @@ class Scripted:
 @pytest.fixture
 def fake_llm():
     script = Scripted()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _send(self, code: int, doc: dict):
-            data = json.dumps(doc).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._send(200, {"data": [{"id": llm.SERVED_NAME}]})
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with script.lock:
-                script.bodies.append(body)
-                failing = script.fail_first > 0
-                script.fail_first -= failing
-            if failing:
-                return self._send(503, {"error": "warming up"})
-            if body.get("model") != llm.SERVED_NAME:
-                return self._send(404, {"error": f"no model {body.get('model')}"})
-            texts = script.reply(body)
-            self._send(200, {"choices": [{"index": i, "message": {"role": "assistant", "content": t}}
-                                         for i, t in enumerate(texts)]})  # fmt: skip
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", script
-    server.shutdown()
-    server.server_close()
+    answer = lambda path, body: chat_choices(script.reply(body))  # noqa: E731
+    with FakeOpenAI(answer, name=llm.SERVED_NAME) as server:
+        script.server = server
+        yield server.url, script
 
 
 def esconv_record(emotion: str, problem: str, i: int) -> dict:

@@ -3,71 +3,25 @@ HTTP server for the client, a child process for the start / wait / stop of a ser
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_openai import FakeOpenAI, echo
 
 from paperflow.core.lm import serve
 
 
-class Fake:
-    """A chat / completions server: fails the first `fail` POSTs with `fail_code`, serves only `name`, answers `n`
-    choices in reverse index order (the client must sort them)."""
+def fake_server(name: str = "m", fail: int = 0, fail_code: int = 503, short: bool = False) -> FakeOpenAI:
+    """Echoes prompts; serves only `name`; answers n - `short` choices in reverse index order (the client must
+    sort them)."""
 
-    def __init__(self, name: str = "m", fail: int = 0, fail_code: int = 503, short: bool = False):
-        self.name, self.fail, self.fail_code, self.short = name, fail, fail_code, short
-        self.bodies: list[dict] = []
-        self.headers: list[dict] = []
-        self.lock = threading.Lock()
-        fake = self
+    def answer(path: str, body: dict) -> list[dict]:
+        return echo(path, {**body, "n": body.get("n", 1) - short})[::-1]
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code: int, doc: dict):
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": fake.name, "object": "model"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with fake.lock:
-                    fake.bodies.append(body)
-                    fake.headers.append(dict(self.headers))
-                    failing = fake.fail > 0
-                    fake.fail -= failing
-                if failing:
-                    return self._send(fake.fail_code, {"error": "warming up"})
-                if body["model"] != fake.name:
-                    return self._send(404, {"error": f"model {body['model']} not served"})
-                n = body.get("n", 1) - fake.short
-                if self.path.endswith("/chat/completions"):
-                    last = body["messages"][-1]["content"]
-                    choices = [{"index": j, "message": {"content": f"{last} {j}"}} for j in range(n)]
-                else:
-                    choices = [{"index": j, "text": f"{body['prompt']} {j}", "finish_reason": "stop"} for j in range(n)]
-                self._send(200, {"choices": choices[::-1]})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return FakeOpenAI(answer, name=name, fail=fail, fail_code=fail_code)
 
 
 @pytest.fixture
@@ -75,7 +29,7 @@ def fake():
     servers = []
 
     def start(**kw):
-        servers.append(Fake(**kw))
+        servers.append(fake_server(**kw))
         return servers[-1]
 
     yield start
