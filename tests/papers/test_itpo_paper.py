@@ -13,13 +13,12 @@ import re
 import socket
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
@@ -184,60 +183,30 @@ def test_a_method_the_recipe_lacks_is_refused_by_name():
 # --- the simulator / judge client against a fake OpenAI-compatible server ---
 
 
-class FakeChat(BaseHTTPRequestHandler):
-    model = "Qwen/Qwen2.5-14B-Instruct"
-    seen: list = []
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        if self.path == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
-        else:
-            self._send(404, {"error": "no route"})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append(body)
-        if body["model"] != self.model:
-            self._send(404, {"error": f"model {body['model']} not served"})
-            return
-        text = f"echo: {body['messages'][-1]['content']}"
-        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
+SIMULATOR = "Qwen/Qwen2.5-14B-Instruct"
 
 
 @pytest.fixture
 def fake_server():
-    FakeChat.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield serving.base_url(server.server_address[1])
-    server.shutdown()
-    server.server_close()
+    answer = lambda path, body: chat_choices([f"echo: {body['messages'][-1]['content']}"])  # noqa: E731
+    with FakeOpenAI(answer, name=SIMULATOR) as server:
+        assert server.url == serving.base_url(server.server.server_address[1])
+        yield server
 
 
 def test_the_client_waits_for_the_model_and_chats(fake_server):
-    assert serve.wait_ready(fake_server, served_name=FakeChat.model, timeout_s=5, poll_s=0.05) >= 0
-    assert serving.probe(fake_server, FakeChat.model) == "echo: Reply with the single word: ready"
-    assert FakeChat.seen[-1] == {
-        "model": FakeChat.model,
+    url = fake_server.url
+    assert serve.wait_ready(url, served_name=SIMULATOR, timeout_s=5, poll_s=0.05) >= 0
+    assert serving.probe(url, SIMULATOR) == "echo: Reply with the single word: ready"
+    assert fake_server.bodies[-1] == {
+        "model": SIMULATOR,
         "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
         "temperature": 0.0,
         "max_tokens": 8,
     }
     with pytest.raises(RuntimeError, match="HTTP 404"):
-        serving.chat(fake_server, "other/model", [{"role": "user", "content": "hi"}])
-    assert len(FakeChat.seen) == 2  # a refused request is not retried
+        serving.chat(url, "other/model", [{"role": "user", "content": "hi"}])
+    assert len(fake_server.bodies) == 2  # a refused request is not retried
 
 
 def _free_port() -> int:
