@@ -77,6 +77,11 @@ def hub_tables() -> dict[str, dict[str, pd.DataFrame]]:
     })  # fmt: skip
     gqa_images = pd.DataFrame({"id": ["n0", "n1", "n2"], "image": [image_cell(40), image_cell(41), image_cell(42)]})
     return {
+        "lmms-lab/MMBench": {
+            "en/dev-00000-of-00001.parquet": mmbench_table(),
+            "en/test-00000-of-00001.parquet": mmbench_table(),
+            "cn/dev-00000-of-00001.parquet": mmbench_table(),
+        },  # fmt: skip
         "lmms-lab/GQA": {
             "testdev_balanced_instructions/testdev-00000-of-00001.parquet": gqa_questions,
             "testdev_balanced_images/testdev-00000-of-00001.parquet": gqa_images,
@@ -95,6 +100,19 @@ def hub_tables() -> dict[str, dict[str, pd.DataFrame]]:
     }
 
 
+def mmbench_table() -> pd.DataFrame:
+    """lmms-lab/MMBench's columns: a 4-option question with a hint, a 2-option one (C, D empty), and a circular copy
+    of the first (index + 1e6, options rotated) as the official TSV carries them."""
+    return pd.DataFrame({
+        "index": [0, 1, 1000000], "question": ["Which animal is it?", "Is the cat black?", "Which animal is it?"],
+        "hint": ["A farm photo.", None, "A farm photo."], "A": ["dog", "yes", "cat"], "B": ["cat", "no", "bird"],
+        "C": ["bird", None, "cow"], "D": ["cow", "nan", "dog"], "answer": ["B", "A", "A"],
+        "category": ["object_localization", "attribute_recognition", "object_localization"],
+        "image": [image_cell(50), image_cell(51), image_cell(50)], "source": ["x"] * 3, "L2-category": ["y"] * 3,
+        "comment": ["-"] * 3, "split": ["dev"] * 3,
+    })  # fmt: skip
+
+
 BENCHES = {
     "gqa": {
         "hub": "lmms-lab/GQA",
@@ -104,6 +122,7 @@ BENCHES = {
     "mme": {"hub": "lmms-lab/MME", "files": ["data/test-*.parquet"]},
     "sqa": {"hub": "lmms-lab/ScienceQA", "files": ["ScienceQA-IMG/test-*.parquet"]},
     "textvqa": {"hub": "lmms-lab/textvqa", "files": ["data/validation-*.parquet"]},
+    "mmbench": {"hub": "lmms-lab/MMBench", "files": ["en/dev-*.parquet"]},
 }
 
 
@@ -177,7 +196,7 @@ def hub(tmp_path, monkeypatch, tiny_llava):
 
 
 PRETRAINED = {"hub": "org/tiny-llava", "repo_type": "model", "revision": SHA, "files": ["*.json", "*.safetensors"],
-              "dtype": "float32", "device": "cpu", "tokens": N, "max_new_tokens": 3}  # fmt: skip
+              "dtype": "float32", "device": "cpu", "tokens": N, "max_new_tokens": 3, "fastv_layer": 1}  # fmt: skip
 SPECFLOW = {"k": 6, "tau": 10.0, "alpha": 0.5, "steps": 2, "m": 2, "delta": None, "symmetric": False,
             "allocation": "quadtree", "sinks": True, "matched": False, "graph": "knn"}  # fmt: skip
 
@@ -188,7 +207,7 @@ def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hu
     paper.download_model(PRETRAINED, str(cache), str(pj))
     counts = {name: paper.download_benchmark(name, bench(name), str(cache), str(tmp_path / f"{name}.parquet"))
               for name in BENCHES}  # fmt: skip
-    assert counts == {"gqa": 3, "pope": 6, "mme": 4, "sqa": 2, "textvqa": 2}
+    assert counts == {"gqa": 3, "pope": 6, "mme": 4, "sqa": 2, "textvqa": 2, "mmbench": 4 + 2}  # one row a rotation
     assert calls[0] == {"name": "org/tiny-llava", "revision": SHA, "patterns": ["*.json", "*.safetensors"],
                         "repo_type": "model"}  # fmt: skip
     written = {c["name"]: c["written"] for c in calls[1:]}
@@ -198,7 +217,8 @@ def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hu
                        "lmms-lab/POPE": ["data/test-00000-of-00001.parquet"],
                        "lmms-lab/MME": ["data/test-00000-of-00001-abc.parquet"],
                        "lmms-lab/ScienceQA": ["ScienceQA-IMG/test-00000-of-00001.parquet"],
-                       "lmms-lab/textvqa": ["data/validation-00000-of-00001.parquet"]}  # fmt: skip
+                       "lmms-lab/textvqa": ["data/validation-00000-of-00001.parquet"],
+                       "lmms-lab/MMBench": ["en/dev-00000-of-00001.parquet"]}  # fmt: skip
     assert json.loads(pj.read_text())["folder"].endswith(f"models/org--tiny-llava/{SHA}")
     assert all(read_frame(tmp_path / f"{name}.parquet")[0].qid.is_unique for name in BENCHES)
     frame, meta = read_frame(tmp_path / "sqa.parquet")
@@ -220,6 +240,17 @@ def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hu
     assert json.loads(tv.answers[0]) == ["cat"] * 4 + ["dog"] * 6
     limited = paper.download_benchmark("pope", bench("pope", limit=2), str(cache), str(tmp_path / "p2.parquet"))
     assert limited == 2
+    mmb, meta = read_frame(tmp_path / "mmbench.parquet")  # the circular copy dropped, the rotations rebuilt
+    assert list(mmb.qid) == ["0/0", "0/1", "0/2", "0/3", "1/0", "1/1"] and list(mmb.group) == ["0"] * 4 + ["1"] * 2
+    assert mmb.question[1] == ("A farm photo.\nWhich animal is it?\nA. cat\nB. bird\nC. cow\nD. dog\n"
+                               "Answer with the option's letter from the given choices directly.")  # fmt: skip
+    assert mmb.question[4] == ("Is the cat black?\nA. yes\nB. no\n"
+                               "Answer with the option's letter from the given choices directly.")  # fmt: skip
+    assert [json.loads(a)[0] for a in mmb.answers] == ["B", "A", "D", "C", "A", "B"]
+    assert json.loads(mmb.answers[1])[1] == {"A": "cat", "B": "bird", "C": "cow", "D": "dog"}
+    assert mmb.image[0] == png(50) and meta["kind"] == "mmbench"
+    one = paper.download_benchmark("mmbench", bench("mmbench", limit=1), str(cache), str(tmp_path / "m1.parquet"))
+    assert one == 4  # `limit` counts questions: all four rotations of the first
 
 
 def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_path, monkeypatch):
@@ -268,8 +299,8 @@ def test_the_hook_feeds_llava_what_its_own_forward_does_and_condenses_to_the_bud
     fed = {m: llava.answer(model, png(3), question, m, 8, cfg, 0, 2)["k_fed"]
            for m in ("full", "topk", "visionzip", "specflow", "specflow_matched")}  # fmt: skip
     assert fed == {"full": N, "topk": 8, "visionzip": 8, "specflow": 10, "specflow_matched": 8}
-    with pytest.raises(ValueError, match="inside the language model"):
-        llava.answer(model, png(3), question, "fastv", 8, cfg, 0, 2)
+    fastv = llava.answer(model, png(3), question, "fastv", 8, {**cfg, "pretrained": PRETRAINED}, 0, 2)
+    assert fastv["k_fed"] == 8 and isinstance(fastv["prediction"], str)
 
 
 def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub, tmp_path):
@@ -365,8 +396,7 @@ def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (("            specflow, specflow_noheat, specflow_topk, specflow_matched]",
-          "            specflow, specflow_noheat, specflow_topk, specflow_matched, fastv]"), "fastv"),
+        (("    fastv_layer: 2 ", "    fastv_layr: 2 "), "fastv_layr"),
         (("      kind: textvqa\n", "      kind: vqav2\n"), "kind"),
         (("    revision: a272c74b2481d8aff3aa6fc2c4bf891fe57334fb", "    revision: main"), "revision"),
         (("    tokens: 576 ", "    tokenz: 576 "), "tokenz"),
@@ -416,3 +446,132 @@ def test_a_question_whose_image_is_missing_is_refused(tmp_path):
         bm.read_parquet_files(tmp_path, ["q/*.parquet", "i/*.parquet"])
     with pytest.raises(FileNotFoundError, match=r"no parquet file .* matches \['x/\*.parquet'\]"):
         bm.read_parquet_files(tmp_path, ["x/*.parquet"])
+
+
+# MMBench (CircularEval) and FastV inside the language model
+
+
+def test_mmbench_rotations_and_the_option_parser_follow_llava_and_the_official_rules():
+    assert bm.rotations(["dog", "cat", "bird", "cow"], "C") == [
+        (["dog", "cat", "bird", "cow"], "C"), (["cat", "bird", "cow", "dog"], "B"),
+        (["bird", "cow", "dog", "cat"], "A"), (["cow", "dog", "cat", "bird"], "D"),
+    ]  # fmt: skip
+    assert bm.rotations(["yes", "no"], "B") == [(["yes", "no"], "B"), (["no", "yes"], "A")]
+    with pytest.raises(ValueError, match="names no option"):
+        bm.rotations(["yes", "no"], "C")
+    assert (
+        bm.mmbench_prompt("mmbench_cn", "它是什么?", float("nan"), ["猫", "狗"])
+        == "它是什么?\nA. 猫\nB. 狗\n请直接回答选项字母。"
+    )
+    choices = {"A": "dog", "B": "cat", "C": "bird", "D": "cow"}
+    cases = {
+        "C": "C", "C.": "C", "(B) cat": "B", "The answer is D": "D", "B: cat": "B",
+        "A": "A", "A cat sits on a mat": "B",  # 'A' among > 3 words is an article: the option text decides
+        "A or B": "", "It could be a dog or a cat": "", "the bird": "C", "": "",
+        "Sorry, I can't help with images of people yet.": "Z", "Z": "Z",
+    }  # fmt: skip
+    assert {text: bm.infer_option(text, choices) for text in cases} == cases
+
+
+def test_circular_eval_counts_a_question_only_when_every_rotation_is_right():
+    choices = {"A": "dog", "B": "cat"}
+
+    def row(prediction, truth, group):
+        return {"prediction": prediction, "answers": json.dumps([truth, choices]), "category": "c", "group": group}
+
+    frame = pd.DataFrame([row("A", "A", "q0"), row("B", "B", "q0"),  # both rotations right
+                          row("cat", "B", "q1"), row("B", "A", "q1"),  # one wrong: the question fails
+                          row("I think A or B", "A", "q2"), row("A", "A", "q2"),  # unparsed: counts wrong
+                          row("dog", "A", "q3"), row("(A)", "A", "q3")])  # fmt: skip
+    hits = bm.circular_hits(frame)
+    assert hits.to_dict() == {"q0": True, "q1": False, "q2": False, "q3": True}
+    assert bm.score("mmbench", frame) == pytest.approx(50.0)
+    assert bm.score("mmbench", frame.assign(prediction=["A", "B", "B", "A", "A", "A", "A", "A"])) == 100.0
+
+
+@pytest.fixture(scope="module")
+def fastv_case(tiny_llava):
+    from paperflow.specflow import llava
+
+    model = llava.load(str(tiny_llava), "float32", torch.device("cpu"))
+    question = "is there a cat"
+    px = llava.pixels(model, png(3))
+    embeds = llava.prompt_embeds(model, question, torch.from_numpy(llava.vision_tokens(model, px).z).float())
+    return model, question, px, embeds, llava.image_start(model, question)
+
+
+def test_fastv_keeping_every_token_is_the_unpruned_model(fastv_case):
+    """Keep ratio 1.0: the first logits equal LlavaForConditionalGeneration's own forward (input ids with N image
+    tokens + pixel values), and the greedy tokens decoded on the cache equal `generate`'s."""
+    from paperflow.specflow import llava
+
+    model, question, px, embeds, start = fastv_case
+    ids, info = llava.fastv_generate(model, embeds, start, N, N, 1, 4)
+    tok, image_id = model.tokenizer, model.model.config.image_token_id
+    before, after = llava.PROMPT.format(question=question).split(llava.IMAGE)
+    prompt = tok(before)["input_ids"] + [image_id] * N + tok(after, add_special_tokens=False)["input_ids"]
+    assert prompt[start : start + N] == [image_id] * N and start == len(tok(before)["input_ids"])
+    with torch.no_grad():
+        own = model.model(input_ids=torch.tensor([prompt]), pixel_values=px).logits[0, -1]
+    torch.testing.assert_close(info["logits"][0], own, rtol=1e-5, atol=1e-5)
+    mask = torch.ones(embeds.shape[:2], dtype=torch.long)
+    ref = model.model.generate(inputs_embeds=embeds, attention_mask=mask, max_new_tokens=4, do_sample=False,
+                               pad_token_id=0)  # fmt: skip
+    assert ids == ref[0].tolist() and info["cache"] == [len(prompt)] * 2
+
+
+def test_fastv_prunes_to_the_budget_after_layer_k_keeping_the_top_attention_tokens(fastv_case):
+    from paperflow.specflow import llava
+
+    model, _, _, embeds, start = fastv_case
+    length, budget = embeds.shape[1], 5
+    seen: list[int] = []
+    layers = model.model.model.language_model.layers
+    hooks = [layer.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[1])) for layer in layers]
+    try:
+        ids, info = llava.fastv_generate(model, embeds, start, N, budget, 1, 3)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    pruned = length - N + budget
+    assert seen[:2] == [length, pruned]  # prefill: layer 1 (<= K) every token, layer 2 (> K) the budget
+    assert seen[2:] == [1, 1] * (len(ids) - 1)  # decoding: one query per layer
+    assert info["cache"] == [length, pruned]
+    kept = info["kept"]
+    image = kept[(kept >= start) & (kept < start + N)]
+    assert len(image) == budget and len(kept) == pruned
+    # the model's own eager attention of layer K (1-based), the prompt's last row, heads averaged
+    lm = model.model.model.language_model
+    impl, lm.config._attn_implementation = lm.config._attn_implementation, "eager"
+    try:
+        with torch.no_grad():
+            att = model.model(inputs_embeds=embeds, output_attentions=True).attentions[0][0, :, -1].mean(0)
+    finally:
+        lm.config._attn_implementation = impl
+    assert set(image.tolist()) == set((att[start : start + N].topk(budget).indices + start).tolist())
+    # hand-made: 2 text tokens, 4 image tokens, 1 text token; keep the 2 most attended image tokens
+    hand = llava.fastv_keep(torch.tensor([0.5, 0.1, 0.05, 0.2, 0.01, 0.3, 0.9]), 2, 4, 2)
+    assert hand.tolist() == [0, 1, 3, 5, 6]
+    with pytest.raises(ValueError, match="budget 5 outside 1..4"):
+        llava.fastv_keep(torch.zeros(7), 2, 4, 5)
+    with pytest.raises(ValueError, match="fastv_layer 2 must lie in 1..1"):
+        llava.fastv_generate(model, embeds, start, N, budget, 2, 3)
+
+
+def test_mmbench_and_fastv_run_download_evaluate_score_on_a_tiny_llava(hub, tmp_path):
+    _, cache = hub
+    pj = str(tmp_path / "pretrained.json")
+    paper.download_model(PRETRAINED, str(cache), pj)
+    questions = str(tmp_path / "mmbench.parquet")
+    paper.download_benchmark("mmbench", bench("mmbench"), str(cache), questions)
+    cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0]}
+    answers = {}
+    for method, k in (("full", N), ("fastv", 4)):
+        answers[(method, k)] = str(tmp_path / f"{method}_k{k}.parquet")
+        paper.evaluate(method, k, pj, questions, cfg, answers[(method, k)])
+    got, meta = read_frame(answers[("fastv", 4)])
+    assert meta["kind"] == "mmbench" and list(got.k_fed) == [4] * 6 and list(got.group) == ["0"] * 4 + ["1"] * 2
+    scores = paper.score_benchmark(answers)
+    assert list(scores.method) == ["fastv", "full"] and list(scores.questions) == [6, 6]
+    expected = [100 * float(bm.circular_hits(read_frame(answers[key])[0]).mean()) for key in sorted(answers)]
+    assert list(scores.score) == expected

@@ -4,8 +4,11 @@ one question table (LLaVA-1.5's prompts), and each benchmark's official score co
 Kinds (the `kind` key of a `benchmarks` entry): `gqa` (testdev-balanced, exact match; lmms-lab keeps the questions
 and the images in two tables joined on the image id), `pope` (F1 with "yes" positive, averaged over the
 adversarial, popular and random splits), `mme` (perception + cognition: per subtask accuracy + accuracy+ over the
-image's two questions, summed), `sqa` (ScienceQA-IMG, option-letter accuracy) and `textvqa` (VQA soft accuracy
-min(#annotators agreeing / 3, 1)). Scores are percentages except MME (points out of 2800), as in Table 1.
+image's two questions, summed), `sqa` (ScienceQA-IMG, option-letter accuracy), `textvqa` (VQA soft accuracy
+min(#annotators agreeing / 3, 1)) and `mmbench` / `mmbench_cn` (MMBench dev, CircularEval: every question asked once
+per option with the options rotated, correct only when every rotation is; the option read from the completion by the
+official evaluator's rule matching, no GPT judge). Scores are percentages except MME (points out of 2800), as in
+Table 1.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ import pandas as pd
 
 from paperflow.core.config import ConfigError
 
-KINDS = ("gqa", "pope", "mme", "sqa", "textvqa")
+KINDS = ("gqa", "pope", "mme", "sqa", "textvqa", "mmbench", "mmbench_cn")
 SHORT = "Answer the question using a single word or phrase."  # LLaVA-1.5's eval prompt (POPE, MME, TextVQA)
 LETTERS = "ABCDEFGHIJ"
 SQA_SUFFIX = "Answer with the option's letter from the given choices directly."
+# LLaVA-1.5's MMBench prompts (llava/eval/model_vqa_mmbench.py with --single-pred-prompt, --lang en / cn)
+MMBENCH_SUFFIX = {"mmbench": SQA_SUFFIX, "mmbench_cn": "请直接回答选项字母。"}
+MMBENCH_OPTIONS = "ABCD"
+CIRCULAR = 1_000_000  # MMBench's circular copies carry index + r * 1e6: the base question is index % 1e6
 QUESTION_COLUMNS = ["qid", "image", "question", "answers", "category", "group"]
 
 
@@ -83,6 +90,8 @@ def questions(kind: str, rows: pd.DataFrame) -> pd.DataFrame:
                    answers=[json.dumps([LETTERS[int(a)]]) for a in rows["answer"]],
                    category=rows.get("category", pd.Series("sqa", index=rows.index)).astype(str),
                    group=pd.Series(rows.index, index=rows.index).astype(str))  # fmt: skip
+    elif kind in MMBENCH_SUFFIX:
+        return mmbench_questions(kind, rows)
     elif kind == "textvqa":
         qid = rows["question_id"].astype(str)
         out = dict(qid=qid, question=rows["question"].str.strip() + "\n" + SHORT,
@@ -100,6 +109,104 @@ def sqa_prompt(question: str, choices: list[str], hint: str | None) -> str:
     context = f"Context: {hint.strip()}\n" if isinstance(hint, str) and hint.strip() else ""
     options = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
     return f"{context}{question.strip()}\n{options}\n{SQA_SUFFIX}"
+
+
+def is_none(value) -> bool:
+    """An empty MMBench cell (LLaVA's `is_none`): None, NaN, or the strings 'nan' / 'none'."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return True
+    return isinstance(value, str) and value.strip().lower() in ("nan", "none")
+
+
+def mmbench_options(row) -> list[str]:
+    """The options A, B, ... of an MMBench row, up to the first empty one (LLaVA's `get_options`)."""
+    out = []
+    for letter_ in MMBENCH_OPTIONS:
+        if letter_ not in row or is_none(row[letter_]):
+            break
+        out.append(str(row[letter_]))
+    return out
+
+
+def mmbench_prompt(kind: str, question: str, hint, options: list[str]) -> str:
+    """LLaVA-1.5's MMBench prompt: the hint (when present) and the question, the options lettered A, B, ... in the
+    order given, then the letter instruction (each joined by a newline)."""
+    text = str(question) if is_none(hint) else f"{hint}\n{question}"
+    for letter_, option in zip(MMBENCH_OPTIONS, options):
+        text += f"\n{letter_}. {option}"
+    return f"{text}\n{MMBENCH_SUFFIX[kind]}"
+
+
+def rotations(options: list[str], answer: str) -> list[tuple[list[str], str]]:
+    """CircularEval's passes of one question: for r = 0 .. n - 1 the options rotated left by r (LLaVA's
+    `options[1:] + options[:1]` per round) and the letter the correct option then carries."""
+    n = len(options)
+    correct = MMBENCH_OPTIONS.index(answer)
+    if correct >= n:
+        raise ValueError(f"answer {answer!r} names no option of {options}")
+    return [(options[r:] + options[:r], MMBENCH_OPTIONS[(correct - r) % n]) for r in range(n)]
+
+
+def mmbench_questions(kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (question, rotation) of MMBench's base questions (index < 1e6; the Hub's circular copies, index +
+    r * 1e6, are dropped and the rotations rebuilt here so that each pass's letter is known): qid `index/r`,
+    answers = JSON [correct letter, {letter: option text}] (the text for the scorer's option matching), group =
+    the base index (CircularEval's unit), category = MMBench's ability category."""
+    base = rows[rows["index"].astype(int) < CIRCULAR]
+    out = []
+    for _, row in base.iterrows():
+        index = int(row["index"])
+        for r, (options, answer) in enumerate(rotations(mmbench_options(row), str(row["answer"]).strip())):
+            out.append({
+                "qid": f"{index}/{r}", "image": _image_bytes(row["image"]),
+                "question": mmbench_prompt(kind, row["question"], row.get("hint"), options),
+                "answers": json.dumps([answer, dict(zip(MMBENCH_OPTIONS, options))], ensure_ascii=False),
+                "category": str(row["category"]), "group": str(index),
+            })  # fmt: skip
+    return pd.DataFrame(out, columns=QUESTION_COLUMNS)
+
+
+# the official evaluator's refusals, read as option Z (VLMEvalKit `can_infer_option`)
+REFUSALS = (
+    "Sorry, I can't help with images of people yet.",
+    "I can't process this file.",
+    "I'm sorry, but without the image provided",
+    "Cannot determine the answer",
+)
+
+
+def infer_option(prediction: str, choices: dict[str, str]) -> str:
+    """The option a completion names, by the rules the official MMBench evaluator (VLMEvalKit `can_infer`) applies
+    before its GPT judge: (1) a refusal phrase -> 'Z'; the text with .()[],:;!*#{} turned to spaces and split on
+    spaces; exactly one option letter among the words -> that letter, except a lone 'A' in more than three words
+    (an article); no letter but a 'Z' word -> 'Z'; (2) else exactly one option whose text (lower case) occurs in the
+    completion (lower case) -> its letter; (3) else '' (the GPT judge is not run: the pass counts wrong, as the
+    evaluator's exact-matching policy counts it)."""
+    text = str(prediction)
+    if any(r in text for r in REFUSALS):
+        return "Z"
+    for ch in ".()[],:;!*#{}":
+        text = text.replace(ch, " ")
+    words = text.split()
+    hits = [c for c in choices if c in words]
+    if len(hits) == 1:
+        if not ("A" in words and len(words) > 3):
+            return hits[0]
+    elif not hits and "Z" in words:
+        return "Z"
+    lowered = str(prediction).lower()
+    found = [c for c, option in choices.items() if str(option).lower() in lowered]
+    return found[0] if len(found) == 1 else ""
+
+
+def circular_hits(frame: pd.DataFrame) -> pd.Series:
+    """CircularEval per base question (group): True when every rotation's inferred option is its correct letter."""
+    parsed = [json.loads(a) for a in frame["answers"]]
+    correct = pd.Series(
+        [infer_option(p, choices) == truth for p, (truth, choices) in zip(frame["prediction"], parsed)],
+        index=frame.index,
+    )
+    return correct.groupby(frame["group"]).all()
 
 
 def yes_no(text: str) -> str:
@@ -159,6 +266,8 @@ def score(kind: str, frame: pd.DataFrame) -> float:
         return total
     if kind == "sqa":
         return 100 * float((frame["prediction"].map(letter) == truth).mean())
+    if kind in MMBENCH_SUFFIX:
+        return 100 * float(circular_hits(frame).mean())
     if kind == "textvqa":
         return 100 * float(
             np.mean([vqa_accuracy(p, json.loads(a)) for p, a in zip(frame["prediction"], frame["answers"])])

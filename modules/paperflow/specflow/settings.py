@@ -23,9 +23,8 @@ BASELINE_METHODS = ("full", "random", "uniform_pool", "topk", "hired", "visionzi
 METHODS = (*BASELINE_METHODS, "fastv", *VARIANTS)
 # the gated claims compare these (spec sections 7 and 11)
 GATED = ("full", "topk", "fastv", "specflow", "specflow_noheat", "specflow_topk")
-# at paper scale (source.kind llava) the claims compare these; FastV prunes inside the LLM and is not wired there
+# at paper scale (source.kind llava) the claims compare these (FastV runs there too, inside the LLM: llava.py)
 PAPER_GATED = ("full", "topk", "visionzip", "specflow")
-PAPER_UNWIRED = ("fastv",)
 
 
 def method_kind(method: str) -> str:
@@ -76,22 +75,20 @@ def check(cfg: dict[str, Any], source: str) -> None:
 
 
 def check_paper(cfg: dict[str, Any], source: str) -> None:
-    """source.kind llava: `pretrained` and `benchmarks` present, no method that prunes inside the LLM, the paper's
-    comparisons present."""
+    """source.kind llava: `pretrained` and `benchmarks` present, the paper's comparisons present."""
     from paperflow.specflow.benchmarks import KINDS
 
     for key in ("pretrained", "benchmarks"):
         if not cfg.get(key):
             raise ConfigError(f"{source}: source.kind llava needs the `{key}` block (see the paper block)")
-    known = [m for m in METHODS if m not in PAPER_UNWIRED]
     require_choices(
         cfg["methods"],
         source=source,
         key="methods",
-        known=known,
+        known=METHODS,
         required=PAPER_GATED,
         noun="method",
-        why="the paper-scale claims compare them (fastv prunes inside the LLM: not wired at paper scale)",
+        why="the paper-scale claims compare them",
     )
     for name, bench in cfg["benchmarks"].items():
         if bench["kind"] not in KINDS:
