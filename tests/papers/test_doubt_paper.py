@@ -421,11 +421,18 @@ def test_the_paper_config_resolves_and_bad_paper_keys_are_named(repo_copy):
     cfg = load_paper_config("doubt", "paper")
     assert cfg["sampling"]["top_p"] == 0.99 and cfg["sampling"]["max_new_tokens"] == 128
     assert all(v["device"] == "cuda" for v in cfg["vlms"].values()) and cfg["judge"]["device"] == "cuda"
+    from paperflow.doubt.settings import check
+
+    without_nli = {k: v for k, v in cfg.items() if k != "nli"}
+    with pytest.raises(ConfigError, match=r"methods \['se_plain', 'se_oub', 'oub_se'\] cluster by entailment"):
+        check(without_nli, "doubt.yaml")
+    check({**without_nli, "methods": ["doubt", "se_exact"]}, "doubt.yaml")  # no SE by entailment: no NLI needed
     path = repo_copy / "config" / "doubt.yaml"
     text = path.read_text()
     for old, new, message in (
-        ("methods: [doubt, vmf_plain, vmf_oub, doubt_nodebias, se_exact,", "methods: [doubt, se_plain, vmf_oub, "
-         "doubt_nodebias, se_exact,", r"\['se_plain'\] are not wired at paper scale"),
+        ("      max_memory_per_gpu: 70GiB", "      no_memory_per_gpu: 70GiB",
+         r"no_memory_per_gpu"),  # a misspelt key (schema)
+        ("      max_memory_per_gpu: 70GiB", "      #", r"vlms\.Qwen2-VL-72B-Instruct\.gpus = 4 .*max_memory_per_gpu"),
         ("    MMVet:\n", "    POPE:\n", r"benchmarks \['POPE'\] have no reader"),
         ("revision: 895c3a49bc3fa70a340399125c650a463535e71c", "revision: main", "revision"),
     ):  # fmt: skip
@@ -436,7 +443,7 @@ def test_the_paper_config_resolves_and_bad_paper_keys_are_named(repo_copy):
     path.write_text(text)
 
 
-def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_and_embedding_only(dry_repo):
+def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_embedding_and_entailment_only(dry_repo):
     from conftest import run_snakemake
 
     from paperflow.core.plan import parse_dry_run
@@ -457,14 +464,294 @@ def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_and_embedding_only(dr
         "doubt_label": str(v * mc * s),
         "doubt_judge": str(v * ff * s),
         "doubt_embed": str(v * (mc + ff) * s),
+        "doubt_download_nli": "1",
+        "doubt_entail": str(v * (mc + ff) * s),
         "doubt_score": str(v * (mc + ff) * s * len(cfg["methods"])),
         "doubt_evaluate": "1",
         "doubt_report": "1",
     }
-    gpus = {}
-    for job in parse_dry_run(proc.stdout):
+    gpus, jobs = {}, parse_dry_run(proc.stdout)
+    for job in jobs:
         gpus.setdefault(job.rule, set()).add(job.gpus)
-    heavy = ("doubt_sample", "doubt_judge", "doubt_embed")
+    heavy = ("doubt_judge", "doubt_embed", "doubt_entail")
     assert all(gpus[r] == {1} for r in heavy)
-    assert all(g == {0} for r, g in gpus.items() if r not in heavy)
+    assert all(g == {0} for r, g in gpus.items() if r not in (*heavy, "doubt_sample"))
+    # sampling: each MLLM's own GPU count (4 for the 72B model), on one node
+    sampled = [j for j in jobs if j.rule == "doubt_sample"]
+    assert {j.wildcards["vlm"]: j.gpus for j in sampled} == {n: e.get("gpus", 1) for n, e in cfg["vlms"].items()}
+    assert max(j.gpus for j in sampled) == 4 and all(j.resources["nodes"] == "1" for j in sampled)
     assert json.loads(json.dumps(sorted(gpus)))  # every rule appeared
+
+
+# ---- several GPUs per MLLM, the remaining native model types, semantic entropy by entailment --------------------
+
+
+def test_a_vlm_on_several_gpus_is_sharded_with_device_map_and_max_memory_per_gpu():
+    big = {"device": "cuda", "gpus": 4, "max_memory_per_gpu": "70GiB"}
+    assert paper.placement({"device": "cuda"}, "vlms.small", visible=0) == {}  # one GPU: moved with .to(device)
+    assert paper.placement(big, "vlms.big", visible=8) == {
+        "device_map": "auto",
+        "max_memory": {0: "70GiB", 1: "70GiB", 2: "70GiB", 3: "70GiB"},
+    }
+    with pytest.raises(ConfigError, match=r"vlms\.big\.gpus = 4 but this job sees 2 CUDA device"):
+        paper.placement(big, "vlms.big", visible=2)
+    with pytest.raises(ConfigError, match=r"vlms\.big\.max_memory_per_gpu is missing"):
+        paper.placement({"device": "cuda", "gpus": 2}, "vlms.big", visible=2)
+    with pytest.raises(ConfigError, match=r"vlms\.big\.device must be 'cuda'"):
+        paper.placement({**big, "device": "cpu"}, "vlms.big", visible=4)
+    paper.check_device_map({"vision_tower": 0, "language_model.layers.0": 1, "lm_head": "cuda:3"}, "vlms.big")
+    with pytest.raises(RuntimeError, match=r"vlms\.big: .*placed on \['cpu', 'disk'\].*max_memory_per_gpu"):
+        paper.check_device_map({"a": 0, "b": "cpu", "c": "disk"}, "vlms.big")
+
+
+def save_tiny_llava_next(folder: Path) -> None:
+    """A tiny LLaVA-NeXT (CLIP tower, anyres grid pinpoints, Llama) and its processor (PIL image backend)."""
+    import torch
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextProcessor,
+    )
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+    tok, grid = word_tokenizer(), [[28, 28], [28, 56]]
+    cfg = LlavaNextConfig(
+        vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                       num_attention_heads=2, image_size=28, patch_size=14),
+        text_config=LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512),
+        image_token_index=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=grid, vision_feature_layer=-2,
+        image_seq_length=4, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlavaNextForConditionalGeneration(cfg).save_pretrained(folder)
+    images = LlavaNextImageProcessorPil(
+        size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}, image_grid_pinpoints=grid
+    )
+    LlavaNextProcessor(image_processor=images, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
+                       chat_template=CHAT, num_additional_image_tokens=1).save_pretrained(folder)  # fmt: skip
+
+
+def test_a_tiny_llava_next_loads_and_samples_through_the_vlm_sampler(tmp_path):
+    from PIL import Image
+
+    save_tiny_llava_next(tmp_path / "next")
+    info = {"hub": "org/tiny-next", "revision": SHA, "folder": str(tmp_path / "next")}
+    vlm = paper.VLM(info, {**VLM_SPEC, "batch_size": 2}, device=__import__("torch").device("cpu"), key="vlms.next")
+    assert type(vlm.model).__name__ == "LlavaNextForConditionalGeneration"
+    image = Image.open(io.BytesIO(png(0))).convert("RGB")
+    __import__("torch").manual_seed(0)
+    got = vlm.generate("the answer", image, 3, temperature=0.5, max_new_tokens=3, top_k=10, top_p=0.99)
+    assert len(got) == 3 and all(isinstance(a, str) for a in got)
+
+
+def test_tiny_qwen2_vl_and_internvl_models_load_natively_and_sample_on_the_cpu(tmp_path):
+    """Their processors need torchvision (absent from this venv: refused by name above); the models load through
+    the sampler's loader and generate from hand-built inputs (the image placeholder tokens the processor writes)."""
+    import torch
+    from PIL import Image
+    from transformers import (
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+    )
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tok = word_tokenizer()
+    special = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<IMG_CONTEXT>"]
+    tok.add_tokens(special, special_tokens=True)
+    sid = {t: tok.convert_tokens_to_ids(t) for t in special}
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=2, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    Qwen2VLForConditionalGeneration(Qwen2VLConfig(
+        text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2, in_chans=3),
+        image_token_id=sid["<|image_pad|>"], video_token_id=sid["<|video_pad|>"],
+        vision_start_token_id=sid["<|vision_start|>"], vision_end_token_id=sid["<|vision_end|>"],
+    )).save_pretrained(tmp_path / "qwen2_vl")  # fmt: skip
+    InternVLForConditionalGeneration(InternVLConfig(
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=[28, 28], patch_size=[14, 14]),
+        text_config={**text, "model_type": "qwen2"}, image_token_id=sid["<IMG_CONTEXT>"], downsample_ratio=0.5,
+    )).save_pretrained(tmp_path / "internvl")  # fmt: skip
+    spec, cpu = {"dtype": "float32", "device": "cpu"}, torch.device("cpu")
+    prompt = tok("USER: the answer", add_special_tokens=False)["input_ids"]
+    image = Image.open(io.BytesIO(png(0))).convert("RGB")
+    pixels = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=56 * 56)(images=[image], return_tensors="pt")
+    tokens = int(pixels["image_grid_thw"].prod()) // 4  # merged 2 x 2 patches
+    inputs = {
+        "qwen2_vl": {
+            "input_ids": [sid["<|vision_start|>"]] + [sid["<|image_pad|>"]] * tokens + [sid["<|vision_end|>"]] + prompt,
+            "pixel_values": pixels["pixel_values"],
+            "image_grid_thw": pixels["image_grid_thw"],
+        },
+        "internvl": {"input_ids": [sid["<IMG_CONTEXT>"]] + prompt, "pixel_values": torch.randn(1, 3, 28, 28)},
+    }
+    for kind, inp in inputs.items():
+        model = paper.load_vlm_model(str(tmp_path / kind), spec, f"vlms.{kind}", cpu)
+        assert model.config.model_type == kind and not model.training
+        ids = torch.tensor([inp.pop("input_ids")])
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **inp, do_sample=True,
+                             temperature=0.5, top_k=10, max_new_tokens=3)  # fmt: skip
+        assert out.shape == (1, ids.shape[1] + 3)
+
+
+def test_entailment_clusters_follow_hand_made_decisions():
+    from paperflow.doubt import entailment, scores
+
+    # a fake NLI: "cat" and "a cat" entail each other, "a cat" entails "an animal" but not back, "dog" nothing
+    entails = {("cat", "a cat"), ("a cat", "cat"), ("a cat", "an animal")}
+    asked = []
+
+    def judge(pairs):
+        asked.extend(pairs)
+        return [p in entails for p in pairs]
+
+    answers = ["a cat", "dog", "cat", "an animal", "cat", "dog"]
+    got = entailment.clusters(answers, judge)
+    assert got == [0, 1, 0, 2, 0, 1]  # one-way entailment is not the same meaning
+    assert len(asked) == len(set(asked)) == 4 * 3  # each ordered pair of the 4 distinct strings once
+    assert scores.semantic_entropy(got) == pytest.approx(
+        -(0.5 * np.log2(0.5) + 2 / 6 * np.log2(2 / 6) + 1 / 6 * np.log2(1 / 6))
+    )
+    same = entailment.equivalence(["a cat", "cat", "dog"], judge)
+    assert same.tolist() == [[True, True, False], [True, True, False], [False, False, True]]
+    assert entailment.entailment_label({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == 2
+    with pytest.raises(ValueError, match="no single 'entailment' class"):
+        entailment.entailment_label({0: "LABEL_0", 1: "LABEL_1"})
+
+
+def test_with_string_equality_as_entailment_semantic_entropy_equals_the_exact_string_variant():
+    from paperflow.doubt import entailment, scores
+
+    rng = np.random.default_rng(0)
+    words = ["red", "blue", "it is red", "green"]
+    for _ in range(20):
+        answers = [words[k] for k in rng.integers(0, 4, size=10)]
+        se = scores.semantic_entropy(entailment.clusters(answers, lambda pairs: [p == h for p, h in pairs]))
+        assert se == pytest.approx(scores.semantic_entropy(answers), abs=1e-12)
+
+
+def save_tiny_nli(folder: Path, verdict: int) -> None:
+    """A tiny DeBERTa MNLI-style classifier (CONTRADICTION, NEUTRAL, ENTAILMENT) whose head's bias makes class
+    `verdict` win on every pair, and its tokenizer."""
+    import torch
+    from transformers import DebertaConfig, DebertaForSequenceClassification
+
+    from paperflow.core.lm.tokenizer import save_tokenizer
+
+    tok = word_tokenizer()
+    cfg = DebertaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, max_position_embeddings=128, num_labels=3, pad_token_id=tok.pad_token_id,
+                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})  # fmt: skip
+    torch.manual_seed(0)
+    model = DebertaForSequenceClassification(cfg)
+    with torch.no_grad():
+        model.classifier.bias.copy_(torch.full((3,), -50.0).index_fill_(0, torch.tensor([verdict]), 50.0))
+    model.save_pretrained(folder)
+    save_tokenizer(tok, folder)
+
+
+def test_a_tiny_nli_model_runs_the_entailment_rule_and_semantic_entropy_uses_its_clusters(tmp_path):
+    from paperflow.core.io import write_frame
+    from paperflow.doubt import entailment, scores
+
+    items = pd.DataFrame({"idx": [3, 7], "question": ["What is the cat ?", "Which colour ?"], "kind": bm.FREE_FORM})
+    write_frame(tmp_path / "items.parquet", items, {})
+    samples = pd.DataFrame({
+        "idx": [3, 7], "ans0": ["cat", "red"],
+        "A": [["cat", "a cat", "dog", "cat"], ["red", "red", "red", "red"]],
+        "B": [["dog", "dog", "cat", "a dog"], ["blue", "red", "the answer is red", "red"]],
+    })  # fmt: skip
+    samples.to_parquet(tmp_path / "samples.parquet")
+    strings = sorted({a for s in ("A", "B") for row in samples[s] for a in row})
+    emb = pd.DataFrame({"answer": strings, "vector": list(np.random.default_rng(0).normal(size=(len(strings), 8)))})
+    emb.to_parquet(tmp_path / "emb.parquet")
+    scoring, spec = {"ns": [3, 4], "reps": 2}, {"device": "cpu", "batch_size": 4, "condition_on_question": True}
+    exact = paper.score("se_exact", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
+                        str(tmp_path / "emb.parquet"), scoring, seed=0)  # fmt: skip
+    for verdict, name in ((2, "entails"), (0, "contradicts")):
+        save_tiny_nli(tmp_path / name, verdict)
+        nli_json = tmp_path / f"{name}.json"
+        nli_json.write_text(json.dumps({"hub": "org/nli", "revision": SHA, "folder": str(tmp_path / name)}))
+        judged = paper.entail(str(nli_json), spec, str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"))
+        assert list(judged["idx"]) == [3, 7]
+        model, tok = entailment.load_nli(str(tmp_path / name), "cpu")
+        for _, row in judged.iterrows():  # the stored matrix is the model's own verdicts, both ways
+            k = len(row["answers"])
+            judge = entailment.NLIJudge(
+                model, tok, "cpu", 4, prefix=items.set_index("idx")["question"][row["idx"]] + " "
+            )
+            assert np.array_equal(np.reshape(row["same"], (k, k)), entailment.equivalence(list(row["answers"]), judge))
+        path = tmp_path / f"entail_{name}.parquet"
+        judged.to_parquet(path)
+        se = paper.score("se_plain", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
+                         str(tmp_path / "emb.parquet"), scoring, seed=0, entail_path=str(path))  # fmt: skip
+        if verdict == 2:  # every answer entails every other: one cluster, zero entropy, nothing flagged
+            assert (se["score"] == 0).all() and (se["flag"] == 0).all()
+        else:  # nothing entails: the clusters are the exact strings
+            key = ["n", "rep", "item"]
+            got, want = se.sort_values(key), exact.sort_values(key)
+            assert got[key].to_numpy().tolist() == want[key].to_numpy().tolist()
+            np.testing.assert_allclose(got["score"].to_numpy(), want["score"].to_numpy(), atol=1e-12)
+            assert 0 < got["score"].max()  # the check can fail: the sets are not all uniform
+    oub = paper.score("oub_se", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
+                      str(tmp_path / "emb.parquet"), {"ns": [4], "reps": 1}, seed=0, entail_path=str(path))  # fmt: skip
+    expected = [np.mean([scores.semantic_entropy(list(samples[s][i])) for s in ("A", "B")]) for i in range(2)]
+    np.testing.assert_allclose(oub.sort_values("item")["score"].to_numpy(), expected, atol=1e-12)
+    with pytest.raises(ValueError, match="clusters by entailment"):
+        paper.score("se_plain", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
+                    str(tmp_path / "emb.parquet"), scoring, seed=0)  # fmt: skip
+
+
+def test_internvl2_tiles_follow_the_codes_load_image():
+    from PIL import Image
+
+    assert paper.closest_grid(3.0, 60, 20, 28, 4) == (3, 1)
+    assert paper.closest_grid(1.0, 100, 100, 28, 4) == (2, 2)  # a tie with (1, 1): the large image takes the grid
+    assert paper.closest_grid(1.0, 20, 20, 28, 4) == (1, 1)
+    colour = (200, 30, 90)
+    wide = paper.internvl_tiles(Image.new("RGB", (60, 20), colour), size=28, max_tiles=4)
+    assert tuple(wide.shape) == (4, 3, 28, 28) and str(wide.dtype) == "torch.float32"  # 3 tiles + the thumbnail
+    want = (np.array(colour) / 255.0 - np.array(paper.IMAGENET_MEAN)) / np.array(paper.IMAGENET_STD)
+    np.testing.assert_allclose(wide.numpy()[:, :, 5, 7].T, np.repeat(want[:, None], 4, axis=1), atol=1e-6)
+    assert tuple(paper.internvl_tiles(Image.new("RGB", (20, 20)), size=28, max_tiles=4).shape) == (1, 3, 28, 28)
+
+
+def test_internvl2_samples_one_chat_call_per_answer_with_the_codes_generation_config(monkeypatch, tmp_path):
+    import importlib.util
+
+    import torch
+    from PIL import Image
+
+    calls = []
+
+    class FakeChat:  # InternVL2's remote model: chat(tokenizer, pixel_values, question, generation_config)
+        def chat(self, tokenizer, pixel_values, question, generation_config):
+            calls.append((tokenizer, tuple(pixel_values.shape), pixel_values.dtype, question, generation_config))
+            return f" answer {len(calls)} "
+
+    spec = {"dtype": "bfloat16", "max_tiles": 4, "image_size": 28}
+    chat = paper.InternVLChat(FakeChat(), "tok", spec, torch.device("cpu"))
+    got = chat.generate("Q?", Image.new("RGB", (60, 20)), 2, 0.5, 128, top_k=10, top_p=0.99, num_beams=1)
+    assert got == ["answer 1", "answer 2"]
+    config = {"max_new_tokens": 128, "do_sample": True, "temperature": 0.5, "top_k": 10, "top_p": 0.99, "num_beams": 1}
+    assert calls == [("tok", (4, 3, 28, 28), torch.bfloat16, "Q?", config)] * 2
+    with pytest.raises(ConfigError, match=r"vlms\.x\.backend = 'remote'; choose one of \['native', 'internvl_chat'\]"):
+        paper.load_vlm({"hub": "o/x", "revision": SHA, "folder": "."}, {"backend": "remote"}, "cpu", "vlms.x")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "timm" else real(name, *a))
+    with pytest.raises(RuntimeError, match=r"vlms\.InternVL2-8B \(o/x\): its remote modeling code imports \[.*'timm'"):
+        paper.load_vlm(
+            {"hub": "o/x", "revision": SHA, "folder": str(tmp_path)},
+            {"backend": "internvl_chat"},
+            "cpu",
+            "vlms.InternVL2-8B",
+        )

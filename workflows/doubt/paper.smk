@@ -1,11 +1,13 @@
-# doubt at paper scale (source.kind benchmarks): each MLLM of `vlms`, the judge LLM and the sentence encoder at their
-# pinned Hub commits (config, else config/locks/doubt.json, written by `paperflow pin doubt`), each benchmark of
-# `benchmarks` likewise; per (MLLM, benchmark, seed) the answer sets sampled on a GPU, labels (multiple choice on
-# the CPU, free-form by the judge on a GPU), embeddings on a GPU, the detectors on the CPU; evaluation and report.
+# doubt at paper scale (source.kind benchmarks): each MLLM of `vlms`, the judge LLM, the sentence encoder and the NLI
+# model at their pinned Hub commits (config, else config/locks/doubt.json, written by `paperflow pin doubt`), each
+# benchmark of `benchmarks` likewise; per (MLLM, benchmark, seed) the answer sets sampled on GPUs (each MLLM's
+# `gpus`, one node), labels (multiple choice on the CPU, free-form by the judge on a GPU), embeddings and the NLI
+# entailment between answers on a GPU, the detectors on the CPU; evaluation and report.
 import re
 
 from paperflow.core.download import read_lock_revisions
 from paperflow.doubt import benchmarks as doubt_benchmarks
+from paperflow.doubt.paper import needs_entailment as doubt_needs_entailment
 
 DOUBT_VLMS = list(DOUBT["vlms"])
 DOUBT_BENCHES = list(DOUBT["benchmarks"])
@@ -30,6 +32,25 @@ DOUBT_RUNS = [(v, b, s) for v in DOUBT_VLMS for b in DOUBT_BENCHES for s in DOUB
 
 def doubt_locked(repo_type, hub):
     return DOUBT_LOCK.get(f"{repo_type}:{hub}")
+
+
+def doubt_vlm_gpus(wildcards):
+    """The GPUs of one MLLM's sampling job: its `gpus` (several of one node for the 26B/72B models; the job shards
+    the model over them), none where the paper block's resources ask for none."""
+    return int(DOUBT["vlms"][wildcards.vlm].get("gpus", 1)) if DOUBT["resources"]["gpus"] else 0
+
+
+def doubt_score_inputs(wildcards):
+    """The detector's inputs: the sets, their embeddings, and for semantic entropy the entailment judge's output."""
+    run = f"{wildcards.bench}_seed{wildcards.seed}.parquet"
+    out = {
+        "questions": doubt_path("data", f"{wildcards.bench}.parquet"),
+        "samples": doubt_path("samples", wildcards.vlm, run),
+        "embeddings": doubt_path("embeddings", wildcards.vlm, run),
+    }
+    if doubt_needs_entailment(wildcards.method):
+        out["entail"] = doubt_path("entailment", wildcards.vlm, run)
+    return out
 
 
 rule doubt_download_model:
@@ -152,7 +173,8 @@ rule doubt_sample:
         env_file("lm")
     threads: 4
     resources:
-        **heavy_resources("infer_gpu", DOUBT, stage="sample"),
+        # one node, one task: a sharded model's GPUs are on one machine
+        **{**heavy_resources("infer_gpu", DOUBT, stage="sample"), "gpu": doubt_vlm_gpus, "nodes": 1, "tasks": 1},
     params:
         spec=lambda wc: DOUBT["vlms"][wc.vlm],
         sampling=DOUBT["sampling"],
@@ -236,11 +258,55 @@ rule doubt_embed:
         "scripts/embed_answers.py"
 
 
+if "nli" in DOUBT:
+
+    rule doubt_download_nli:
+        output:
+            doubt_path("models", "nli.json"),
+        log:
+            doubt_path("logs", "download_nli.log"),
+        conda:
+            env_file("lm")
+        threads: 1
+        resources:
+            **resources_of("cpu_medium", runtime=60),
+        params:
+            spec=DOUBT["nli"],
+            key="nli",
+            locked=doubt_locked("model", DOUBT["nli"]["hub"]),
+            cache=DOUBT_CACHE,
+            code=code_param("lm", "workflows/doubt/scripts/download_model.py"),
+        script:
+            "scripts/download_model.py"
+
+    rule doubt_entail:
+        input:
+            nli=doubt_path("models", "nli.json"),
+            questions=doubt_path("data", "{bench}.parquet"),
+            samples=doubt_path("samples", "{vlm}", "{bench}_seed{seed}.parquet"),
+        output:
+            doubt_path("entailment", "{vlm}", "{bench}_seed{seed}.parquet"),
+        log:
+            doubt_path("logs", "entail", "{vlm}_{bench}_seed{seed}.log"),
+        benchmark:
+            doubt_path("benchmarks", "entail_{vlm}_{bench}_seed{seed}.tsv")
+        wildcard_constraints:
+            **DOUBT_WILDCARDS,
+        conda:
+            env_file("lm")
+        threads: 4
+        resources:
+            **heavy_resources("infer_gpu", DOUBT, stage="entail"),
+        params:
+            spec=DOUBT["nli"],
+            code=code_param("lm", "workflows/doubt/scripts/entail_answers.py"),
+        script:
+            "scripts/entail_answers.py"
+
+
 rule doubt_score:
     input:
-        questions=doubt_path("data", "{bench}.parquet"),
-        samples=doubt_path("samples", "{vlm}", "{bench}_seed{seed}.parquet"),
-        embeddings=doubt_path("embeddings", "{vlm}", "{bench}_seed{seed}.parquet"),
+        unpack(doubt_score_inputs),
     output:
         doubt_path("scores", "{vlm}", "{bench}_seed{seed}", "{method}.parquet"),
     log:

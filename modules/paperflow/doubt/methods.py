@@ -53,11 +53,14 @@ def subsets(seed: int, n: int, n_max: int, reps: int) -> list[np.ndarray]:
 class Scorer:
     """The per-set statistics over one table of distinct strings: unit embeddings, the semantic judge, the words."""
 
-    def __init__(self, strings: Sequence[str], embeddings: np.ndarray, judge_threshold: float):
+    def __init__(
+        self, strings: Sequence[str], embeddings: np.ndarray, judge_threshold: float, same: np.ndarray | None = None
+    ):
         self.strings = list(strings)
         self.emb = np.asarray(embeddings, dtype=np.float64)
         unit = self.emb / np.linalg.norm(self.emb, axis=1, keepdims=True)
-        self.same = scores.cosine_judge(unit, judge_threshold)
+        # the semantic judge: MiniLM cosine above the threshold, or a given equivalence (paper scale: entailment)
+        self.same = scores.cosine_judge(unit, judge_threshold) if same is None else np.asarray(same, dtype=bool)
         self.gram = self.emb @ self.emb.T
         self._rouge: np.ndarray | None = None
         self._memo: dict[tuple, float] = {}

@@ -1,16 +1,17 @@
-"""DOUBT at paper scale (`source.kind: benchmarks`), one function per rule: the MLLMs, the judge LLM and the sentence
-encoder downloaded at pinned Hub commits, the benchmarks' parquet files at pinned dataset commits, the official
-question rendering (`benchmarks`), and per (MLLM, benchmark) the code's generation protocol on a GPU: ans0
-(T = t_answer), the plain set A (n_max at T, top-k / top-p), the object list (T = t_answer, once) and the OUB set B
-(n_max at T on question + bridge + objects). Labels: multiple-choice on the CPU, free-form by the judge LLM on a
-GPU (the code's prompt). Embedding with the pinned encoder (the code's nli-roberta-large), then the same detectors
-as the smoke scale (`methods`), scored per item on the CPU, AUROC and detection accuracy at the official
-thresholds (0.48 for DOUBT, 1.0 for entropy).
+"""DOUBT at paper scale (`source.kind: benchmarks`), one function per rule: the MLLMs, the judge LLM, the sentence
+encoder and the NLI model downloaded at pinned Hub commits, the benchmarks' parquet files at pinned dataset commits,
+the official question rendering (`benchmarks`), and per (MLLM, benchmark) the code's generation protocol on GPUs:
+ans0 (T = t_answer), the plain set A (n_max at T, top-k / top-p), the object list (T = t_answer, once) and the OUB
+set B (n_max at T on question + bridge + objects). Labels: multiple-choice on the CPU, free-form by the judge LLM on
+a GPU (the code's prompt). Embedding with the pinned encoder (the code's nli-roberta-large), bidirectional
+entailment between every item's distinct answers (the NLI model, for semantic entropy), then the same detectors as
+the smoke scale (`methods`), scored per item on the CPU, AUROC and detection accuracy at the official thresholds
+(0.48 for DOUBT, 1.0 for entropy).
 
 Generation goes through transformers' `AutoProcessor` and `AutoModelForImageTextToText` with the processor's chat
-template (LLaVA-1.5, LLaVA-NeXT and Qwen2-VL are native transformers models). The scripts only pass paths and
-params; the smoke scale's stages are `stages`.
-"""
+template (LLaVA-1.5, LLaVA-NeXT and Qwen2-VL are native transformers models), sharded over several GPUs of one node
+where an entry asks for them (`placement`); InternVL2 runs its snapshot's own remote code (`InternVLChat`). The
+scripts only pass paths and params; the smoke scale's stages are `stages`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.doubt import benchmarks as bm
@@ -81,29 +83,78 @@ def _info(path: str) -> dict[str, str]:
 
 
 # model types whose transformers processor carries a video processor, which imports torchvision
-NEEDS_TORCHVISION = ("qwen2_vl", "qwen2_5_vl")
+NEEDS_TORCHVISION = ("qwen2_vl", "qwen2_5_vl", "internvl")
 
 
 def require_processor_deps(folder: str, hub: str) -> None:
-    """Refuse, by name, an MLLM whose processor cannot load here: Qwen2-VL's processor (transformers 5) builds a
-    video processor that imports torchvision, which envs/lm.yaml does not carry (README: paper scale)."""
+    """Refuse, by name, an MLLM whose processor cannot load in this env: Qwen2-VL's and InternVL's processors
+    (transformers 5) build a video processor that imports torchvision. envs/lm.yaml carries torchvision (torch's
+    pair), so the sample job loads them; an env without it (this checkout's CPU venv) stops here, not deep inside
+    transformers."""
     import importlib.util
 
     model_type = json.loads((Path(folder) / "config.json").read_text()).get("model_type")
     if model_type in NEEDS_TORCHVISION and importlib.util.find_spec("torchvision") is None:
         raise RuntimeError(
             f"{hub} (model_type {model_type}): its transformers processor imports torchvision (the video processor), "
-            "which this env lacks; run the sample rule in an env with torchvision matching torch (README: paper scale)"
+            "which this env lacks; run the sample rule in its conda env (envs/lm.yaml carries torchvision)"
         )
+
+
+def placement(spec: Mapping[str, Any], key: str, visible: int) -> dict[str, Any]:
+    """from_pretrained's placement arguments for an MLLM entry (spec section 6: 26B and 72B models on several GPUs of
+    one node): {} for `gpus` 1 (the model is moved to the one device), else `device_map="auto"` over GPUs
+    0..gpus-1 with `max_memory_per_gpu` on each (accelerate fills them in layer order; nothing on the CPU).
+    `visible` is the number of CUDA devices the job sees; fewer than `gpus` is refused naming the key."""
+    gpus = int(spec.get("gpus", 1))
+    if gpus <= 1:
+        return {}
+    if spec.get("device") != "cuda":
+        raise ConfigError(f"{key}.gpus = {gpus} shards the model over GPUs: {key}.device must be 'cuda'")
+    if "max_memory_per_gpu" not in spec:
+        raise ConfigError(f"{key}.max_memory_per_gpu is missing: {key}.gpus = {gpus} shards the model over GPUs")
+    if visible < gpus:
+        raise ConfigError(
+            f"{key}.gpus = {gpus} but this job sees {visible} CUDA device(s): run it where the rule's GPUs are given"
+        )
+    return {"device_map": "auto", "max_memory": {i: str(spec["max_memory_per_gpu"]) for i in range(gpus)}}
+
+
+def check_device_map(device_map: Mapping[str, Any], key: str) -> None:
+    """Refuse a sharded model that accelerate put partly on the CPU or disk (it would run, slowly and silently):
+    every module must sit on a GPU index."""
+    off = sorted({str(d) for d in device_map.values() if not isinstance(d, int) and not str(d).startswith("cuda")})
+    if off:
+        raise RuntimeError(
+            f"{key}: the sharded model does not fit its GPUs (modules placed on {off}); raise {key}.gpus or "
+            f"{key}.max_memory_per_gpu"
+        )
+
+
+def load_vlm_model(folder: str, spec: Mapping[str, Any], key: str, device):
+    """An MLLM snapshot as transformers' native image-text-to-text model (LLaVA, LLaVA-NeXT, Qwen2-VL, InternVL),
+    offline, in `spec.dtype`, in eval mode: on `device`, or sharded over `spec.gpus` GPUs (`placement`)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    place = placement(spec, key, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    model = AutoModelForImageTextToText.from_pretrained(
+        folder, local_files_only=True, dtype=getattr(torch, spec["dtype"]), **place
+    )
+    if place:
+        check_device_map(model.hf_device_map, key)
+    else:
+        model.to(device)
+    return model.eval()
 
 
 class VLM:
     """A pinned MLLM loaded offline from its snapshot: chat-templated prompts with one image, sampled generation of
     the new tokens only, left-padded batches of `batch_size` rows."""
 
-    def __init__(self, info: Mapping[str, str], spec: Mapping[str, Any], device):
+    def __init__(self, info: Mapping[str, str], spec: Mapping[str, Any], device, key: str = "vlms"):
         import torch
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers import AutoProcessor
 
         from paperflow.core.lm.models import require_pinned
 
@@ -114,11 +165,12 @@ class VLM:
         )
         self.processor.tokenizer.padding_side = "left"
         self.dtype = getattr(torch, spec["dtype"])
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            info["folder"], local_files_only=True, dtype=self.dtype
-        ).to(device)
-        self.model.eval()
-        self.device, self.image_first, self.batch_size = device, bool(spec["image_first"]), int(spec["batch_size"])
+        self.model = load_vlm_model(info["folder"], spec, key, device)
+        self.device, self.image_first, self.batch_size = (
+            self.model.device,  # sharded: the inputs go where the embeddings are
+            bool(spec["image_first"]),
+            int(spec["batch_size"]),
+        )
 
     def prompt(self, text: str) -> str:
         content = [{"type": "text", "text": text}, {"type": "image"}]
@@ -145,6 +197,121 @@ class VLM:
         return out
 
 
+# InternVL2 (remote code): the Python modules its snapshot's modeling code imports (InternViT's DropPath from timm,
+# einops; InternLM2's slow tokenizer from sentencepiece)
+REMOTE_CODE_DEPS = {"internvl_chat": ("timm", "einops", "sentencepiece")}
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def closest_grid(aspect: float, width: int, height: int, size: int, max_tiles: int) -> tuple[int, int]:
+    """InternVL's tiling grid (lvlm/InternVL.py, the model card's dynamic_preprocess): among the (columns, rows)
+    grids of 1..max_tiles tiles, ordered by tile count, the one whose aspect ratio is closest to the image's; on a
+    tie the larger grid wins when the image has more than half its pixels."""
+    grids = sorted(
+        {
+            (i, j)
+            for n in range(1, max_tiles + 1)
+            for i in range(1, n + 1)
+            for j in range(1, n + 1)
+            if i * j <= max_tiles
+        },
+        key=lambda g: g[0] * g[1],
+    )
+    best, best_diff = (1, 1), float("inf")
+    for grid in grids:
+        diff = abs(aspect - grid[0] / grid[1])
+        if diff < best_diff:
+            best, best_diff = grid, diff
+        elif diff == best_diff and width * height > 0.5 * size * size * grid[0] * grid[1]:
+            best = grid
+    return best
+
+
+def internvl_tiles(image, size: int = 448, max_tiles: int = 4):
+    """[tiles, 3, size, size] float32 pixels as InternVL2's load_image(image, max_num=max_tiles) makes them: the
+    image resized to its closest grid of size x size tiles, cut row by row, plus a thumbnail when there are several
+    tiles; each tile scaled to [0, 1] and normalised by the ImageNet mean and std."""
+    import torch
+
+    image = image.convert("RGB")
+    width, height = image.size
+    cols, rows = closest_grid(width / height, width, height, size, max_tiles)
+    resized = image.resize((size * cols, size * rows))
+    tiles = [
+        resized.crop((c * size, r * size, (c + 1) * size, (r + 1) * size)) for r in range(rows) for c in range(cols)
+    ]
+    if len(tiles) > 1:
+        tiles.append(image.resize((size, size)))
+    mean, std = np.array(IMAGENET_MEAN), np.array(IMAGENET_STD)
+    arrays = [((np.asarray(t, dtype=np.float64) / 255.0 - mean) / std).transpose(2, 0, 1) for t in tiles]
+    return torch.from_numpy(np.stack(arrays).astype(np.float32))
+
+
+class InternVLChat:
+    """InternVL2 through its snapshot's own code (trust_remote_code: modeling_internvl_chat.py at the pinned
+    commit), as lvlm/InternVL.py runs it: the image cut into at most `max_tiles` 448-pixel tiles and a thumbnail,
+    one `model.chat(tokenizer, pixel_values, question, generation_config)` per answer (the code samples one at a
+    time)."""
+
+    def __init__(self, model, tokenizer, spec: Mapping[str, Any], device):
+        import torch
+
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.dtype = getattr(torch, spec["dtype"])
+        self.size, self.max_tiles = int(spec.get("image_size", 448)), int(spec["max_tiles"])
+
+    @classmethod
+    def load(cls, info: Mapping[str, str], spec: Mapping[str, Any], device, key: str) -> InternVLChat:
+        import importlib.util
+
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        from paperflow.core.lm.models import require_pinned
+
+        require_pinned(info["hub"], info["revision"])
+        missing = [m for m in REMOTE_CODE_DEPS["internvl_chat"] if importlib.util.find_spec(m) is None]
+        if missing:
+            raise RuntimeError(
+                f"{key} ({info['hub']}): its remote modeling code imports {missing}, which this env lacks"
+            )
+        folder = info["folder"]
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True, use_fast=False, local_files_only=True)
+        place = placement(spec, key, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        model = AutoModel.from_pretrained(
+            folder, dtype=getattr(torch, spec["dtype"]), trust_remote_code=True, local_files_only=True, **place
+        )
+        if place:
+            check_device_map(model.hf_device_map, key)
+        else:
+            model.to(device)
+        # the vision tower sits on the first GPU (device_map) or the one device: the pixels go there
+        return cls(model.eval(), tok, spec, next(model.parameters()).device)
+
+    def generate(self, text: str, image, n: int, temperature: float, max_new_tokens: int, **kw) -> list[str]:
+        """`n` sampled answers to one (question, image), one chat call each (the code's generation_config)."""
+        import torch
+
+        pixels = internvl_tiles(image, self.size, self.max_tiles).to(self.dtype).to(self.device)
+        config = {"max_new_tokens": int(max_new_tokens), "do_sample": True, "temperature": float(temperature), **kw}
+        with torch.inference_mode():
+            return [self.model.chat(self.tokenizer, pixels, text, dict(config)).strip() for _ in range(n)]
+
+
+BACKENDS = ("native", "internvl_chat")
+
+
+def load_vlm(info: Mapping[str, str], spec: Mapping[str, Any], device, key: str):
+    """The sampler of an MLLM entry by its `backend`: transformers' native model and processor (`VLM`), or
+    InternVL2's remote code (`InternVLChat`)."""
+    backend = spec.get("backend", "native")
+    if backend == "native":
+        return VLM(info, spec, device, key=key)
+    if backend == "internvl_chat":
+        return InternVLChat.load(info, spec, device, key)
+    raise ConfigError(f"{key}.backend = {backend!r}; choose one of {list(BACKENDS)}")
+
+
 def sample(
     name: str, vlm_json: str, spec: Mapping[str, Any], items_path: str, sampling: Mapping[str, Any], seed: int
 ) -> pd.DataFrame:
@@ -155,7 +322,7 @@ def sample(
     device = pick(spec["device"], key=f"vlms.{name}.device")
     items = read_frame(items_path)[0]
     seed_all(int(seed) * 1000 + int(sampling["seed"]))
-    vlm = VLM(_info(vlm_json), spec, device)
+    vlm = load_vlm(_info(vlm_json), spec, device, key=f"vlms.{name}")
     n, t, t0, length = (
         int(sampling["n_max"]),
         float(sampling["temperature"]),
@@ -274,21 +441,77 @@ def embed(encoder_json: str, spec: Mapping[str, Any], items_path: str, samples: 
     return pd.DataFrame({"answer": strings, "vector": list(np.asarray(vectors, dtype=np.float32))})
 
 
+ENTAILMENT_STATISTICS = ("se",)  # the detectors whose clusters come from the entailment judge at paper scale
+
+
+def needs_entailment(method: str) -> bool:
+    return M.METHODS[method].statistic in ENTAILMENT_STATISTICS
+
+
+def entail(nli_json: str, spec: Mapping[str, Any], items_path: str, samples: str) -> pd.DataFrame:
+    """Per item, the NLI judge's bidirectional entailment between every two of its distinct answer strings (those
+    the sets embed, A and B together), "question answer" pairs where `condition_on_question` (Kuhn et al.).
+    Columns: idx, answers (sorted distinct strings), same (the flattened [k, k] equivalence)."""
+    from paperflow.core.device import pick
+    from paperflow.core.lm.models import require_pinned
+    from paperflow.doubt import entailment
+
+    info = _info(nli_json)
+    require_pinned(info["hub"], info["revision"])
+    device = pick(spec["device"], key="nli.device")
+    items = read_frame(items_path)[0]
+    frame = read_frame(samples)[0]
+    texts = answer_texts(items, frame)
+    question = items.set_index("idx")["question"]
+    model, tok = entailment.load_nli(info["folder"], device, spec.get("dtype", "float32"))
+    rows = []
+    for i, idx in enumerate(frame["idx"]):
+        strings = sorted({a for s in SETS for a in texts[s][i]})
+        prefix = f"{question[idx]} " if spec["condition_on_question"] else ""
+        judge = entailment.NLIJudge(model, tok, device, int(spec["batch_size"]), prefix)
+        same = entailment.equivalence(strings, judge)
+        rows.append({"idx": idx, "answers": strings, "same": same.ravel().tolist()})
+    return pd.DataFrame(rows)
+
+
 def score(
-    method: str, items_path: str, samples: str, embeddings: str, scoring: Mapping[str, Any], seed: int, chunk: int = 100
+    method: str,
+    items_path: str,
+    samples: str,
+    embeddings: str,
+    scoring: Mapping[str, Any],
+    seed: int,
+    chunk: int = 100,
+    entail_path: str | None = None,
 ) -> pd.DataFrame:
     """One detector's scores on every item at every n of `scoring.ns`, computed per block of `chunk` items (the
-    Gram matrices stay block-sized). Columns as the smoke scale's, `item` the row in the samples file."""
+    Gram matrices stay block-sized). Semantic entropy's clusters come from the entailment judge's per-item
+    equivalence (`entail_path`, the `entail` rule's output), scored one item at a time. Columns as the smoke
+    scale's, `item` the row in the samples file."""
     frame = read_frame(samples)[0]
     texts = answer_texts(read_frame(items_path)[0], frame)
     table = read_frame(embeddings)[0]
     vectors = dict(zip(table["answer"], table["vector"]))
+    judged = None
+    if needs_entailment(method):
+        if entail_path is None:
+            raise ValueError(f"method {method} clusters by entailment: pass the entail rule's output")
+        judged = read_frame(entail_path)[0]
+        if list(judged["idx"]) != list(frame["idx"]):
+            raise ValueError(f"{entail_path}: its items are not those of {samples}")
+        chunk = 1
     out = []
     for start in range(0, len(frame), chunk):
         rows = range(start, min(start + chunk, len(frame)))
         strings = sorted({a for s in SETS for i in rows for a in texts[s][i]})
+        same = None
+        if judged is not None:
+            if list(judged["answers"].iloc[start]) != strings:
+                raise ValueError(f"{entail_path}: item {frame['idx'].iloc[start]} was judged on other answers")
+            same = np.asarray(judged["same"].iloc[start], dtype=bool).reshape(len(strings), len(strings))
         index = {a: k for k, a in enumerate(strings)}
-        scorer = M.Scorer(strings, np.stack([np.asarray(vectors[a]) for a in strings]), judge_threshold=1.0)
+        vec = np.stack([np.asarray(vectors[a]) for a in strings])
+        scorer = M.Scorer(strings, vec, judge_threshold=1.0, same=same)
         sets = {s: np.array([[index[a] for a in texts[s][i]] for i in rows]) for s in SETS}
         part = M.score_seed(M.METHODS[method], int(seed), sets, scorer, scoring["ns"], int(scoring["reps"]))
         out.append(part.assign(item=part["item"] + start))

@@ -17,6 +17,13 @@ import pandas as pd
 from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 from paperflow.doubt.methods import METHODS, TRUST_THRESHOLD
 
+# paper scale: semantic entropy's clusters come from the NLI entailment judge (`entailment`), not MiniLM cosine
+PAPER_DESCRIPTIONS = {
+    "se_plain": "semantic entropy, bidirectional-entailment clusters (NLI model), plain set",
+    "se_oub": "semantic entropy, bidirectional-entailment clusters (NLI model), OUB set",
+    "oub_se": "OUB + SE: mean of the two sets' entailment-clustered semantic entropies",
+}
+
 
 def auroc_claims(frame: pd.DataFrame, n_max: int) -> list[Claim]:
     full = frame[(frame["n"] == n_max) & (frame["label_mode"] == "official") & (frame["method"] == "doubt")]
@@ -81,7 +88,7 @@ def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
                 f"Detectors at n = {n_max}",
                 markdown_table(cells)
                 + "\n\nMethods: "
-                + "; ".join(f"`{m}`: {METHODS[m].description}" for m in methods)
+                + "; ".join(f"`{m}`: {PAPER_DESCRIPTIONS.get(m, METHODS[m].description)}" for m in methods)
                 + ". `official` labels follow the code (a multiple-choice answer is right when the gt index occurs "
                 "in it; a judge reply holding 'C' or 'c' is 'correct'); `strict` ones parse the first digit / the "
                 "reply's first word.",
@@ -94,9 +101,11 @@ def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
         tables=[Table("table_detectors", "Per (MLLM, benchmark, method, n, label mode): AUROC, accuracy", frame)],
         limitations=[
             "The paper's table numbers were not available (spec section 5): no paper value is compared.",
-            "Semantic entropy with an LLM entailment clusterer and VL-Uncertainty are not wired; `se_exact` is the "
-            "entropy over exact embedded strings (for multiple choice: over the chosen options, each unparsable "
-            "answer its own cluster where the code's SE pools them into one).",
+            "VL-Uncertainty (answers to blurred images and LLM-rephrased questions) is not wired. Semantic entropy "
+            "clusters by an NLI model's bidirectional entailment (Kuhn et al.), not by the code's Yes/No LLM "
+            "prompts, and is the discrete variant (no likelihoods); `se_exact` is the entropy over exact embedded "
+            "strings (for multiple choice: over the chosen options, each unparsable answer its own cluster where "
+            "the code's SE pools them into one).",
         ],
         metrics={"summary": frame.astype(object).where(frame.notna(), None).to_dict("records")},
     )

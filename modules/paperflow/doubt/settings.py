@@ -8,15 +8,14 @@ from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
 
 NEEDED = ("doubt", "vmf_plain", "se_plain")  # the methods the gated claims compare
-# paper scale: the detectors wired there (SE with a semantic clusterer needs the LLM entailment judge: not wired)
-PAPER_METHODS = ("doubt", "vmf_plain", "vmf_oub", "doubt_nodebias", "se_exact", "eigenscore", "lexical")
 PAPER_KEYS = ("vlms", "benchmarks", "judge", "encoder")
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
     """The model spec is one the kit builds; the claims' methods are there; every n fits in n_max and n_max is
     scored; the format mix is a distribution; the prompts fit the model's positions. At paper scale: the MLLMs,
-    benchmarks, judge and encoder are given, every benchmark has a reader and every method is wired."""
+    benchmarks, judge and encoder are given, every benchmark has a reader, the entailment methods have their NLI
+    model, and a sharded MLLM its GPUs' memory."""
     n_max, ns = cfg["sampling"]["n_max"], cfg["scoring"]["ns"]
     if any(n > n_max for n in ns) or n_max not in ns:
         raise ConfigError(f"{source}: scoring.ns {ns} must be <= sampling.n_max ({n_max}) and include it")
@@ -41,11 +40,21 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: source.kind benchmarks needs the keys {missing} (paper block)")
     if "top_p" not in cfg["sampling"]:
         raise ConfigError(f"{source}: sampling.top_p is missing (the code samples with top_p 0.99)")
-    unwired = [m for m in cfg["methods"] if m not in PAPER_METHODS]
-    if unwired:
-        raise ConfigError(
-            f"{source}: methods {unwired} are not wired at paper scale (semantic entropy with a semantic clusterer "
-            f"needs the LLM entailment judge); allowed: {list(PAPER_METHODS)}"
-        )
+    from paperflow.doubt.paper import needs_entailment
+
+    entailing = [m for m in cfg["methods"] if needs_entailment(m)]
+    if entailing and "nli" not in cfg:
+        raise ConfigError(f"{source}: methods {entailing} cluster by entailment (an NLI model): the key nli is missing")
+    for name, vlm in cfg["vlms"].items():
+        if vlm.get("backend") == "internvl_chat" and "max_tiles" not in vlm:
+            raise ConfigError(
+                f"{source}: vlms.{name}.backend internvl_chat needs max_tiles (the code's load_image max_num)"
+            )
+        gpus = vlm.get("gpus", 1)
+        if gpus > 1 and (vlm["device"] != "cuda" or "max_memory_per_gpu" not in vlm):
+            raise ConfigError(
+                f"{source}: vlms.{name}.gpus = {gpus} shards the model over GPUs: it needs device 'cuda' and "
+                "max_memory_per_gpu (e.g. 70GiB)"
+            )
     require_choices(cfg["methods"], source=source, key="methods", required=("doubt",))
     check_benchmarks(cfg["benchmarks"], source)

@@ -5,7 +5,13 @@ from paperflow.doubt.paper import score
 with snakemake_job(snakemake) as job:
     seed = int(job.wildcards.seed)
     frame = score(
-        job.wildcards.method, job.input.questions, job.input.samples, job.input.embeddings, job.params.scoring, seed
+        job.wildcards.method,
+        job.input.questions,
+        job.input.samples,
+        job.input.embeddings,
+        job.params.scoring,
+        seed,
+        entail_path=job.input.get("entail"),
     )
     write_frame(job.output[0], frame, {"scoring": dict(job.params.scoring)})
     job.note(seeds=[seed], rows=len(frame))
