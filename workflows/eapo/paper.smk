@@ -4,6 +4,7 @@
 # and seed, trained by TRL's GRPOTrainer with EAPO's sampler on one node's GPUs (torchrun); avg@k with math-verify.
 from paperflow.core.download import read_lock_revisions
 from paperflow.eapo.paper import check as eapo_paper_check
+from paperflow.eapo.paper import train_job_gpus as eapo_train_job_gpus
 
 eapo_paper_check(EAPO)
 EAPO_MATH = EAPO["math"]
@@ -16,6 +17,18 @@ EAPO_WILDCARDS = {
     "method": "|".join(EAPO["methods"]),
     "seed": r"[0-9]+",
 }
+
+
+def eapo_train_resources(method=None):
+    """heavy_resources of a train job: the learner's GPUs plus, with math.rollout_backend vllm, the policy
+    server's and (injecting methods) pi_E's (paper.train_job_gpus); `method` None: per the {method} wildcard."""
+    out = heavy_resources("train_node_gpu", EAPO, stage="train")
+    if EAPO_MATH.get("rollout_backend", "transformers") == "vllm":
+        if method is None:
+            out["gpu"] = lambda wildcards: eapo_train_job_gpus(EAPO, wildcards.method)
+        else:
+            out["gpu"] = eapo_train_job_gpus(EAPO, method)
+    return out
 
 
 def eapo_locked(repo_type, hub):
@@ -115,7 +128,7 @@ rule eapo_train_prior:
         env_file("lm")  # + math-verify (the proposed envs/lm.yaml line, workflows/eapo/README.md)
     threads: 8
     resources:
-        **heavy_resources("train_node_gpu", EAPO, stage="train"),
+        **eapo_train_resources("grpo"),
     params:
         settings={k: EAPO[k] for k in ("pretrained", "math", "rl", "eapo")},
         method="grpo",
@@ -146,7 +159,7 @@ rule eapo_train:
         env_file("lm")  # + math-verify (the proposed envs/lm.yaml line, workflows/eapo/README.md)
     threads: 8
     resources:
-        **heavy_resources("train_node_gpu", EAPO, stage="train"),
+        **eapo_train_resources(),
     params:
         settings={k: EAPO[k] for k in ("pretrained", "math", "rl", "eapo")},
         method=lambda wc: wc.method,

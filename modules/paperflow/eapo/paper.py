@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from paperflow.eapo.rl import method as method_spec
 log = logging.getLogger(__name__)
 SLUG = "eapo"
 PAPER_METHODS = ("grpo", "eapo", "eapo_noIS", "eapo_randpos", "eapo_baseprior", "from_prior")
+ROLLOUT_BACKENDS = ("transformers", "vllm")  # math.rollout_backend
 NOT_WIRED = {
     "dapo": "TRL's GRPOTrainer has no dynamic sampling (DAPO's refill of equal-reward groups)",
     "luffy": "LUFFY's shaped off-policy loss on whole pi_E traces is not a TRL loss_type",
@@ -59,7 +61,28 @@ def check(cfg: Mapping[str, Any], source: str = "config/eapo.yaml") -> None:
             f"{source}: paper scale wires eapo.critical_rule 'entropy' and eapo.is_mode 'mixture_clip' only "
             f"(got {cfg['eapo']['critical_rule']!r}, {cfg['eapo']['is_mode']!r})"
         )
+    backend = math.get("rollout_backend", "transformers")
+    if backend not in ROLLOUT_BACKENDS:
+        raise ConfigError(
+            f"{source}: math.rollout_backend {backend!r} is not allowed; allowed values: {ROLLOUT_BACKENDS}"
+        )
+    if backend == "vllm" and "vllm" not in math:
+        raise ConfigError(
+            f"{source}: math.rollout_backend is 'vllm' but the math.vllm block (servers, GPUs) is missing"
+        )
     trl_settings(cfg, processes=int(cfg["resources"].get("train_gpus", cfg["resources"]["gpus"])) or 1)
+
+
+def train_job_gpus(cfg: Mapping[str, Any], method: str) -> int:
+    """The GPUs one train job of `method` asks for: the learner's `resources.train_gpus`, plus with the vLLM
+    rollout backend the policy server's `math.vllm.policy_gpus` and, for a method that injects, pi_E's
+    `math.vllm.prior_gpus`."""
+    res, math = cfg["resources"], cfg["math"]
+    gpus = int(res.get("train_gpus", res["gpus"]))
+    if math.get("rollout_backend", "transformers") == "vllm":
+        v = math["vllm"]
+        gpus += int(v["policy_gpus"]) + (int(v["prior_gpus"]) if method_spec(method).inject else 0)
+    return gpus
 
 
 def trl_settings(cfg: Mapping[str, Any], processes: int, steps: int | None = None, seed: int = 0) -> dict[str, Any]:
@@ -187,21 +210,71 @@ def train_spec(
         "trl": trl_settings(cfg, processes, steps, seed),
         "eapo": dict(cfg["eapo"]),
         "rollout": dict(cfg["math"]["rollout"]),
+        "rollout_backend": cfg["math"].get("rollout_backend", "transformers"),
+        "vllm": dict(cfg["math"]["vllm"]) if "vllm" in cfg["math"] else None,
     }
 
 
 def launch(spec: Mapping[str, Any], spec_path: str, processes: int, python: str = sys.executable) -> list[str]:
-    """Write `spec` and run `paper_train` on `processes` processes of this node (torchrun for more than one)."""
+    """Write `spec` and run `paper_train` on `processes` processes of this node (torchrun for more than one); with
+    the vLLM rollout backend, inside `vllm_servers` (the servers up first, the learner on the remaining GPUs)."""
     from paperflow.core.launch import launch_command
 
     Path(spec_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(spec_path).write_text(json.dumps(spec, indent=1) + "\n")
     command = [*shlex.split(launch_command(max(1, processes), python)), "-m", "paperflow.eapo.paper_train", spec_path]
     modules = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [modules, os.environ.get("PYTHONPATH")]))}
-    log.info("launching %s", shlex.join(command))
-    subprocess.run(command, check=True, env=env)
+    with vllm_servers(spec, processes) as (spec, learner_gpus):
+        if learner_gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = learner_gpus
+        Path(spec_path).write_text(json.dumps(spec, indent=1) + "\n")
+        log.info("launching %s", shlex.join(command))
+        subprocess.run(command, check=True, env=env)
     return command
+
+
+@contextmanager
+def vllm_servers(spec: Mapping[str, Any], processes: int):
+    """With the vLLM backend: the job's GPUs split (learner, policy server, pi_E server), the policy server
+    started on a copy of the start model (its weights follow the learner), pi_E's server on the prior folder
+    (injecting methods only), both with VLLM_SERVER_DEV_MODE=1 (the weight reload route) and their logs beside
+    the run; yields the spec with the servers' URLs, names and the served policy folder, and the learner's
+    CUDA_VISIBLE_DEVICES. With the transformers backend: (spec, None), nothing started."""
+    if spec.get("rollout_backend", "transformers") != "vllm":
+        yield dict(spec), None
+        return
+    from paperflow.core.lm import serve
+    from paperflow.eapo import vllm_rollout
+
+    v = dict(spec["vllm"])
+    injects = spec["prior"] is not None
+    split = vllm_rollout.gpu_split(
+        os.environ.get("CUDA_VISIBLE_DEVICES"), processes, int(v["policy_gpus"]), int(v["prior_gpus"]) if injects else 0
+    )
+    out = Path(spec["out_dir"])
+    folder = vllm_rollout.copy_model(spec["start"], str(out) + ".vllm_policy")
+    port = int(v["port"])
+    servers = [("policy", folder, port, int(v["policy_gpus"]), split["policy"])]
+    if injects:
+        servers.append(("prior", spec["prior"], port + 1, int(v["prior_gpus"]), split["prior"]))
+    timeout = float(v.get("timeout_s", 1800))
+    with ExitStack() as stack:
+        for name, model, p, gpus, visible in servers:
+            url = f"http://127.0.0.1:{p}/v1"
+            command = vllm_rollout.server_command(model, name, p, gpus, v, spec["dtype"])
+            stack.enter_context(
+                serve.served(
+                    command,
+                    url,
+                    timeout_s=timeout,
+                    served_name=name,
+                    log_path=str(out) + f".vllm_{name}.log",
+                    env={"CUDA_VISIBLE_DEVICES": visible, "VLLM_SERVER_DEV_MODE": "1"},
+                )
+            )
+            v[f"{name}_url"], v[f"{name}_name"] = url, name
+        v["policy_folder"] = folder
+        yield {**spec, "vllm": v}, split["learner"]
 
 
 def model_folder(path: str) -> str:

@@ -8,6 +8,12 @@ way, so GRPO is EAPO without the hook. TRL ignores the log-probs a rollout retur
 so `EAPOTrainer` puts the recorded behaviour log-probs log mu in TRL's `old_per_token_logps` at the critical steps
 (mixture IS, spec 2.3); elsewhere they stay pi_old's, computed by TRL's own forward. eapo_noIS keeps pi_old
 everywhere (TRL's default), and with alpha = 0 nothing is replaced, so the run is GRPO's.
+
+With `math.rollout_backend: vllm` the tokens come from two vLLM servers instead (`paperflow.eapo.vllm_rollout`:
+segment-wise, cut at each injected critical step, one pi_E token there); the rollout then records no probability,
+and `EAPOTrainer` recomputes pi_E's log-probs on the final sequences and sets log mu = log((1 - alpha) pi_old +
+alpha pi_E) with TRL's pi_old at the critical steps. The main process syncs the policy server's weights every
+`math.vllm.sync_every` optimiser steps.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from paperflow.eapo import rl
+from paperflow.eapo import rl, vllm_rollout
 from paperflow.eapo.math_data import stop_ids
+from paperflow.eapo.paper import ROLLOUT_BACKENDS
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +47,17 @@ class Rollout:
     with EAPO's injection on the augmented rows when the method injects. Keeps what the trainer needs to set the
     behaviour log-probs (`take`) and one row of statistics per call (`stats`)."""
 
-    def __init__(self, method: str, eapo: Mapping[str, Any], group_size: int, settings: Mapping[str, Any], prior, seed):
+    def __init__(
+        self,
+        method: str,
+        eapo: Mapping[str, Any],
+        group_size: int,
+        settings: Mapping[str, Any],
+        prior,
+        seed,
+        backend: str = "transformers",
+        vllm: Mapping[str, Any] | None = None,
+    ):
         self.m = rl.method(method)
         self.s = rl.Settings(
             steps=0,
@@ -67,6 +84,14 @@ class Rollout:
         self.generators: dict[str, torch.Generator] = {}
         self.stats: list[dict[str, float]] = []
         self._last: dict[str, list[torch.Tensor]] | None = None
+        if backend not in ROLLOUT_BACKENDS:
+            raise ValueError(f"math.rollout_backend {backend!r} is not allowed; allowed values: {ROLLOUT_BACKENDS}")
+        self.backend = backend
+        self.vllm = dict(vllm or {})
+        self.sampler = None
+        self.synced_step = 0
+        if backend == "vllm":
+            self.sampler = vllm_sampler(self.vllm, injects=bool(self.m.inject))
 
     @property
     def replaces_denominator(self) -> bool:
@@ -111,6 +136,8 @@ class Rollout:
         self.tau = q if self.tau is None else self.s.ema * self.tau + (1 - self.s.ema) * q
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
+        if self.backend == "vllm":
+            return self._call_vllm(prompts, trainer)
         model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = trainer.processing_class
         device = trainer.accelerator.device
@@ -180,6 +207,102 @@ class Rollout:
         self._last = {"critical": critical_rows, "logprobs": logp_rows}
         return out
 
+    # --- the vLLM backend -------------------------------------------------------------------------------------
+    def maybe_sync(self, trainer) -> bool:
+        """Every `sync_every` optimiser steps: the main process writes the learner's weights into the policy
+        server's folder and has the server reload them; every process waits for it. True when it synced."""
+        step = int(trainer.state.global_step)
+        if step - self.synced_step < int(self.vllm["sync_every"]):
+            return False
+        from paperflow.core.lm import serve
+
+        if trainer.accelerator.is_main_process:
+            admin = serve.Client(
+                vllm_rollout.root_url(self.vllm["policy_url"]), self.vllm["policy_name"], **_http(self.vllm)
+            )
+            vllm_rollout.sync_weights(
+                trainer.accelerator.unwrap_model(trainer.model), self.vllm["policy_folder"], admin
+            )
+        trainer.accelerator.wait_for_everyone()
+        self.synced_step = step
+        return True
+
+    def _call_vllm(self, prompts: list[str], trainer) -> dict[str, list]:
+        self.maybe_sync(trainer)
+        tokenizer = trainer.processing_class
+        G, n = self.s.group_size, len(prompts)
+        if n % G or any(prompts[i] != prompts[i - i % G] for i in range(n)):
+            raise ValueError(f"rollout: {n} prompts are not groups of {G} consecutive copies (TRL's RepeatSampler)")
+        ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        common = {
+            "temperature": float(trainer.args.temperature),
+            "max_new_tokens": int(trainer.args.max_completion_length),
+            "stop_ids": stop_ids(tokenizer, self.stop_tokens),
+            "alpha": self.s.alpha,
+            "random_rate": self.s.random_rate,
+        }
+        if self.m.inject == "critical" and self.tau is None:  # the first tau_H: a pure rollout of the first chunk
+            first = self.sampler.rollout(
+                ids[: self.chunk], [False] * min(n, self.chunk), rule=None, tau=0.0,
+                generator=self._generator("calibrate", "cpu", 1), **common,
+            )  # fmt: skip
+            self._threshold(*_entropy_table(first))
+        augmented = [(i % G) < self.s.g_aug for i in range(n)]
+        rows = self.sampler.rollout(
+            ids, augmented, rule=self.m.inject, tau=float(self.tau if self.tau is not None else 0.0),
+            generator=self._generator("policy", "cpu", 0), **common,
+        )  # fmt: skip
+        entropies, mask = _entropy_table(rows)
+        pure = ~torch.tensor(augmented)
+        if self.m.inject == "critical":
+            self._threshold(entropies[pure], mask[pure])
+        aug_mask = mask[~pure]
+        aug_tokens = int(aug_mask.sum())
+        critical_rows = [torch.tensor(r.critical, dtype=torch.bool) for r in rows]
+        n_critical = sum(int(c.sum()) for c in critical_rows)
+        n_injected = sum(sum(r.injected) for r in rows)
+        self.stats.append(
+            {
+                "call": len(self.stats),
+                "rows": n,
+                "tau": float("nan") if self.tau is None else self.tau,
+                "entropy": float(entropies[mask].mean()) if bool(mask.any()) else float("nan"),
+                "critical_rate": n_critical / aug_tokens if aug_tokens else float("nan"),
+                "injection_rate": n_injected / aug_tokens if aug_tokens else float("nan"),
+            }
+        )
+        self._last = {"critical": critical_rows, "recompute": True}
+        return {
+            "prompt_ids": [list(x) for x in ids],
+            "completion_ids": [list(r.tokens) for r in rows],
+            "logprobs": None,  # no probability is recorded: the learner recomputes pi_old and pi_E
+        }
+
+
+def _http(v: Mapping[str, Any]) -> dict[str, Any]:
+    return {"timeout_s": float(v.get("timeout_s", 600)), "retries": int(v.get("retries", 3)), "backoff_s": 2.0}
+
+
+def vllm_sampler(v: Mapping[str, Any], injects: bool):
+    """The segment-wise sampler on the servers named in the spec's `vllm` block (pi_E's only when injecting)."""
+    from paperflow.core.lm import serve
+
+    http = {**_http(v), "concurrency": int(v.get("concurrency", 64))}
+    policy = serve.Client(v["policy_url"], v["policy_name"], **http)
+    prior = serve.Client(v["prior_url"], v["prior_name"], **http) if injects else None
+    return vllm_rollout.VLLMSampler(policy, prior, top_logprobs=int(v["top_logprobs"]), max_rounds=int(v["max_rounds"]))
+
+
+def _entropy_table(rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' per-step entropy estimates [B, T] (0-padded) and their mask."""
+    width = max((len(r.entropies) for r in rows), default=0)
+    ent = torch.zeros(len(rows), max(width, 1))
+    mask = torch.zeros(len(rows), max(width, 1), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ent[i, : len(r.entropies)] = torch.tensor(r.entropies, dtype=torch.float32)
+        mask[i, : len(r.entropies)] = True
+    return ent, mask
+
 
 def eapo_trainer_class():
     """GRPOTrainer whose old log-probs are the behaviour policy's at the rollout's critical steps (TRL imported
@@ -197,7 +320,6 @@ def eapo_trainer_class():
             completion = out["completion_ids"]
             width, device = completion.shape[1], completion.device
             critical = _pad(last["critical"], width, False, device)
-            mu = _pad(last["logprobs"], width, 0.0, device)
             old = out.get("old_per_token_logps")
             if old is None:  # TRL skips pi_old when it equals pi_theta's detached log-probs; EAPO needs it
                 ids = torch.cat([out["prompt_ids"], completion], 1)
@@ -206,8 +328,26 @@ def eapo_trainer_class():
                     old, _, _ = self._get_per_token_logps_and_entropies(
                         self.model, ids, attn, width, batch_size=self.args.per_device_train_batch_size
                     )
+            if last.get("recompute"):  # vLLM rollouts: log mu from the learner's pi_old and pi_E on the sequences
+                mu = vllm_rollout.mixture_logprobs(old, self._prior_logps(out, width), self.eapo_rollout.s.alpha)
+            else:
+                mu = _pad(last["logprobs"], width, 0.0, device)
             out["old_per_token_logps"] = torch.where(critical, mu.to(old.dtype), old)
             return out
+
+        @torch.no_grad()
+        def _prior_logps(self, out, width: int) -> torch.Tensor:
+            """pi_E's per-token log-probs [B, width] of the completions at TRL's temperature (left-padded prompt,
+            right-padded completion: one span per row)."""
+            from paperflow.core.lm.sampling import sequence_logprobs
+
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+            logp = sequence_logprobs(
+                self.eapo_rollout.prior, ids, attn, float(self.args.temperature),
+                chunk_size=self.args.per_device_train_batch_size,
+            )  # fmt: skip
+            return logp[:, -width:]
 
     return EAPOTrainer
 
@@ -253,7 +393,16 @@ def build(spec: Mapping[str, Any]):
     prior = None
     if spec["prior"] is not None:
         prior = _load(spec["prior"], spec["dtype"]).eval().requires_grad_(False)
-    rollout = Rollout(spec["method"], spec["eapo"], args.num_generations, spec["rollout"], prior, spec["seed"])
+    rollout = Rollout(
+        spec["method"],
+        spec["eapo"],
+        args.num_generations,
+        spec["rollout"],
+        prior,
+        spec["seed"],
+        backend=spec.get("rollout_backend", "transformers"),
+        vllm=spec.get("vllm"),
+    )
     trainer = eapo_trainer_class()(
         model=policy,
         reward_funcs=trl_math_reward,

@@ -238,8 +238,9 @@ class Client:
         ...) go into the body as given, None ones left out; `n` is sent only when given (one choice otherwise)."""
         return self._choices("/chat/completions", self._body("messages", list(messages), n, params), n)
 
-    def complete(self, prompt: str, *, n: int | None = None, **params: Any) -> list[dict]:
-        """The choices of one /completions request (raw text, no chat template), in index order; as `chat`."""
+    def complete(self, prompt: str | Sequence[int], *, n: int | None = None, **params: Any) -> list[dict]:
+        """The choices of one /completions request, in index order; as `chat`. `prompt` is raw text (no chat
+        template) or a list of token ids, which vLLM's completions endpoint takes as the prompt's tokens."""
         return self._choices("/completions", self._body("prompt", prompt, n, params), n)
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
