@@ -46,7 +46,62 @@ def seed_rows(n=24) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def lcb_record(qid, date, public, private, starter="", fn_name=None, compress=True):
+    """A row of livecodebench/code_generation_lite: tests as JSON text, the private ones base64(zlib(pickle(text)))
+    as the dataset stores the large ones."""
+    import base64
+    import pickle
+    import zlib
+
+    private_text = json.dumps(private)
+    return {
+        "question_title": qid,
+        "question_content": f"Problem {qid}: add the two numbers.",
+        "platform": "leetcode" if fn_name else "atcoder",
+        "question_id": qid,
+        "contest_id": qid.split("_")[0],
+        "contest_date": f"{date}T00:00:00",
+        "starter_code": starter,
+        "difficulty": "easy",
+        "public_test_cases": json.dumps(public),
+        "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(private_text))).decode()
+        if compress
+        else private_text,
+        "metadata": json.dumps({"func_name": fn_name} if fn_name else {}),
+    }
+
+
+def stdin_test(a, b):
+    return {"input": f"{a} {b}\n", "output": f"{a + b}\n", "testtype": "stdin"}
+
+
+def fn_test(a, b):
+    return {"input": f"{a}\n{b}", "output": json.dumps(a + b), "testtype": "functional"}
+
+
+LCB_FILES = {
+    "test4.jsonl": [lcb_record("abc370_a", "2024-07-30", [stdin_test(1, 2)], [stdin_test(3, 4)])],  # before v5
+    "test5.jsonl": [
+        lcb_record("abc380_a", "2024-11-16", [stdin_test(1, 2)], [stdin_test(5, 6), stdin_test(-1, 1)]),
+        lcb_record("weekly_1", "2025-01-05", [fn_test(1, 2)], [fn_test(7, 8)], "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ", "add", compress=False),
+    ],
+    "test6.jsonl": [lcb_record("abc395_a", "2025-03-01", [stdin_test(2, 2)], [stdin_test(9, 9)])],
+}  # fmt: skip
+
+
+SFT_ROWS = pd.DataFrame(
+    {
+        "prompt": [f"<|im_start|>user\nFind {i} plus {i}.<|im_end|>\n<|im_start|>assistant" for i in range(6)],
+        "completion": [f"\nthink</think> \\boxed{{{2 * i}}}" for i in range(5)] + ["  "],  # the last one empty
+    }
+)
+
 HUB_FILES = {
+    "livecodebench/code_generation_lite": LCB_FILES,
+    "xl-zhao/PromptCoT-2.0-SFT-4.8M": {
+        "data/train-00000-of-00002.parquet": SFT_ROWS.iloc[:3],
+        "data/train-00001-of-00002.parquet": SFT_ROWS.iloc[3:],
+    },  # fmt: skip
     "xl-zhao/PromptCoT-Problem-Generation-Dataset": {"data/train-00000-of-00001.parquet": seed_rows()},
     "math-ai/aime24": {
         "test-00000-of-00001.parquet": pd.DataFrame(
@@ -65,6 +120,13 @@ HUB_FILES = {
         )
     },
 }
+
+
+# a Qwen3-thinking-like template: the generation prompt opens the reasoning, the model closes it with </think>
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
 
 
 def bpe_tokenizer():
@@ -102,6 +164,7 @@ def tiny_model_folder(tmp_path_factory):
         "max_position_embeddings": 512,
     }
     save_model(build_model(spec, seed=0), folder)
+    tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(folder)
     return folder
 
@@ -152,6 +215,7 @@ def pinned(spec):
 def test_downloads_fetch_only_the_configured_files_at_the_pinned_commit_and_normalise_rows(hub, cfg, tmp_path):
     out = {}
     for name, spec in cfg["corpora"].items():
+        spec = {k: v for k, v in spec.items() if k != "sha256"}  # the fake files are not the real ones
         info = paper.download_corpus(name, pinned(spec), str(tmp_path / "cache"), str(tmp_path / f"{name}.jsonl"))
         out[name] = lt.read_jsonl(tmp_path / f"{name}.jsonl")
         assert info["revision"] == (spec["revision"] or SHA)
@@ -536,25 +600,326 @@ def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
 
     proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[promptscale]")
     cfg = load_paper_config("promptscale", "paper")
-    e, n_bench = cfg["llm_em"]["iterations"], len(cfg["benchmarks"])
+    e, n_bench, n_code = cfg["llm_em"]["iterations"], len(cfg["benchmarks"]), len(cfg["code_benchmarks"])
     counts = dict(re.findall(r"^(promptscale_\w+)\s+(\d+)$", proc.stdout, re.M))
     assert counts == {
         "promptscale_download_model": "2",
-        "promptscale_download": str(1 + n_bench),
+        "promptscale_download": str(2 + n_bench + n_code),  # seeds, sft_traces, the benchmarks
         "promptscale_preprocess": "1",
         "promptscale_train": str(2 * (e + 1)),
         "promptscale_sample": str(e + 1),
         "promptscale_score": str(e + 1),
         "promptscale_synthesize": "2",
-        "promptscale_evaluate": str(n_bench),
+        "promptscale_evaluate": str(3 * n_bench),  # the base, self-play and SFT policies
+        "promptscale_evaluate_code": str(3 * n_code),
+        "promptscale_sft": "1",
+        "promptscale_rollouts": "1",
+        "promptscale_pairs": "1",
+        "promptscale_dpo": "1",
         "promptscale_report": "1",
     }
     gpus = {}
     for job in parse_dry_run(proc.stdout):
         gpus.setdefault(job.rule, set()).add(job.gpus)
     res = cfg["resources"]
-    assert gpus.pop("promptscale_train") == {res["train_gpus"]}
-    for rule in ("promptscale_sample", "promptscale_synthesize", "promptscale_evaluate"):
+    for rule in ("promptscale_train", "promptscale_dpo", "promptscale_sft"):  # one node's GPUs each
+        assert gpus.pop(rule) == {res["train_gpus"]}, rule
+    for rule in ("promptscale_sample", "promptscale_synthesize", "promptscale_evaluate", "promptscale_evaluate_code",
+                 "promptscale_rollouts"):  # fmt: skip
         assert gpus.pop(rule) == {res["sample_gpus"]}
     assert gpus.pop("promptscale_score") == {res["score_gpus"]}
     assert all(v == {0} for v in gpus.values()), gpus
+
+
+# --- self-play: rollouts -> verified pairs -> TRL DPO -> the self-play policy on a benchmark ---------------------------
+
+SELFPLAY = {
+    "source": "em",
+    "max_problems": None,
+    "seeds": 2,
+    "completions_per_seed": 4,
+    "temperature": 1.2,
+    "top_p": 1.0,
+    "top_k": -1,
+    "max_tokens": 64,
+    "seed": 10,
+    "max_pass_rate": 0.5,
+    "max_pairs_per_problem": 4,
+    "require_think": True,
+}
+
+
+def rollout_texts(i: int, seed: int) -> list[str]:
+    """The 4 samples the fake policy writes for problem i ("Find i squared.") in a request with `seed`. 0: always
+    right (too easy); 1: two right, one wrong, one without </think> (half right by majority vote); 2: never a boxed
+    answer (unsolved); 3: all answers different, none closes its reasoning (nothing well-formed to pair)."""
+    if i == 0:
+        return [f"square it {seed} {j}</think> so \\boxed{{0}}" for j in range(4)]
+    if i == 1:
+        return [f"one {seed} 0</think> \\boxed{{1}}", f"one {seed} 1</think> \\boxed{{1}}",
+                f"guess {seed}</think> \\boxed{{7}}", "no closing tag \\boxed{9}"]  # fmt: skip
+    if i == 2:
+        return [f"I give up {seed} {j}</think> no answer" for j in range(4)]
+    return [f"maybe \\boxed{{{seed * 10 + j}}}" for j in range(4)]
+
+
+def test_pairs_are_built_as_promptcot_builds_them_from_hand_made_rollouts():
+    from paperflow.promptscale import selfplay as sp
+
+    rows = [
+        {"id": i, "problem": f"Find {i} squared.", "completions": rollout_texts(i, 1) + rollout_texts(i, 2)}
+        for i in range(4)
+    ]
+    assert sp.majority_answer(rows[1]["completions"]) == "1"  # 4 x "1", 2 x "7", 2 x "9"
+    assert sp.grade(rows[1]["completions"])[1] == [True, True, False, False] * 2
+    assert sp.grade(rows[1]["completions"], reference="7")[1] == [False, False, True, False] * 2  # a given answer
+    assert sp.grade(rows[2]["completions"]) == (None, [False] * 8)
+    assert sp.well_formed("a</think> \\boxed{3}", True) and sp.well_formed("\\boxed{3}", False)
+    assert not sp.well_formed("\\boxed{3}", True) and not sp.well_formed("</think> \\boxed{3}", True)
+    assert not sp.well_formed("a</think> b</think> \\boxed{3}", True) and not sp.well_formed("a</think> 3", True)
+    pairs, summary = sp.build_pairs(rows, SELFPLAY)
+    assert summary == {
+        "problems": 4,
+        "problems_paired": 1,
+        "problems_unsolved": 1,
+        "problems_too_easy": 1,
+        "problems_no_valid": 1,
+        "pairs": 2,  # min(4 distinct chosen, 2 distinct well-formed rejected)
+        "mean_pass_rate": pytest.approx((1 + 0.5 + 0 + 0.125) / 4),
+    }
+    assert sorted((p["chosen"], p["rejected"]) for p in pairs) == [
+        ("one 1 0</think> \\boxed{1}", "guess 1</think> \\boxed{7}"),
+        ("one 1 1</think> \\boxed{1}", "guess 2</think> \\boxed{7}"),
+    ]
+    assert {p["id"] for p in pairs} == {1} and {p["reference"] for p in pairs} == {"1"}
+    capped, _ = sp.build_pairs(rows, {**SELFPLAY, "max_pairs_per_problem": 1})
+    assert len(capped) == 1
+    strict, s = sp.build_pairs(rows, {**SELFPLAY, "max_pass_rate": 0.4})  # problem 1 is now too easy too
+    assert strict == [] and s["problems_too_easy"] == 2
+
+
+def test_self_play_rollouts_pairs_dpo_and_evaluation_run_end_to_end_on_a_tiny_model(tiny_model_folder, tmp_path):
+    from fake_openai import FakeOpenAI, chat_choices
+    from safetensors.torch import load_file
+
+    from paperflow.promptscale import dpo, paper_report
+    from paperflow.promptscale import selfplay as sp
+
+    synth = [{"problem": f"Find {i} squared.", "valid": True} for i in range(4)]
+    synth.insert(2, {"problem": "Find 1 squared.", "valid": True})  # a repeat: played once
+    synth.append({"problem": None, "valid": False})
+    lt.write_jsonl(tmp_path / "synth.jsonl", synth)
+
+    def policy(path, body):
+        assert path.endswith("/chat/completions") and body["n"] == 4, path
+        i = int(re.match(r"Find (\d) squared\.\n\n", body["messages"][0]["content"]).group(1))
+        return chat_choices(rollout_texts(i, body["seed"]))
+
+    with FakeOpenAI(policy, name="base") as server:
+        summary = sp.rollouts(str(tiny_model_folder), str(tmp_path / "synth.jsonl"), SELFPLAY,
+                              vllm_cfg(server.url.removesuffix("/v1")), "bfloat16", str(tmp_path / "rollouts.jsonl"),
+                              str(tmp_path / "vllm.log"))  # fmt: skip
+        bodies = list(server.bodies)
+    assert summary == {"problems": 4, "completions": 32, "truncated": 0.0}
+    assert sorted(b["seed"] for b in bodies) == [10, 11, 12, 13, 14, 15, 16, 17]  # pass s, problem i: 10 + 4 s + i
+    assert {(b["temperature"], b["max_tokens"], b["top_k"]) for b in bodies} == {(1.2, 64, -1)}
+    rows = lt.read_jsonl(tmp_path / "rollouts.jsonl")
+    assert [r["id"] for r in rows] == [0, 1, 3, 4]  # synthesis rows, repeat and invalid dropped
+    assert rows[1]["completions"][4:] == rollout_texts(1, 15)
+
+    counts = sp.pairs_job(str(tmp_path / "rollouts.jsonl"), SELFPLAY, str(tmp_path / "pairs.jsonl"))
+    assert counts["pairs"] == 2 and counts["problems_paired"] == 1
+    with pytest.raises(ValueError, match="no DPO pair"):
+        sp.pairs_job(str(tmp_path / "rollouts.jsonl"), {**SELFPLAY, "max_pass_rate": 0.1}, str(tmp_path / "x.jsonl"))
+
+    (tmp_path / "policy.json").write_text(json.dumps({"folder": str(tiny_model_folder)}))
+    settings = {"beta": 0.1, "loss_type": "sigmoid", "learning_rate": 1e-2, "per_device_train_batch_size": 2,
+                "max_length": 256, "seed": 0, "max_steps": 2, "bf16": False, "gradient_checkpointing": False}  # fmt: skip
+    out = dpo.dpo_job(str(tmp_path / "policy.json"), str(tmp_path / "pairs.jsonl"), settings, "cpu", 1,
+                      str(tmp_path / "models" / "selfplay.json"), str(tmp_path / "history_dpo.json"))  # fmt: skip
+    history = json.loads((tmp_path / "history_dpo.json").read_text())
+    assert out["steps"] == 2 and history[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)  # pi = pi_ref at step 1
+    assert history[1]["rewards/margins"] > 0  # the step raised the chosen log-ratio over the rejected one
+    before = load_file(Path(tiny_model_folder) / "model.safetensors")
+    after = load_file(tmp_path / "models" / "selfplay" / "model.safetensors")
+    assert any(not (before[k] == after[k]).all() for k in before)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tmp_path / "models" / "selfplay")
+    assert dpo.chat_prompt(tok, "Find 1 squared.").endswith("<|im_start|>assistant\n<think>\n")
+    with pytest.raises(ConfigError, match="'betta'"):
+        dpo.check_settings({**settings, "betta": 0.1})
+
+    evals = []
+    for name, right in (("base", 1), ("selfplay", 2)):  # right answers among 4 samples
+
+        def answer(path, body, right=right):
+            return chat_choices([f"r</think> \\boxed{{{15 if j < right else 16}}}" for j in range(body["n"])])
+
+        lt.write_jsonl(tmp_path / "aime25.jsonl", [{"id": "0", "problem": "Find 7 plus 8.", "answer": "15"}])
+        with FakeOpenAI(answer, name=name) as server:
+            evals.append(
+                paper_generate.evaluate_benchmark(
+                    lt.model_folder(tmp_path / "models" / "selfplay.json"),
+                    name,
+                    str(tmp_path / "aime25.jsonl"),
+                    "aime25",
+                    {"samples": 4, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_tokens": 64, "seed": 0},
+                    vllm_cfg(server.url.removesuffix("/v1")),
+                    "bfloat16",
+                    str(tmp_path / f"eval_{name}.jsonl"),
+                    str(tmp_path / "vllm.log"),
+                )  # fmt: skip
+            )
+    curve = [{"iteration": 0, "k": 4, "heldout_bound": -3.0, "kept_reward": -2.0, "best_reward": -2.0}]
+    synthesis = [{"variant": "em", "n": 4, "validity": 1.0}]
+    params = {"models": load_paper_config("promptscale", "paper")["models"], "benchmarks": ["aime25"],
+              "llm_em": {"iterations": 0, "k": 4, "select": "best"}, "llm_eval": {"samples": 4}}  # fmt: skip
+    report = paper_report.build_report(curve, synthesis, evals, params, {"rollouts": summary, "pairs": counts})
+    claim = {c.id: c for c in report.claims}["paper_selfplay_gain_aime25"]
+    assert claim.values == [25.0]  # 2 of 4 right minus 1 of 4
+    table = paper_report.benchmark_table(pd.DataFrame(evals)).set_index("policy")["paper"].to_dict()
+    assert table == {"base": 81.3, "selfplay": 85.0}
+
+
+# --- LiveCodeBench: the release files, the sandbox, pass@1 ------------------------------------------------------------
+
+LIMITS = {"timeout_s": 1, "memory_mb": 1024, "network": "none"}
+
+
+def fenced(code: str) -> str:
+    return f"reasoning</think>Here it is.\n```python\n{code}\n```\n"
+
+
+def test_lcb_releases_are_read_by_window_with_compressed_private_tests_and_pinned_checksums(hub, cfg, tmp_path):
+    import hashlib
+    import pickle
+
+    from paperflow.promptscale import code_eval
+
+    info = {}
+    for name in cfg["code_benchmarks"]:
+        spec = {k: v for k, v in cfg["corpora"][name].items() if k != "sha256"}
+        info[name] = paper.download_corpus(name, spec, str(tmp_path / "cache"), str(tmp_path / f"{name}.jsonl"))
+    assert [c["patterns"] for c in hub] == [["test4.jsonl", "test5.jsonl"], ["test6.jsonl"]]
+    assert info["lcb_v5"]["records"] == 3 and info["lcb_v5"]["rows"] == 2  # abc370_a is before 2024-08-01
+    v5 = lt.read_jsonl(tmp_path / "lcb_v5.jsonl")
+    assert [r["id"] for r in v5] == ["abc380_a", "weekly_1"]
+    assert v5[0]["tests"] == [stdin_test(1, 2), stdin_test(5, 6), stdin_test(-1, 1)]  # public, then private
+    assert v5[1]["fn_name"] == "add" and v5[1]["tests"][1] == fn_test(7, 8)
+    assert [r["id"] for r in lt.read_jsonl(tmp_path / "lcb_v6.jsonl")] == ["abc395_a"]
+    # a checksum in the config is checked: the real test6.jsonl's digest refuses the fake file
+    with pytest.raises(ValueError, match="test6.jsonl has sha256 .* the config pins bb4c364f"):
+        paper.download_corpus("lcb_v6", cfg["corpora"]["lcb_v6"], str(tmp_path / "cache"), str(tmp_path / "x.jsonl"))
+    folder = next((tmp_path / "cache").rglob("test6.jsonl")).parent
+    right = hashlib.sha256((folder / "test6.jsonl").read_bytes()).hexdigest()
+    spec = {**cfg["corpora"]["lcb_v6"], "sha256": {"test6.jsonl": right}}
+    assert paper.download_corpus("lcb_v6", spec, str(tmp_path / "cache"), str(tmp_path / "y.jsonl"))["rows"] == 1
+    # the compressed field admits a pickled string only
+    import base64
+    import zlib
+
+    evil = base64.b64encode(zlib.compress(pickle.dumps(Path("/")))).decode()
+    with pytest.raises(pickle.UnpicklingError, match="a string only"):
+        code_eval.decode_tests(evil)
+
+
+def test_the_sandbox_passes_a_correct_solution_and_fails_wrong_timing_out_crashing_and_missing_code():
+    from paperflow.promptscale import code_eval
+
+    stdin_row = {"id": "abc", "tests": [stdin_test(1, 2), stdin_test(5, 6), stdin_test(-1, 1)], "fn_name": None}
+    right = "a, b = map(int, input().split())\nprint(a + b)"
+    cases = {
+        "right": (right, True, "pass", 3),
+        "wrong": ("a, b = map(int, input().split())\nprint(a - b)", False, "wrong", 1),  # stops at the first failure
+        "spins": ("while True:\n    pass", False, "timeout", 1),
+        "crash": ("raise RuntimeError('boom')", False, "error", 1),
+    }
+    for name, (code, passed, status, run) in cases.items():
+        got = code_eval.grade(fenced(code), stdin_row, LIMITS)
+        assert got == {"passed": passed, "status": status, "tests_run": run}, name
+    assert code_eval.grade("no fence here", stdin_row, LIMITS)["status"] == "no_code"
+    assert code_eval.extract_code("```python\nx = 1\n```</think>```python\nprint(2)\n```") == "print(2)"
+    assert code_eval.same_stdout("3.0 \n4\n\n", "3\n4") and not code_eval.same_stdout("3\n5", "3\n4")
+    fn_row = {"id": "w", "tests": [fn_test(1, 2), fn_test(7, 8)], "fn_name": "add"}
+    good = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        print('noise')\n        return a + b"
+    assert code_eval.grade(fenced(good), fn_row, LIMITS)["passed"]
+    assert code_eval.grade(fenced(good.replace("a + b", "a * b")), fn_row, LIMITS)["status"] == "wrong"
+    assert code_eval.pass_at_1([[True, False], [False, False], [True, True]]) == pytest.approx(50.0)
+    assert code_eval.sandbox_command(["python", "s.py"], "unshare")[:4] == ["unshare", "--user", "--map-root-user",
+                                                                            "--net"]  # fmt: skip
+    with pytest.raises(ValueError, match="network = 'host'"):
+        code_eval.check_limits({**LIMITS, "network": "host"})
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") and subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode == 0:
+        probe = {"id": "net", "fn_name": None, "tests": [{"input": "", "output": "lo", "testtype": "stdin"}]}
+        code = "import socket\nprint(' '.join(n for _, n in socket.if_nameindex()))"
+        assert code_eval.grade(fenced(code), probe, {**LIMITS, "network": "unshare"})["passed"]  # loopback only
+
+
+def test_the_code_evaluation_samples_the_policy_and_reports_lcb_pass_at_1(tmp_path):
+    from fake_openai import FakeOpenAI, chat_choices
+
+    from paperflow.promptscale import code_eval
+
+    rows = [
+        {"id": "abc", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(1, 2)]},
+        {"id": "w", "fn_name": "add", "starter_code": "class Solution:\n    def add(self, a, b):\n", "problem": "add",
+         "tests": [fn_test(1, 2)]},
+    ]  # fmt: skip
+    lt.write_jsonl(tmp_path / "lcb.jsonl", rows)
+    right = {"abc": "a, b = map(int, input().split())\nprint(a + b)",
+             "w": "class Solution:\n    def add(self, a, b):\n        return a + b"}  # fmt: skip
+
+    def policy(path, body):
+        message = body["messages"][0]["content"]
+        ident = "w" if "starter code" in message else "abc"
+        assert ("standard input" in message) == (ident == "abc")
+        return chat_choices([fenced(right[ident]), "no code"][: body["n"]] if ident == "abc" else
+                            [fenced(right[ident])] * body["n"])  # fmt: skip
+
+    settings = {"samples": 2, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_tokens": 64, "seed": 0}
+    with FakeOpenAI(policy, name="base") as server:
+        summary = code_eval.evaluate_code("/m", "base", str(tmp_path / "lcb.jsonl"), "lcb_v6", settings, LIMITS,
+                                          vllm_cfg(server.url.removesuffix("/v1")), "bfloat16",
+                                          str(tmp_path / "graded.jsonl"), str(tmp_path / "vllm.log"), 2)  # fmt: skip
+    assert summary["pass_at_1"] == summary["avg_at_k"] == pytest.approx(75.0)  # (1/2 + 2/2) / 2
+    graded = lt.read_jsonl(tmp_path / "graded.jsonl")
+    assert [g["status"] for g in graded] == [["pass", "no_code"], ["pass", "pass"]]
+    with pytest.raises(RuntimeError, match="cannot run a correct program .*'memory_mb': 1"):
+        code_eval.preflight({**LIMITS, "memory_mb": 1})  # 1 MB of address space: not even the interpreter starts
+
+
+# --- the SFT arm: the released traces, TRL SFT of the prompt model --------------------------------------------------
+
+
+def test_the_sft_arm_streams_the_released_traces_and_trains_the_prompt_model_with_trl(hub, cfg, tmp_path):
+    from safetensors.torch import load_file
+
+    from paperflow.promptscale import sft_arm
+
+    spec = pinned(cfg["corpora"]["sft_traces"])
+    info = paper.download_corpus("sft_traces", spec, str(tmp_path / "cache"), str(tmp_path / "traces.jsonl"))
+    assert info["records"] == 6 and info["rows"] == 5  # the empty completion dropped
+    rows = lt.read_jsonl(tmp_path / "traces.jsonl")
+    assert rows[4] == {"prompt": SFT_ROWS["prompt"][4], "completion": SFT_ROWS["completion"][4]}  # both files
+    capped = paper.download_corpus("sft_traces", {**spec, "max_rows": 2}, str(tmp_path / "cache"),
+                                   str(tmp_path / "capped.jsonl"))  # fmt: skip
+    assert capped["rows"] == 2 and lt.read_jsonl(tmp_path / "capped.jsonl") == rows[:2]
+    folder = next((tmp_path / "cache").rglob("train-00000-of-00002.parquet")).parent
+    pd.DataFrame({"messages": [[{"role": "user", "content": "x"}]]}).to_parquet(folder / "train-00000-of-00002.parquet")
+    with pytest.raises(ValueError, match="no string prompt and completion .* columns: {'messages': 'list'}"):
+        sft_arm.download_traces("sft_traces", spec, folder.parent, str(tmp_path / "bad.jsonl"))
+
+    paper.download_model("prompt", cfg["models"]["prompt"], str(tmp_path / "cache"), str(tmp_path / "prompt.json"))
+    settings = {**cfg["sft_arm"], "max_steps": 2, "bf16": False, "gradient_checkpointing": False,
+                "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
+                "max_length": 256, "warmup_steps": 0}  # fmt: skip
+    summary = sft_arm.sft_job(str(tmp_path / "prompt.json"), str(tmp_path / "traces.jsonl"), settings, "cpu", 1,
+                              str(tmp_path / "models" / "sft.json"), str(tmp_path / "history.json"))  # fmt: skip
+    assert summary["steps"] == 2 and summary["final_loss"] > 0
+    start = load_file(Path(lt.model_folder(tmp_path / "prompt.json")) / "model.safetensors")
+    after = load_file(Path(lt.model_folder(tmp_path / "models" / "sft.json")) / "model.safetensors")
+    assert any(not (start[k] == after[k]).all() for k in start)

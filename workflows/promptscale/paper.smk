@@ -3,20 +3,29 @@
 # held-out seeds; EM over rationales, iteration m = 0..E: train (TRL SFT of q_m and p_m on one node's GPUs: the cold
 # start at m = 0, the kept rationales of E-step m - 1 after), sample (K rationales per seed from q_m, vLLM), score (R
 # under p_m, log q_m, best-of-K, the held-out bound); synthesis from p_0 and p_E (vLLM); the policy on the benchmarks
-# (vLLM); report. Every model folder lives beside a small JSON that the rules pass on (the JSON is the output).
+# (vLLM); self-play: the policy's rollouts on p_E's problems (vLLM), majority-vote verification and chosen/rejected
+# pairs, TRL DPO of the policy on one node's GPUs; the base and self-play policies on the math benchmarks and on
+# LiveCodeBench (code run in a sandbox); the SFT arm: TRL SFT of Qwen2.5-7B-Instruct on PromptCoT 2.0's released
+# traces, evaluated as the other policies; report. Every model folder lives beside a small JSON that the rules pass on (the JSON is the output).
 from paperflow.core.download import read_lock_revisions
 
 PROMPTSCALE_CACHE = f"{RUN.resources}/promptscale"
 PROMPTSCALE_LOCK = read_lock_revisions("promptscale", PAPERFLOW_ROOT)  # a pin changes the params: the download reruns
 PROMPTSCALE_E = int(PROMPTSCALE["llm_em"]["iterations"])
-PROMPTSCALE_CORPORA = ["seeds", *PROMPTSCALE["benchmarks"]]
+PROMPTSCALE_CODE = PROMPTSCALE["code_benchmarks"]  # LiveCodeBench releases, graded in a sandbox
+PROMPTSCALE_CORPORA = ["seeds", "sft_traces", *PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE]
 PROMPTSCALE_DTYPE = PROMPTSCALE["models"]["prompt"]["dtype"]
 PROMPTSCALE_SYNTH = {"coldstart": 0, "em": PROMPTSCALE_E}  # prompt model of each synthesis variant: p_0, p_E
-PROMPTSCALE_POLICIES = {"base": promptscale_path("models", "policy.json")}
+PROMPTSCALE_POLICIES = {  # the policy before and after self-play DPO
+    "base": promptscale_path("models", "policy.json"),
+    "selfplay": promptscale_path("models", "selfplay.json"),
+    "sft": promptscale_path("models", "sft.json"),  # the SFT arm (Qwen2.5-7B-Instruct on the released traces)
+}
 PROMPTSCALE_WILDCARDS = {
     "role": "prompt|policy",
     "corpus": "|".join(PROMPTSCALE_CORPORA),
     "benchmark": "|".join(PROMPTSCALE["benchmarks"]),
+    "code_benchmark": "|".join(PROMPTSCALE_CODE) or "(?!)",
     "which": "q|p",
     "m": r"\d+",
     "variant": "|".join(PROMPTSCALE_SYNTH),
@@ -218,6 +227,101 @@ rule promptscale_synthesize:
         "scripts/synthesize.py"
 
 
+rule promptscale_rollouts:
+    input:
+        policy=promptscale_path("models", "policy.json"),
+        synth=promptscale_path("synth", f"{PROMPTSCALE['selfplay']['source']}.jsonl"),
+    output:
+        rollouts=promptscale_path("selfplay", "rollouts.jsonl"),
+        summary=promptscale_path("selfplay", "rollouts.json"),
+    log:
+        promptscale_path("logs", "selfplay", "rollouts.log"),
+    benchmark:
+        promptscale_path("benchmarks", "rollouts.tsv")
+    conda:
+        env_file("lm-serve")
+    threads: 4
+    resources:
+        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+    params:
+        selfplay=PROMPTSCALE["selfplay"],
+        vllm=PROMPTSCALE["vllm"],
+        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
+        code=code_param("lm-serve", "workflows/promptscale/scripts/rollouts.py"),
+    script:
+        "scripts/rollouts.py"
+
+
+rule promptscale_pairs:
+    input:
+        promptscale_path("selfplay", "rollouts.jsonl"),
+    output:
+        pairs=promptscale_path("selfplay", "pairs.jsonl"),
+        summary=promptscale_path("selfplay", "pairs.json"),
+    log:
+        promptscale_path("logs", "selfplay", "pairs.log"),
+    conda:
+        env_file("lm")
+    threads: 1
+    resources:
+        **resources_of("cpu_light"),
+    params:
+        selfplay=PROMPTSCALE["selfplay"],
+        code=code_param("lm", "workflows/promptscale/scripts/pairs.py"),
+    script:
+        "scripts/pairs.py"
+
+
+rule promptscale_dpo:
+    input:
+        policy=promptscale_path("models", "policy.json"),
+        pairs=promptscale_path("selfplay", "pairs.jsonl"),
+    output:
+        model=promptscale_path("models", "selfplay.json"),
+        history=promptscale_path("selfplay", "history_dpo.json"),
+    log:
+        promptscale_path("logs", "selfplay", "dpo.log"),
+    benchmark:
+        promptscale_path("benchmarks", "dpo.tsv")
+    conda:
+        env_file("lm")
+    threads: 8
+    resources:
+        **heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
+    params:
+        dpo=PROMPTSCALE["dpo"],
+        device=PROMPTSCALE["models"]["policy"]["device"],
+        n_procs=PROMPTSCALE["resources"]["train_gpus"],
+        code=code_param("lm", "workflows/promptscale/scripts/dpo.py"),
+    script:
+        "scripts/dpo.py"
+
+
+rule promptscale_sft:
+    input:
+        start=promptscale_path("models", "prompt.json"),
+        traces=promptscale_path("raw", "sft_traces.jsonl"),
+    output:
+        model=promptscale_path("models", "sft.json"),
+        history=promptscale_path("sft", "history.json"),
+    log:
+        promptscale_path("logs", "sft.log"),
+    benchmark:
+        promptscale_path("benchmarks", "sft.tsv")
+    conda:
+        env_file("lm")
+    threads: 8
+    resources:
+        **heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
+    params:
+        settings=PROMPTSCALE["sft_arm"],
+        device=PROMPTSCALE["models"]["prompt"]["device"],
+        n_procs=PROMPTSCALE["resources"]["train_gpus"],
+        code=code_param("lm", "workflows/promptscale/scripts/sft_arm.py"),
+    script:
+        "scripts/sft_arm.py"
+
+
 rule promptscale_evaluate:
     input:
         policy=lambda wc: PROMPTSCALE_POLICIES[wc.policy],
@@ -246,16 +350,46 @@ rule promptscale_evaluate:
         "scripts/evaluate_paper.py"
 
 
+rule promptscale_evaluate_code:
+    input:
+        policy=lambda wc: PROMPTSCALE_POLICIES[wc.policy],
+        rows=promptscale_path("raw", "{code_benchmark}.jsonl"),
+    output:
+        graded=promptscale_path("eval", "{policy}_{code_benchmark}.jsonl"),
+        summary=promptscale_path("eval", "{policy}_{code_benchmark}.json"),
+    log:
+        promptscale_path("logs", "evaluate", "{policy}_{code_benchmark}.log"),
+    benchmark:
+        promptscale_path("benchmarks", "evaluate_{policy}_{code_benchmark}.tsv")
+    wildcard_constraints:
+        policy=PROMPTSCALE_WILDCARDS["policy"],
+        code_benchmark=PROMPTSCALE_WILDCARDS["code_benchmark"],
+    conda:
+        env_file("lm-serve")
+    threads: 8
+    resources:
+        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+    params:
+        settings=PROMPTSCALE["llm_eval"],
+        limits=PROMPTSCALE["code_eval"],
+        vllm=PROMPTSCALE["vllm"],
+        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
+        code=code_param("lm-serve", "workflows/promptscale/scripts/evaluate_code.py"),
+    script:
+        "scripts/evaluate_code.py"
+
+
 rule promptscale_report:
     input:
         **keyed("bound", {m: promptscale_path("em", f"bound{m}.json") for m in range(PROMPTSCALE_E + 1)}),
         **keyed("synthesis", {v: promptscale_path("synth", f"{v}.json") for v in PROMPTSCALE_SYNTH}),
+        **keyed("selfplay", {s: promptscale_path("selfplay", f"{s}.json") for s in ("rollouts", "pairs")}),
         **keyed(
             "eval",
             {
                 (p, b): promptscale_path("eval", f"{p}_{b}.json")
                 for p in PROMPTSCALE_POLICIES
-                for b in PROMPTSCALE["benchmarks"]
+                for b in [*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE]
             },
         ),
     output:
@@ -280,7 +414,7 @@ rule promptscale_report:
         models=PROMPTSCALE["models"],
         llm_em=PROMPTSCALE["llm_em"],
         llm_eval=PROMPTSCALE["llm_eval"],
-        benchmarks=PROMPTSCALE["benchmarks"],
+        benchmarks=[*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE],
         code=code_param("lm", "workflows/promptscale/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

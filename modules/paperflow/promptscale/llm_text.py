@@ -25,7 +25,9 @@ CONCEPTS_HEAD = "Foundational Concepts:"
 DIFFICULTY_HEAD = "Difficulty Level:"
 _NUMBERED = re.compile(r"^\s*\d+\s*[.)]\s*(.+?)\s*$")
 BENCHMARK_FORMATS = ("problem_answer", "problem_solution_boxed")
-FORMATS = ("promptcot_triples", *BENCHMARK_FORMATS)
+CODE_FORMATS = ("livecodebench",)  # paperflow.promptscale.code_eval
+SFT_FORMATS = ("prompt_completion",)  # paperflow.promptscale.sft_arm
+FORMATS = ("promptcot_triples", *BENCHMARK_FORMATS, *CODE_FORMATS, *SFT_FORMATS)
 
 
 # --- files --------------------------------------------------------------------------------------------------------

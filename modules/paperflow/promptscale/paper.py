@@ -78,7 +78,8 @@ def read_snapshot_records(folder: str | Path, patterns: Sequence[str]) -> list[d
 def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
     """Corpus `name` (`corpora.<name>`) at its pinned commit, only the files `spec.files` fetched, written to `out`
     as JSONL: the seed triples {"concepts", "difficulty", "rationale", "problem"} (format promptcot_triples; rows
-    that do not parse are dropped and counted) or benchmark rows {"id", "problem", "answer"}."""
+    that do not parse are dropped and counted), math benchmark rows {"id", "problem", "answer"}, or LiveCodeBench
+    problems with their tests (format livecodebench: paperflow.promptscale.code_eval)."""
     from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
 
@@ -88,6 +89,14 @@ def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) ->
     revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"corpora.{name}.revision", repo_type="dataset")
     folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]), repo_type="dataset")
+    if fmt in lt.CODE_FORMATS:  # streamed (the release files are GBs), kept by contest date, tests decoded
+        from paperflow.promptscale.code_eval import download_lcb
+
+        return {"hub": hub, "revision": revision, **download_lcb(name, spec, folder, out)}
+    if fmt in lt.SFT_FORMATS:  # streamed: millions of long traces
+        from paperflow.promptscale.sft_arm import download_traces
+
+        return {"hub": hub, "revision": revision, **download_traces(name, spec, folder, out)}
     records = read_snapshot_records(folder, spec["files"])
     if fmt == "promptcot_triples":
         missing = {"prompt", "completion"} - set(records[0]) if records else {"prompt", "completion"}

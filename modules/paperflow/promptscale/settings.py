@@ -8,7 +8,22 @@ from paperflow.core.config import ConfigError, require_choices, require_keys
 from paperflow.core.lm.models import model_config
 
 GATED_VARIANTS = ("em", "randomk")  # the primary claims and their section-11 control
-PAPER_KEYS = ("models", "corpora", "benchmarks", "seeds_data", "vllm", "llm_em", "sft", "llm_synthesis", "llm_eval")
+PAPER_KEYS = (
+    "models",
+    "corpora",
+    "benchmarks",
+    "seeds_data",
+    "vllm",
+    "llm_em",
+    "sft",
+    "llm_synthesis",
+    "llm_eval",
+    "selfplay",
+    "dpo",
+    "code_benchmarks",
+    "code_eval",
+    "sft_arm",
+)
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -33,7 +48,9 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
     """Paper scale: every paper key present; the seed corpus in PromptCoT 1.0's triple format and every benchmark a
     benchmark-format corpus; TRL's SFT keys (paperflow.promptscale.sft); vLLM's tensor parallelism within the GPUs
     a generation job asks for."""
-    from paperflow.promptscale.llm_text import BENCHMARK_FORMATS
+    from paperflow.promptscale.code_eval import check_limits
+    from paperflow.promptscale.dpo import check_settings as check_dpo
+    from paperflow.promptscale.llm_text import BENCHMARK_FORMATS, CODE_FORMATS, SFT_FORMATS
     from paperflow.promptscale.sft import check_settings
 
     require_keys(cfg, PAPER_KEYS, f"{source} (source.kind official)")
@@ -49,7 +66,19 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
             raise ConfigError(
                 f"{source}: corpora.{name}.format = {corpora[name]['format']!r}: a benchmark is one of {BENCHMARK_FORMATS}"
             )
+    for name in cfg["code_benchmarks"]:
+        if corpora.get(name, {}).get("format") not in CODE_FORMATS:
+            raise ConfigError(
+                f"{source}: code benchmark {name!r} needs a corpora entry of format one of {CODE_FORMATS}"
+            )
+        if "window" not in corpora[name]:
+            raise ConfigError(f"{source}: corpora.{name}.window (the [start, end) contest dates) is missing")
+    check_limits(cfg["code_eval"], f"{source}: code_eval")
     check_settings(cfg["sft"], f"{source}: sft")
+    check_settings(cfg["sft_arm"], f"{source}: sft_arm")
+    if corpora.get("sft_traces", {}).get("format") not in SFT_FORMATS:
+        raise ConfigError(f"{source}: corpora.sft_traces (the SFT arm's traces) needs a format of {SFT_FORMATS}")
+    check_dpo(cfg["dpo"], f"{source}: dpo")
     gpus = cfg["resources"].get("sample_gpus", cfg["resources"]["gpus"])
     tp = cfg["vllm"]["tensor_parallel_size"]
     if gpus and tp > gpus:

@@ -79,28 +79,29 @@ def train(
     history: str | None = None,
 ) -> list[dict[str, Any]]:
     """One rank of the fine-tuning: the model and tokenizer at `model_folder` (offline), the {"prompt",
-    "completion"} rows of `data` (JSONL), TRL's SFTTrainer; rank 0 saves the model and tokenizer in `out_folder`
+    "completion"} rows of `data` (JSONL, read by `datasets` as memory-mapped Arrow), TRL's SFTTrainer; rank 0 saves the model and tokenizer in `out_folder`
     and the logged rows in `history` (JSON). Returns the logged rows."""
     import torch
-    from datasets import Dataset
+    from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     from paperflow.core.device import pick
-    from paperflow.promptscale.llm_text import read_jsonl
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         pick(device, key="models.prompt.device")  # a GPU job that sees none fails here, naming the key
-    rows = read_jsonl(data)
-    if not rows:
-        raise ValueError(f"{data}: no training rows")
+    with open(data, encoding="utf-8") as handle:
+        if not any(line.strip() for line in handle):
+            raise ValueError(f"{data}: no training rows")
+    # memory-mapped Arrow, not a list in memory: the SFT arm's traces are millions of long rows
+    rows = load_dataset("json", data_files=str(data), split="train", cache_dir=f"{out_folder}.trl/datasets")
     tok = AutoTokenizer.from_pretrained(model_folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_folder, local_files_only=True, dtype=torch.float32)
     trainer = SFTTrainer(
         model=model,
         args=SFTConfig(**sft_arguments(settings, f"{out_folder}.trl", device, world_size)),
-        train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
+        train_dataset=rows.select_columns(["prompt", "completion"]),
         processing_class=tok,
     )
     trainer.train()

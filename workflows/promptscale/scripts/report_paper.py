@@ -9,5 +9,6 @@ with snakemake_job(snakemake) as job:
     def docs(name):
         return [json.loads(open(path).read()) for path in job.keyed(name).values()]
 
-    report = build_report(docs("bound"), docs("synthesis"), docs("eval"), dict(job.params.items()))
+    selfplay = {stage: json.loads(open(path).read()) for stage, path in job.keyed("selfplay").items()}
+    report = build_report(docs("bound"), docs("synthesis"), docs("eval"), dict(job.params.items()), selfplay)
     publish_job(job, report)

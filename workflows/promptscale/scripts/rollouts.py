@@ -1,0 +1,20 @@
+import json
+
+from paperflow.core.job import snakemake_job
+from paperflow.promptscale.llm_text import model_folder
+from paperflow.promptscale.selfplay import rollouts
+
+with snakemake_job(snakemake) as job:
+    p = job.params
+    summary = rollouts(
+        model_folder(job.input.policy),
+        job.input.synth,
+        p.selfplay,
+        p.vllm,
+        p.dtype,
+        job.output.rollouts,
+        job.log_file + ".vllm",
+    )
+    with open(job.output.summary, "w") as out:
+        json.dump(summary, out, indent=1)
+    job.note(seeds=[p.selfplay["seed"]], **summary)
