@@ -487,7 +487,15 @@ def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
             "revision",
         ),
         (("    dtype: float16\n", "    dtype: fp16\n"), "dtype"),
-        (("methods: [mezo, lozo, lozom, lozoplus]", "methods: [mezo, lozo, lozom, lozoplus, ft]"), "'ft' is not wired"),
+        (
+            (
+                "opt-13b: {mezo: 1, lozo: 1, lozom: 1, lozoplus: 1, ft: 4}",
+                "opt-13b: {mezo: 1, lozo: 1, lozom: 1, lozoplus: 1}",
+            ),
+            r"train_gpus_by_model\.facebook/opt-13b gives no GPU count for method 'ft'",
+        ),
+        (("    copa: {hub: aps", "    copa2: {hub: aps"), "copa2"),
+        (("subset: wic, dev: 500}", "subset: wic, dev: 500, max_new_tokens: 5}"), "max_new_tokens"),
         (("  zo: {restore: inplace}", "  zo: {restore: inline}"), "restore"),
     ],
 )
@@ -501,17 +509,26 @@ def test_paper_config_errors_name_the_key(repo_copy, edit, message):
 
 
 def test_paper_scale_dry_run_builds_the_dag_with_gpus_on_train_and_evaluate_only(dry_repo):
+    """Every task of the paper (the LM-loss ones too) in the DAG; a train job takes the GPUs its (model, method) has in
+    resources.train_gpus_by_model: the ZO methods one (lozo_plus_train), FO at 13B several (lozo_plus_train_node,
+    the node class); everything but train and evaluate on the CPU."""
     from conftest import run_snakemake
 
     proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[lozo_plus]")
     cfg = load_paper_config("lozo_plus", "paper")
-    runs = len(cfg["tasks"]) * len(cfg["methods"]) * len(cfg["seeds"])
+    assert {"copa", "record", "squad", "drop"} <= set(cfg["tasks"]) and "ft" in cfg["methods"]
+    by_method = cfg["resources"]["train_gpus_by_model"][cfg["pretrained"]["hub"]]
+    node = [m for m in cfg["methods"] if by_method[m] > 1]
+    assert node == ["ft"]
+    per_method = len(cfg["tasks"]) * len(cfg["seeds"])
+    runs = per_method * len(cfg["methods"])
     counts = dict(re.findall(r"^(lozo_plus_\w+)\s+(\d+)$", proc.stdout, re.M))
     assert counts == {
         "lozo_plus_download_model": "1",
         "lozo_plus_download": str(len(cfg["tasks"])),
         "lozo_plus_preprocess": str(len(cfg["tasks"])),
-        "lozo_plus_train": str(runs),
+        "lozo_plus_train": str(runs - per_method * len(node)),
+        "lozo_plus_train_node": str(per_method * len(node)),
         "lozo_plus_evaluate": str(runs),
         "lozo_plus_report": "1",
     }
@@ -521,14 +538,17 @@ def test_paper_scale_dry_run_builds_the_dag_with_gpus_on_train_and_evaluate_only
     for job in parse_dry_run(proc.stdout):
         gpus.setdefault(job.rule, set()).add(job.gpus)
     assert gpus["lozo_plus_train"] == {1} and gpus["lozo_plus_evaluate"] == {1}
-    assert all(v == {0} for r, v in gpus.items() if r not in ("lozo_plus_train", "lozo_plus_evaluate"))
+    assert gpus["lozo_plus_train_node"] == {by_method["ft"]}
+    heavy = ("lozo_plus_train", "lozo_plus_train_node", "lozo_plus_evaluate")
+    assert all(v == {0} for r, v in gpus.items() if r not in heavy)
 
 
 def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
     from paperflow.core.report import publish
     from paperflow.lozo_plus.paper_report import build_report
 
-    tasks, methods = ["rte", "cb"], ["mezo", "lozo", "lozom", "lozoplus"]
+    cfg = load_paper_config("lozo_plus", "paper")
+    tasks, methods = ["rte", "squad"], cfg["methods"]
     rows = [(t, m, s) for t in tasks for m in methods for s in (0, 1)]
     evals = pd.DataFrame(
         [{"task": t, "method": m, "seed": s, "test_accuracy": 0.6, "dev_accuracy": 0.6} for t, m, s in rows]
@@ -543,8 +563,7 @@ def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
     summaries = pd.DataFrame(
         [{"task": t, "method": m, "seed": s, "peak_memory_bytes": 2**30, "forwards": 40} for t, m, s in rows]
     )
-    cfg = load_paper_config("lozo_plus", "paper")
-    params = {k: cfg[k] for k in ("methods", "seeds", "pretrained", "run", "lr", "claims")} | {"tasks": tasks}
+    params = {k: cfg[k] for k in ("methods", "seeds", "pretrained", "run", "lr", "ft", "claims")} | {"tasks": tasks}
     report = build_report(evals=evals, curves=curves, summaries=summaries, params=params)
     outputs = {
         "report": str(tmp_path / "report.md"),
@@ -562,3 +581,312 @@ def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
     table = pd.read_csv(outputs["table_tasks"])
     assert len(table) == len(tasks) * len(methods) and table["peak_memory_gib"].eq(1.0).all()
     assert "MeZO (paper)" in Path(outputs["report"]).read_text()
+
+
+# -- the LM-loss tasks (COPA, ReCoRD, SQuAD, DROP) and the sharded / first-order path ----------------------------------
+LM_SUBSETS = {"copa": "copa", "record": "record", "squad": "plain_text", "drop": "data"}
+
+
+def lm_tables(seed=0, n_train=30, n_valid=20) -> dict[str, dict[str, pd.DataFrame]]:
+    """{subset: {split: frame}} with the Hub parquet columns of super_glue copa and record, rajpurkar/squad
+    (plain_text) and ucinlp/drop (data), nested columns as the Hub stores them (lists, structs of lists)."""
+    rng = np.random.default_rng(seed)
+
+    def copa(n):
+        return pd.DataFrame(
+            {
+                "premise": [_sentence(rng, 4) + "." for _ in range(n)],
+                "choice1": [_sentence(rng, 3) for _ in range(n)],
+                "choice2": [_sentence(rng, 3) for _ in range(n)],
+                "question": rng.choice(["cause", "effect"], n),
+                "idx": np.arange(n, dtype=np.int32),
+                "label": rng.integers(0, 2, n).astype(np.int64),
+            }
+        )
+
+    def record(n):
+        rows = []
+        for i in range(n):
+            ents = list(dict.fromkeys(rng.choice(WORDS, 4)))
+            rows.append(
+                {
+                    "passage": f"{_sentence(rng, 5)}\n@highlight\n{_sentence(rng, 3)}",
+                    "query": f"{_sentence(rng, 2)} @placeholder {_sentence(rng, 2)}",
+                    "entities": ents,
+                    "entity_spans": {"text": ents, "start": [0] * len(ents), "end": [1] * len(ents)},
+                    "answers": [ents[int(rng.integers(len(ents)))]],
+                    "idx": {"passage": i, "query": i},
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def squad(n):
+        return pd.DataFrame(
+            {
+                "id": [f"q{i}" for i in range(n)],
+                "title": [_sentence(rng, 1) for _ in range(n)],
+                "context": [_sentence(rng, 8) for _ in range(n)],
+                "question": [_sentence(rng, 3) + " " for _ in range(n)],
+                "answers": [{"text": [_sentence(rng, 2), _sentence(rng, 1)], "answer_start": [0, 3]} for _ in range(n)],
+            }
+        )
+
+    def drop(n):
+        return pd.DataFrame(
+            {
+                "section_id": [f"s{i}" for i in range(n)],
+                "query_id": [f"q{i}" for i in range(n)],
+                "passage": [_sentence(rng, 8) for _ in range(n)],
+                "question": [_sentence(rng, 3) for _ in range(n)],
+                "answers_spans": [{"spans": [str(int(rng.integers(1, 9)))], "types": ["number"]} for _ in range(n)],
+            }
+        )
+
+    make = {"copa": copa, "record": record, "plain_text": squad, "data": drop}
+    return {sub: {"train": make[sub](n_train), "validation": make[sub](n_valid)} for sub in make}
+
+
+@pytest.fixture
+def lm_hub(tmp_path, monkeypatch):
+    """The fake Hub of `hub`, serving the LM tasks' parquet files and a tiny Llama whose word-level tokenizer knows
+    every word their prompts and completions hold."""
+    from paperflow.core.lm import models
+    from paperflow.core.lm.models import build_model, save_model
+    from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
+    from paperflow.lozo_plus import lmtasks as lt
+
+    tables = lm_tables()
+    words = list(WORDS) + [str(i) for i in range(10)]
+    for task, subset in LM_SUBSETS.items():
+        for frame in tables[subset].values():
+            for r in frame.to_dict("records"):
+                spec = lt.LM_TASKS[task]
+                words += spec.prompt(r).split() + spec.target(r).split()
+                words += [w for c in spec.candidates(r) for w in c.split()]
+    tok = word_level_tokenizer(words)
+    calls = []
+
+    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
+        models.require_pinned(name, revision)
+        calls.append({"name": name, "patterns": allow_patterns, "repo_type": repo_type})
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if repo_type == "dataset":
+            write_snapshot(tables, folder, allow_patterns)
+        else:
+            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+            save_tokenizer(tok, folder)
+        return folder
+
+    monkeypatch.setattr(models, "download_pretrained", fake)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    return tables, calls, tmp_path / "cache"
+
+
+def test_lm_task_templates_render_mezos_formats():
+    from paperflow.lozo_plus import lmtasks as lt
+
+    copa = {"premise": "The man fell.", "choice1": "He slipped", "choice2": "I pushed him", "question": "cause"}
+    assert lt.LM_TASKS["copa"].prompt(copa) == "The man fell because "
+    assert lt.LM_TASKS["copa"].candidates(copa) == ["he slipped", "I pushed him"]  # "I" keeps its case
+    assert lt.LM_TASKS["copa"].target({**copa, "label": 1}) == "I pushed him"
+    assert lt.LM_TASKS["copa"].prompt({**copa, "question": "effect"}) == "The man fell so "
+    rec = {
+        "passage": "Text one.\n@highlight\nA fact",
+        "query": "So @placeholder won",
+        "entities": ["Bob", "Ann"],
+        "answers": ["Ann"],
+    }
+    assert lt.LM_TASKS["record"].prompt(rec) == "Text one.\n- A fact\n-"
+    assert lt.LM_TASKS["record"].candidates(rec) == [" So Bob won", " So Ann won"]
+    assert lt.LM_TASKS["record"].gold(rec) == [1] and lt.LM_TASKS["record"].target(rec) == " So Ann won"
+    squad = {
+        "title": "T",
+        "context": "C.",
+        "question": " Who? ",
+        "answers": {"text": ["Ann", "ann"], "answer_start": [0, 0]},
+    }
+    assert lt.LM_TASKS["squad"].prompt(squad) == "Title: T\nContext: C.\nQuestion: Who?\nAnswer:"
+    assert lt.LM_TASKS["squad"].target(squad) == " Ann\n" and lt.LM_TASKS["squad"].candidates(squad) == ["Ann", "ann"]
+    drop = {"passage": "P.", "question": "How many?", "answers_spans": {"spans": ["3"], "types": ["number"]}}
+    assert lt.LM_TASKS["drop"].prompt(drop) == "Passage: P.\nQuestion: How many?\nAnswer:"
+    assert lt.LM_TASKS["drop"].target(drop) == " 3\n"
+    with pytest.raises(ValueError, match=r"columns \['answers_spans'\] missing"):
+        lt.check_columns("drop", pd.DataFrame({"passage": ["p"], "question": ["q"]}))
+
+
+def test_squad_and_drop_scores_follow_their_official_definitions():
+    from paperflow.lozo_plus import lmtasks as lt
+
+    assert lt.squad_normalize("The  Eiffel-Tower, an icon!") == "eiffeltower icon"
+    assert lt.squad_scores("the Eiffel Tower!", ["Eiffel Tower", "Paris"]) == (1.0, 1.0)
+    em, f1 = lt.squad_scores("in Paris France", ["Paris"])  # precision 1/3, recall 1
+    assert em == 0.0 and f1 == pytest.approx(0.5)
+    assert lt.squad_scores("", ["x"]) == (0.0, 0.0)
+    assert lt.drop_metrics("5", "5.0") == (1.0, 1.0)  # numbers compared as floats
+    assert lt.drop_metrics("5 yards", "6 yards") == (0.0, 0.0)  # a gold number the prediction lacks scores 0
+    assert lt.drop_metrics("the well-known Bob", "Bob") == (0.0, 0.5)  # hyphens split, articles dropped
+    assert lt.drop_metrics(["Bob", "Ann"], ["Ann", "Bob"]) == (1.0, 1.0)  # multi-span: aligned, order-free
+    assert lt.drop_metrics("Bob", ["Ann", "Bob"]) == (0.0, 0.5)
+    assert lt.drop_scores("7", ["6", "7"]) == (1.0, 1.0)  # max over the gold answers
+    assert lt.generate_scores("squad", ["a cat", "dog"], [["cat"], ["bird"]]) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("task", ["copa", "record", "squad", "drop"])
+def test_lm_tasks_run_download_to_evaluate_on_a_tiny_model(lm_hub, tmp_path, task):
+    """Each LM-loss task through the rules' functions: only its split files fetched, MeZO's samples, completions
+    that are what prompt + answer adds, the train loss on the completion only, and the task's metric."""
+    from paperflow.core.lm.tokenizer import load_tokenizer
+    from paperflow.lozo_plus import lmtasks as lt
+
+    tables, calls, cache = lm_hub
+    subset = LM_SUBSETS[task]
+    pj = str(tmp_path / "pretrained.json")
+    paper.download_model(PRETRAINED, str(cache), pj)
+    raw = {s: str(tmp_path / "raw" / f"{s}.parquet") for s in sg.HF_SPLITS}
+    dataset = {"hub": "org/data", "repo_type": "dataset", "revision": SHA, "subset": subset, "dev": 6}
+    paper.download_task(task, dataset, str(cache), raw)
+    assert calls[-1]["patterns"] == [f"{subset}/train-*.parquet", f"{subset}/validation-*.parquet"]
+    data = {s: str(tmp_path / "data" / f"{s}.parquet") for s in ("train", "dev", "test")}
+    counts = paper.preprocess_task(task, raw, pj, {"seed": 3, "train": 20, "test": 12}, 6, 64, data)
+    assert counts == {"train": 20, "dev": 6, "test": 12}
+    train, meta = read_frame(data["train"])
+    assert meta["kind"] == lt.LM_TASKS[task].kind
+    picked = sg.mezo_sample(30, 20, {"train": 20, "dev": 6, "test": 12}, seed=3)
+    assert list(train["row"]) == list(picked["train"])
+    tok = load_tokenizer(json.loads(Path(pj).read_text())["folder"])
+    source = tables[subset]["train"].iloc[int(train["row"].iloc[0])].to_dict()
+    spec = lt.LM_TASKS[task]
+    assert train["prompt"].iloc[0] == spec.prompt(source)
+    full = tok(spec.prompt(source) + spec.target(source))["input_ids"]
+    assert list(train["ids"].iloc[0]) + list(train["target"].iloc[0]) == full
+    # the loss is the mean NLL of the completion tokens only, each read from the logits one position before it
+    split, scorer = paper._split(data["train"], torch.device("cpu"))
+    ids, mask, labels = split.take(torch.arange(4))
+    assert int((labels != -100).sum()) == sum(len(t) for t in train["target"].iloc[:4])
+    model = paper._model(pj, PRETRAINED, torch.device("cpu"))
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+        nll = [
+            -torch.log_softmax(full[i, j - 1], -1)[ids[i, j]]
+            for i in range(4)
+            for j in range(ids.shape[1])
+            if labels[i, j] != -100
+        ]
+        assert float(scorer.loss(model, ids, mask, labels)) == pytest.approx(float(torch.stack(nll).mean()), rel=1e-5)
+    cfg = {"pretrained": PRETRAINED, "run": RUN, "zo": load_paper_config("lozo_plus", "paper")["zo"]}
+    cfg["lr"] = {"mezo": 1e-3, "lozo": 1e-3, "lozom": 1e-3, "lozoplus": 1e-3}
+    out = _train_outputs(tmp_path / "run")
+    summary = paper.train(task, "lozo", [0], pj, data["train"], cfg, out)
+    assert 0 < summary["forwards"] <= RUN["budget"]
+    ev = paper.evaluate(task, "lozo", [0], pj, out["models"], {"dev": data["dev"], "test": data["test"]}, cfg)
+    row = ev.iloc[0]
+    if spec.kind == lt.CHOICE:
+        assert 0.0 <= row["test_accuracy"] <= 1.0 and row["test_score"] == row["test_accuracy"]
+    else:
+        assert 0.0 <= row["test_em"] <= row["test_f1"] + 1e-12 <= 1.0 + 1e-12 and row["test_score"] == row["test_f1"]
+
+
+def test_choice_prediction_is_the_candidate_with_the_best_mean_logprob():
+    """A model whose logits favour one token: the candidate made of it wins, whatever the gold says."""
+    from paperflow.lozo_plus import lmtasks as lt
+
+    class Fixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 2)
+
+        def get_input_embeddings(self):
+            return self.emb
+
+        def forward(self, input_ids, attention_mask, position_ids, use_cache, logits_to_keep):
+            logits = torch.zeros(*input_ids.shape, 10)
+            logits[..., 7] = 5.0
+            return type("Out", (), {"logits": logits[:, -logits_to_keep:]})()
+
+    frame = pd.DataFrame(
+        {
+            "choice_ids": [[1, 2], [1, 2]],
+            "candidates": [[[3, 4], [7, 7]], [[7], [3, 7, 3]]],
+            "gold": [[1], [1]],
+        }
+    )
+    acc, preds = lt.choice_accuracy(Fixed(), frame, pad_id=0)
+    assert preds == [1, 0] and acc == 0.5
+
+
+def test_gpu_counts_per_model_and_method_come_from_the_config():
+    from paperflow.lozo_plus.sharding import gpus_for
+
+    res = load_paper_config("lozo_plus", "paper")["resources"]
+    assert [gpus_for(res, "facebook/opt-13b", m) for m in ("mezo", "lozoplus", "ft")] == [1, 1, 4]
+    assert gpus_for(res, "facebook/opt-66b", "lozo") == 2 and gpus_for(res, "facebook/opt-30b", "ft") == 8
+    assert gpus_for(res, "facebook/opt-66b", None, stage="evaluate") == 2
+    assert gpus_for(res, "org/unlisted", "ft") == res["gpus"]
+    with pytest.raises(ConfigError, match=r"opt-66b gives no GPU count for method 'ft'"):
+        gpus_for(res, "facebook/opt-66b", "ft")
+
+
+def test_max_memory_caps_each_gpu_and_keeps_the_cpu_out(monkeypatch):
+    from paperflow.lozo_plus import sharding
+
+    with pytest.raises(ConfigError, match=r"train gpus = 4 but torch sees 0 CUDA"):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+        sharding.max_memory(4, "cuda", 70, key="train gpus")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert sharding.max_memory(4, "cuda", 70) == {0: "70GiB", 1: "70GiB", 2: "70GiB", 3: "70GiB", "cpu": "0GiB"}
+    props = type("P", (), {"total_memory": 80 * 2**30})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    assert sharding.max_memory(2, "cuda", None) == {0: "80GiB", 1: "80GiB", "cpu": "0GiB"}
+    assert sharding.max_memory(2, "cpu", None) == {"cpu": "1024GiB"}
+    # peak memory: summed over the model's CUDA devices, None off CUDA
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: {0: 5, 1: 7}[d.index])
+    assert sharding.peak_memory_total([torch.device("cuda:0"), torch.device("cuda:1")]) == 12
+    assert sharding.peak_memory_total([torch.device("cpu")]) is None
+
+
+def test_zo_noise_lands_on_each_parameters_device():
+    """A sharded model's parameters sit on several devices: each direction is drawn from the one stream, then moved
+    to its parameter's device (meta here, standing in for a second GPU)."""
+    s = zo.settings_from(load_paper_config("lozo_plus", "smoke"), "lozo")
+    a = torch.nn.Parameter(torch.zeros(4, 3))
+    b = torch.nn.Parameter(torch.zeros(5, 3, device="meta"))
+    opt = zo.make("lozo", [a, b], s, seed=0)
+    g = opt.noise(0, 1)
+    x, y = opt.randn(4, 2, like=a, generator=g), opt.randn(5, 2, like=b, generator=g)
+    assert x.device.type == "cpu" and y.device.type == "meta"
+    g2 = opt.noise(0, 1)
+    assert torch.equal(opt.randn(4, 2, like=a, generator=g2), x)
+
+
+def test_first_order_reference_runs_on_the_sharded_path(hub, tmp_path, monkeypatch):
+    """`ft` on a job with 2 GPUs: the model loaded through accelerate's device_map "auto" (all on the CPU here:
+    transformers maps a one-device map without dispatch hooks), AdamW on the label-word loss in ft.dtype, the weights
+    saved and evaluated on the same sharded path."""
+    import transformers
+
+    from paperflow.core.lm.models import load_pretrained
+
+    pj, data = prepared(hub, tmp_path)
+    cfg = {"pretrained": PRETRAINED, "run": RUN, "gpus": 2}
+    cfg["ft"] = {"steps": 4, "lr": 1e-3, "weight_decay": 0.0, "eval_every": 2, "batch_size": 4, "dtype": "float32"}
+    seen, real = [], transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.append({**kwargs, "max_memory": dict(kwargs.get("max_memory") or {})})  # converted in place later
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    sharded = paper._load(pj, cfg, "train")
+    assert seen[-1]["device_map"] == "auto" and seen[-1]["max_memory"] == {"cpu": "1024GiB"}
+    assert {str(p.device) for p in sharded.parameters()} == {"cpu"}
+    info = json.loads(Path(pj).read_text())
+    plain = load_pretrained(info["hub"], info["revision"], info["folder"])
+    assert all(torch.equal(v, plain.state_dict()[k]) for k, v in sharded.state_dict().items())
+    out = _train_outputs(tmp_path / "ft")
+    summary = paper.train("rte", "ft", [0], pj, data["train"], cfg, out)
+    assert summary["gpus"] == 2 and summary["steps"] == 4 and summary["peak_memory_bytes"] is None
+    curve = pd.read_csv(out["curve"])
+    assert list(curve["step"]) == [0, 2, 4] and curve["forwards"].iloc[-1] == 4
+    ev = paper.evaluate("rte", "ft", [0], pj, out["models"], {"dev": data["dev"], "test": data["test"]}, cfg)
+    assert 0.0 <= float(ev["test_score"].iloc[0]) <= 1.0

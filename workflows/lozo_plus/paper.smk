@@ -1,11 +1,28 @@
 # lozo_plus at paper scale (source.kind superglue): the pretrained model (`pretrained`) downloaded once and each task
 # of `tasks` at its pinned Hub commit (config, else config/locks/lozo_plus.json, written by `paperflow pin
-# lozo_plus`), MeZO's samples and templates, and the ZO methods per (task, method, seed) on one GPU each.
+# lozo_plus`), MeZO's samples and templates, and the ZO methods and the first-order reference per (task, method,
+# seed), on the GPUs resources.train_gpus_by_model gives the (model, method): one, or several with the model sharded.
 from paperflow.core.download import read_lock_revisions
+from paperflow.lozo_plus.sharding import gpus_for
 
 LOZO_PLUS_TASKS = list(LOZO_PLUS["tasks"])
 LOZO_PLUS_CACHE = f"{RUN.resources}/lozo_plus"
 LOZO_PLUS_LOCK = read_lock_revisions("lozo_plus", PAPERFLOW_ROOT)  # a pin changes the params: the download reruns
+
+LOZO_PLUS_HUB = LOZO_PLUS["pretrained"]["hub"]
+# GPUs of a train job per (model, method) from resources.train_gpus_by_model: one-GPU methods run in
+# lozo_plus_train (class train_gpu), the others in lozo_plus_train_node (class train_node_gpu, the model sharded)
+LOZO_PLUS_GPUS = {m: gpus_for(LOZO_PLUS["resources"], LOZO_PLUS_HUB, m) for m in LOZO_PLUS["methods"]}
+LOZO_PLUS_EVAL_GPUS = gpus_for(LOZO_PLUS["resources"], LOZO_PLUS_HUB, None, stage="evaluate")
+LOZO_PLUS_NONE = "(?!x)x"  # a wildcard pattern that matches nothing
+
+
+def lozo_plus_methods_on(node):
+    """The methods whose train job takes one GPU (node False) or several (node True), as a wildcard pattern."""
+    found = [m for m, n in LOZO_PLUS_GPUS.items() if (n > 1) == node]
+    return "|".join(found) or LOZO_PLUS_NONE
+
+
 LOZO_PLUS_WILDCARDS = {
     "task": "|".join(LOZO_PLUS_TASKS),
     "method": "|".join(LOZO_PLUS["methods"]),
@@ -95,6 +112,7 @@ rule lozo_plus_preprocess:
         "scripts/preprocess_task.py"
 
 
+# a train job on one GPU
 rule lozo_plus_train:
     input:
         pretrained=lozo_plus_path("models", "pretrained.json"),
@@ -110,7 +128,7 @@ rule lozo_plus_train:
     benchmark:
         lozo_plus_path("benchmarks", "train_{task}_{method}_{group}.tsv")
     wildcard_constraints:
-        **LOZO_PLUS_WILDCARDS,
+        **dict(LOZO_PLUS_WILDCARDS, method=lozo_plus_methods_on(False)),
     conda:
         env_file("lm")
     threads: 4
@@ -122,6 +140,46 @@ rule lozo_plus_train:
         run=LOZO_PLUS["run"],
         zo=LOZO_PLUS["zo"],
         lr=LOZO_PLUS["lr"],
+        ft=LOZO_PLUS["ft"],
+        gpus=lambda wc: LOZO_PLUS_GPUS[wc.method],
+        code=code_param("lm", "workflows/lozo_plus/scripts/train_pretrained.py"),
+    script:
+        "scripts/train_pretrained.py"
+
+
+# a train job on several GPUs of one node: the model sharded over them (device_map auto), one process
+rule lozo_plus_train_node:
+    input:
+        pretrained=lozo_plus_path("models", "pretrained.json"),
+        train=lozo_plus_path("data", "{task}", "train.parquet"),
+    output:
+        models=temp(lozo_plus_path("runs", "{task}", "{method}", "{group}", "models.safetensors")),
+        curve=lozo_plus_path("runs", "{task}", "{method}", "{group}", "curve.csv"),
+        log=lozo_plus_path("runs", "{task}", "{method}", "{group}", "log.csv"),
+        align=lozo_plus_path("runs", "{task}", "{method}", "{group}", "align.csv"),
+        summary=lozo_plus_path("runs", "{task}", "{method}", "{group}", "summary.csv"),
+    log:
+        lozo_plus_path("logs", "train", "{task}_{method}_{group}.log"),
+    benchmark:
+        lozo_plus_path("benchmarks", "train_{task}_{method}_{group}.tsv")
+    wildcard_constraints:
+        **dict(LOZO_PLUS_WILDCARDS, method=lozo_plus_methods_on(True)),
+    conda:
+        env_file("lm")
+    threads: 4
+    resources:
+        **dict(
+            heavy_resources("train_node_gpu", LOZO_PLUS),  # the node class's memory and runtime
+            gpu=lambda wc: LOZO_PLUS_GPUS[wc.method],
+        ),
+    params:
+        seeds=lozo_plus_seeds_of_group,
+        pretrained=LOZO_PLUS["pretrained"],
+        run=LOZO_PLUS["run"],
+        zo=LOZO_PLUS["zo"],
+        lr=LOZO_PLUS["lr"],
+        ft=LOZO_PLUS["ft"],
+        gpus=lambda wc: LOZO_PLUS_GPUS[wc.method],
         code=code_param("lm", "workflows/lozo_plus/scripts/train_pretrained.py"),
     script:
         "scripts/train_pretrained.py"
@@ -145,10 +203,12 @@ rule lozo_plus_evaluate:
         env_file("lm")
     threads: 4
     resources:
-        **heavy_resources("infer_gpu", LOZO_PLUS, stage="evaluate"),
+        **dict(heavy_resources("infer_gpu", LOZO_PLUS, stage="evaluate"), gpu=LOZO_PLUS_EVAL_GPUS),
     params:
         seeds=lozo_plus_seeds_of_group,
         pretrained=LOZO_PLUS["pretrained"],
+        gpus=LOZO_PLUS_EVAL_GPUS,
+        max_new_tokens=lambda wc: LOZO_PLUS["tasks"][wc.task].get("max_new_tokens", 50),
         code=code_param("lm", "workflows/lozo_plus/scripts/evaluate_pretrained.py"),
     script:
         "scripts/evaluate_pretrained.py"
@@ -191,6 +251,7 @@ rule lozo_plus_report:
         pretrained=LOZO_PLUS["pretrained"],
         run=LOZO_PLUS["run"],
         lr=LOZO_PLUS["lr"],
+        ft=LOZO_PLUS["ft"],
         claims=LOZO_PLUS["claims"],
         code=code_param("base", "workflows/lozo_plus/scripts/report_paper.py"),
     script:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
+from paperflow.lozo_plus import lmtasks as lt
 from paperflow.lozo_plus import superglue as sg
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ def preprocess_task(
     picked = sg.mezo_sample(len(frames["train"]), len(frames["validation"]), sizes, int(data["seed"]))
     tokenizer = load_tokenizer(json.loads(Path(pretrained_json).read_text())["folder"])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # masked out; any id serves
+    if task in lt.LM_TASKS:
+        return _preprocess_lm(task, frames, picked, tokenizer, pad_id, data, max_length, outputs)
     n_classes = len(sg.TEMPLATES[task].words)
     counts = {}
     for split, rows in picked.items():
@@ -105,10 +108,36 @@ def preprocess_task(
     return counts
 
 
+def _preprocess_lm(task, frames, picked, tokenizer, pad_id, data, max_length, outputs) -> dict[str, int]:
+    """The LM-loss tasks (COPA, ReCoRD, SQuAD, DROP): prompt and completion tokens per row (lmtasks)."""
+    counts = {}
+    for split, rows in picked.items():
+        part = frames["validation" if split == "test" else "train"].iloc[rows]
+        frame, cut = lt.encode_rows(tokenizer, task, part, int(max_length))
+        frame.insert(0, "row", rows)
+        meta = {
+            "task": task,
+            "split": split,
+            "kind": lt.LM_TASKS[task].kind,
+            "seed": int(data["seed"]),
+            "pad_id": int(pad_id),
+            "max_length": int(max_length),
+            "truncated": int(cut),
+        }
+        write_frame(outputs[split], frame, meta)
+        counts[split] = len(frame)
+        if cut:
+            log.warning("%s %s: %d prompts cut to fit %d tokens", task, split, cut, max_length)
+    return counts
+
+
 def _split(path: str, device):
+    """(train split, scorer) of a preprocessed file: label words (classification) or completions (LM tasks)."""
     from paperflow.lozo_plus.pretrained import LabelWordScorer, prompt_split
 
     frame, meta = read_frame(path)
+    if "kind" in meta:
+        return lt.completion_split(frame["ids"], frame["target"], meta["pad_id"], device), lt.CompletionScorer()
     return prompt_split(frame["ids"], frame["label"], meta["pad_id"], device), LabelWordScorer(meta["label_tokens"])
 
 
@@ -120,6 +149,59 @@ def _model(pretrained_json: str, pretrained: Mapping[str, Any], device):
     return model.eval()
 
 
+def _load(pretrained_json: str, cfg: Mapping[str, Any], stage: str, dtype: str | None = None):
+    """The job's model: on `pretrained.device` for a one-GPU job; sharded over the job's `gpus` (cfg, resolved per
+    (model, method) by the workflow) with accelerate's device_map "auto" and `pretrained.max_memory_gib` per GPU for
+    more. `dtype` overrides `pretrained.dtype` (the first-order reference trains in `ft.dtype`)."""
+    from paperflow.core.device import pick
+    from paperflow.lozo_plus.sharding import load_sharded, max_memory
+
+    pretrained = dict(cfg["pretrained"], dtype=dtype or cfg["pretrained"]["dtype"])
+    gpus = int(cfg.get("gpus", 1))
+    if gpus <= 1:
+        return _model(pretrained_json, pretrained, pick(pretrained["device"], key="pretrained.device"))
+    memory = max_memory(gpus, pretrained["device"], pretrained.get("max_memory_gib"), key=f"{stage} gpus")
+    return load_sharded(json.loads(Path(pretrained_json).read_text()), pretrained["dtype"], memory).eval()
+
+
+def _first_device(model):
+    return model.get_input_embeddings().weight.device
+
+
+def finetune_fo(model, ft: Mapping[str, Any], split, scorer, seed: int, run: Mapping[str, Any]):
+    """The first-order reference on the pretrained model (MeZO's FT): AdamW for `ft.steps` steps of `ft.batch_size`
+    (default `run.batch_size`) rows on the scorer's loss, one counted forward each (plus its backward). Returns (curve rows, per-step rows)."""
+    import torch
+
+    from paperflow.core.loop import run_loop
+    from paperflow.lozo_plus.training import Budgeted
+
+    batch = int(ft.get("batch_size", run["batch_size"]))
+    stream = Budgeted(model, split, seed, batch, int(run["eval_subset"]), scorer)
+    opt = torch.optim.AdamW(model.parameters(), lr=float(ft["lr"]), weight_decay=float(ft["weight_decay"]))
+    every = int(ft["eval_every"])
+
+    def step(i: int):
+        stream.draw()
+        return scorer.loss(model, *stream.batch), {"forwards": float(stream.counter.calls)}
+
+    def record(step: int) -> None:  # the curve's train loss without dropout
+        model.eval()
+        stream.record(step)
+        model.train()
+
+    def after(rec: dict[str, float]) -> None:
+        if (rec["step"] + 1) % every == 0:
+            record(int(rec["step"]) + 1)
+
+    record(0)
+    records = run_loop(step, opt, int(ft["steps"]), desc=f"ft seed {seed}", on_step=after)
+    if stream.curve[-1]["forwards"] != stream.counter.calls:
+        record(int(ft["steps"]))
+    stream.counter.close()
+    return stream.curve, records
+
+
 def train(
     task: str,
     method: str,
@@ -129,36 +211,44 @@ def train(
     cfg: Mapping[str, Any],
     outputs: Mapping[str, str],
 ) -> dict[str, Any]:
-    """`method` on the pretrained model for one seed (one run per GPU job) at the forward budget: the final weights,
-    the curve (train loss vs forwards), the per-step log, the probes (none with `run.probe_every` 0) and the run's
-    summary with the peak GPU memory (None off CUDA)."""
-    from paperflow.core.device import pick
+    """`method` on the pretrained model for one seed (one run per job) at the forward budget (a ZO method) or for
+    `ft.steps` AdamW steps (`ft`, the first-order reference): the final weights, the curve (train loss vs forwards),
+    the per-step log, the probes (none with `run.probe_every` 0) and the run's summary with the peak GPU memory
+    (torch.cuda.max_memory_allocated summed over the model's GPUs; None off CUDA). `cfg.gpus` > 1 shards the model
+    over that many GPUs (device_map "auto")."""
     from paperflow.core.lm.models import save_weights
     from paperflow.core.seeding import seed_all
     from paperflow.lozo_plus import training, zo
-    from paperflow.lozo_plus.pretrained import peak_memory, reset_peak_memory
+    from paperflow.lozo_plus.sharding import model_devices, peak_memory_total, reset_peak_memory_all
 
     if len(seeds) != 1:
         raise ValueError(f"a paper-scale train job runs one seed; got {list(seeds)} (seeds_per_job must be 1)")
     seed = int(seeds[0])
-    device = pick(cfg["pretrained"]["device"], key="pretrained.device")
-    split, scorer = _split(train_path, device)
     seed_all(seed)
-    model = _model(pretrained_json, cfg["pretrained"], device)
-    reset_peak_memory(device)
+    dtype = cfg["ft"].get("dtype") if method == "ft" else None
+    model = _load(pretrained_json, cfg, "train", dtype)
+    devices = model_devices(model)
+    split, scorer = _split(train_path, devices[0])
+    reset_peak_memory_all(devices)
     start = time.time()
-    curve, steps, align = training.finetune_zo(
-        model, method, zo.settings_from(cfg, method), split, seed, cfg["run"], scorer
-    )
+    if method == "ft":
+        curve, steps = finetune_fo(model, cfg["ft"], split, scorer, seed, cfg["run"])
+        align = []
+        model.eval()
+    else:
+        curve, steps, align = training.finetune_zo(
+            model, method, zo.settings_from(cfg, method), split, seed, cfg["run"], scorer
+        )
     tag = {"task": task, "method": method, "seed": seed}
     summary = {
         **tag,
         "forwards": int(curve[-1]["forwards"]),
         "steps": len(steps),
         "train_loss": float(curve[-1]["train_loss"]),
-        "peak_memory_bytes": peak_memory(device),
-        "device": str(device),
-        "dtype": cfg["pretrained"]["dtype"],
+        "peak_memory_bytes": peak_memory_total(devices),
+        "device": ",".join(str(d) for d in devices),
+        "gpus": int(cfg.get("gpus", 1)),
+        "dtype": dtype or cfg["pretrained"]["dtype"],
         "wall_s": round(time.time() - start, 3),
     }
     save_weights(model, outputs["models"])
@@ -184,15 +274,39 @@ def evaluate(
     splits: Mapping[str, str],
     cfg: Mapping[str, Any],
 ) -> pd.DataFrame:
-    """Dev and test loss and accuracy (argmax over the label words) of one run's final weights."""
-    from paperflow.core.device import pick
+    """Dev and test scores of one run's final weights: loss and accuracy (argmax over the label words) of a
+    classification task; for a multiple-choice task the teacher-forced completion loss and the accuracy of the best
+    candidate; for a generative task that loss, and exact match and F1 of greedy decodes (`max_new_tokens`, MeZO: 50).
+    `{split}_score` is the task's headline metric (accuracy; F1 for SQuAD and DROP), as MeZO's tables report it."""
     from paperflow.core.lm.models import load_weights
 
-    device = pick(cfg["pretrained"]["device"], key="pretrained.device")
-    model = load_weights(_model(pretrained_json, cfg["pretrained"], device), models)
+    model = _load(pretrained_json, cfg, "evaluate")
+    if len({p.device for p in model.parameters()}) > 1:  # sharded: read on the CPU, copied into each shard
+        from safetensors.torch import load_model
+
+        load_model(model, models, strict=True, device="cpu")
+    else:
+        load_weights(model, models)
+    device = _first_device(model)
     row = {"task": task, "method": method, "seed": int(seeds[0])}
     for name, path in splits.items():
         split, scorer = _split(path, device)
-        row[f"{name}_loss"], row[f"{name}_accuracy"] = scorer.evaluate(model, split)
+        frame, meta = read_frame(path)
+        row[f"{name}_loss"], token_accuracy = scorer.evaluate(model, split)
         row[f"{name}_rows"] = len(split)
+        kind = meta.get("kind")
+        if kind is None:
+            row[f"{name}_accuracy"] = row[f"{name}_score"] = token_accuracy
+        elif kind == lt.CHOICE:
+            row[f"{name}_accuracy"], _ = lt.choice_accuracy(model, frame, meta["pad_id"])
+            row[f"{name}_score"] = row[f"{name}_accuracy"]
+        else:
+            from paperflow.core.lm.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(json.loads(Path(pretrained_json).read_text())["folder"])
+            budget = int(cfg.get("max_new_tokens", 50))
+            room = int(meta["max_length"]) - budget
+            predictions = lt.greedy_generate(model, tokenizer, [list(r)[-room:] for r in frame["ids"]], budget)
+            row[f"{name}_em"], row[f"{name}_f1"] = lt.generate_scores(task, predictions, list(frame["answers"]))
+            row[f"{name}_score"] = row[f"{name}_f1"]
     return pd.DataFrame([row])

@@ -57,10 +57,11 @@ class LabelWordScorer:
         """(B, classes) float32 logits of the label tokens at the last position; one forward of the model."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=1)
-        return out.logits[:, -1, self.label_tokens.to(ids.device)].float()
+        return out.logits[:, -1, self.label_tokens.to(out.logits.device)].float()  # a sharded model's last GPU
 
     def loss(self, model, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(self.logits(model, ids, mask), labels)
+        logits = self.logits(model, ids, mask)
+        return F.cross_entropy(logits, labels.to(logits.device))
 
     @torch.inference_mode()
     def evaluate(self, model, split: PromptSplit, chunk: int = 16) -> tuple[float, float]:
@@ -69,6 +70,7 @@ class LabelWordScorer:
         for start in range(0, len(split), chunk):
             ids, mask, y = split.take(torch.arange(start, min(start + chunk, len(split))))
             logits = self.logits(model, ids, mask)
+            y = y.to(logits.device)
             total += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += int((logits.argmax(-1) == y).sum())
         return total / len(split), correct / len(split)

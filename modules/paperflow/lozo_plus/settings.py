@@ -46,7 +46,11 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
     missing = [k for k in ("pretrained", "tasks") if not cfg.get(k)]
     if missing:
         raise ConfigError(f"{source}: source.kind superglue needs {missing} (the Hub references of the paper scale)")
-    if "ft" in cfg["methods"]:
-        raise ConfigError(f"{source}: method 'ft' is not wired at paper scale (first-order on the pretrained model)")
+    from paperflow.lozo_plus.sharding import gpus_for
+    from paperflow.lozo_plus.superglue import check_tasks
+
+    check_tasks(cfg["tasks"], source)
+    for method in cfg["methods"]:  # every (model, method) has a GPU count: refused by key here, not in a job
+        gpus_for(cfg["resources"], cfg["pretrained"]["hub"], method)
     if cfg["seeds_per_job"] != 1:
         raise ConfigError(f"{source}: seeds_per_job must be 1 at paper scale (one run, one weights file per GPU job)")

@@ -152,6 +152,15 @@ def encode(tokenizer, task: str, texts: Sequence[str], max_length: int) -> tuple
 
 
 def check_tasks(tasks: Mapping[str, Any], source: str) -> None:
-    unknown = sorted(set(tasks) - set(TEMPLATES))
+    from paperflow.lozo_plus.lmtasks import LM_TASKS
+
+    known = set(TEMPLATES) | set(LM_TASKS)
+    unknown = sorted(set(tasks) - known)
     if unknown:
-        raise ConfigError(f"{source}: tasks {unknown} have no template; allowed: {sorted(TEMPLATES)}")
+        raise ConfigError(f"{source}: tasks {unknown} have no template; allowed: {sorted(known)}")
+    extra = sorted(t for t, d in tasks.items() if "max_new_tokens" in d and LM_TASKS.get(t, None) is None)
+    extra += sorted(
+        t for t, d in tasks.items() if t in LM_TASKS and "max_new_tokens" in d and LM_TASKS[t].kind != "generate"
+    )
+    if extra:
+        raise ConfigError(f"{source}: tasks {extra} set max_new_tokens, which only the generative tasks read")

@@ -117,13 +117,15 @@ class ZeroOrder:
         self.s = settings
         self.seed = int(seed)
         self.t = 0
-        self.device = self.params[0].device  # noise is drawn on the parameters' device (one device per model)
+        self.device = self.params[0].device  # noise is drawn on the first parameter's device (randn)
 
     def noise(self, *keys: int) -> torch.Generator:
         return generator(self.seed, *keys, device=self.device)
 
     def randn(self, *shape: int, like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator, dtype=noise_dtype(like), device=self.device)
+        # drawn on the first parameter's device from one stream, then moved to `like`'s: a model sharded over several
+        # GPUs (device_map) takes the directions an unsharded run takes (a no-op move on one device)
+        return torch.randn(*shape, generator=generator, dtype=noise_dtype(like), device=self.device).to(like.device)
 
     # -- the API every method shares ------------------------------------------------------------------------
     def pieces(self) -> Iterator[Piece]:

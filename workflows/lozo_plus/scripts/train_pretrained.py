@@ -3,6 +3,6 @@ from paperflow.lozo_plus.paper import train
 
 with snakemake_job(snakemake) as job:
     p, w = job.params, job.wildcards
-    cfg = {"pretrained": p.pretrained, "run": p.run, "zo": p.zo, "lr": p.lr}
+    cfg = {"pretrained": p.pretrained, "run": p.run, "zo": p.zo, "lr": p.lr, "ft": p.ft, "gpus": p.gpus}
     summary = train(w.task, w.method, p.seeds, job.input.pretrained, job.input.train, cfg, dict(job.output.items()))
-    job.note(seeds=list(p.seeds), **{k: summary[k] for k in ("train_loss", "forwards", "peak_memory_bytes")})
+    job.note(seeds=list(p.seeds), **{k: summary[k] for k in ("train_loss", "forwards", "peak_memory_bytes", "gpus")})
