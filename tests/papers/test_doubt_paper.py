@@ -491,7 +491,7 @@ def test_a_vlm_on_several_gpus_is_sharded_with_device_map_and_max_memory_per_gpu
     assert paper.placement({"device": "cuda"}, "vlms.small", visible=0) == {}  # one GPU: moved with .to(device)
     assert paper.placement(big, "vlms.big", visible=8) == {
         "device_map": "auto",
-        "max_memory": {0: "70GiB", 1: "70GiB", 2: "70GiB", 3: "70GiB"},
+        "max_memory": {0: "70GiB", 1: "70GiB", 2: "70GiB", 3: "70GiB", "cpu": "0GiB"},
     }
     with pytest.raises(ConfigError, match=r"vlms\.big\.gpus = 4 but this job sees 2 CUDA device"):
         paper.placement(big, "vlms.big", visible=2)

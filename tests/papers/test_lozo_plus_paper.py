@@ -827,24 +827,6 @@ def test_gpu_counts_per_model_and_method_come_from_the_config():
         gpus_for(res, "facebook/opt-66b", "ft")
 
 
-def test_max_memory_caps_each_gpu_and_keeps_the_cpu_out(monkeypatch):
-    from paperflow.lozo_plus import sharding
-
-    with pytest.raises(ConfigError, match=r"train gpus = 4 but torch sees 0 CUDA"):
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-        sharding.max_memory(4, "cuda", 70, key="train gpus")
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    assert sharding.max_memory(4, "cuda", 70) == {0: "70GiB", 1: "70GiB", 2: "70GiB", 3: "70GiB", "cpu": "0GiB"}
-    props = type("P", (), {"total_memory": 80 * 2**30})()
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    assert sharding.max_memory(2, "cuda", None) == {0: "80GiB", 1: "80GiB", "cpu": "0GiB"}
-    assert sharding.max_memory(2, "cpu", None) == {"cpu": "1024GiB"}
-    # peak memory: summed over the model's CUDA devices, None off CUDA
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: {0: 5, 1: 7}[d.index])
-    assert sharding.peak_memory_total([torch.device("cuda:0"), torch.device("cuda:1")]) == 12
-    assert sharding.peak_memory_total([torch.device("cpu")]) is None
-
-
 def test_zo_noise_lands_on_each_parameters_device():
     """A sharded model's parameters sit on several devices: each direction is drawn from the one stream, then moved
     to its parameter's device (meta here, standing in for a second GPU)."""

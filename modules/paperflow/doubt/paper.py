@@ -104,8 +104,10 @@ def require_processor_deps(folder: str, hub: str) -> None:
 def placement(spec: Mapping[str, Any], key: str, visible: int) -> dict[str, Any]:
     """from_pretrained's placement arguments for an MLLM entry (spec section 6: 26B and 72B models on several GPUs of
     one node): {} for `gpus` 1 (the model is moved to the one device), else `device_map="auto"` over GPUs
-    0..gpus-1 with `max_memory_per_gpu` on each (accelerate fills them in layer order; nothing on the CPU).
+    0..gpus-1 with `max_memory_per_gpu` on each and nothing on the CPU (the kit's `sharding.max_memory`).
     `visible` is the number of CUDA devices the job sees; fewer than `gpus` is refused naming the key."""
+    from paperflow.core.lm.sharding import max_memory
+
     gpus = int(spec.get("gpus", 1))
     if gpus <= 1:
         return {}
@@ -113,22 +115,15 @@ def placement(spec: Mapping[str, Any], key: str, visible: int) -> dict[str, Any]
         raise ConfigError(f"{key}.gpus = {gpus} shards the model over GPUs: {key}.device must be 'cuda'")
     if "max_memory_per_gpu" not in spec:
         raise ConfigError(f"{key}.max_memory_per_gpu is missing: {key}.gpus = {gpus} shards the model over GPUs")
-    if visible < gpus:
-        raise ConfigError(
-            f"{key}.gpus = {gpus} but this job sees {visible} CUDA device(s): run it where the rule's GPUs are given"
-        )
-    return {"device_map": "auto", "max_memory": {i: str(spec["max_memory_per_gpu"]) for i in range(gpus)}}
+    memory = max_memory(gpus, str(spec["max_memory_per_gpu"]), f"{key}.gpus", visible=visible)
+    return {"device_map": "auto", "max_memory": memory}
 
 
 def check_device_map(device_map: Mapping[str, Any], key: str) -> None:
-    """Refuse a sharded model that accelerate put partly on the CPU or disk (it would run, slowly and silently):
-    every module must sit on a GPU index."""
-    off = sorted({str(d) for d in device_map.values() if not isinstance(d, int) and not str(d).startswith("cuda")})
-    if off:
-        raise RuntimeError(
-            f"{key}: the sharded model does not fit its GPUs (modules placed on {off}); raise {key}.gpus or "
-            f"{key}.max_memory_per_gpu"
-        )
+    """Refuse a sharded model that accelerate put partly on the CPU or disk (it would run, slowly and silently)."""
+    from paperflow.core.lm.sharding import check_placement
+
+    check_placement(device_map, key, hint=f"raise {key}.gpus or {key}.max_memory_per_gpu")
 
 
 def load_vlm_model(folder: str, spec: Mapping[str, Any], key: str, device):

@@ -154,13 +154,14 @@ def _load(pretrained_json: str, cfg: Mapping[str, Any], stage: str, dtype: str |
     (model, method) by the workflow) with accelerate's device_map "auto" and `pretrained.max_memory_gib` per GPU for
     more. `dtype` overrides `pretrained.dtype` (the first-order reference trains in `ft.dtype`)."""
     from paperflow.core.device import pick
-    from paperflow.lozo_plus.sharding import load_sharded, max_memory
+    from paperflow.core.lm.sharding import max_memory
+    from paperflow.lozo_plus.sharding import load_sharded
 
     pretrained = dict(cfg["pretrained"], dtype=dtype or cfg["pretrained"]["dtype"])
     gpus = int(cfg.get("gpus", 1))
     if gpus <= 1:
         return _model(pretrained_json, pretrained, pick(pretrained["device"], key="pretrained.device"))
-    memory = max_memory(gpus, pretrained["device"], pretrained.get("max_memory_gib"), key=f"{stage} gpus")
+    memory = max_memory(gpus, pretrained.get("max_memory_gib"), f"{stage} gpus", device=pretrained["device"])
     return load_sharded(json.loads(Path(pretrained_json).read_text()), pretrained["dtype"], memory).eval()
 
 
@@ -217,9 +218,9 @@ def train(
     (torch.cuda.max_memory_allocated summed over the model's GPUs; None off CUDA). `cfg.gpus` > 1 shards the model
     over that many GPUs (device_map "auto")."""
     from paperflow.core.lm.models import save_weights
+    from paperflow.core.lm.sharding import model_devices, peak_memory_total, reset_peak_memory_all
     from paperflow.core.seeding import seed_all
     from paperflow.lozo_plus import training, zo
-    from paperflow.lozo_plus.sharding import model_devices, peak_memory_total, reset_peak_memory_all
 
     if len(seeds) != 1:
         raise ValueError(f"a paper-scale train job runs one seed; got {list(seeds)} (seeds_per_job must be 1)")
