@@ -45,15 +45,18 @@ def resources_of(klass, gpu=0, gpu_model=None, **overrides):
     return res
 
 
-def heavy_resources(klass, paper_cfg, stage=None, dataset=None):
+def heavy_resources(klass, paper_cfg, stage=None, dataset=None, gpus=None):
     """The resources of a heavy rule of class `klass` (a *_gpu class) from the paper's `resources`
     config block: `gpus` and `gpu_model`, and for `stage` its `<stage>_runtime_min`, `<stage>_mem_mb` and
     `<stage>_gpus` where the block sets them (the class's sizes and `gpus` otherwise). With `dataset` (the
     name of the rule's dataset wildcard), only the datasets in `resources.gpu_datasets` get the GPUs: the
-    rest run on CPU partitions. The one way a rule asks for GPUs.
+    rest run on CPU partitions. With `gpus` (an int, or a function of the job's wildcards: a count per model or
+    method that the paper's config gives), that count replaces the config's for this rule, unless the config
+    asks for no GPUs at all (tiny and smoke). The one way a rule asks for GPUs.
     """
     res = paper_cfg["resources"]
     overrides = {}
+    per_job = gpus
     gpus = res["gpus"]
     if stage is not None:
         for key, name in (("runtime", f"{stage}_runtime_min"), ("mem_mb", f"{stage}_mem_mb")):
@@ -61,6 +64,12 @@ def heavy_resources(klass, paper_cfg, stage=None, dataset=None):
                 overrides[key] = res[name]
         gpus = res.get(f"{stage}_gpus", gpus)  # e.g. training on a node's 8 GPUs, evaluation on one
     out = resources_of(klass, gpu=gpus, gpu_model=res["gpu_model"], **overrides)
+    if per_job is not None:
+        if dataset is not None:
+            raise ValueError("heavy_resources: give either `dataset` or `gpus`, not both")
+        if gpus:
+            out["gpu"] = per_job if callable(per_job) else int(per_job)
+        return out
     if dataset is not None and gpus:
         # GPUs only for the datasets the config names as heavy; the others run on CPU partitions
         if "gpu_datasets" not in res:

@@ -62,7 +62,9 @@ def test_wildcard_constraints_are_per_rule(slug):
 @pytest.mark.parametrize("slug", PAPERS)
 def test_gpus_only_through_heavy_resources(slug):
     text = snakefile(slug)
-    assert not re.search(r"\bgpu\s*=", text), f"workflows/{slug}/Snakefile sets gpu= itself; use heavy_resources"
+    assert not re.search(r"\bgpu\s*=|[\"']gpu[\"']\s*:", text), (
+        f"workflows/{slug}/Snakefile sets gpu itself; use heavy_resources (its `gpus` for a count per wildcard)"
+    )
     for rule, body in RULE.findall(text):
         if "heavy_resources(" in body:
             assert re.search(r'heavy_resources\(\s*"(train|infer|train_node)_gpu"', body), rule

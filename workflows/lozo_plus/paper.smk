@@ -168,10 +168,7 @@ rule lozo_plus_train_node:
         env_file("lm")
     threads: 4
     resources:
-        **dict(
-            heavy_resources("train_node_gpu", LOZO_PLUS),  # the node class's memory and runtime
-            gpu=lambda wc: LOZO_PLUS_GPUS[wc.method],
-        ),
+        **heavy_resources("train_node_gpu", LOZO_PLUS, gpus=lambda wc: LOZO_PLUS_GPUS[wc.method]),
     params:
         seeds=lozo_plus_seeds_of_group,
         pretrained=LOZO_PLUS["pretrained"],
@@ -203,7 +200,7 @@ rule lozo_plus_evaluate:
         env_file("lm")
     threads: 4
     resources:
-        **dict(heavy_resources("infer_gpu", LOZO_PLUS, stage="evaluate"), gpu=LOZO_PLUS_EVAL_GPUS),
+        **heavy_resources("infer_gpu", LOZO_PLUS, stage="evaluate", gpus=LOZO_PLUS_EVAL_GPUS),
     params:
         seeds=lozo_plus_seeds_of_group,
         pretrained=LOZO_PLUS["pretrained"],
