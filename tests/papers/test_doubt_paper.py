@@ -443,7 +443,7 @@ def test_the_paper_config_resolves_and_bad_paper_keys_are_named(repo_copy):
     path.write_text(text)
 
 
-def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_embedding_and_entailment_only(dry_repo):
+def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_embedding_entailment_and_rephrasing_only(dry_repo):
     from conftest import run_snakemake
 
     from paperflow.core.plan import parse_dry_run
@@ -466,6 +466,9 @@ def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_embedding_and_entailm
         "doubt_embed": str(v * (mc + ff) * s),
         "doubt_download_nli": "1",
         "doubt_entail": str(v * (mc + ff) * s),
+        "doubt_rephrase": str((mc + ff) * s),  # once per benchmark and seed, shared by the MLLMs
+        "doubt_sample_perturbed": str(v * (mc + ff) * s),
+        "doubt_entail_perturbed": str(v * ff * s),
         "doubt_score": str(v * (mc + ff) * s * len(cfg["methods"])),
         "doubt_evaluate": "1",
         "doubt_report": "1",
@@ -473,13 +476,15 @@ def test_paper_scale_dry_run_puts_gpus_on_sampling_judging_embedding_and_entailm
     gpus, jobs = {}, parse_dry_run(proc.stdout)
     for job in jobs:
         gpus.setdefault(job.rule, set()).add(job.gpus)
-    heavy = ("doubt_judge", "doubt_embed", "doubt_entail")
+    heavy = ("doubt_judge", "doubt_embed", "doubt_entail", "doubt_rephrase", "doubt_entail_perturbed")
     assert all(gpus[r] == {1} for r in heavy)
-    assert all(g == {0} for r, g in gpus.items() if r not in (*heavy, "doubt_sample"))
-    # sampling: each MLLM's own GPU count (4 for the 72B model), on one node
-    sampled = [j for j in jobs if j.rule == "doubt_sample"]
-    assert {j.wildcards["vlm"]: j.gpus for j in sampled} == {n: e.get("gpus", 1) for n, e in cfg["vlms"].items()}
-    assert max(j.gpus for j in sampled) == 4 and all(j.resources["nodes"] == "1" for j in sampled)
+    assert all(g == {0} for r, g in gpus.items() if r not in (*heavy, "doubt_sample", "doubt_sample_perturbed"))
+    # sampling (plain / OUB sets, and VL-Uncertainty's perturbed prompts): each MLLM's own GPU count (4 for the 72B
+    # model), on one node
+    for rule in ("doubt_sample", "doubt_sample_perturbed"):
+        sampled = [j for j in jobs if j.rule == rule]
+        assert {j.wildcards["vlm"]: j.gpus for j in sampled} == {n: e.get("gpus", 1) for n, e in cfg["vlms"].items()}
+        assert max(j.gpus for j in sampled) == 4 and all(j.resources["nodes"] == "1" for j in sampled)
     assert json.loads(json.dumps(sorted(gpus)))  # every rule appeared
 
 
@@ -755,3 +760,222 @@ def test_internvl2_samples_one_chat_call_per_answer_with_the_codes_generation_co
             "cpu",
             "vlms.InternVL2-8B",
         )
+
+
+# ---- VL-Uncertainty (Ruiyang-061X/VL-Uncertainty at 793f911): perturbed prompts, their answers, entropy --------
+
+VLU = {
+    "blur_radii": {"ScienceQA": [0.1, 0.5, 1.0], "LLaVABench": [0.6, 1.0, 1.4]},
+    "rephrase_temperatures": [0.1, 0.3, 0.5],
+    "instruction": "Given the input question: '{question}', rephrase it.",
+    "max_new_tokens": 3,
+    "temperature": {"ScienceQA": {"default": 0.5, "tiny": 0.7}, "LLaVABench": {"default": 1.0}},
+}
+
+
+def box_radius(radius: float, passes: int = 3) -> float:
+    """The fractional box radius per pass of PIL's GaussianBlur (an extended box blur whose three passes have
+    variance radius**2; Gwosdek et al. 2011, Pillow's BoxBlur.c)."""
+    s2 = radius * radius / passes
+    lo = np.floor((np.sqrt(12 * s2 + 1) - 1) / 2)
+    return float(lo + (2 * lo + 1) * (lo * (lo + 1) - 3 * s2) / (6 * (s2 - (lo + 1) ** 2)))
+
+
+def box_kernel(r: float) -> np.ndarray:
+    lo, ww = int(np.floor(r)), 1 / (2 * r + 1)
+    return np.array([(r - lo) * ww] + [ww] * (2 * lo + 1) + [(r - lo) * ww])
+
+
+def test_blur_levels_are_pils_gaussian_blur_at_the_official_radii_on_a_hand_made_image():
+    from PIL import Image
+
+    from paperflow.doubt import vl_uncertainty as vlu
+
+    cfg = load_paper_config("doubt", "paper")["vl_uncertainty"]
+    radii = sorted({r for levels in cfg["blur_radii"].values() for r in levels})
+    assert len(cfg["rephrase_temperatures"]) == 5 and all(len(v) == 5 for v in cfg["blur_radii"].values())
+    a = np.zeros((15, 17, 3), np.uint8)
+    a[7, 8] = 255  # an impulse, a coloured dot and a grey band touching the border
+    a[2, 3] = (10, 200, 90)
+    a[:, 14:] = 120
+    image = Image.fromarray(a)
+    spreads = []
+    for r in radii:
+        k = box_kernel(box_radius(r))
+        offsets = np.arange(len(k)) - len(k) // 2
+        assert len(k) == 3 and k.sum() == pytest.approx(1)  # every official radius: 3 taps per pass
+        assert 3 * (k * offsets**2).sum() == pytest.approx(r * r, abs=1e-9)  # variance of the 3 passes = radius^2
+        ref = a.astype(float)
+        for axis in (1, 0):  # three passes per axis, edge pixels repeated
+            for _ in range(3):
+                pad = [(0, 0)] * 3
+                pad[axis] = (1, 1)
+                padded = np.pad(ref, pad, mode="edge")
+                ref = sum(w * np.take(padded, range(i, i + ref.shape[axis]), axis=axis) for i, w in enumerate(k))
+        got = vlu.blur(image, r)
+        assert got.size == image.size and got.mode == "RGB"
+        assert got.tobytes() == vlu.blur(image, r).tobytes()  # deterministic
+        assert np.abs(np.asarray(got, dtype=float) - ref).max() <= 2.5  # PIL rounds to 8 bits after each pass
+        spreads.append(255 - int(np.asarray(got)[7, 8, 0]))
+    assert spreads == sorted(spreads) and spreads[0] < spreads[-1]  # more blur, a flatter impulse
+    flat = Image.new("RGB", (9, 9), (30, 60, 90))
+    assert vlu.blur(flat, 1.4).tobytes() == flat.tobytes()
+
+
+def test_rephrasings_follow_the_codes_requests_and_keep_the_options(hub, tmp_path, monkeypatch):
+    from paperflow.core.io import write_frame
+    from paperflow.doubt import vl_uncertainty as vlu
+
+    _, cache = hub
+    judge_json = str(tmp_path / "judge.json")
+    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    mc = bm.render_choices("Which is a cat?", ["dog", "cat"])
+    items = pd.DataFrame({"idx": [4, 9], "question": [mc, "What colour is it?"], "kind": bm.MULTI_CHOICE})
+    write_frame(tmp_path / "items.parquet", items, {})
+    asked, real = [], paper.ChatLLM.reply
+
+    def recording(self, user, temperature):
+        asked.append((user, temperature))
+        return real(self, user, temperature)
+
+    monkeypatch.setattr(paper.ChatLLM, "reply", recording)
+    got = vlu.rephrase(judge_json, JUDGE_SPEC, VLU, str(tmp_path / "items.parquet"), seed=0)
+    # one request per item and temperature, in order, on the question's first line only
+    assert asked == [("Given the input question: 'Which is a cat?', rephrase it.", t) for t in (0.1, 0.3, 0.5)] + [
+        ("Given the input question: 'What colour is it?', rephrase it.", t) for t in (0.1, 0.3, 0.5)
+    ]
+    assert list(got["idx"]) == [4, 9] and all(len(r) == 3 for r in got["rephrased"])
+    for reply, q in zip(got["rephrased"][0], got["questions"][0]):  # the options and the instruction stay
+        assert (
+            q
+            == reply
+            + "\n(0): dog\n(1): cat\n\nThis is a single choice question, answer only with choice number in 0, 1."
+        )
+    assert list(got["questions"][1]) == [r + "\n" for r in got["rephrased"][1]]  # merge_question's trailing newline
+    again = vlu.rephrase(judge_json, JUDGE_SPEC, VLU, str(tmp_path / "items.parquet"), seed=0)
+    assert again["rephrased"].tolist() == got["rephrased"].tolist()  # seeded
+    assert vlu.merge("New?", "Old?\n(0): a\n(1): b") == "New?\n(0): a\n(1): b"
+
+
+def test_vl_uncertainty_scores_hand_made_perturbed_answer_sets(tmp_path):
+    from paperflow.core.io import write_frame
+    from paperflow.doubt import vl_uncertainty as vlu
+
+    q = bm.render_choices("Which one?", ["red", "blue", "green"])
+    items = pd.DataFrame({"idx": [0, 1], "question": [q, q], "kind": bm.MULTI_CHOICE})
+    write_frame(tmp_path / "mc.parquet", items, {})
+    # item 0: choices 1, 1, 2 and two -1 (no integer; "10" is one integer, out of range); item 1: all choice 0
+    perturbed = pd.DataFrame({"idx": [0, 1], "P": [["1", "It is (1).", "2", "10", "none"], ["0"] * 5]})
+    perturbed.to_parquet(tmp_path / "mc_p.parquet")
+    assert vlu.choice_clusters(perturbed["P"][0], 3) == [1, 1, 2, -1, -1]
+    got = vlu.score(str(tmp_path / "mc.parquet"), str(tmp_path / "mc_p.parquet"), seed=3)
+    u0 = -(2 * 0.4 * np.log2(0.4) + 0.2 * np.log2(0.2))  # counts (2, 2, 1) of 5
+    assert got["score"].tolist() == pytest.approx([u0, 0.0], abs=1e-12)
+    assert got["flag"].tolist() == [1.0, 0.0] and set(got["n"]) == {5} and set(got["rep"]) == {0}
+    assert set(got["method"]) == {"vl_uncertainty"} and set(got["seed"]) == {3} and list(got["item"]) == [0, 1]
+    # free-form: a hand-made equivalence; "kitty" matches "cat" but not "a cat", the first member of its cluster
+    ff = pd.DataFrame({"idx": [5], "question": ["What is it?"], "kind": bm.FREE_FORM})
+    write_frame(tmp_path / "ff.parquet", ff, {})
+    pd.DataFrame({"idx": [5], "P": [["a cat", "cat", "dog", "a cat", "kitty"]]}).to_parquet(tmp_path / "ff_p.parquet")
+    strings = ["a cat", "cat", "dog", "kitty"]
+    same = np.eye(4, dtype=bool)
+    same[0, 1] = same[1, 0] = same[1, 3] = same[3, 1] = True
+    judged = pd.DataFrame({"idx": [5], "answers": [strings], "same": [same.ravel().tolist()]})
+    judged.to_parquet(tmp_path / "ff_e.parquet")
+    got = vlu.score(str(tmp_path / "ff.parquet"), str(tmp_path / "ff_p.parquet"), 0, str(tmp_path / "ff_e.parquet"))
+    assert got["score"].iloc[0] == pytest.approx(-(0.6 * np.log2(0.6) + 2 * 0.2 * np.log2(0.2)), abs=1e-12)
+    assert got["flag"].iloc[0] == 1.0  # clusters {a cat, cat, a cat}, {dog}, {kitty}: U = 1.371 >= 1
+    with pytest.raises(ValueError, match="clusters by entailment"):
+        vlu.score(str(tmp_path / "ff.parquet"), str(tmp_path / "ff_p.parquet"), 0)
+
+
+def test_vl_uncertainty_runs_end_to_end_on_the_tiny_llava_and_joins_the_evaluation(hub, tmp_path):
+    from paperflow.core.report import publish
+    from paperflow.doubt import vl_uncertainty as vlu
+    from paperflow.doubt.paper_report import build_report
+
+    _, cache = hub
+    vlm_json, judge_json = str(tmp_path / "vlm.json"), str(tmp_path / "judge.json")
+    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
+    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    save_tiny_nli(tmp_path / "nli", 0)  # contradicts everything: the free-form clusters are the exact strings
+    nli_json = tmp_path / "nli.json"
+    nli_json.write_text(json.dumps({"hub": "org/nli", "revision": SHA, "folder": str(tmp_path / "nli")}))
+    nli = {"device": "cpu", "batch_size": 8, "condition_on_question": True}
+    labels, score_files = {}, {}
+    for name in ("ScienceQA", "LLaVABench"):
+        raw, items = str(tmp_path / f"raw_{name}.parquet"), str(tmp_path / f"items_{name}.parquet")
+        paper.download_benchmark(name, BENCHES[name], str(cache), raw)
+        paper.preprocess(raw, 2, items)
+        prompts = vlu.rephrase(judge_json, JUDGE_SPEC, VLU, items, seed=0)
+        pp = str(tmp_path / f"prompts_{name}.parquet")
+        prompts.to_parquet(pp)
+        perturbed = vlu.sample("tiny", name, vlm_json, VLM_SPEC, items, pp, VLU, seed=0)
+        assert list(perturbed["idx"]) == list(read_frame(items)[0]["idx"])
+        assert all(len(a) == 3 and all(isinstance(x, str) for x in a) for a in perturbed["P"])
+        sp = str(tmp_path / f"perturbed_{name}.parquet")
+        perturbed.to_parquet(sp)
+        entail_path = None
+        if name == "LLaVABench":
+            judged = vlu.entail(str(nli_json), nli, items, sp)
+            assert [sorted(set(a)) for a in perturbed["P"]] == [list(a) for a in judged["answers"]]
+            entail_path = str(tmp_path / "entail.parquet")
+            judged.to_parquet(entail_path)
+        frame = vlu.score(items, sp, 0, entail_path)
+        q = read_frame(items)[0]["question"]
+        if name == "ScienceQA":
+            want = [scores_se(vlu.choice_clusters(a, vlu.num_choices(x))) for a, x in zip(perturbed["P"], q)]
+        else:
+            want = [scores_se(list(a)) for a in perturbed["P"]]  # nothing entails: the exact strings
+        np.testing.assert_allclose(frame["score"].to_numpy(), want, atol=1e-12)
+        path = str(tmp_path / f"scores_{name}.parquet")
+        frame.to_parquet(path)
+        score_files[("tiny", name, 0, "vl_uncertainty")] = path
+        lab = pd.DataFrame({"idx": perturbed["idx"], "reply": None, "correct_official": [True, False],
+                            "correct_strict": [False, True]})  # fmt: skip
+        lp = str(tmp_path / f"labels_{name}.parquet")
+        lab.to_parquet(lp)
+        labels[("tiny", name, 0)] = lp
+    # another MLLM's temperature and an unknown benchmark, by name
+    assert vlu.temperature(VLU, "tiny", "ScienceQA") == 0.7 and vlu.temperature(VLU, "other", "ScienceQA") == 0.5
+    with pytest.raises(ConfigError, match=r"vl_uncertainty\.blur_radii has no entry for the benchmark 'MMVet'"):
+        vlu.radii(VLU, "MMVet")
+    metrics = paper.evaluate(labels, score_files)
+    assert len(metrics) == 2 * 2 and set(metrics["n"]) == {3} and metrics["full_set"].all()
+    assert metrics["detection_accuracy"].between(0, 1).all()
+    outputs = {k: str(tmp_path / "report" / v) for k, v in
+               {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png"}.items()}  # fmt: skip
+    publish(build_report(metrics, {"seeds": [0], "sampling": SAMPLING}), outputs, paper="doubt", scale="paper")
+    text = Path(outputs["report"]).read_text()
+    assert "vl_uncertainty" in text and "blurred-image" in text
+
+
+def scores_se(clusters):
+    from paperflow.doubt.scores import semantic_entropy
+
+    return semantic_entropy(clusters)
+
+
+def test_vl_uncertainty_config_errors_are_named():
+    from paperflow.doubt.settings import check
+
+    cfg = load_paper_config("doubt", "paper")
+    vlu = cfg["vl_uncertainty"]
+    cases = (
+        ({**vlu, "blur_radii": {k: v for k, v in vlu["blur_radii"].items() if k != "MMMU"}},
+         r"vl_uncertainty\.blur_radii has no entry for the benchmarks \['MMMU'\]"),
+        ({**vlu, "blur_radii": {**vlu["blur_radii"], "MMVet": [0.6, 0.8]}},
+         r"blur_radii\.MMVet has 2 radii but rephrase_temperatures has 5"),
+        ({**vlu, "temperature": {**vlu["temperature"], "MMVet": {"default": 0.5, "gpt-4v": 1.0}}},
+         r"names MLLMs \['gpt-4v'\] that are not in vlms"),
+    )  # fmt: skip
+    for bad, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            check({**cfg, "vl_uncertainty": bad}, "doubt.yaml")
+    with pytest.raises(ConfigError, match=r"free-form benchmarks \['LLaVABench', 'MMVet'\] clusters by entailment"):
+        check({**{k: v for k, v in cfg.items() if k != "nli"}, "methods": ["doubt", "vl_uncertainty"]}, "doubt.yaml")
+    with pytest.raises(ConfigError, match="methods has vl_uncertainty but the key vl_uncertainty is missing"):
+        check({k: v for k, v in cfg.items() if k != "vl_uncertainty"}, "doubt.yaml")
+    smoke = load_paper_config("doubt", "smoke")
+    with pytest.raises(ConfigError, match="vl_uncertainty runs at paper scale only"):
+        check({**smoke, "methods": [*smoke["methods"], "vl_uncertainty"]}, "doubt.yaml")

@@ -68,7 +68,8 @@ ABSENT_STAGES = {
         "train": "SpecFlow condenses the visual tokens of pretrained LLaVA-1.5 without training",
     },
     ("doubt", "paper"): {
-        "train": "DOUBT scores a pretrained VLM's sampled answers; its GPU stages are sample, judge and embed",
+        "train": "DOUBT scores pretrained VLMs' sampled answers (GPU stages: sample, judge, embed, entail, and for "
+        "VL-Uncertainty rephrase and sample_perturbed)",
     },
 }
 

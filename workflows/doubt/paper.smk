@@ -2,11 +2,14 @@
 # model at their pinned Hub commits (config, else config/locks/doubt.json, written by `paperflow pin doubt`), each
 # benchmark of `benchmarks` likewise; per (MLLM, benchmark, seed) the answer sets sampled on GPUs (each MLLM's
 # `gpus`, one node), labels (multiple choice on the CPU, free-form by the judge on a GPU), embeddings and the NLI
-# entailment between answers on a GPU, the detectors on the CPU; evaluation and report.
+# entailment between answers on a GPU, the detectors on the CPU; evaluation and report. With vl_uncertainty in
+# `methods`, VL-Uncertainty's perturbed prompts (questions rephrased by the judge LLM per benchmark, on a GPU), the
+# MLLM's answers to them (blurred images, the MLLM's GPUs) and, on free-form benchmarks, their entailment (GPU).
 import re
 
 from paperflow.core.download import read_lock_revisions
 from paperflow.doubt import benchmarks as doubt_benchmarks
+from paperflow.doubt.paper import VL_UNCERTAINTY as DOUBT_VLU
 from paperflow.doubt.paper import needs_entailment as doubt_needs_entailment
 
 DOUBT_VLMS = list(DOUBT["vlms"])
@@ -41,8 +44,17 @@ def doubt_vlm_gpus(wildcards):
 
 
 def doubt_score_inputs(wildcards):
-    """The detector's inputs: the sets, their embeddings, and for semantic entropy the entailment judge's output."""
+    """The detector's inputs: the sets, their embeddings, and for semantic entropy the entailment judge's output;
+    VL-Uncertainty: its answers to the perturbed prompts, and on a free-form benchmark their entailment."""
     run = f"{wildcards.bench}_seed{wildcards.seed}.parquet"
+    if wildcards.method == DOUBT_VLU:
+        out = {
+            "questions": doubt_path("data", f"{wildcards.bench}.parquet"),
+            "perturbed": doubt_path("vlu_samples", wildcards.vlm, run),
+        }
+        if DOUBT_KIND[wildcards.bench] == doubt_benchmarks.FREE_FORM:
+            out["entail"] = doubt_path("vlu_entailment", wildcards.vlm, run)
+        return out
     out = {
         "questions": doubt_path("data", f"{wildcards.bench}.parquet"),
         "samples": doubt_path("samples", wildcards.vlm, run),
@@ -174,7 +186,9 @@ rule doubt_sample:
     threads: 4
     resources:
         # one node, one task: a sharded model's GPUs are on one machine
-        **{**heavy_resources("infer_gpu", DOUBT, stage="sample"), "gpu": doubt_vlm_gpus, "nodes": 1, "tasks": 1},
+        **heavy_resources("infer_gpu", DOUBT, stage="sample", gpus=doubt_vlm_gpus),
+        nodes=1,
+        tasks=1,
     params:
         spec=lambda wc: DOUBT["vlms"][wc.vlm],
         sampling=DOUBT["sampling"],
@@ -304,6 +318,87 @@ if "nli" in DOUBT:
             "scripts/entail_answers.py"
 
 
+if DOUBT_VLU in DOUBT["methods"]:
+
+    rule doubt_rephrase:
+        input:
+            judge=doubt_path("models", "judge.json"),
+            questions=doubt_path("data", "{bench}.parquet"),
+        output:
+            doubt_path("vlu_prompts", "{bench}_seed{seed}.parquet"),
+        log:
+            doubt_path("logs", "rephrase", "{bench}_seed{seed}.log"),
+        benchmark:
+            doubt_path("benchmarks", "rephrase_{bench}_seed{seed}.tsv")
+        wildcard_constraints:
+            bench=DOUBT_WILDCARDS["bench"],
+            seed=r"\d+",
+        conda:
+            env_file("lm")
+        threads: 4
+        resources:
+            **heavy_resources("infer_gpu", DOUBT, stage="rephrase"),
+        params:
+            spec=DOUBT["judge"],
+            vlu=DOUBT["vl_uncertainty"],
+            code=code_param("lm", "workflows/doubt/scripts/rephrase.py"),
+        script:
+            "scripts/rephrase.py"
+
+    rule doubt_sample_perturbed:
+        input:
+            vlm=doubt_path("models", "vlm_{vlm}.json"),
+            questions=doubt_path("data", "{bench}.parquet"),
+            prompts=doubt_path("vlu_prompts", "{bench}_seed{seed}.parquet"),
+        output:
+            doubt_path("vlu_samples", "{vlm}", "{bench}_seed{seed}.parquet"),
+        log:
+            doubt_path("logs", "sample_perturbed", "{vlm}_{bench}_seed{seed}.log"),
+        benchmark:
+            doubt_path("benchmarks", "sample_perturbed_{vlm}_{bench}_seed{seed}.tsv")
+        wildcard_constraints:
+            **DOUBT_WILDCARDS,
+        conda:
+            env_file("lm")
+        threads: 4
+        resources:
+            **heavy_resources("infer_gpu", DOUBT, stage="sample", gpus=doubt_vlm_gpus),
+            nodes=1,
+            tasks=1,
+        params:
+            spec=lambda wc: DOUBT["vlms"][wc.vlm],
+            vlu=DOUBT["vl_uncertainty"],
+            code=code_param("lm", "workflows/doubt/scripts/sample_perturbed.py"),
+        script:
+            "scripts/sample_perturbed.py"
+
+    rule doubt_entail_perturbed:
+        input:
+            nli=doubt_path("models", "nli.json"),
+            questions=doubt_path("data", "{bench}.parquet"),
+            perturbed=doubt_path("vlu_samples", "{vlm}", "{bench}_seed{seed}.parquet"),
+        output:
+            doubt_path("vlu_entailment", "{vlm}", "{bench}_seed{seed}.parquet"),
+        log:
+            doubt_path("logs", "entail_perturbed", "{vlm}_{bench}_seed{seed}.log"),
+        benchmark:
+            doubt_path("benchmarks", "entail_perturbed_{vlm}_{bench}_seed{seed}.tsv")
+        wildcard_constraints:
+            vlm=DOUBT_WILDCARDS["vlm"],
+            bench=DOUBT_FF,
+            seed=r"\d+",
+        conda:
+            env_file("lm")
+        threads: 4
+        resources:
+            **heavy_resources("infer_gpu", DOUBT, stage="entail"),
+        params:
+            spec=DOUBT["nli"],
+            code=code_param("lm", "workflows/doubt/scripts/entail_perturbed.py"),
+        script:
+            "scripts/entail_perturbed.py"
+
+
 rule doubt_score:
     input:
         unpack(doubt_score_inputs),
@@ -365,13 +460,13 @@ rule doubt_report:
     log:
         doubt_path("logs", "report.log"),
     conda:
-        env_file("base")
+        env_file("lm")  # its modules reach the benchmark readers (huggingface_hub)
     threads: 1
     resources:
         **resources_of("cpu_light"),
     params:
         seeds=DOUBT["seeds"],
         sampling=DOUBT["sampling"],
-        code=code_param("base", "workflows/doubt/scripts/report_paper.py"),
+        code=code_param("lm", "workflows/doubt/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

@@ -357,45 +357,59 @@ def label_multi_choice(raw: str, samples: str) -> pd.DataFrame:
     )
 
 
+class ChatLLM:
+    """The instruction LLM of llm/Qwen.py (Qwen2.5-3B-Instruct: the free-form judge, and VL-Uncertainty's
+    rephraser), loaded offline from its pinned snapshot: one reply per user message, with the code's system
+    message, sampling at the given temperature with `spec.top_p`, `spec.repetition_penalty` and
+    `spec.max_new_tokens`, the new tokens decoded."""
+
+    def __init__(self, info: Mapping[str, str], spec: Mapping[str, Any], device):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from paperflow.core.lm.models import require_pinned
+
+        require_pinned(info["hub"], info["revision"])
+        self.spec, self.device = spec, device
+        self.tok = AutoTokenizer.from_pretrained(info["folder"], local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            info["folder"], local_files_only=True, dtype=getattr(torch, spec["dtype"])
+        ).to(device)
+        self.model.eval()
+
+    def reply(self, user: str, temperature: float) -> str:
+        import torch
+
+        messages = [{"role": "system", "content": bm.JUDGE_SYSTEM}, {"role": "user", "content": user}]
+        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        inputs = self.tok([text], return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            ids = self.model.generate(
+                **inputs,
+                do_sample=True,
+                temperature=float(temperature),
+                top_p=float(self.spec["top_p"]),
+                repetition_penalty=float(self.spec["repetition_penalty"]),
+                max_new_tokens=int(self.spec["max_new_tokens"]),
+            )
+        return self.tok.decode(ids[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
 def judge(judge_json: str, spec: Mapping[str, Any], raw: str, samples: str, seed: int) -> pd.DataFrame:
     """The judge LLM's verdict on every ans0 of a free-form benchmark (the code's prompt, system message and
     sampling), official and strict labels from its reply."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from paperflow.core.device import pick
-    from paperflow.core.lm.models import require_pinned
     from paperflow.core.seeding import seed_all
 
-    info = _info(judge_json)
-    require_pinned(info["hub"], info["revision"])
     device = pick(spec["device"], key="judge.device")
     seed_all(int(seed))
-    tok = AutoTokenizer.from_pretrained(info["folder"], local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        info["folder"], local_files_only=True, dtype=getattr(torch, spec["dtype"])
-    ).to(device)
-    model.eval()
+    llm = ChatLLM(_info(judge_json), spec, device)
     gt = read_frame(raw)[0].set_index("idx")["gt"]
     frame = read_frame(samples)[0]
-    replies = []
-    for i, ans in zip(frame["idx"], frame["ans0"]):
-        messages = [
-            {"role": "system", "content": bm.JUDGE_SYSTEM},
-            {"role": "user", "content": bm.JUDGE_PROMPT.format(gt=gt[i], ans=ans)},
-        ]
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        inputs = tok([text], return_tensors="pt").to(device)
-        with torch.inference_mode():
-            ids = model.generate(
-                **inputs,
-                do_sample=True,
-                temperature=float(spec["temperature"]),
-                top_p=float(spec["top_p"]),
-                repetition_penalty=float(spec["repetition_penalty"]),
-                max_new_tokens=int(spec["max_new_tokens"]),
-            )
-        replies.append(tok.decode(ids[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
+    replies = [
+        llm.reply(bm.JUDGE_PROMPT.format(gt=gt[i], ans=ans), spec["temperature"])
+        for i, ans in zip(frame["idx"], frame["ans0"])
+    ]
     marks = [bm.label_judge(r) for r in replies]
     return pd.DataFrame(
         {
@@ -439,7 +453,15 @@ def embed(encoder_json: str, spec: Mapping[str, Any], items_path: str, samples: 
 ENTAILMENT_STATISTICS = ("se",)  # the detectors whose clusters come from the entailment judge at paper scale
 
 
+VL_UNCERTAINTY = "vl_uncertainty"  # paper scale only: answers to perturbed prompts (`paperflow.doubt.vl_uncertainty`)
+PAPER_METHODS = (*M.METHODS, VL_UNCERTAINTY)
+
+
 def needs_entailment(method: str) -> bool:
+    """Whether the method's clusters come from the NLI judge over the plain / OUB sets (the `entail` rule).
+    VL-Uncertainty has its own entailment rule over its perturbed answers (free-form benchmarks only)."""
+    if method == VL_UNCERTAINTY:
+        return False
     return M.METHODS[method].statistic in ENTAILMENT_STATISTICS
 
 
@@ -515,8 +537,8 @@ def score(
 
 def evaluate(labels: Mapping[tuple, str], score_files: Mapping[tuple, str]) -> pd.DataFrame:
     """Per (vlm, benchmark, seed, method, n, label mode): AUROC (mean and std over sub-samplings) and detection
-    accuracy at the official threshold. `labels[(vlm, bench, seed)]` and `score_files[(vlm, bench, seed, method)]`
-    are paths."""
+    accuracy at the official threshold; `full_set` marks the method's largest n (its whole answer set).
+    `labels[(vlm, bench, seed)]` and `score_files[(vlm, bench, seed, method)]` are paths."""
     rows = []
     for (vlm, bench, seed, method), path in sorted(score_files.items()):
         marks = read_frame(labels[(vlm, bench, seed)])[0]
@@ -541,6 +563,8 @@ def evaluate(labels: Mapping[tuple, str], score_files: Mapping[tuple, str]) -> p
                         "detection_accuracy": float(np.mean(accs)) if has_flag else np.nan,
                         "wrong_rate": float(wrong.mean()),
                         "items": len(wrong),
+                        # the method's whole set (n_max; VL-Uncertainty: its perturbations), not a sub-sample
+                        "full_set": bool(n == table["n"].max()),
                     }
                 )
     return pd.DataFrame(rows)

@@ -16,13 +16,24 @@ import pandas as pd
 
 from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
 from paperflow.doubt.methods import METHODS, TRUST_THRESHOLD
+from paperflow.doubt.vl_uncertainty import DESCRIPTION as VLU_DESCRIPTION
+from paperflow.doubt.vl_uncertainty import METHOD as VLU_METHOD
 
 # paper scale: semantic entropy's clusters come from the NLI entailment judge (`entailment`), not MiniLM cosine
 PAPER_DESCRIPTIONS = {
     "se_plain": "semantic entropy, bidirectional-entailment clusters (NLI model), plain set",
     "se_oub": "semantic entropy, bidirectional-entailment clusters (NLI model), OUB set",
     "oub_se": "OUB + SE: mean of the two sets' entailment-clustered semantic entropies",
+    VLU_METHOD: VLU_DESCRIPTION,
 }
+
+
+def full_sets(frame: pd.DataFrame, n_max: int) -> pd.DataFrame:
+    """The rows of each method's whole answer set: n = n_max, VL-Uncertainty's n = its number of perturbed
+    prompts (older metrics without `full_set`: n = n_max)."""
+    if "full_set" in frame.columns:
+        return frame[frame["full_set"].astype(bool)]
+    return frame[frame["n"] == n_max]
 
 
 def auroc_claims(frame: pd.DataFrame, n_max: int) -> list[Claim]:
@@ -46,7 +57,8 @@ def auroc_claims(frame: pd.DataFrame, n_max: int) -> list[Claim]:
 
 
 def figure_auroc(frame: pd.DataFrame, n_max: int):
-    full = frame[(frame["n"] == n_max) & (frame["label_mode"] == "official")]
+    full = full_sets(frame, n_max)
+    full = full[full["label_mode"] == "official"]
     pivot = full.pivot_table(index=["vlm", "benchmark"], columns="method", values="auroc")
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(pivot)), 3.5))
     x = np.arange(len(pivot))
@@ -55,7 +67,7 @@ def figure_auroc(frame: pd.DataFrame, n_max: int):
         ax.bar(x + k * width, pivot[m].to_numpy(), width, label=m)
     ax.axhline(0.5, color="grey", lw=0.8, ls="--")
     ax.set_xticks(x + 0.4 - width / 2, [f"{v}\n{b}" for v, b in pivot.index], fontsize=7)
-    ax.set_ylabel(f"AUROC at n = {n_max}")
+    ax.set_ylabel(f"AUROC, whole set (n = {n_max}; VL-Uncertainty: its prompts)")
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     return fig
@@ -63,12 +75,12 @@ def figure_auroc(frame: pd.DataFrame, n_max: int):
 
 def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
     n_max = int(params["sampling"]["n_max"])
-    full = frame[frame["n"] == n_max]
+    full = full_sets(frame, n_max)
     cells = [
         {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()}
-        for r in full.drop(columns=["auroc_std_subsamples", "n"]).to_dict("records")
+        for r in full.drop(columns=["auroc_std_subsamples", "full_set"], errors="ignore").to_dict("records")
     ]
-    below = frame[frame["n"] < n_max]
+    below = frame.drop(full.index)
     stability = [
         {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()}
         for r in below[below["label_mode"] == "official"][
@@ -85,10 +97,13 @@ def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
         claims=auroc_claims(frame, n_max),
         sections=[
             (
-                f"Detectors at n = {n_max}",
+                f"Detectors on their whole sets (n = {n_max}; VL-Uncertainty: one answer per perturbed prompt)",
                 markdown_table(cells)
                 + "\n\nMethods: "
-                + "; ".join(f"`{m}`: {PAPER_DESCRIPTIONS.get(m, METHODS[m].description)}" for m in methods)
+                + "; ".join(
+                    f"`{m}`: {PAPER_DESCRIPTIONS[m] if m in PAPER_DESCRIPTIONS else METHODS[m].description}"
+                    for m in methods
+                )
                 + ". `official` labels follow the code (a multiple-choice answer is right when the gt index occurs "
                 "in it; a judge reply holding 'C' or 'c' is 'correct'); `strict` ones parse the first digit / the "
                 "reply's first word.",
@@ -96,12 +111,13 @@ def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
             ("Spread over random sub-samplings below n_max (official labels)", markdown_table(stability)),
         ],
         figures=[
-            Figure("figure_auroc", f"AUROC per detector at n = {n_max} (official labels)", figure_auroc(frame, n_max))
+            Figure("figure_auroc", "AUROC per detector on its whole set (official labels)", figure_auroc(frame, n_max))
         ],
         tables=[Table("table_detectors", "Per (MLLM, benchmark, method, n, label mode): AUROC, accuracy", frame)],
         limitations=[
             "The paper's table numbers were not available (spec section 5): no paper value is compared.",
-            "VL-Uncertainty (answers to blurred images and LLM-rephrased questions) is not wired. Semantic entropy "
+            "VL-Uncertainty's free-form clusters come from the NLI entailment judge, not its Yes/No LLM prompts; its "
+            "rephrasings are made once per benchmark and seed and shared by every MLLM. Semantic entropy "
             "clusters by an NLI model's bidirectional entailment (Kuhn et al.), not by the code's Yes/No LLM "
             "prompts, and is the discrete variant (no likelihoods); `se_exact` is the entropy over exact embedded "
             "strings (for multiple choice: over the chosen options, each unparsable answer its own cluster where "

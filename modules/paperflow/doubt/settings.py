@@ -15,13 +15,18 @@ def check(cfg: dict[str, Any], source: str) -> None:
     """The model spec is one the kit builds; the claims' methods are there; every n fits in n_max and n_max is
     scored; the format mix is a distribution; the prompts fit the model's positions. At paper scale: the MLLMs,
     benchmarks, judge and encoder are given, every benchmark has a reader, the entailment methods have their NLI
-    model, and a sharded MLLM its GPUs' memory."""
+    model, a sharded MLLM its GPUs' memory, and VL-Uncertainty its perturbations (only there: not at smoke scale)."""
     n_max, ns = cfg["sampling"]["n_max"], cfg["scoring"]["ns"]
     if any(n > n_max for n in ns) or n_max not in ns:
         raise ConfigError(f"{source}: scoring.ns {ns} must be <= sampling.n_max ({n_max}) and include it")
     if cfg["source"]["kind"] == "benchmarks":
         check_paper(cfg, source)
         return
+    if "vl_uncertainty" in cfg["methods"]:
+        raise ConfigError(
+            f"{source}: methods: vl_uncertainty runs at paper scale only (source.kind benchmarks: blurred images and "
+            "LLM-rephrased questions); the grid scenes have neither"
+        )
     model_config({**cfg["model"], "vocab_size": 16})  # refuses a misspelt model key by name
     require_choices(cfg["methods"], source=source, key="methods", required=NEEDED)
     mix = cfg["train"]["format_mix"]
@@ -58,3 +63,35 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
             )
     require_choices(cfg["methods"], source=source, key="methods", required=("doubt",))
     check_benchmarks(cfg["benchmarks"], source)
+    if "vl_uncertainty" in cfg["methods"]:
+        check_vl_uncertainty(cfg, source)
+
+
+def check_vl_uncertainty(cfg: dict[str, Any], source: str) -> None:
+    """VL-Uncertainty's block: radii and a temperature for every benchmark, as many rephrasings as radii (one
+    perturbed prompt per pair), and the NLI judge where a free-form benchmark clusters by entailment."""
+    from paperflow.doubt.benchmarks import FREE_FORM, KIND_OF
+
+    vlu = cfg.get("vl_uncertainty")
+    if vlu is None:
+        raise ConfigError(f"{source}: methods has vl_uncertainty but the key vl_uncertainty is missing")
+    for key in ("blur_radii", "temperature"):
+        missing = [b for b in cfg["benchmarks"] if b not in vlu[key]]
+        if missing:
+            raise ConfigError(f"{source}: vl_uncertainty.{key} has no entry for the benchmarks {missing}")
+    k = len(vlu["rephrase_temperatures"])
+    for b in cfg["benchmarks"]:
+        if len(vlu["blur_radii"][b]) != k:
+            raise ConfigError(
+                f"{source}: vl_uncertainty.blur_radii.{b} has {len(vlu['blur_radii'][b])} radii but "
+                f"rephrase_temperatures has {k}: they are paired one to one"
+            )
+    unknown = sorted({v for t in vlu["temperature"].values() for v in t if v != "default"} - set(cfg["vlms"]))
+    if unknown:
+        raise ConfigError(f"{source}: vl_uncertainty.temperature names MLLMs {unknown} that are not in vlms")
+    free = [b for b in cfg["benchmarks"] if KIND_OF.get(b) == FREE_FORM]
+    if free and "nli" not in cfg:
+        raise ConfigError(
+            f"{source}: vl_uncertainty on the free-form benchmarks {free} clusters by entailment: the key nli is "
+            "missing"
+        )
