@@ -435,7 +435,6 @@ def test_paper_claim_fails_on_its_negative_control():
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda c: c["methods"].append("dapo"), "'dapo' is not wired at paper scale"),
         (lambda c: c["methods"].append("sft"), "'sft' is not a paper-scale method"),
         (lambda c: c["math"].update(benchmarks=["aime26"]), "'aime26' is not in math.datasets"),
         (lambda c: c["math"].update(prompt_template="Q: A:"), r"math.prompt_template must contain '\{problem\}'"),
@@ -460,6 +459,8 @@ def test_paper_scale_dry_run_puts_gpus_on_train_and_evaluate_only(dry_repo):
     proc = run_snakemake(dry_repo, "-n", "--forceall", "--config", "scale=paper", "papers=[eapo]")
     cfg = load_paper_config("eapo", "paper")
     runs = len(cfg["methods"]) * len(cfg["seeds"])
+    seeds = str(len(cfg["seeds"]))
+    trl_runs = len([m for m in cfg["methods"] if m not in ("dapo", "luffy")]) * len(cfg["seeds"])
     counts = dict(re.findall(r"^(eapo_\w+)\s+(\d+)$", proc.stdout, re.M))
     n_data = len(cfg["math"]["datasets"])
     assert counts == {
@@ -467,17 +468,25 @@ def test_paper_scale_dry_run_puts_gpus_on_train_and_evaluate_only(dry_repo):
         "eapo_download": str(n_data),
         "eapo_preprocess": str(n_data),
         "eapo_train_prior": "1",
-        "eapo_train": str(runs),
+        "eapo_train": str(trl_runs),
         "eapo_evaluate": str(runs),
         "eapo_report": "1",
+        # dapo and luffy: their authors' verl recipes (test_eapo_recipes.py)
+        "eapo_download_recipes": "1",
+        "eapo_recipe_data": "1",
+        "eapo_prior_traces": "1",
+        "eapo_luffy_data": "1",
+        "eapo_train_dapo": seeds,
+        "eapo_train_luffy": seeds,
     }
     gpus, nodes = {}, {}
     for job in parse_dry_run(proc.stdout):
         gpus.setdefault(job.rule, set()).add(job.gpus)
         nodes.setdefault(job.rule, set()).add(job.resources.get("nodes"))
     res = cfg["resources"]
-    assert gpus["eapo_train_prior"] == gpus["eapo_train"] == {res["train_gpus"]}
-    assert nodes["eapo_train"] == {"1"}  # one node, its GPUs (train_node_gpu)
-    assert gpus["eapo_evaluate"] == {res["evaluate_gpus"]}
-    heavy = ("eapo_train_prior", "eapo_train", "eapo_evaluate")
+    trains = ("eapo_train_prior", "eapo_train", "eapo_train_dapo", "eapo_train_luffy")
+    assert all(gpus[r] == {res["train_gpus"]} for r in trains), gpus
+    assert all(nodes[r] == {"1"} for r in trains[1:])  # one node, its GPUs (train_node_gpu)
+    assert gpus["eapo_evaluate"] == gpus["eapo_prior_traces"] == {res["evaluate_gpus"]}
+    heavy = (*trains, "eapo_evaluate", "eapo_prior_traces")
     assert all(v == {0} for r, v in gpus.items() if r not in heavy)

@@ -1,10 +1,13 @@
 # eapo at paper scale (source.kind math): the pretrained model (`pretrained`) downloaded once and each dataset of
 # `math.datasets` (the training set and the benchmarks) at its pinned Hub commit (config, else
 # config/locks/eapo.json, written by `paperflow pin eapo`); prompts in the model's template; pi_E, then each method
-# and seed, trained by TRL's GRPOTrainer with EAPO's sampler on one node's GPUs (torchrun); avg@k with math-verify.
+# and seed, trained by TRL's GRPOTrainer with EAPO's sampler on one node's GPUs (torchrun); dapo and luffy by their
+# authors' verl recipes (verl-recipe's DAPO, LUFFY's verl fork) on the same node class, merged to Hugging Face
+# folders the same evaluate rule reads; avg@k with math-verify.
 from paperflow.core.download import read_lock_revisions
 from paperflow.eapo.paper import check as eapo_paper_check
 from paperflow.eapo.paper import train_job_gpus as eapo_train_job_gpus
+from paperflow.eapo.recipes import RECIPE_METHODS as EAPO_RECIPE_METHODS
 
 eapo_paper_check(EAPO)
 EAPO_MATH = EAPO["math"]
@@ -15,8 +18,10 @@ EAPO_TRAIN_GPUS = int(EAPO["resources"].get("train_gpus", EAPO["resources"]["gpu
 EAPO_WILDCARDS = {
     "dataset": "|".join(EAPO_MATH["datasets"]),
     "method": "|".join(EAPO["methods"]),
+    "trl_method": "|".join(m for m in EAPO["methods"] if m not in EAPO_RECIPE_METHODS) or "(?!)",
     "seed": r"[0-9]+",
 }
+EAPO_RECIPES = EAPO_MATH.get("recipes")  # dapo and luffy: their authors' verl recipes (paperflow.eapo.recipes)
 
 
 def eapo_train_resources(method=None):
@@ -153,7 +158,7 @@ rule eapo_train:
     benchmark:
         eapo_path("benchmarks", "train_{method}_seed{seed}.tsv")
     wildcard_constraints:
-        method=EAPO_WILDCARDS["method"],
+        method=EAPO_WILDCARDS["trl_method"],
         seed=EAPO_WILDCARDS["seed"],
     conda:
         env_file("lm")  # + math-verify (the proposed envs/lm.yaml line, workflows/eapo/README.md)
@@ -223,3 +228,146 @@ rule eapo_report:
         code=code_param("lm", "workflows/eapo/scripts/report_math.py"),
     script:
         "scripts/report_math.py"
+
+
+# --- dapo and luffy: the authors' verl recipes (paperflow.eapo.recipes) -------------------------------------------
+rule eapo_download_recipes:
+    output:
+        eapo_path("recipes", "source.json"),
+    log:
+        eapo_path("logs", "download_recipes.log"),
+    conda:
+        env_file("lm")
+    threads: 1
+    resources:
+        **resources_of("cpu_light", runtime=60),
+    params:
+        repos=EAPO_RECIPES["repos"] if EAPO_RECIPES else None,
+        cache=EAPO_CACHE,
+        code=code_param("lm", "workflows/eapo/scripts/download_recipes.py"),
+    script:
+        "scripts/download_recipes.py"
+
+
+rule eapo_recipe_data:
+    input:
+        train=eapo_path("data", f"{EAPO_MATH['train_set']}.parquet"),
+        validation=eapo_path("data", f"{EAPO_RECIPES['validation'] if EAPO_RECIPES else 'none'}.parquet"),
+    output:
+        dapo_train=eapo_path("recipes", "dapo_train.parquet"),
+        validation=eapo_path("recipes", "validation.parquet"),
+        luffy_validation=eapo_path("recipes", "luffy_validation.parquet"),
+    log:
+        eapo_path("logs", "recipe_data.log"),
+    conda:
+        env_file("lm")
+    threads: 1
+    resources:
+        **resources_of("cpu_medium"),
+    params:
+        template=lambda wc: EAPO_MATH["prompt_template"],  # a function: its {problem} is no wildcard
+        code=code_param("lm", "workflows/eapo/scripts/recipe_data.py"),
+    script:
+        "scripts/recipe_data.py"
+
+
+rule eapo_prior_traces:
+    input:
+        prior=eapo_path("models", "prior.json"),
+        train=eapo_path("data", f"{EAPO_MATH['train_set']}.parquet"),
+    output:
+        eapo_path("models", "prior_traces.parquet"),
+    log:
+        eapo_path("logs", "prior_traces.log"),
+    benchmark:
+        eapo_path("benchmarks", "prior_traces.tsv")
+    conda:
+        env_file("lm")  # + math-verify (the proposed envs/lm.yaml line, workflows/eapo/README.md)
+    threads: 4
+    resources:
+        **heavy_resources("infer_gpu", EAPO, stage="evaluate"),
+    params:
+        samples=EAPO_RECIPES["luffy"]["trace_samples"] if EAPO_RECIPES else None,
+        evaluation=EAPO_MATH["evaluation"],
+        device=EAPO["pretrained"]["device"],
+        dtype=EAPO["pretrained"]["dtype"],
+        stop_tokens=EAPO_MATH["rollout"]["stop_tokens"],
+        code=code_param("lm", "workflows/eapo/scripts/prior_traces.py"),
+    script:
+        "scripts/prior_traces.py"
+
+
+rule eapo_luffy_data:
+    input:
+        train=eapo_path("data", f"{EAPO_MATH['train_set']}.parquet"),
+        traces=eapo_path("models", "prior_traces.parquet"),
+    output:
+        eapo_path("recipes", "luffy_train.parquet"),
+    log:
+        eapo_path("logs", "luffy_data.log"),
+    conda:
+        env_file("lm")
+    threads: 1
+    resources:
+        **resources_of("cpu_medium"),
+    params:
+        template=lambda wc: EAPO_MATH["prompt_template"],
+        code=code_param("lm", "workflows/eapo/scripts/luffy_data.py"),
+    script:
+        "scripts/luffy_data.py"
+
+
+rule eapo_train_dapo:
+    input:
+        start=eapo_path("models", "pretrained.json"),
+        recipes=eapo_path("recipes", "source.json"),
+        train=eapo_path("recipes", "dapo_train.parquet"),
+        validation=eapo_path("recipes", "validation.parquet"),
+    output:
+        model=eapo_path("models", "dapo", "seed{seed}.json"),
+    log:
+        eapo_path("logs", "train", "dapo_seed{seed}.log"),
+    benchmark:
+        eapo_path("benchmarks", "train_dapo_seed{seed}.tsv")
+    wildcard_constraints:
+        seed=EAPO_WILDCARDS["seed"],
+    conda:
+        env_file("lm-verl")  # verl 0.9.1 (+ vLLM 0.24, math-verify): the DAPO recipe's trainer and model merger
+    threads: 16
+    resources:
+        **heavy_resources("train_node_gpu", EAPO, stage="train"),
+    params:
+        method="dapo",
+        seed=lambda wc: int(wc.seed),
+        settings={k: EAPO[k] for k in ("pretrained", "math", "rl", "resources")},
+        code=code_param("lm-verl", "workflows/eapo/scripts/train_recipe.py"),
+    script:
+        "scripts/train_recipe.py"
+
+
+rule eapo_train_luffy:
+    input:
+        start=eapo_path("models", "pretrained.json"),
+        recipes=eapo_path("recipes", "source.json"),
+        train=eapo_path("recipes", "luffy_train.parquet"),
+        validation=eapo_path("recipes", "luffy_validation.parquet"),
+    output:
+        model=eapo_path("models", "luffy", "seed{seed}.json"),
+    log:
+        eapo_path("logs", "train", "luffy_seed{seed}.log"),
+    benchmark:
+        eapo_path("benchmarks", "train_luffy_seed{seed}.tsv")
+    wildcard_constraints:
+        seed=EAPO_WILDCARDS["seed"],
+    conda:
+        env_file("lm-verl-luffy")  # LUFFY's own stack; its verl fork comes from the checkout (PYTHONPATH)
+    threads: 16
+    resources:
+        **heavy_resources("train_node_gpu", EAPO, stage="train"),
+    params:
+        method="luffy",
+        seed=lambda wc: int(wc.seed),
+        settings={k: EAPO[k] for k in ("pretrained", "math", "rl", "resources")},
+        code=code_param("lm-verl-luffy", "workflows/eapo/scripts/train_recipe.py"),
+    script:
+        "scripts/train_recipe.py"

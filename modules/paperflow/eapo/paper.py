@@ -24,17 +24,16 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
-from paperflow.eapo import math_data
+from paperflow.eapo import math_data, recipes
 from paperflow.eapo.rl import method as method_spec
 
 log = logging.getLogger(__name__)
 SLUG = "eapo"
-PAPER_METHODS = ("grpo", "eapo", "eapo_noIS", "eapo_randpos", "eapo_baseprior", "from_prior")
+TRL_METHODS = ("grpo", "eapo", "eapo_noIS", "eapo_randpos", "eapo_baseprior", "from_prior")
+# TRL's GRPOTrainer has no dynamic sampling (DAPO) and no LUFFY loss: these two run their authors' verl recipes
+RECIPE_METHODS = recipes.RECIPE_METHODS
+PAPER_METHODS = (*TRL_METHODS, *RECIPE_METHODS)
 ROLLOUT_BACKENDS = ("transformers", "vllm")  # math.rollout_backend
-NOT_WIRED = {
-    "dapo": "TRL's GRPOTrainer has no dynamic sampling (DAPO's refill of equal-reward groups)",
-    "luffy": "LUFFY's shaped off-policy loss on whole pi_E traces is not a TRL loss_type",
-}
 
 
 # --- config ---------------------------------------------------------------------------------------------------
@@ -43,8 +42,6 @@ def check(cfg: Mapping[str, Any], source: str = "config/eapo.yaml") -> None:
     the benchmarks, a template with {problem}, the entropy rule and mixture IS, and one batch of TRL rows holding
     whole groups of `rl.group_size` and `rl.prompts_per_step` prompts."""
     for m in cfg["methods"]:
-        if m in NOT_WIRED:
-            raise ConfigError(f"{source}: methods: {m!r} is not wired at paper scale ({NOT_WIRED[m]}); remove it")
         if m not in PAPER_METHODS:
             raise ConfigError(f"{source}: methods: {m!r} is not a paper-scale method; allowed: {PAPER_METHODS}")
     math = cfg["math"]
@@ -71,6 +68,7 @@ def check(cfg: Mapping[str, Any], source: str = "config/eapo.yaml") -> None:
             f"{source}: math.rollout_backend is 'vllm' but the math.vllm block (servers, GPUs) is missing"
         )
     trl_settings(cfg, processes=int(cfg["resources"].get("train_gpus", cfg["resources"]["gpus"])) or 1)
+    recipes.check(cfg, source)
 
 
 def train_job_gpus(cfg: Mapping[str, Any], method: str) -> int:
@@ -356,6 +354,68 @@ def _generate(
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
+# --- LUFFY's off-policy traces (the recipe's data, paperflow.eapo.recipes.luffy_data) -------------------------
+def recipe_data(train: str, validation: str, template: str, outputs: Mapping[str, str]) -> dict[str, int]:
+    """verl's rows of the training set (`dapo_train`) and of the validation set (`validation`; LUFFY's copy with
+    an empty target column, `luffy_validation`), from our preprocessed parquet files."""
+    tr, _ = read_frame(train)
+    va, _ = read_frame(validation)
+    for key, frame, split, targets in (
+        ("dapo_train", tr, "train", None),
+        ("validation", va, "test", None),
+        ("luffy_validation", va, "test", [None] * len(va)),
+    ):
+        Path(outputs[key]).parent.mkdir(parents=True, exist_ok=True)
+        recipes.verl_rows(frame, template, split, targets).to_parquet(outputs[key], index=False)
+    return {"train": len(tr), "validation": len(va)}
+
+
+def luffy_data(train: str, traces: str, template: str, out: str) -> dict[str, int]:
+    """LUFFY's training parquet: our problems with pi_E's first correct trace as the `target` column."""
+    frame, _ = read_frame(train)
+    rows, dropped = recipes.luffy_rows(frame, pd.read_parquet(traces), template, "train")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    rows.to_parquet(out, index=False)
+    return {"rows": len(rows), "dropped": dropped}
+
+
+def prior_traces(
+    prior_json: str, train: str, samples: int, evaluation: Mapping[str, Any], device_name: str, dtype: str,
+    stop_tokens: Sequence[str], out: str,
+) -> dict[str, int]:  # fmt: skip
+    """pi_E's traces for LUFFY: `samples` completions per training problem, sampled and decoded as `evaluate`
+    does (math.evaluation's temperature, top_p and length, ending at EOS or the rollouts' stop tokens, special
+    tokens dropped: LUFFY's reader appends no EOS either), each scored by the paper's reward; one row per
+    (problem, sample)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from paperflow.core.device import pick
+    from paperflow.eapo.math_reward import math_reward
+
+    device = pick(device_name, key="pretrained.device")
+    folder = model_folder(prior_json)
+    tokenizer = _tokenizer(folder)
+    stops = math_data.stop_ids(tokenizer, stop_tokens)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
+    model.to(device).eval()
+    torch.manual_seed(int(evaluation["seed"]))
+    frame, _ = read_frame(train)
+    per_call = max(1, int(evaluation["batch_size"]) // int(samples))
+    rows = []
+    for lo in range(0, len(frame), per_call):
+        part = frame.iloc[lo : lo + per_call]
+        texts = _generate(model, tokenizer, list(part["prompt"]), int(samples), evaluation, device, stops)
+        for i, (pid, answer) in enumerate(zip(part["problem_id"], part["answer"])):
+            for j, text in enumerate(texts[i * samples : (i + 1) * samples]):
+                rows.append({"problem_id": int(pid), "sample": j, "trace": text, "correct": math_reward(text, answer)})
+    traces = pd.DataFrame(rows)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    traces.to_parquet(out, index=False)
+    solved = int(traces.groupby("problem_id")["correct"].max().sum()) if len(traces) else 0
+    return {"problems": len(frame), "solved": solved}
+
+
 # --- report -----------------------------------------------------------------------------------------------------
 def avg_at_k_table(evals: Mapping[tuple[str, int], str], benchmarks: Sequence[str]) -> pd.DataFrame:
     """avg@k per (method, seed) and benchmark, and their mean over the benchmarks (the spec's five-benchmark
@@ -379,7 +439,7 @@ def claims(table: pd.DataFrame, method: str = "eapo", baseline: str = "grpo") ->
     seed the two share; one claim per baseline present."""
     out = []
     mine = table[table["method"] == method].set_index("seed")["average"]
-    for base in [b for b in ("grpo", "eapo_noIS", "eapo_randpos", "from_prior") if b != method]:
+    for base in [b for b in ("grpo", "dapo", "luffy", "eapo_noIS", "eapo_randpos", "from_prior") if b != method]:
         theirs = table[table["method"] == base].set_index("seed")["average"]
         seeds = sorted(set(mine.index) & set(theirs.index))
         if not seeds:
@@ -408,7 +468,8 @@ def report(table: pd.DataFrame, ks: Mapping[str, int], pretrained: Mapping[str, 
         "",
         f"Model: `{pretrained['hub']}`. avg@k on each benchmark (k: "
         + ", ".join(f"{b} {k}" for b, k in ks.items())
-        + "), math-verify on the last \\boxed{}, methods trained by TRL's GRPOTrainer with EAPO's sampler.",
+        + "), math-verify on the last \\boxed{}, methods trained by TRL's GRPOTrainer with EAPO's sampler "
+        + "(dapo and luffy: their authors' verl recipes).",
         "",
         table.to_markdown(index=False, floatfmt=".4f"),
         "",
