@@ -367,10 +367,12 @@ def test_the_recipe_tree_is_verl_with_itpos_files_at_exact_commits(recipe_json, 
         "recipe/itpo/process_data/process_dataset.py",
         "verl/interactions/collabllm_interaction.py",
     ]
+    from paperflow.core import download
+
     with pytest.raises(RuntimeError, match="git fetch"):
-        recipe.checkout(source["verl"]["git"], "f" * 40, tmp_path / "x", "recipe.verl.commit")
+        download.git_checkout(source["verl"]["git"], "f" * 40, tmp_path / "x", "recipe.verl.commit")
     with pytest.raises(ConfigError, match="recipe.verl.commit"):
-        recipe.checkout(source["verl"]["git"], "main", tmp_path / "x", "recipe.verl.commit")
+        download.git_checkout(source["verl"]["git"], "main", tmp_path / "x", "recipe.verl.commit")
 
 
 def test_collabllm_rows_become_the_recipes_rl_rows(hub, recipe_json, tmp_path):

@@ -356,3 +356,36 @@ def _download_unverified(url: str, part: Path, retries: int = 3, backoff_s: floa
                     f"could not download {url} after {attempts} attempts; last error: {error}"
                 ) from error
             time.sleep(backoff_s * 2**attempt)
+
+
+def _git(*args: str, cwd: str | Path | None = None) -> str:
+    import subprocess
+
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return proc.stdout.strip()
+
+
+def git_checkout(url: str, commit: str, folder: str | Path, key: str) -> Path:
+    """The repository at `url` at exactly `commit` (40 hex, named `key` in the config) in `folder`, by a shallow
+    fetch of that commit: a commit id is content-addressed, so the files are the ones it names (a branch or tag is
+    refused, it moves). A folder already at that commit is kept; another is replaced. Used for the official code
+    that paper-scale rules run (itpo's and eapo's verl recipes, LUFFY)."""
+    import shutil
+
+    if not re.fullmatch(r"[0-9a-f]{40}", str(commit)):
+        raise ConfigError(f"{key} = {commit!r} is not a 40-hex git commit (a branch or tag moves)")
+    folder = Path(folder)
+    if (folder / ".git").is_dir() and _git("rev-parse", "HEAD", cwd=folder) == commit:
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _git("init", "-q", str(folder))
+    _git("fetch", "-q", "--depth", "1", url, commit, cwd=folder)
+    _git("-c", "advice.detachedHead=false", "checkout", "-q", "FETCH_HEAD", cwd=folder)
+    head = _git("rev-parse", "HEAD", cwd=folder)
+    if head != commit:
+        raise RuntimeError(f"{url}: fetched {head}, expected {commit} ({key})")
+    return folder

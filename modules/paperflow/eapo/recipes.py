@@ -449,7 +449,7 @@ def write_pointer(out: str | Path, folder: str | Path, **extra: Any) -> dict[str
 def download(repos: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
     """verl-recipe and LUFFY at their pinned commits (math.recipes.repos), DAPO's tree assembled as verl lays it
     out; `out` names the commits and folders."""
-    from paperflow.itpo.recipe import checkout  # TODO(kit): a second paper uses it (core.download.git_checkout)
+    from paperflow.core.download import git_checkout as checkout
 
     base = Path(cache) / "recipes"
     doc: dict[str, Any] = {}

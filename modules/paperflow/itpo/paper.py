@@ -67,10 +67,12 @@ def download_hub(ref: Mapping[str, Any], key: str, cache: str, out: str) -> dict
 def download_recipe(source: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
     """The recipe's source tree: verl at `recipe.verl.commit` with ITPO's files (`recipe.itpo.commit`) overlaid as
     the ITPO README says, under the cache; `out` (JSON) names the commits and the tree."""
+    from paperflow.core import download
+
     itpo, verl = source["itpo"], source["verl"]
     base = Path(cache) / "recipe"
-    itpo_dir = recipe.checkout(itpo["git"], itpo["commit"], base / "itpo" / itpo["commit"], "recipe.itpo.commit")
-    verl_dir = recipe.checkout(verl["git"], verl["commit"], base / "verl" / verl["commit"], "recipe.verl.commit")
+    itpo_dir = download.git_checkout(itpo["git"], itpo["commit"], base / "itpo" / itpo["commit"], "recipe.itpo.commit")
+    verl_dir = download.git_checkout(verl["git"], verl["commit"], base / "verl" / verl["commit"], "recipe.verl.commit")
     tree = base / "tree" / f"{itpo['commit'][:12]}-{verl['commit'][:12]}"
     placed = recipe.assemble_tree(itpo_dir, verl_dir, tree)
     doc = {"tree": str(tree), "itpo": dict(itpo), "verl": dict(verl), "overlaid": placed}

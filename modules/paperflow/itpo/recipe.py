@@ -11,7 +11,6 @@ address and the logger differ from the scripts (README, "Paper scale").
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -224,35 +223,6 @@ def _merge(base: Sequence[tuple[str, str]], later: Sequence[tuple[str, str]]) ->
 
 def command(module: str, overrides: Sequence[str], python: str = "python3") -> list[str]:
     return [python, "-m", module, *overrides]
-
-
-def _git(*args: str, cwd: str | Path | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return proc.stdout.strip()
-
-
-def checkout(url: str, commit: str, folder: str | Path, key: str) -> Path:
-    """The repository at `url` at exactly `commit` (40 hex, named `key` in the config) in `folder`; the commit id
-    is content-addressed, so the files are the ones it names. A folder already at that commit is kept."""
-    import re
-
-    if not re.fullmatch(r"[0-9a-f]{40}", str(commit)):
-        raise ConfigError(f"{key} = {commit!r} is not a 40-hex git commit (a branch or tag moves)")
-    folder = Path(folder)
-    if (folder / ".git").is_dir() and _git("rev-parse", "HEAD", cwd=folder) == commit:
-        return folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    _git("init", "-q", str(folder))
-    _git("fetch", "-q", "--depth", "1", url, commit, cwd=folder)
-    _git("-c", "advice.detachedHead=false", "checkout", "-q", "FETCH_HEAD", cwd=folder)
-    head = _git("rev-parse", "HEAD", cwd=folder)
-    if head != commit:
-        raise RuntimeError(f"{url}: fetched {head}, expected {commit} ({key})")
-    return folder
 
 
 def assemble_tree(itpo: Path, verl: Path, out: Path) -> list[str]:
