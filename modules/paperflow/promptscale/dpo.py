@@ -14,18 +14,14 @@ folder that the evaluate rule serves with vLLM.
 from __future__ import annotations
 
 import json
-import logging
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import reject_unknown, require_keys
-
-log = logging.getLogger(__name__)
+from paperflow.promptscale.sft import finish_training, run_ranks
 
 REQUIRED = ("beta", "learning_rate", "per_device_train_batch_size", "max_length", "seed")
 OPTIONAL = (
@@ -120,21 +116,7 @@ def train(
         train_dataset=Dataset.from_list(data),
         processing_class=tok,
     )
-    trainer.train()
-    trainer.save_model(out_folder)
-    logged = [dict(r) for r in trainer.state.log_history]
-    if trainer.is_world_process_zero():
-        tok.save_pretrained(out_folder)
-        if history:
-            Path(history).write_text(json.dumps(logged, indent=1) + "\n")
-    return logged
-
-
-def command(n_procs: int, args_file: str | Path) -> list[str]:
-    """The command that runs `train` on `n_procs` processes of this node (torchrun; plain python for one)."""
-    from paperflow.core.launch import launch_command
-
-    return [*launch_command(int(n_procs), python=sys.executable).split(), "-m", __name__, str(args_file)]
+    return finish_training(trainer, tok, out_folder, history)
 
 
 def run_dpo(
@@ -156,18 +138,7 @@ def run_dpo(
         "device": device,
         "history": str(history),
     }
-    if int(n_procs) <= 1:
-        return train(**kwargs)
-    Path(out_folder).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=Path(out_folder).parent, delete=False) as fh:
-        json.dump(kwargs, fh)
-    cmd = command(n_procs, fh.name)
-    log.info("running %s", " ".join(cmd))
-    try:
-        subprocess.run(cmd, check=True)
-    finally:
-        Path(fh.name).unlink(missing_ok=True)
-    return json.loads(Path(history).read_text())
+    return run_ranks(train, __name__, kwargs, n_procs)
 
 
 def dpo_job(

@@ -104,6 +104,12 @@ def train(
         train_dataset=rows.select_columns(["prompt", "completion"]),
         processing_class=tok,
     )
+    return finish_training(trainer, tok, out_folder, history)
+
+
+def finish_training(trainer, tok, out_folder: str, history: str | None) -> list[dict[str, Any]]:
+    """Train a TRL trainer, save the model in `out_folder` (every rank: FSDP gathers the shards), and on rank 0 the
+    tokenizer beside it and the logged rows in `history` (JSON). Returns the logged rows (SFT here, DPO in dpo.py)."""
     trainer.train()
     trainer.save_model(out_folder)
     logged = [dict(r) for r in trainer.state.log_history]
@@ -114,11 +120,30 @@ def train(
     return logged
 
 
-def command(n_procs: int, args_file: str | Path) -> list[str]:
-    """The command that runs `train` on `n_procs` processes of this node (torchrun; plain python for one)."""
+def command(n_procs: int, args_file: str | Path, module: str = __name__) -> list[str]:
+    """The command that runs `module`'s `train` on `n_procs` processes of this node (torchrun; plain python for
+    one); the module reads its keyword arguments from `args_file` (JSON)."""
     from paperflow.core.launch import launch_command
 
-    return [*launch_command(int(n_procs), python=sys.executable).split(), "-m", __name__, str(args_file)]
+    return [*launch_command(int(n_procs), python=sys.executable).split(), "-m", module, str(args_file)]
+
+
+def run_ranks(train_fn, module: str, kwargs: Mapping[str, Any], n_procs: int) -> list[dict[str, Any]]:
+    """`train_fn(**kwargs)` in this process (`n_procs` <= 1), or `module` on `n_procs` ranks started by torchrun
+    with `kwargs` in a JSON file beside `kwargs["out_folder"]`; the logged rows (rank 0's `kwargs["history"]`)."""
+    if int(n_procs) <= 1:
+        return train_fn(**kwargs)
+    parent = Path(kwargs["out_folder"]).parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=parent, delete=False) as fh:
+        json.dump(dict(kwargs), fh)
+    cmd = command(n_procs, fh.name, module)
+    log.info("running %s", " ".join(cmd))
+    try:
+        subprocess.run(cmd, check=True)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    return json.loads(Path(kwargs["history"]).read_text())
 
 
 def run_sft(
@@ -140,17 +165,7 @@ def run_sft(
         "device": device,
         "history": str(history),
     }
-    if int(n_procs) <= 1:
-        return train(**kwargs)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=Path(out_folder).parent, delete=False) as fh:
-        json.dump(kwargs, fh)
-    cmd = command(n_procs, fh.name)
-    log.info("running %s", " ".join(cmd))
-    try:
-        subprocess.run(cmd, check=True)
-    finally:
-        Path(fh.name).unlink(missing_ok=True)
-    return json.loads(Path(history).read_text())
+    return run_ranks(train, __name__, kwargs, n_procs)
 
 
 if __name__ == "__main__":
