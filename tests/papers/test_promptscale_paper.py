@@ -11,12 +11,11 @@ import fnmatch
 import json
 import math
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
@@ -249,44 +248,19 @@ def test_boxed_answers_and_their_normalisation():
         lt.benchmark_rows([{"problem": "p", "solution": "no box"}], "problem_solution_boxed", "aime24")
 
 
-class FakeVLLM:
-    """An OpenAI-compatible /v1 server standing in for vLLM: q's prompts get a rationale naming the sample's seed and
-    index, p's prompts a marked (rationale, problem) unless the request's seed is a multiple of 4, chat messages a
-    boxed answer that is right for every second sample. With `fail_first` the first POST is answered 503 (the client
-    retries). Records every request body."""
+class FakeVLLM(FakeOpenAI):
+    """The shared fake server (tests/fake_openai.py) standing in for vLLM: q's prompts get a rationale naming the
+    sample's seed and index, p's prompts a marked (rationale, problem) unless the request's seed is a multiple of 4,
+    chat messages a boxed answer that is right for every second sample; choices in reverse index order. With
+    `fail_first` the first POST is answered 503 (the client retries). `url` is the server's root, as vllm_cfg takes
+    it."""
 
     def __init__(self, name, fail_first=False):
-        self.name, self.bodies, self.failed = name, [], not fail_first
-        fake = self
+        super().__init__(self.answer, name=name, fail=int(fail_first))
+        self.url = self.url.removesuffix("/v1")
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code, doc):
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": fake.name, "object": "model"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if not fake.failed:
-                    fake.failed = True
-                    return self._send(503, {"error": "warming up"})
-                fake.bodies.append(body)
-                if body["model"] != fake.name:
-                    return self._send(404, {"error": f"model {body['model']} not served"})
-                self._send(200, {"choices": [fake.choice(body, j) for j in range(body["n"])][::-1]})
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+    def answer(self, path, body):
+        return [self.choice(body, j) for j in range(body["n"])][::-1]
 
     def choice(self, body, j):
         if "messages" in body:
@@ -301,10 +275,6 @@ class FakeVLLM:
         else:
             text = lt.p_completion(f"plan {j}", f"Find {body['seed']} squared.") if body["seed"] % 4 else "garbled"
         return {"index": j, "text": text, "finish_reason": "stop"}
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -699,7 +669,6 @@ def test_pairs_are_built_as_promptcot_builds_them_from_hand_made_rollouts():
 
 
 def test_self_play_rollouts_pairs_dpo_and_evaluation_run_end_to_end_on_a_tiny_model(tiny_model_folder, tmp_path):
-    from fake_openai import FakeOpenAI, chat_choices
     from safetensors.torch import load_file
 
     from paperflow.promptscale import dpo, paper_report
@@ -860,7 +829,6 @@ def test_the_sandbox_passes_a_correct_solution_and_fails_wrong_timing_out_crashi
 
 
 def test_the_code_evaluation_samples_the_policy_and_reports_lcb_pass_at_1(tmp_path):
-    from fake_openai import FakeOpenAI, chat_choices
 
     from paperflow.promptscale import code_eval
 
