@@ -152,14 +152,12 @@ def dpo_job(
 ) -> dict[str, Any]:
     """The dpo rule: `run_dpo` from the policy its download JSON names into the folder beside `out_json`
     (models/selfplay/ for models/selfplay.json), and `out_json` naming that folder and its files."""
-    from paperflow.promptscale.llm_text import model_folder
+    from paperflow.promptscale.llm_text import loss_summary, model_folder, write_model_json
 
     folder = Path(out_json).with_suffix("")
     logged = run_dpo(model_folder(policy_json), pairs, str(folder), settings, device, n_procs, history)
-    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
-    Path(out_json).write_text(json.dumps({"model": "selfplay", "folder": str(folder), "files": files}, indent=1) + "\n")
-    losses = [r["loss"] for r in logged if "loss" in r]
-    return {"model": "selfplay", "steps": len(losses), "final_loss": losses[-1] if losses else None}
+    write_model_json(out_json, "selfplay", folder)
+    return loss_summary("selfplay", logged)
 
 
 if __name__ == "__main__":

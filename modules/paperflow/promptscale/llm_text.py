@@ -54,6 +54,22 @@ def model_folder(info_json: str | Path) -> str:
     return json.loads(Path(info_json).read_text())["folder"]
 
 
+def write_model_json(out_json: str | Path, model: str, folder: str | Path) -> dict[str, Any]:
+    """A train rule's JSON output: {"model", "folder", "files": {name: bytes}} for the model saved in `folder`
+    (what `model_folder` reads back)."""
+    folder = Path(folder)
+    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
+    doc = {"model": model, "folder": str(folder), "files": files}
+    Path(out_json).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def loss_summary(model: str, logged: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"model", "steps", "final_loss"} of a TRL run's logged rows (steps: the rows that carry a loss)."""
+    losses = [r["loss"] for r in logged if "loss" in r]
+    return {"model": model, "steps": len(losses), "final_loss": losses[-1] if losses else None}
+
+
 # --- PromptCoT 1.0 triples ----------------------------------------------------------------------------------------
 
 

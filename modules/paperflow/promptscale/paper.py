@@ -194,9 +194,7 @@ def fine_tune_job(
         str(folder),
         history,
     )
-    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
-    doc = {"model": summary["model"], "folder": str(folder), "files": files}
-    Path(out_json).write_text(json.dumps(doc, indent=1) + "\n")
+    lt.write_model_json(out_json, summary["model"], folder)
     return summary
 
 

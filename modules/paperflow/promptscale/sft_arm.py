@@ -81,13 +81,11 @@ def sft_job(
 ) -> dict[str, Any]:
     """The sft rule: TRL SFT from the model the `start_json` names on `traces`, into the folder beside `out_json`
     (models/sft/ for models/sft.json), and `out_json` naming that folder and its files."""
-    from paperflow.promptscale.llm_text import model_folder
+    from paperflow.promptscale.llm_text import loss_summary, model_folder, write_model_json
     from paperflow.promptscale.sft import run_sft
 
     folder = Path(out_json).with_suffix("")
     folder.parent.mkdir(parents=True, exist_ok=True)
     logged = run_sft(model_folder(start_json), traces, str(folder), settings, device, n_procs, history)
-    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
-    Path(out_json).write_text(json.dumps({"model": "sft", "folder": str(folder), "files": files}, indent=1) + "\n")
-    losses = [r["loss"] for r in logged if "loss" in r]
-    return {"model": "sft", "steps": len(losses), "final_loss": losses[-1] if losses else None}
+    write_model_json(out_json, "sft", folder)
+    return loss_summary("sft", logged)
