@@ -53,7 +53,10 @@ def test_plan_cli_on_a_paper_counts_the_dry_runs_jobs_and_writes_the_readme_bloc
     counts = job_counts(run_snakemake(dry_repo, "-n", "--config", "scale=paper", "papers=[safer]").stdout)
     assert int(cells[1]) == sum(n for rule, n in counts.items() if rule.startswith("safer_"))
     assert int(cells[3]) == counts["safer_pretrain"] + counts["safer_train"] + counts["safer_evaluate"]  # GPU jobs
-    assert int(cells[7]) == 4 and "datasets.arxiv.sha256" in cells[8]  # the four OGB / DGL archives
+    gpus = [j.gpus for j in parse_dry_run(run_snakemake(dry_repo, "-n", "--config", "scale=paper", "papers=[safer]").stdout)
+            if j.rule.startswith("safer_") and j.gpus]  # fmt: skip
+    assert cells[4] == ", ".join(f"{n}: {gpus.count(n)}" for n in sorted(set(gpus)))  # GPUs per job: jobs
+    assert int(cells[8]) == 4 and "datasets.arxiv.sha256" in cells[9]  # the four OGB / DGL archives
     readme = tmp_path / "R.md"
     readme.write_text(f"intro\n{PLAN_BEGIN}\nold\n{PLAN_END}\nrest\n")
     again = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "plan", "safer", "--readme", str(readme)],
@@ -137,9 +140,9 @@ def test_readme_rows_read_back_what_render_wrote_and_a_subset_replaces_only_its_
     from paperflow.core.plan import merge_rows, readme_rows, render, write_readme_block
 
     rows = [
-        {"paper": "p", "jobs": 3, "jobs per rule": "train 2, report 1", "GPU jobs": 2, "GPU-hours": 16.0,
+        {"paper": "p", "jobs": 3, "jobs per rule": "train 2, report 1", "GPU jobs": 2, "GPUs per job: jobs": "1: 1, 4: 1", "GPU-hours": 16.0,
          "CPU-hours": 0.5, "max memory (GB)": 64.0, "unpinned downloads": 1, "unpinned keys": "a.sha256"},
-        {"paper": "q", "jobs": 1, "jobs per rule": "report 1", "GPU jobs": 0, "GPU-hours": 0,
+        {"paper": "q", "jobs": 1, "jobs per rule": "report 1", "GPU jobs": 0, "GPUs per job: jobs": "-", "GPU-hours": 0,
          "CPU-hours": 0.2, "max memory (GB)": 2.0, "unpinned downloads": 0, "unpinned keys": "-"},
     ]  # fmt: skip
     readme = tmp_path / "R.md"
@@ -149,3 +152,23 @@ def test_readme_rows_read_back_what_render_wrote_and_a_subset_replaces_only_its_
     q2 = dict(rows[1], jobs=5, **{"jobs per rule": "train 4, report 1"})
     merged = merge_rows(readme_rows(readme), [q2], ["q", "p", "r"])
     assert merged == [q2, rows[0]]
+
+
+def test_plan_rows_count_jobs_by_the_gpus_each_asks_for():
+    from pathlib import Path
+
+    from paperflow.core.plan import PlannedJob, plan_rows
+
+    root = Path(__file__).resolve().parents[2]
+    jobs = [
+        PlannedJob("safer_train", 8, {"gpu": "4", "runtime": "60"}),
+        PlannedJob("safer_train", 8, {"gpu": "4", "runtime": "60"}),
+        PlannedJob("safer_evaluate", 2, {"gpu": "1", "runtime": "30"}),
+        PlannedJob("safer_report", 1, {"runtime": "30"}),
+        PlannedJob("ph_vae_train", 1, {"gpu": "2", "runtime": "60"}),  # another paper's job is not counted
+    ]
+    (row,) = plan_rows(jobs, ["safer"], "paper", root)
+    assert row["GPU jobs"] == 3 and row["GPUs per job: jobs"] == "1: 1, 4: 2"
+    assert row["GPU-hours"] == 8.5 and row["CPU-hours"] == 0.5
+    (none,) = plan_rows(jobs[3:4], ["safer"], "paper", root)
+    assert none["GPUs per job: jobs"] == "-"

@@ -13,7 +13,7 @@ PROMPTSCALE_CACHE = f"{RUN.resources}/promptscale"
 PROMPTSCALE_LOCK = read_lock_revisions("promptscale", PAPERFLOW_ROOT)  # a pin changes the params: the download reruns
 PROMPTSCALE_E = int(PROMPTSCALE["llm_em"]["iterations"])
 PROMPTSCALE_CODE = PROMPTSCALE["code_benchmarks"]  # LiveCodeBench releases, graded in a sandbox
-PROMPTSCALE_CORPORA = ["seeds", "sft_traces", *PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE]
+PROMPTSCALE_CORPORA = list(PROMPTSCALE["corpora"])  # every configured corpus has a download job
 PROMPTSCALE_DTYPE = PROMPTSCALE["models"]["prompt"]["dtype"]
 PROMPTSCALE_SYNTH = {"coldstart": 0, "em": PROMPTSCALE_E}  # prompt model of each synthesis variant: p_0, p_E
 PROMPTSCALE_POLICIES = {  # the policy before and after self-play DPO
@@ -418,3 +418,8 @@ rule promptscale_report:
         code=code_param("lm", "workflows/promptscale/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"
+
+
+include: "code_seeds.smk"
+include: "code_selfplay.smk"
+include: "codeforces.smk"

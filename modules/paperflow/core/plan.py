@@ -1,5 +1,6 @@
 """`paperflow plan`: what a run would ask of a cluster, from the DAG Snakemake would run (its dry run) and the
-papers' configs: per paper the jobs per rule, the GPU jobs and GPU-hours requested, CPU-hours, the largest memory
+papers' configs: per paper the jobs per rule, the GPU jobs (and how many GPUs each asks for: the node shapes a
+cluster needs) and GPU-hours requested, CPU-hours, the largest memory
 request, and the downloads still without a checksum (neither in the config nor in the paper's lock file), each with
 the reason no published checksum was found (`config/unpinned.yaml`)."""
 
@@ -139,6 +140,7 @@ def plan_rows(jobs: Iterable[PlannedJob], papers: Sequence[str], scale: str, roo
             "jobs": len(mine),
             "jobs per rule": ", ".join(f"{r} {n}" for r, n in sorted(per_rule.items(), key=_stage_order)),
             "GPU jobs": len(gpu),
+            "GPUs per job: jobs": ", ".join(f"{n}: {k}" for n, k in sorted(Counter(j.gpus for j in gpu).items())) or "-",
             "GPU-hours": round(sum(j.gpus * j.hours for j in gpu), 1),
             "CPU-hours": round(sum(j.threads * j.hours for j in mine if not j.gpus), 1),
             "max memory (GB)": round(max((j.mem_gb for j in mine), default=0.0), 1),

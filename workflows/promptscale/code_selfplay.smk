@@ -1,0 +1,1 @@
+# promptscale at paper scale, included by paper.smk: code self-play: unit tests generated for p_E's code problems, the policy's programs run against them in the sandbox, chosen/rejected pairs (spec 2.5).
