@@ -483,7 +483,7 @@ def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
         (("    sst2: {hub: nyu-mll/glue", "    sst3: {hub: nyu-mll/glue"), "sst3"),
         (("subset: rte, dev: 500}", "subset: rte, dev: 500, revison: null}"), "revison"),
         (
-            ("    revision: null                # no commit", "    revision: main                # no commit"),
+            ("    revision: e515202d1e7750da62d245fbccb2723b9c1790f5  # the", "    revision: main  # the"),
             "revision",
         ),
         (("    dtype: float16\n", "    dtype: fp16\n"), "dtype"),
