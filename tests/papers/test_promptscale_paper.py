@@ -95,7 +95,43 @@ SFT_ROWS = pd.DataFrame(
     }
 )
 
+
+def codeforces_rows() -> pd.DataFrame:
+    """open-r1/codeforces's statement columns (its dataset card's features): two usable problems, one interactive,
+    one without a description, a repeated id (the code seeds' statements: test_promptscale_code_seeds.py)."""
+    base = {"contest_id": "1", "input_format": "Two integers a and b.", "output_format": "Their sum.",
+            "interaction_format": None, "note": None, "rating": 800.0, "tags": ["math"],
+            "examples": [{"input": "1 2\n", "output": "3\n"}], "official_tests": [{"input": "5 5\n", "output": "10\n"}]}  # fmt: skip
+    rows = [
+        {**base, "id": "1/A", "index": "A", "title": "A. Sum", "description": "Add two numbers.", "note": "1+2=3."},
+        {**base, "id": "1/B", "index": "B", "title": "B. Guess", "description": "Guess x.", "interaction_format": "Ask ? y."},
+        {**base, "id": "1/C", "index": "C", "title": "C. Empty", "description": ""},
+        {**base, "id": "1/D", "index": "D", "title": "D. Max", "description": "Print the larger one.", "rating": None,
+         "tags": ["greedy", "implementation"], "examples": []},
+        {**base, "id": "1/A", "index": "A", "title": "A. Sum", "description": "Add two numbers."},
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def codeelo_records() -> list[dict]:
+    """Qwen/CodeElo's test.json columns (its dataset card; public loaders): examples as [input, output] pairs,
+    interaction empty unless interactive (the Codeforces Elo: test_promptscale_codeforces.py)."""
+    base = {"rating": 800, "tags": ["math"], "div": "Div. 2", "time_limit_ms": 1000, "memory_limit_mb": 256,
+            "input": "Two integers a and b.", "output": "Their sum.", "interaction": "", "note": ""}  # fmt: skip
+    return [
+        {**base, "problem_id": "2001B", "url": "https://codeforces.com/contest/2001/problem/B", "title": "Guess",
+         "description": "Guess x.", "interaction": "Ask ? y.", "examples": [], "rating": None},
+        {**base, "problem_id": "2000A", "url": "https://codeforces.com/contest/2000/problem/A", "title": "Sum",
+         "description": "Add two numbers.", "examples": [["1 2\n", "3\n"]], "note": "1+2=3."},
+    ]  # fmt: skip
+
+
 HUB_FILES = {
+    "Qwen/CodeElo": {"test.json": codeelo_records(), "README.md": []},  # README.md is not configured: never fetched
+    "open-r1/codeforces": {
+        "data/train-00000-of-00001.parquet": codeforces_rows(),
+        "data/test-00000-of-00001.parquet": codeforces_rows().iloc[:1],  # not configured: never fetched
+    },
     "livecodebench/code_generation_lite": LCB_FILES,
     "xl-zhao/PromptCoT-2.0-SFT-4.8M": {
         "data/train-00000-of-00002.parquet": SFT_ROWS.iloc[:3],
@@ -572,9 +608,13 @@ def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
     cfg = load_paper_config("promptscale", "paper")
     e, n_bench, n_code = cfg["llm_em"]["iterations"], len(cfg["benchmarks"]), len(cfg["code_benchmarks"])
     counts = dict(re.findall(r"^(promptscale_\w+)\s+(\d+)$", proc.stdout, re.M))
-    assert counts == {
-        "promptscale_download_model": "2",
-        "promptscale_download": str(2 + n_bench + n_code),  # seeds, sft_traces, the benchmarks
+    n_annot = len(cfg["annotate"]["annotators"]) if "code" in cfg["seeds_data"]["domains"] else 0  # code seeds
+    annotate = {"promptscale_download_annotator": str(n_annot), "promptscale_annotate": str(n_annot)}
+    code_sp = {f"promptscale_code_{s}": "1" for s in ("tests", "rollouts", "verify", "pairs")}  # code self-play
+    assert counts == (annotate | code_sp if n_annot else {}) | {
+        "promptscale_download_model": str(2 + (n_annot > 0)),  # prompt, policy (and the code tests' tester)
+        "promptscale_download": str(3 + n_bench + n_code + (n_annot > 0)),  # seeds, traces, codeelo, benchmarks, cf
+        "promptscale_codeforces_generate": "3",  # the three policies' Codeforces attempts (no verdicts: no Elo job)
         "promptscale_preprocess": "1",
         "promptscale_train": str(2 * (e + 1)),
         "promptscale_sample": str(e + 1),
@@ -595,9 +635,12 @@ def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
     for rule in ("promptscale_train", "promptscale_dpo", "promptscale_sft"):  # one node's GPUs each
         assert gpus.pop(rule) == {res["train_gpus"]}, rule
     for rule in ("promptscale_sample", "promptscale_synthesize", "promptscale_evaluate", "promptscale_evaluate_code",
-                 "promptscale_rollouts"):  # fmt: skip
+                 "promptscale_rollouts", "promptscale_codeforces_generate"):  # fmt: skip
         assert gpus.pop(rule) == {res["sample_gpus"]}
     assert gpus.pop("promptscale_score") == {res["score_gpus"]}
+    gpus.pop("promptscale_annotate", None)  # one count per annotator: test_promptscale_code_seeds.py
+    for rule in ("promptscale_code_tests", "promptscale_code_rollouts"):  # test_promptscale_code_selfplay.py
+        gpus.pop(rule, None)
     assert all(v == {0} for v in gpus.values()), gpus
 
 

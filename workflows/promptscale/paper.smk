@@ -21,8 +21,16 @@ PROMPTSCALE_POLICIES = {  # the policy before and after self-play DPO
     "selfplay": promptscale_path("models", "selfplay.json"),
     "sft": promptscale_path("models", "sft.json"),  # the SFT arm (Qwen2.5-7B-Instruct on the released traces)
 }
+# code self-play (code_selfplay.smk) runs when code is a seed domain: its pairs join the math pairs in DPO, its
+# summaries the report
+PROMPTSCALE_CODE_SELFPLAY = "code" in PROMPTSCALE["seeds_data"].get("domains", ["math"])
+PROMPTSCALE_CODE_SELFPLAY_SUMMARIES = (
+    {f"code_{s}": promptscale_path("code_selfplay", f"{s}.json") for s in ("tests", "rollouts", "verify", "pairs")}
+    if PROMPTSCALE_CODE_SELFPLAY
+    else {}
+)
 PROMPTSCALE_WILDCARDS = {
-    "role": "prompt|policy",
+    "role": "|".join(PROMPTSCALE["models"]),  # prompt, policy (and tester: the code self-play's unit-test writer)
     "corpus": "|".join(PROMPTSCALE_CORPORA),
     "benchmark": "|".join(PROMPTSCALE["benchmarks"]),
     "code_benchmark": "|".join(PROMPTSCALE_CODE) or "(?!)",
@@ -99,7 +107,8 @@ rule promptscale_download:
 
 rule promptscale_preprocess:
     input:
-        promptscale_path("raw", "seeds.jsonl"),
+        seeds=promptscale_path("raw", "seeds.jsonl"),
+        code=lambda wc: promptscale_code_triples(wc),  # code_seeds.smk: the annotate jobs' triples, if code is a domain
     output:
         train=promptscale_path("data", "train.jsonl"),
         heldout=promptscale_path("data", "heldout.jsonl"),
@@ -275,7 +284,11 @@ rule promptscale_pairs:
 rule promptscale_dpo:
     input:
         policy=promptscale_path("models", "policy.json"),
-        pairs=promptscale_path("selfplay", "pairs.jsonl"),
+        # the math pairs, and the code pairs when code is a seed domain
+        pairs=[
+            promptscale_path("selfplay", "pairs.jsonl"),
+            *([promptscale_path("code_selfplay", "pairs.jsonl")] if PROMPTSCALE_CODE_SELFPLAY else []),
+        ],
     output:
         model=promptscale_path("models", "selfplay.json"),
         history=promptscale_path("selfplay", "history_dpo.json"),
@@ -381,9 +394,14 @@ rule promptscale_evaluate_code:
 
 rule promptscale_report:
     input:
+        unpack(lambda wc: keyed("codeforces", promptscale_codeforces_report())),  # codeforces.smk: Elo or why none
         **keyed("bound", {m: promptscale_path("em", f"bound{m}.json") for m in range(PROMPTSCALE_E + 1)}),
         **keyed("synthesis", {v: promptscale_path("synth", f"{v}.json") for v in PROMPTSCALE_SYNTH}),
-        **keyed("selfplay", {s: promptscale_path("selfplay", f"{s}.json") for s in ("rollouts", "pairs")}),
+        **keyed(
+            "selfplay",
+            {s: promptscale_path("selfplay", f"{s}.json") for s in ("rollouts", "pairs")}
+            | PROMPTSCALE_CODE_SELFPLAY_SUMMARIES,
+        ),
         **keyed(
             "eval",
             {

@@ -69,15 +69,18 @@ def dpo_arguments(settings: Mapping[str, Any], out_dir: str | Path, device: str,
     return {**base, **args}
 
 
-def chat_prompt(tok, problem: str) -> str:
-    """The prompt text of a self-play problem: the benchmark user message through the tokenizer's chat template,
-    generation prompt added (what the rollouts were sampled after)."""
+def chat_prompt(tok, problem: str, message: str | None = None) -> str:
+    """The prompt text of a self-play problem: the benchmark user message (or the pair's own `message`, as a code
+    pair carries it) through the tokenizer's chat template, generation prompt added (what the rollouts were sampled
+    after)."""
     from paperflow.promptscale.llm_text import eval_prompt
 
     if not getattr(tok, "chat_template", None):
         raise ValueError("the policy's tokenizer has no chat template: the rollouts were chat completions")
     return tok.apply_chat_template(
-        [{"role": "user", "content": eval_prompt(problem)}], tokenize=False, add_generation_prompt=True
+        [{"role": "user", "content": eval_prompt(problem) if message is None else message}],
+        tokenize=False,
+        add_generation_prompt=True,
     )
 
 
@@ -108,7 +111,10 @@ def train(
         raise ValueError(f"{pairs}: no DPO pair")
     tok = AutoTokenizer.from_pretrained(model_folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_folder, local_files_only=True, dtype=torch.float32)
-    data = [{"prompt": chat_prompt(tok, r["problem"]), "chosen": r["chosen"], "rejected": r["rejected"]} for r in rows]
+    data = [
+        {"prompt": chat_prompt(tok, r["problem"], r.get("message")), "chosen": r["chosen"], "rejected": r["rejected"]}
+        for r in rows
+    ]
     trainer = DPOTrainer(
         model=model,
         ref_model=None,

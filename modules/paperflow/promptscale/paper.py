@@ -2,7 +2,8 @@
 
 download_model    a model of `models` (q/p's start, the policy) at its pinned Hub commit
 download_corpus   the seed corpus (PromptCoT 1.0's triples) or a benchmark at its pinned commit, as JSONL rows
-preprocess        held-out and training seeds (deduplicated by problem, shuffled by `seeds_data.seed`)
+preprocess        held-out and training seeds per domain (math; code with the annotate jobs' triples), deduplicated
+                  by problem, shuffled by `seeds_data.seed`, each row tagged with its "domain"
 fine_tune         q_m or p_m: TRL SFT from q_{m-1} / p_{m-1} (the pretrained model at m = 0) on the cold-start
                   triples (m = 0) or the E-step's kept rationales, on the node's GPUs (paperflow.promptscale.sft)
 score_estep       log p_m(z, x | c) and log q_m(z | c, x) of every sampled rationale (transformers, teacher forcing
@@ -82,10 +83,14 @@ def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) ->
     problems with their tests (format livecodebench: paperflow.promptscale.code_eval)."""
     from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
+    from paperflow.promptscale.annotate import STATEMENT_FORMATS
+    from paperflow.promptscale.codeforces import FORMATS as CODEELO_FORMATS
 
     hub, fmt = spec["hub"], spec["format"]
-    if fmt not in lt.FORMATS:
-        raise ValueError(f"corpora.{name}.format = {fmt!r}: allowed {lt.FORMATS}")
+    if fmt not in (*lt.FORMATS, *STATEMENT_FORMATS, *CODEELO_FORMATS):
+        raise ValueError(
+            f"corpora.{name}.format = {fmt!r}: allowed {(*lt.FORMATS, *STATEMENT_FORMATS, *CODEELO_FORMATS)}"
+        )
     revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"corpora.{name}.revision", repo_type="dataset")
     folder = snapshot_folder(cache, "dataset", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]), repo_type="dataset")
@@ -93,6 +98,14 @@ def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) ->
         from paperflow.promptscale.code_eval import download_lcb
 
         return {"hub": hub, "revision": revision, **download_lcb(name, spec, folder, out)}
+    if fmt in STATEMENT_FORMATS:  # Codeforces statements, the code seeds' (paperflow.promptscale.annotate)
+        from paperflow.promptscale.annotate import download_statements
+
+        return {"hub": hub, "revision": revision, **download_statements(name, spec, folder, out)}
+    if fmt in CODEELO_FORMATS:  # CodeElo's contest problems (paperflow.promptscale.codeforces)
+        from paperflow.promptscale.codeforces import download_codeelo
+
+        return {"hub": hub, "revision": revision, **download_codeelo(name, spec, folder, out)}
     if fmt in lt.SFT_FORMATS:  # streamed: millions of long traces
         from paperflow.promptscale.sft_arm import download_traces
 
@@ -111,24 +124,51 @@ def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) ->
     return {"hub": hub, "revision": revision, "records": len(records), "rows": len(rows)}
 
 
-def preprocess(seeds: str, settings: Mapping[str, Any], out_train: str, out_heldout: str) -> dict[str, int]:
-    """The seed triples deduplicated by problem text, shuffled by `seeds_data.seed`; the first `n_heldout` are the
-    held-out seeds (never trained on), the next `n_train` (or all that remain) the training seeds."""
-    triples = lt.read_jsonl(seeds)
+def _split_domain(
+    triples: list[dict[str, Any]], domain: str, n_heldout: int, n_train: int | None, seed: int, key: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(held-out, train, distinct) of one domain's triples: deduplicated by problem text, shuffled by `seed`, the
+    first `n_heldout` held out, the next `n_train` (None: all that remain) for training; each row tagged `domain`."""
     seen, unique = set(), []
     for t in triples:
-        key = " ".join(t["problem"].split())
-        if key not in seen:
-            seen.add(key)
-            unique.append(t)
-    random.Random(int(settings["seed"])).shuffle(unique)
-    n_heldout = int(settings["n_heldout"])
+        text = " ".join(t["problem"].split())
+        if text not in seen:
+            seen.add(text)
+            unique.append({**t, "domain": domain})
+    random.Random(seed).shuffle(unique)
     if len(unique) <= n_heldout:
-        raise ValueError(f"seeds_data.n_heldout = {n_heldout} leaves no training seed of {len(unique)} distinct ones")
-    heldout, train = unique[:n_heldout], unique[n_heldout : n_heldout + int(settings["n_train"])]
+        raise ValueError(f"{key}.n_heldout = {n_heldout} leaves no training seed of {len(unique)} distinct ones")
+    end = None if n_train is None else n_heldout + n_train
+    return unique[:n_heldout], unique[n_heldout:end], len(unique)
+
+
+def preprocess(
+    seeds: str, settings: Mapping[str, Any], out_train: str, out_heldout: str, code: Sequence[str] = ()
+) -> dict[str, int]:
+    """The seed triples deduplicated by problem text, shuffled by `seeds_data.seed`; the first `n_heldout` are the
+    held-out seeds (never trained on), the next `n_train` (or all that remain) the training seeds. Every row
+    carries its "domain": the PromptCoT 1.0 triples are math; with `code` (the annotate jobs' triples, when
+    `seeds_data.domains` has code) the code triples are split the same way by `seeds_data.code` and follow the
+    math rows in both files (math first, so the math rows are those of a math-only run)."""
+    triples = lt.read_jsonl(seeds)
+    seed = int(settings["seed"])
+    heldout, train, distinct = _split_domain(
+        triples, "math", int(settings["n_heldout"]), int(settings["n_train"]), seed, "seeds_data"
+    )
+    counts = {"seeds": len(triples), "distinct": distinct, "train": len(train), "heldout": len(heldout)}
+    if "code" in settings.get("domains", ["math"]):
+        sizes = settings["code"]
+        code_triples = [t for path in code for t in lt.read_jsonl(path)]
+        n_train = None if sizes.get("n_train") is None else int(sizes["n_train"])
+        code_heldout, code_train, code_distinct = _split_domain(
+            code_triples, "code", int(sizes["n_heldout"]), n_train, seed, "seeds_data.code"
+        )
+        heldout, train = heldout + code_heldout, train + code_train
+        counts |= {"code_seeds": len(code_triples), "code_distinct": code_distinct,
+                   "code_train": len(code_train), "code_heldout": len(code_heldout)}  # fmt: skip
     lt.write_jsonl(out_heldout, heldout)
     lt.write_jsonl(out_train, train)
-    return {"seeds": len(triples), "distinct": len(unique), "train": len(train), "heldout": len(heldout)}
+    return counts
 
 
 def fine_tune(

@@ -61,11 +61,12 @@ def sample_rationales(
 
 
 def concept_sets(heldout: Sequence[Mapping[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
-    """`n` (concepts, difficulty) drawn uniformly with replacement from the held-out seeds (the 1.0 concept sampler,
-    with its Llama-3.1-8B embeddings and faiss index, is not wired: README)."""
+    """`n` (concepts, difficulty, domain) drawn uniformly with replacement from the held-out seeds of every domain
+    (so each domain's share follows its held-out size; the 1.0 concept sampler, with its Llama-3.1-8B embeddings
+    and faiss index, is not wired: README). A row without a domain is math (PromptCoT 1.0's)."""
     rng = random.Random(seed)
     return [
-        {"concepts": t["concepts"], "difficulty": t["difficulty"]}
+        {"concepts": t["concepts"], "difficulty": t["difficulty"], "domain": t.get("domain", "math")}
         for t in (heldout[rng.randrange(len(heldout))] for _ in range(n))
     ]
 
@@ -80,9 +81,10 @@ def synthesize(
     out: str,
     server_log: str,
 ) -> dict[str, Any]:
-    """`synthesis.n` problems from p on held-out concept sets; rows {"concepts", "difficulty", "text", "rationale",
-    "problem", "valid", "finish_reason"}. Returns the summary: validity (both spans written), the share of distinct
-    problems among the valid ones, their mean length in words, the share cut at max_tokens."""
+    """`synthesis.n` problems from p on held-out concept sets; rows {"concepts", "difficulty", "domain", "text",
+    "rationale", "problem", "valid", "finish_reason"} (the domain of the seed the concept set came from). Returns
+    the summary: validity (both spans written), the share of distinct problems among the valid ones, their mean
+    length in words, the share cut at max_tokens; with more than one domain also `by_domain` (rows, validity)."""
     sets = concept_sets(lt.read_jsonl(heldout), int(synthesis["n"]), int(synthesis["seed"]))
     with served(p_folder, f"p_{variant}", vllm, server_log, dtype) as client:
         samples = complete_each(
@@ -101,7 +103,7 @@ def synthesize(
         )
     lt.write_jsonl(out, rows)
     valid = [r["problem"] for r in rows if r["valid"]]
-    return {
+    summary = {
         "variant": variant,
         "n": len(rows),
         "validity": len(valid) / len(rows),
@@ -109,6 +111,14 @@ def synthesize(
         "mean_problem_words": statistics.fmean(len(x.split()) for x in valid) if valid else 0.0,
         "truncated": sum(r["finish_reason"] == "length" for r in rows) / len(rows),
     }
+    domains = sorted({r["domain"] for r in rows})
+    if len(domains) > 1:
+        summary["by_domain"] = {
+            d: {"n": len(of), "validity": sum(r["valid"] for r in of) / len(of)}
+            for d in domains
+            for of in [[r for r in rows if r["domain"] == d]]
+        }
+    return summary
 
 
 def evaluate_benchmark(

@@ -92,6 +92,46 @@ def selfplay_claims(evals: pd.DataFrame) -> list:
     return claims
 
 
+def code_selfplay_sections(selfplay: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """One row of the code self-play (code_selfplay.smk's summaries), when it ran: code problems, those that kept
+    their generated tests, the tests, the rollouts, their pass rate in the sandbox, the problems paired, the pairs."""
+    if "code_tests" not in selfplay:
+        return []
+    tests, rollouts = selfplay["code_tests"], selfplay["code_rollouts"]
+    verify, pairs = selfplay["code_verify"], selfplay["code_pairs"]
+    row = {
+        "code_problems": tests["problems"],
+        "problems_with_tests": tests["problems_with_tests"],
+        "tests": tests["tests_used"],
+        "inputs_conflicting": tests["inputs_conflicting"],
+        "rollouts": rollouts["completions"],
+        "pass_rate": verify["pass_rate"],
+        "problems_solved": verify["problems_solved"],
+        "problems_paired": pairs["problems_paired"],
+        "pairs": pairs["pairs"],
+    }
+    return [("Code self-play (unit tests by the tester, programs run in the sandbox)", markdown_table([row]))]
+
+
+def selfplay_limitation(selfplay: Mapping[str, Mapping[str, Any]]) -> str:
+    if "code_tests" not in selfplay:
+        return "Self-play is on math problems only, verified by the majority answer of the rollouts"
+    return (
+        "Self-play on math is verified by the majority answer of the rollouts, on code by unit tests that the tester "
+        "wrote (prompt and test format ours; the tests are not checked against a reference solution)"
+    )
+
+
+def codeforces_sections(docs: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The Codeforces row of each policy (paperflow.promptscale.codeforces.report_rows): the CodeElo-style Elo from
+    the judge's verdicts, or the key to set, beside the paper's Elo."""
+    from paperflow.promptscale.codeforces import report_rows
+
+    if not docs:
+        return []
+    return [("Codeforces (CodeElo-style Elo from the live judge's verdicts)", markdown_table(report_rows(docs)))]
+
+
 def figure_em(curve: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4))
     axes[0].plot(curve["iteration"], curve["heldout_bound"], marker="o")
@@ -113,6 +153,7 @@ def build_report(
     evals: Sequence[Mapping[str, Any]],
     params: Mapping[str, Any],
     selfplay: Mapping[str, Mapping[str, Any]] | None = None,
+    codeforces: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Report:
     curve = pd.DataFrame(curve).sort_values("iteration").reset_index(drop=True)
     synthesis, evals = pd.DataFrame(synthesis), pd.DataFrame(evals)
@@ -129,7 +170,9 @@ def build_report(
             ("EM curve", markdown_table(curve.to_dict("records"))),
             ("Synthesised problems", markdown_table(synthesis.to_dict("records"))),
             *[(f"Self-play {stage}", markdown_table([doc])) for stage, doc in (selfplay or {}).items()],
+            *code_selfplay_sections(selfplay or {}),
             ("Benchmarks (avg@k, percent)", markdown_table(table.to_dict("records"))),
+            *codeforces_sections(codeforces or {}),
         ],
         figures=[Figure("figure_em", "Held-out bound and E-step rewards per EM iteration", figure_em(curve))],
         tables=[
@@ -140,8 +183,8 @@ def build_report(
         limitations=[
             "The cold start uses PromptCoT 1.0's released triples, not 2.0's annotation by four instruct models; the "
             "E-step reward is the spec's recalled one; concept sets come from held-out seeds, not 1.0's sampler.",
-            "Self-play is on math problems only, verified by the majority answer of the rollouts; the SFT arm trains "
-            "on the released traces (not distilled again); Codeforces Elo is not reproducible offline (README).",
+            f"{selfplay_limitation(selfplay or {})}; the SFT arm trains "
+            "on the released traces (not distilled again); the Codeforces Elo needs the live judge's verdicts of the submissions (codeforces.verdicts).",
         ],
         metrics={"benchmarks": list(params["benchmarks"])},
     )

@@ -4,7 +4,8 @@ No third-party import but the config check's (jsonschema / yaml, both in envs/lm
 beside the vLLM server.
 
 rollouts      `selfplay.seeds` passes of `selfplay.completions_per_seed` chat completions per valid synthesised
-              problem at T = `selfplay.temperature` (the paper: 8 x 8 at 1.2), each pass with its own seeds
+              math problem (domain math; code problems: code_selfplay.py) at T = `selfplay.temperature` (the
+              paper: 8 x 8 at 1.2), each pass with its own seeds
 grade         the math verifier: a synthesised problem has no reference answer, so the reference is the majority
               of the rollouts' last boxed answers (the path PromptCoT 2.0's self_play_eval.py takes when a row has
               no answer), and a rollout passes when its boxed answer (after the reasoning) equals it
@@ -93,10 +94,12 @@ def grade(completions: Sequence[str], reference: str | None = None) -> tuple[str
 
 
 def problem_pairs(
-    completions: Sequence[str], passed: Sequence[bool], settings: Mapping[str, Any]
+    completions: Sequence[str], passed: Sequence[bool], settings: Mapping[str, Any], formed=None
 ) -> tuple[str, list[tuple[str, str]]]:
     """(status, [(chosen, rejected)]) of one problem's graded rollouts; status says why a problem gave no pair:
-    "unsolved", "too_easy" (pass rate > max_pass_rate), "no_valid" (no well-formed chosen or rejected), "paired"."""
+    "unsolved", "too_easy" (pass rate > max_pass_rate), "no_valid" (no well-formed chosen or rejected), "paired".
+    `formed(text)` says which completions are well-formed (default: the math `well_formed`; code_selfplay's for
+    programs)."""
     if not completions:
         return "unsolved", []
     rate = sum(passed) / len(completions)
@@ -106,7 +109,7 @@ def problem_pairs(
         return "too_easy", []
     chosen, rejected = [], []
     for text, ok in zip(completions, passed):
-        if not well_formed(text, bool(settings["require_think"])):
+        if not (formed(text) if formed else well_formed(text, bool(settings["require_think"]))):
             continue
         pool = chosen if ok else rejected
         if text not in pool:
@@ -117,33 +120,41 @@ def problem_pairs(
     return "paired", list(zip(chosen[:n], rejected[:n]))
 
 
-def build_pairs(rollout_rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> tuple[list, dict]:
-    """The DPO pairs of all problems, shuffled with `selfplay.seed`: rows {"id", "problem", "reference", "chosen",
-    "rejected"}; and the summary (problems, statuses, pairs, the mean pass rate)."""
+PAIR_STATUSES = ("paired", "unsolved", "too_easy", "no_valid")  # why a problem did or did not give pairs
+
+
+def collect_pairs(
+    graded: Sequence[tuple[Mapping[str, Any], Sequence[str], Sequence[bool]]], settings: Mapping[str, Any], formed=None
+) -> tuple[list, dict]:
+    """The DPO pairs of graded problems, each given as (the fields its pair rows carry, its completions, which
+    passed), shuffled with `selfplay.seed`: rows {**fields, "chosen", "rejected"}; and the summary (problems by
+    status, pairs, the mean pass rate). Shared by the math pairs (build_pairs) and the code pairs (code_selfplay)."""
     pairs, statuses, rates = [], Counter(), []
-    for row in rollout_rows:
-        reference, passed = grade(row["completions"], row.get("answer"))
+    for fields, completions, passed in graded:
         rates.append(sum(passed) / len(passed) if passed else 0.0)
-        status, chosen_rejected = problem_pairs(row["completions"], passed, settings)
+        status, chosen_rejected = problem_pairs(completions, passed, settings, formed=formed)
         statuses[status] += 1
-        for chosen, rejected in chosen_rejected:
-            pairs.append(
-                {
-                    "id": row["id"],
-                    "problem": row["problem"],
-                    "reference": reference,
-                    "chosen": chosen,
-                    "rejected": rejected,
-                }  # fmt: skip
-            )
+        pairs += [{**fields, "chosen": chosen, "rejected": rejected} for chosen, rejected in chosen_rejected]
     random.Random(int(settings["seed"])).shuffle(pairs)
     summary = {
-        "problems": len(rollout_rows),
-        **{f"problems_{s}": statuses.get(s, 0) for s in ("paired", "unsolved", "too_easy", "no_valid")},
+        "problems": len(graded),
+        **{f"problems_{s}": statuses.get(s, 0) for s in PAIR_STATUSES},
         "pairs": len(pairs),
         "mean_pass_rate": statistics.fmean(rates) if rates else 0.0,
     }
     return pairs, summary
+
+
+def build_pairs(rollout_rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> tuple[list, dict]:
+    """The math DPO pairs of all problems (collect_pairs): rows {"id", "problem", "reference", "chosen", "rejected"},
+    the reference being the rollouts' majority answer unless the row carries one."""
+    graded = []
+    for row in rollout_rows:
+        reference, passed = grade(row["completions"], row.get("answer"))
+        graded.append(
+            ({"id": row["id"], "problem": row["problem"], "reference": reference}, row["completions"], passed)
+        )
+    return collect_pairs(graded, settings)
 
 
 def pairs_job(rollouts_jsonl: str, settings: Mapping[str, Any], out: str) -> dict[str, Any]:
@@ -155,14 +166,41 @@ def pairs_job(rollouts_jsonl: str, settings: Mapping[str, Any], out: str) -> dic
     return summary
 
 
-def selfplay_problems(synth_rows: Sequence[Mapping[str, Any]], max_problems: int | None) -> list[dict[str, Any]]:
-    """The distinct valid synthesised problems in file order, the first `max_problems` (all when null)."""
+def selfplay_problems(
+    synth_rows: Sequence[Mapping[str, Any]], max_problems: int | None, domain: str = "math"
+) -> list[dict[str, Any]]:
+    """The distinct valid synthesised problems of `domain` (a row without "domain" is math) in file order, the first
+    `max_problems` (all when null)."""
     seen, out = set(), []
     for i, row in enumerate(synth_rows):
-        if row.get("valid") and row["problem"] not in seen:
+        if row.get("valid") and row.get("domain", "math") == domain and row["problem"] not in seen:
             seen.add(row["problem"])
             out.append({"id": i, "problem": row["problem"]})
     return out if max_problems is None else out[: int(max_problems)]
+
+
+def sample_passes(client, messages: Sequence[str], settings: Mapping[str, Any]) -> tuple[list, list]:
+    """(texts, finish reasons) per message: `seeds` passes of `completions_per_seed` chat completions each, pass s
+    giving message i the seed `seed + s * n_messages + i` (shared by the math and code rollouts)."""
+    from paperflow.promptscale.vllm_server import chat_each
+
+    texts = [[] for _ in messages]
+    reasons = [[] for _ in messages]
+    for s in range(int(settings["seeds"])):
+        samples = chat_each(
+            client,
+            list(messages),
+            n=int(settings["completions_per_seed"]),
+            temperature=float(settings["temperature"]),
+            top_p=float(settings["top_p"]),
+            top_k=int(settings["top_k"]),
+            max_tokens=int(settings["max_tokens"]),
+            seed=int(settings["seed"]) + s * len(messages),
+        )
+        for i, choices in enumerate(samples):
+            texts[i] += [c["text"] for c in choices]
+            reasons[i] += [c["finish_reason"] for c in choices]
+    return texts, reasons
 
 
 def rollouts(
@@ -177,29 +215,14 @@ def rollouts(
     """The rollouts rule: `seeds` x `completions_per_seed` chat completions of the policy per problem (the math
     instruction of the benchmarks appended), pass s giving prompt i the seed `seed + s * n_problems + i`. Rows
     {"id", "problem", "completions", "finish_reasons"}. Returns counts and the share cut at max_tokens."""
-    from paperflow.promptscale.vllm_server import chat_each, served
+    from paperflow.promptscale.vllm_server import served
 
     settings = check_settings(settings)
     problems = selfplay_problems(lt.read_jsonl(synth_jsonl), settings["max_problems"])
     if not problems:
-        raise ValueError(f"{synth_jsonl}: no valid synthesised problem to play on")
-    texts = [[] for _ in problems]
-    reasons = [[] for _ in problems]
+        raise ValueError(f"{synth_jsonl}: no valid synthesised math problem to play on")
     with served(policy_folder, "base", vllm, server_log, dtype) as client:
-        for s in range(int(settings["seeds"])):
-            samples = chat_each(
-                client,
-                [lt.eval_prompt(p["problem"]) for p in problems],
-                n=int(settings["completions_per_seed"]),
-                temperature=float(settings["temperature"]),
-                top_p=float(settings["top_p"]),
-                top_k=int(settings["top_k"]),
-                max_tokens=int(settings["max_tokens"]),
-                seed=int(settings["seed"]) + s * len(problems),
-            )
-            for i, choices in enumerate(samples):
-                texts[i] += [c["text"] for c in choices]
-                reasons[i] += [c["finish_reason"] for c in choices]
+        texts, reasons = sample_passes(client, [lt.eval_prompt(p["problem"]) for p in problems], settings)
     rows = [{**p, "completions": t, "finish_reasons": r} for p, t, r in zip(problems, texts, reasons)]
     lt.write_jsonl(out, rows)
     n = sum(len(t) for t in texts)

@@ -48,7 +48,10 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
     """Paper scale: every paper key present; the seed corpus in PromptCoT 1.0's triple format and every benchmark a
     benchmark-format corpus; TRL's SFT keys (paperflow.promptscale.sft); vLLM's tensor parallelism within the GPUs
     a generation job asks for."""
+    from paperflow.promptscale.annotate import check_settings as check_code_seeds
     from paperflow.promptscale.code_eval import check_limits
+    from paperflow.promptscale.code_selfplay import check_paper as check_code_selfplay
+    from paperflow.promptscale.codeforces import check_paper as check_codeforces
     from paperflow.promptscale.dpo import check_settings as check_dpo
     from paperflow.promptscale.llm_text import BENCHMARK_FORMATS, CODE_FORMATS, SFT_FORMATS
     from paperflow.promptscale.sft import check_settings
@@ -79,6 +82,9 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
     if corpora.get("sft_traces", {}).get("format") not in SFT_FORMATS:
         raise ConfigError(f"{source}: corpora.sft_traces (the SFT arm's traces) needs a format of {SFT_FORMATS}")
     check_dpo(cfg["dpo"], f"{source}: dpo")
+    check_code_seeds(cfg, source)  # the code domain (when seeds_data.domains has code): the annotate block,
+    check_code_selfplay(cfg, source)  # the unit-test writer and the code_selfplay block
+    check_codeforces(cfg, source)  # the Codeforces Elo's block and its CodeElo corpus
     gpus = cfg["resources"].get("sample_gpus", cfg["resources"]["gpus"])
     tp = cfg["vllm"]["tensor_parallel_size"]
     if gpus and tp > gpus:

@@ -1,9 +1,15 @@
+import tempfile
+from pathlib import Path
+
 from paperflow.core.job import snakemake_job
+from paperflow.promptscale.code_selfplay import merge_pairs
 from paperflow.promptscale.dpo import dpo_job
 
 with snakemake_job(snakemake) as job:
     p = job.params
-    summary = dpo_job(
-        job.input.policy, job.input.pairs, p.dpo, p.device, p.n_procs, job.output.model, job.output.history
-    )
-    job.note(seeds=[p.dpo["seed"]], **summary)
+    with tempfile.TemporaryDirectory(dir=Path(job.output.history).parent) as tmp:
+        pairs = str(Path(tmp) / "pairs.jsonl")  # the math pairs, then the code pairs when code is a domain
+        files = job.input.pairs
+        counts = merge_pairs([files] if isinstance(files, str) else list(files), pairs)
+        summary = dpo_job(job.input.policy, pairs, p.dpo, p.device, p.n_procs, job.output.model, job.output.history)
+    job.note(seeds=[p.dpo["seed"]], **counts, **summary)

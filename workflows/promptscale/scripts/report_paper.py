@@ -10,5 +10,8 @@ with snakemake_job(snakemake) as job:
         return [json.loads(open(path).read()) for path in job.keyed(name).values()]
 
     selfplay = {stage: json.loads(open(path).read()) for stage, path in job.keyed("selfplay").items()}
-    report = build_report(docs("bound"), docs("synthesis"), docs("eval"), dict(job.params.items()), selfplay)
+    codeforces = {policy: json.loads(open(path).read()) for policy, path in job.keyed("codeforces").items()}
+    report = build_report(
+        docs("bound"), docs("synthesis"), docs("eval"), dict(job.params.items()), selfplay, codeforces
+    )
     publish_job(job, report)
