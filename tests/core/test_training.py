@@ -99,3 +99,23 @@ def load_untrained_loss(x: np.ndarray) -> float:
     vae = build_vae(1, "ph", MODEL)
     with torch.no_grad():
         return vae.loss(torch.as_tensor(x, dtype=torch.float32)).item()
+
+
+def test_spawned_ddp_workers_destroy_their_process_group_at_teardown(tmp_path):
+    """A worker's teardown leaves no process group behind (its backend threads joined before the worker exits)."""
+    import torch.distributed as dist
+    from lightning_fabric.plugins.environments import LightningEnvironment
+    from pytorch_lightning.accelerators import CPUAccelerator
+
+    from paperflow.core.training import SpawnDDPStrategy
+
+    def strategy():
+        return SpawnDDPStrategy(
+            accelerator=CPUAccelerator(), start_method="spawn", cluster_environment=LightningEnvironment()
+        )
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    strategy().teardown()
+    assert not dist.is_initialized()
+    strategy().teardown()  # no group left: a no-op

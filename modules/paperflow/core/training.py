@@ -54,6 +54,20 @@ def make_loggers(run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None
     return loggers
 
 
+class SpawnDDPStrategy(DDPStrategy):
+    """DDP over spawned workers, each destroying its process group when its fit ends (teardown), so that the
+    backend's threads are joined before the worker exits; left to the interpreter's exit, a gloo worker can abort
+    with "terminate called without an active exception" after training finished. Nothing collective runs in a
+    worker after teardown (Lightning only collects rank 0's state dict), and the main process never joins a group."""
+
+    def teardown(self) -> None:
+        super().teardown()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def make_trainer(
     *,
     max_epochs: int,
@@ -71,7 +85,7 @@ def make_trainer(
     strategy: Any = "auto"
     if devices > 1:
         # spawn: the script is not re-executed; LightningEnvironment: the workers are ours, not srun's
-        strategy = DDPStrategy(start_method="spawn", cluster_environment=LightningEnvironment())
+        strategy = SpawnDDPStrategy(start_method="spawn", cluster_environment=LightningEnvironment())
     return pl.Trainer(
         max_epochs=max_epochs,
         accelerator="auto",
