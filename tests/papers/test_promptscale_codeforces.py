@@ -222,6 +222,7 @@ def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_pat
         summary = cf.generate("/m", "selfplay", str(tmp_path / "ce.jsonl"), settings,
                               base.vllm_cfg(server.url.removesuffix("/v1")), "bfloat16", str(tmp_path / "s.jsonl"),
                               str(tmp_path / "vllm.log"))  # fmt: skip
+    seen.sort(key=lambda b: b["seed"])  # the client sends the problems concurrently: any arrival order
     assert [(b["n"], b["temperature"], b["top_p"], b["seed"]) for b in seen] == [(4, 0.6, 0.95, 0), (4, 0.6, 0.95, 1)]
     message = seen[0]["messages"][0]["content"]
     assert "C++ program" in message and "Time limit: 1000 ms. Memory limit: 256 MB." in message
