@@ -19,6 +19,7 @@ from fake_openai import FakeOpenAI, chat_choices
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
 from paperflow.promptscale import codeforces as cf
+from paperflow.promptscale import llm_text as lt
 from paperflow.promptscale import paper
 from paperflow.promptscale.paper_report import codeforces_sections
 
@@ -181,7 +182,7 @@ def test_codeelo_problems_are_read_from_the_pinned_snapshot_in_its_columns(hub, 
     assert hub[0]["revision"] == spec["revision"] and hub[0]["written"] == ["test.json"]  # not README.md
     assert {k: info[k] for k in ("records", "rows", "contests", "interactive")} == {
         "records": 2, "rows": 2, "contests": 2, "interactive": 1}  # fmt: skip
-    rows = cf._read_jsonl(tmp_path / "ce.jsonl")
+    rows = lt.read_jsonl(tmp_path / "ce.jsonl")
     assert [(r["contest_id"], r["index"]) for r in rows] == [("2000", "A"), ("2001", "B")]  # by contest
     assert rows[0]["examples"] == [{"input": "1 2\n", "output": "3\n"}] and rows[1]["rating"] is None
     # the same records as one JSON list (test.json's other possible layout), a missing column named
@@ -208,7 +209,7 @@ def test_program_extraction_takes_the_last_block_after_the_reasoning_and_its_lan
 
 def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_path):
     rows = cf.codeelo_rows(base.codeelo_records(), "codeelo")
-    cf._write_jsonl(tmp_path / "ce.jsonl", rows)
+    lt.write_jsonl(tmp_path / "ce.jsonl", rows)
     answers = ["<think>sum</think>```cpp\nint main(){}\n```", "```python\nprint(sum(map(int, input().split())))\n```",
                "I cannot solve it.", "```haskell\nmain = pure ()\n```"]  # fmt: skip
     seen = []
@@ -228,7 +229,7 @@ def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_pat
     assert "C++ program" in message and "Time limit: 1000 ms. Memory limit: 256 MB." in message
     assert "## Example 1\nInput:\n```\n1 2\n```\nOutput:\n```\n3\n```" in message and "## Note\n1+2=3." in message
     assert "## Interaction\nAsk ? y." in seen[1]["messages"][0]["content"]
-    subs = cf._read_jsonl(tmp_path / "s.jsonl")
+    subs = lt.read_jsonl(tmp_path / "s.jsonl")
     assert [(s["problem_id"], s["attempt"], s["status"], s["language_id"]) for s in subs[:4]] == [
         ("2000A", 1, "submit", 91), ("2000A", 2, "submit", 70), ("2000A", 3, "no_code", None),
         ("2000A", 4, "unsupported_language", None)]  # fmt: skip
@@ -246,7 +247,7 @@ def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_pat
 
 def test_the_elo_job_scores_the_judges_verdicts_of_the_submissions_file(tmp_path):
     subs = [dict(s, problem_id=s["contest_id"] + s["index"]) for s in SUBS]
-    cf._write_jsonl(tmp_path / "s.jsonl", subs)
+    lt.write_jsonl(tmp_path / "s.jsonl", subs)
     write_verdicts(tmp_path / "v.jsonl", [
         {"contest_id": 2000, "index": "A", "attempt": 1, "verdict": "WA"},
         {"contest_id": 2000, "index": "A", "attempt": 3, "verdict": "OK"},

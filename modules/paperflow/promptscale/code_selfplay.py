@@ -121,7 +121,7 @@ def solve_message(problem: str) -> str:
 
 def _json_block(text: str) -> str | None:
     """The body of the last ```json fenced block after the reasoning, None when there is none."""
-    answer = text.rsplit("</think>", 1)[-1]
+    answer = sp.after_think(text)
     start = answer.rfind("```json")
     if start < 0:
         return None
@@ -235,27 +235,20 @@ def generate_tests(
     """The test-case rule: the tester's `rounds` rounds over the code problems of `synth_jsonl` (round r, problem i:
     seed `seed + r * n_problems + i`), parsed and merged into `out` (JSONL; `tests_rows`). Returns the summary. No code
     problem, or no problem keeping `min_tests` tests, is an error naming the counts."""
-    from paperflow.promptscale.vllm_server import chat_each, served
+    from paperflow.promptscale.vllm_server import served
 
     settings = check_settings(settings)
     problems = code_problems(lt.read_jsonl(synth_jsonl), settings["max_problems"])
     if not problems:
         raise ValueError(f"{synth_jsonl}: no valid code problem (domain code) to write tests for")
     messages = [tester_message(p["problem"], int(settings["tests_per_round"])) for p in problems]
-    answers = []
+    passes = {**settings, "seeds": settings["rounds"], "completions_per_seed": 1}  # a round is a pass of one each
     with served(tester_folder, "tester", job_vllm(vllm, settings), server_log, dtype) as client:
-        for r in range(int(settings["rounds"])):
-            samples = chat_each(
-                client,
-                messages,
-                n=1,
-                temperature=float(settings["temperature"]),
-                top_p=float(settings["top_p"]),
-                top_k=int(settings["top_k"]),
-                max_tokens=int(settings["max_tokens"]),
-                seed=int(settings["seed"]) + r * len(problems),
-            )
-            answers.append([choices[0] for choices in samples])
+        texts, reasons = sp.sample_passes(client, messages, passes)
+    answers = [
+        [{"text": texts[i][r], "finish_reason": reasons[i][r]} for i in range(len(problems))]
+        for r in range(int(settings["rounds"]))
+    ]
     rows, summary = tests_rows(problems, answers, settings)
     if not rows:
         raise ValueError(f"{synth_jsonl}: no code problem kept min_tests = {settings['min_tests']} tests ({summary})")
@@ -278,26 +271,13 @@ def code_rollouts(
     """The code rollouts rule: the math self-play's sampling (selfplay.sample_passes: `seeds` passes of
     `completions_per_seed` at the self-play temperature) of the policy on each problem that has tests, the message
     `solve_message`. Rows {"id", "problem", "message", "completions", "finish_reasons"}."""
-    from paperflow.promptscale.vllm_server import served
-
     selfplay = sp.check_settings(selfplay)
     problems = [{"id": r["id"], "problem": r["problem"]} for r in lt.read_jsonl(tests_jsonl)]
     if not problems:
         raise ValueError(f"{tests_jsonl}: no code problem with tests")
     messages = [solve_message(p["problem"]) for p in problems]
-    with served(policy_folder, "base", vllm, server_log, dtype) as client:
-        texts, reasons = sp.sample_passes(client, messages, selfplay)
-    rows = [
-        {**p, "message": m, "completions": t, "finish_reasons": r}
-        for p, m, t, r in zip(problems, messages, texts, reasons)
-    ]
-    lt.write_jsonl(out, rows)
-    n = sum(len(t) for t in texts)
-    return {
-        "problems": len(rows),
-        "completions": n,
-        "truncated": sum(r == "length" for rs in reasons for r in rs) / n,
-    }
+    with_message = [{**p, "message": m} for p, m in zip(problems, messages)]
+    return sp.play(policy_folder, with_message, messages, selfplay, vllm, dtype, out, server_log)
 
 
 def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], workers: int, out: str) -> dict[str, Any]:
@@ -313,10 +293,11 @@ def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], wor
     missing = [r["id"] for r in rows if r["id"] not in tests]
     if missing:
         raise ValueError(f"{rollouts_jsonl}: problems {missing[:5]} have no tests in {tests_jsonl}")
+    programs = [[code_eval.extract_code(text) for text in r["completions"]] for r in rows]
     jobs: dict[tuple[Any, str], str] = {}  # (problem id, program) -> a completion holding it
-    for r in rows:
-        for text in r["completions"]:
-            jobs.setdefault((r["id"], code_eval.extract_code(text)), text)
+    for r, codes in zip(rows, programs):
+        for text, code in zip(r["completions"], codes):
+            jobs.setdefault((r["id"], code), text)
     keys = list(jobs)
 
     def run(key):
@@ -326,8 +307,8 @@ def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], wor
         results = dict(zip(keys, pool.map(run, keys)))
     statuses: Counter[str] = Counter()
     graded = []
-    for r in rows:
-        got = [results[(r["id"], code_eval.extract_code(t))] for t in r["completions"]]
+    for r, codes in zip(rows, programs):
+        got = [results[(r["id"], code)] for code in codes]
         statuses.update(g["status"] for g in got)
         graded.append({**r, "passed": [g["passed"] for g in got], "status": [g["status"] for g in got]})
     lt.write_jsonl(out, graded)

@@ -37,6 +37,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from paperflow.promptscale import llm_text as lt
+from paperflow.promptscale import selfplay as sp
+
 # the dataset's columns (Qwen/CodeElo's card and the public loaders that read test.json)
 CODEELO_COLUMNS = ("problem_id", "url", "title", "rating", "tags", "div", "time_limit_ms", "memory_limit_mb",
                    "description", "input", "output", "interaction", "examples", "note")  # fmt: skip
@@ -244,7 +247,7 @@ def download_codeelo(name: str, spec: Mapping[str, Any], folder: str | Path, out
     rows = codeelo_rows(records, name)
     if not rows:
         raise ValueError(f"corpora.{name}: {[p.name for p in files]} hold no problem")
-    _write_jsonl(out, rows)
+    lt.write_jsonl(out, rows)
     return {"records": len(records), "rows": len(rows), "contests": len({r["contest_id"] for r in rows}),
             "interactive": sum(bool(r["interaction"].strip()) for r in rows)}  # fmt: skip
 
@@ -280,7 +283,7 @@ def extract_program(completion: str, default_language: str) -> tuple[str, str | 
     """(source, language) of the last fenced block after the reasoning (`</think>`): the language from the block's tag
     (untagged: `default_language`); ("", None) without a block, (source, None) for a tag Codeforces is not asked for
     here."""
-    text = completion.rsplit("</think>", 1)[-1]
+    text = sp.after_think(completion)
     blocks = re.findall(r"```[ \t]*([^\n`]*)\n(.*?)```", text, re.S)
     if not blocks:
         return "", None
@@ -359,7 +362,7 @@ def generate(
     from paperflow.promptscale.vllm_server import chat_each, served
 
     language = settings["language"]
-    rows = _read_jsonl(problems)
+    rows = lt.read_jsonl(problems)
     k = int(settings["attempts"])
     with served(policy_folder, policy, vllm, server_log, dtype) as client:
         samples = chat_each(
@@ -373,7 +376,7 @@ def generate(
             seed=int(settings["seed"]),
         )
     subs = submissions(rows, samples, language)
-    _write_jsonl(out, subs)
+    lt.write_jsonl(out, subs)
     counts = {s: sum(r["status"] == s for r in subs) for s in ("submit", "no_code", "unsupported_language")}
     return {"policy": policy, "problems": len(rows), "contests": len({r["contest_id"] for r in rows}),
             "attempts_per_problem": k, "attempts": len(subs), **counts, "language": language,
@@ -455,7 +458,7 @@ def download_contests(problems: str, settings: Mapping[str, Any], cache: str, ou
     contest})."""
     from paperflow.core.download import pinned_fetch
 
-    contests = sorted({r["contest_id"] for r in _read_jsonl(problems)}, key=_contest_key)
+    contests = sorted({r["contest_id"] for r in lt.read_jsonl(problems)}, key=_contest_key)
     known = settings.get("contest_sha256") or {}
     doc = {}
     for cid in contests:
@@ -474,7 +477,7 @@ def elo_job(
     policy: str, subs_path: str, verdicts_path: str, contests_path: str, settings: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The Elo rule: the judge's verdicts of the policy's attempts, scored in every contest and averaged."""
-    subs = _read_jsonl(subs_path)
+    subs = lt.read_jsonl(subs_path)
     verdicts = read_verdicts(verdicts_path, subs)
     contests = json.loads(Path(contests_path).read_text(encoding="utf-8"))
     rating = codeelo_rating(contests, verdicts, int(settings["min_participants"]))
@@ -495,15 +498,3 @@ def report_rows(docs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
                      "contests_rated": doc.get("contests_rated"), "problems": doc.get("problems"),
                      "status": doc["status"], "paper": PAPER_ELO.get(policy)})  # fmt: skip
     return rows
-
-
-def _read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
-def _write_jsonl(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -215,14 +215,30 @@ def rollouts(
     """The rollouts rule: `seeds` x `completions_per_seed` chat completions of the policy per problem (the math
     instruction of the benchmarks appended), pass s giving prompt i the seed `seed + s * n_problems + i`. Rows
     {"id", "problem", "completions", "finish_reasons"}. Returns counts and the share cut at max_tokens."""
-    from paperflow.promptscale.vllm_server import served
-
     settings = check_settings(settings)
     problems = selfplay_problems(lt.read_jsonl(synth_jsonl), settings["max_problems"])
     if not problems:
         raise ValueError(f"{synth_jsonl}: no valid synthesised math problem to play on")
+    messages = [lt.eval_prompt(p["problem"]) for p in problems]
+    return play(policy_folder, problems, messages, settings, vllm, dtype, out, server_log)
+
+
+def play(
+    policy_folder: str,
+    problems: Sequence[Mapping[str, Any]],
+    messages: Sequence[str],
+    settings: Mapping[str, Any],
+    vllm: Mapping[str, Any],
+    dtype: str,
+    out: str,
+    server_log: str,
+) -> dict[str, Any]:
+    """The policy ("base") served, `sample_passes` on `messages` (one per problem), rows {**problem, "completions",
+    "finish_reasons"} written to `out`; returns counts and the share cut at max_tokens (the math and code rollouts)."""
+    from paperflow.promptscale.vllm_server import served
+
     with served(policy_folder, "base", vllm, server_log, dtype) as client:
-        texts, reasons = sample_passes(client, [lt.eval_prompt(p["problem"]) for p in problems], settings)
+        texts, reasons = sample_passes(client, messages, settings)
     rows = [{**p, "completions": t, "finish_reasons": r} for p, t, r in zip(problems, texts, reasons)]
     lt.write_jsonl(out, rows)
     n = sum(len(t) for t in texts)
