@@ -154,23 +154,6 @@ def download_statements(name: str, spec: Mapping[str, Any], folder: str | Path, 
 # --- annotators ---------------------------------------------------------------------------------------------------
 
 
-def download_annotator(name: str, spec: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
-    """Annotator `name`'s model (`annotate.annotators.<name>`) at its pinned commit into the cache; `out` (JSON)
-    names the folder the annotate job serves."""
-    from paperflow.core.hub import pinned_revision, snapshot_folder
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = spec["hub"]
-    key = f"annotate.annotators.{name}.revision"
-    revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=key, repo_type="model")
-    folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]))
-    doc = {"role": f"annotator_{name}", "hub": hub, "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 def _unit(salt: str, ident: str) -> float:
     """A uniform number in [0, 1) fixed by (salt, problem id)."""
     return int(hashlib.sha256(f"{salt}:{ident}".encode()).hexdigest()[:15], 16) / 16**15

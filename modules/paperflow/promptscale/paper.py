@@ -29,14 +29,16 @@ log = logging.getLogger(__name__)
 SLUG = "promptscale"
 
 
-def download_model(role: str, spec: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
+def download_model(role: str, spec: Mapping[str, Any], cache: str, out: str, key: str | None = None) -> dict[str, str]:
     """The files `spec.files` of model `role` at its pinned commit into the cache; `out` (JSON) names the commit and
-    the folder that later rules load offline."""
+    the folder that later rules load offline. `key`: the config key an unpinned revision is refused by (default
+    `models.<role>.revision`; the annotators' is `annotate.annotators.<name>.revision`)."""
     from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
 
     hub = spec["hub"]
-    revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"models.{role}.revision", repo_type="model")
+    key = key or f"models.{role}.revision"
+    revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=key, repo_type="model")
     folder = snapshot_folder(cache, "model", hub, revision)
     download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]))
     doc = {"role": role, "hub": hub, "revision": revision, "folder": str(folder)}
