@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from paperflow.core.cli import main as cli_main
-from paperflow.core.provenance import build_record, utc_now, write_record
+from paperflow.core.provenance import build_record, cpu_label, cpu_state, utc_now, write_record
 from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, readme_status, render_markdown
 from paperflow.core.report import compare_claim, fmt, write_metrics
 
@@ -229,3 +229,47 @@ def test_write_with_papers_updates_those_entries_and_keeps_the_others(recorded, 
     assert cli_main(["record", "write", "--scale", SCALE, "--papers", "ph_w"]) != 0
     captured = capsys.readouterr()
     assert "no results folder results/smoke/ph_w" in captured.out + captured.err
+
+
+def rerecord_on(tmp: Path, slug: str, cpus: list[str] | None) -> None:
+    """Rewrite the committed record as if `slug` had been recorded on `cpus` (None: before CPUs were
+    recorded), its Markdown re-rendered so that the check accepts it."""
+    doc = load(tmp)
+    if cpus is None:
+        del doc["papers"][slug]["cpus"]
+    else:
+        doc["papers"][slug]["cpus"] = cpus
+    (tmp / "docs" / "results" / f"{SCALE}.json").write_text(json.dumps(doc))
+    (tmp / "docs" / "results" / f"{SCALE}.md").write_text(render_markdown(doc))
+
+
+def test_the_record_names_the_cpu_of_each_paper(recorded):
+    doc = load(recorded)
+    assert doc["papers"]["ph_x"]["cpus"] == [cpu_label(cpu_state())]
+    assert f"on `{cpu_label(cpu_state())}`." in (recorded / "docs" / "results" / f"{SCALE}.md").read_text()
+
+
+@pytest.mark.parametrize("cpus", [["GenuineIntel Xeon [sse4_2 avx avx2 fma]"], None])
+def test_on_another_cpu_moves_warn_and_flips_still_fail(recorded, capsys, cpus):
+    rerecord_on(recorded, "ph_x", cpus)
+    run_paper("ph_x", [v * (1 + 10 * DEFAULT_RTOL) for v in BASE["ph_x"]])
+    run_paper("ph_y", [v * (1 + 10 * DEFAULT_RTOL) for v in BASE["ph_y"]])  # same CPU: still fails
+    code, out = check(capsys)
+    rows = [line.split() for line in out.splitlines() if line.startswith(("FAIL", "WARN"))]
+    assert code == 1 and {(r[0], r[1]) for r in rows} == {("WARN", "ph_x"), ("FAIL", "ph_y")}, out
+    assert "another CPU: moves are warnings" in out and "moved (another CPU)" in out
+    run_paper("ph_y", BASE["ph_y"])
+    assert check(capsys)[0] == 0  # ph_x's moves alone do not fail
+    run_paper("ph_x", [v + THRESHOLD for v in BASE["ph_x"]])  # a flip fails on any CPU
+    code, out = check(capsys)
+    assert code == 1 and any(line.startswith("FAIL") and " held " in line for line in out.splitlines()), out
+
+
+def test_cpu_state_reads_the_vendor_model_and_dispatch_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    first = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654\nflags\t\t: fpu sse4_2 avx2 fma avx512f\n"
+    info.write_text(first + "\nprocessor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512_bf16\n")
+    cpu = cpu_state(info)
+    assert cpu == {"vendor": "AuthenticAMD", "model": "AMD EPYC 9654", "simd": ["sse4_2", "avx2", "fma", "avx512f"]}
+    assert cpu_label(cpu) == "AuthenticAMD AMD EPYC 9654 [sse4_2 avx2 fma avx512f]" and cpu_label(None) == "unknown"
+    assert cpu_state(tmp_path / "absent")["simd"] == []

@@ -107,8 +107,58 @@ def environment_state(conda_env: str | None) -> dict[str, Any]:
     return env
 
 
+# the x86 extensions that numeric libraries dispatch on (torch's ATen and oneDNN, MKL, OpenBLAS, numpy):
+# two CPUs that differ here can round the same seeded computation differently
+SIMD_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+)
+
+
+def cpu_state(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU that ran the job, as far as it decides which numeric kernels run: vendor, model name and
+    the SIMD extensions of SIMD_FLAGS it has (from the first processor of /proc/cpuinfo; elsewhere the
+    platform's processor name and no flags)."""
+    fields: dict[str, str] = {}
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        text = ""
+    for line in text.split("\n\n")[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {
+        "vendor": fields.get("vendor_id", platform.machine()),
+        "model": fields.get("model name", platform.processor() or "unknown"),
+        "simd": [f for f in SIMD_FLAGS if f in flags],
+    }
+
+
+def cpu_label(cpu: Mapping[str, Any] | None) -> str:
+    """One line naming a CPU of `cpu_state` ("unknown" for a record written before CPUs were recorded)."""
+    if not cpu:
+        return "unknown"
+    return f"{cpu['vendor']} {cpu['model']} [{' '.join(cpu['simd'])}]"
+
+
 def host_state() -> dict[str, Any]:
-    host: dict[str, Any] = {"hostname": socket.gethostname(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    host: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu_state(),
+    }
     torch = sys.modules.get("torch")  # only describe GPUs when the job itself used torch
     if torch is not None and torch.cuda.is_available():
         host["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
