@@ -20,6 +20,8 @@ def test_the_smoke_record_covers_every_paper():
     for slug, paper in record["papers"].items():
         assert paper["claims"], slug
         assert any(c["gated"] for c in paper["claims"]), f"{slug} has no gated claim on record"
+        # a strict check needs the recording CPU (paperflow.core.record): each paper names its CPU(s)
+        assert paper["cpus"] and "unknown" not in paper["cpus"], f"{slug}: re-record it with `make record`"
 
 
 def test_the_markdown_record_is_the_rendering_of_the_json():
