@@ -934,3 +934,22 @@ def test_the_sft_arm_streams_the_released_traces_and_trains_the_prompt_model_wit
     start = load_file(Path(lt.model_folder(tmp_path / "prompt.json")) / "model.safetensors")
     after = load_file(Path(lt.model_folder(tmp_path / "models" / "sft.json")) / "model.safetensors")
     assert any(not (start[k] == after[k]).all() for k in start)
+
+
+def test_read_snapshot_records_reads_every_layout_in_path_order_and_names_what_the_folder_holds(tmp_path):
+    (tmp_path / "data").mkdir()
+    pd.DataFrame({"x": [1, 2]}).to_parquet(tmp_path / "data" / "a.parquet")
+    (tmp_path / "data" / "b.jsonl").write_text('{"x": 3}\n\n{"x": 4}\n')
+    (tmp_path / "data" / "c.json").write_text(json.dumps([{"x": 5}]))
+    (tmp_path / "data" / "d.json").write_text('{"x": 6}\n{"x": 7}\n')  # JSON lines under a .json name
+    (tmp_path / "data" / "e.json").write_text('{"x": 8}')
+    (tmp_path / "data" / "f.csv").write_text("x\n9\n")  # matched but not a record format: skipped
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "g.json").write_text('{"x": 10}')
+    rows = lt.read_snapshot_records(tmp_path, ["data/*", ".cache/*"])
+    assert [int(r["x"]) for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r["x"] for r in lt.read_snapshot_records(tmp_path, ["data/c.json"])] == [5]
+    with pytest.raises(
+        FileNotFoundError, match=r"no parquet/jsonl/json file matches \['test\.json'\]; it holds .*data/a"
+    ):
+        lt.read_snapshot_records(tmp_path, ["test.json"])

@@ -185,16 +185,6 @@ def split_problem_id(problem_id: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    """A JSON list or JSON lines."""
-    text = path.read_text(encoding="utf-8")
-    try:
-        doc = json.loads(text)
-        return doc if isinstance(doc, list) else [doc]
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def codeelo_rows(records: Sequence[Mapping[str, Any]], name: str) -> list[dict[str, Any]]:
     """Qwen/CodeElo records as rows {"problem_id", "contest_id", "index", "title", "rating", "tags", "div",
     "time_limit_ms", "memory_limit_mb", "description", "input", "output", "interaction", "examples": [{"input",
@@ -232,21 +222,10 @@ def codeelo_rows(records: Sequence[Mapping[str, Any]], name: str) -> list[dict[s
 def download_codeelo(name: str, spec: Mapping[str, Any], folder: str | Path, out: str) -> dict[str, Any]:
     """The CodeElo problems from the downloaded snapshot `folder` (the configured files: test.json, a JSON list or
     JSON lines) written to `out` as JSONL."""
-    import fnmatch
-
-    folder = Path(folder)
-    files = sorted(
-        p
-        for p in folder.rglob("*.json*")
-        if ".cache" not in p.parts
-        and any(fnmatch.fnmatch(p.relative_to(folder).as_posix(), pat) for pat in spec["files"])
-    )
-    if not files:
-        raise FileNotFoundError(f"corpora.{name}: no file of {list(spec['files'])} in {folder}")
-    records = [r for path in files for r in _read_records(path)]
+    records = lt.read_snapshot_records(folder, spec["files"])
     rows = codeelo_rows(records, name)
     if not rows:
-        raise ValueError(f"corpora.{name}: {[p.name for p in files]} hold no problem")
+        raise ValueError(f"corpora.{name}: {list(spec['files'])} in {folder} hold no problem")
     lt.write_jsonl(out, rows)
     return {"records": len(records), "rows": len(rows), "contests": len({r["contest_id"] for r in rows}),
             "interactive": sum(bool(r["interaction"].strip()) for r in rows)}  # fmt: skip

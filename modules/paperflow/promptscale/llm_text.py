@@ -49,6 +49,42 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
+def read_snapshot_records(folder: str | Path, patterns: Sequence[str]) -> list[dict[str, Any]]:
+    """Every row of the snapshot's files matching `patterns` (parquet, JSON lines, or a .json file holding a list, an
+    object or JSON lines), files in path order. No matching file is an error naming the patterns and what the folder holds."""
+    import fnmatch
+
+    import pandas as pd
+
+    folder = Path(folder)
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and ".cache" not in p.parts
+        and any(fnmatch.fnmatch(p.relative_to(folder).as_posix(), pat) for pat in patterns)
+        and p.suffix in (".parquet", ".jsonl", ".json")
+    )
+    if not files:
+        held = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())[:20]
+        raise FileNotFoundError(f"{folder}: no parquet/jsonl/json file matches {list(patterns)}; it holds {held}")
+    records: list[dict[str, Any]] = []
+    for path in files:
+        if path.suffix == ".parquet":
+            records += pd.read_parquet(path).to_dict("records")
+        elif path.suffix == ".jsonl":
+            records += read_jsonl(path)
+        else:
+            text = path.read_text(encoding="utf-8")
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError:  # JSON lines under a .json name
+                records += [json.loads(line) for line in text.splitlines() if line.strip()]
+                continue
+            records += doc if isinstance(doc, list) else [doc]
+    return records
+
+
 def model_folder(info_json: str | Path) -> str:
     """The folder of a model named by a download or train rule's JSON output ({"folder": ...})."""
     return json.loads(Path(info_json).read_text())["folder"]

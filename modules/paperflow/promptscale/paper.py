@@ -47,37 +47,6 @@ def download_model(role: str, spec: Mapping[str, Any], cache: str, out: str, key
     return doc
 
 
-def read_snapshot_records(folder: str | Path, patterns: Sequence[str]) -> list[dict[str, Any]]:
-    """Every row of the snapshot's files matching `patterns` (parquet, JSON lines or a JSON list), files in path
-    order. No matching file is an error naming the patterns and what the folder holds."""
-    import fnmatch
-
-    import pandas as pd
-
-    folder = Path(folder)
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and ".cache" not in p.parts
-        and any(fnmatch.fnmatch(p.relative_to(folder).as_posix(), pat) for pat in patterns)
-        and p.suffix in (".parquet", ".jsonl", ".json")
-    )
-    if not files:
-        held = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())[:20]
-        raise FileNotFoundError(f"{folder}: no parquet/jsonl/json file matches {list(patterns)}; it holds {held}")
-    records: list[dict[str, Any]] = []
-    for path in files:
-        if path.suffix == ".parquet":
-            records += pd.read_parquet(path).to_dict("records")
-        elif path.suffix == ".jsonl":
-            records += lt.read_jsonl(path)
-        else:
-            doc = json.loads(path.read_text())
-            records += doc if isinstance(doc, list) else [doc]
-    return records
-
-
 def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
     """Corpus `name` (`corpora.<name>`) at its pinned commit, only the files `spec.files` fetched, written to `out`
     as JSONL: the seed triples {"concepts", "difficulty", "rationale", "problem"} (format promptcot_triples; rows
@@ -112,7 +81,7 @@ def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) ->
         from paperflow.promptscale.sft_arm import download_traces
 
         return {"hub": hub, "revision": revision, **download_traces(name, spec, folder, out)}
-    records = read_snapshot_records(folder, spec["files"])
+    records = lt.read_snapshot_records(folder, spec["files"])
     if fmt == "promptcot_triples":
         missing = {"prompt", "completion"} - set(records[0]) if records else {"prompt", "completion"}
         if missing:
