@@ -7,17 +7,19 @@ test_ph_vae_maths.py; data generators and tail metrics in test_ph_vae_data_metri
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from paperflow.core.config import ConfigError
+from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, judge_all, parse_claims
+from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import ChecksumMismatch
-from paperflow.ph_vae.claims import build_claims
+from paperflow.ph_vae.claims import metrics_table
 from paperflow.ph_vae.prepare import acquire
 
-SEEDS = [0, 1, 2]
+SEEDS = list(range(6))
 
 
 def frame(values: dict[str, dict[str, list[float]]], dim: int = 0) -> pd.DataFrame:
@@ -30,53 +32,73 @@ def frame(values: dict[str, dict[str, list[float]]], dim: int = 0) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-GOOD = {
-    "gauss": {"ks_tail@0.95": [0.20, 0.18, 0.22], "q99_rel": [0.30, 0.25, 0.28]},
-    "ph": {"ks_tail@0.95": [0.05, 0.07, 0.06], "q99_rel": [0.05, 0.04, 0.06]},
-}
+GAUSS = {"ks_tail@0.95": [0.20, 0.18, 0.22, 0.21, 0.19, 0.2], "q99_rel": [0.30, 0.25, 0.28, 0.3, 0.27, 0.26]}
+PH = {"ks_tail@0.95": [0.05, 0.07, 0.06, 0.05, 0.06, 0.07], "q99_rel": [0.05, 0.04, 0.06, 0.05, 0.04, 0.06]}
 
 
-PARETO = {"pareto1d": ["gauss", "ph"]}  # the decoders trained on each dataset
+def verdicts(frames, scale="smoke"):
+    cfg = load_paper_config("ph_vae", scale)
+    table = metrics_table(frames, scale)
+    have = set(zip(table.method, table.metric))
+    specs = [  # the claims whose numbers the constructed frames hold
+        s for s in parse_claims(cfg["claims"], "config/ph_vae.yaml") if all((m, s.metric) in have for m in s.methods())
+    ]
+    return {v.id: v for v in judge_all(specs, table, scale)}
 
 
-def gated(claims):
-    return {c.id: c.held for c in claims if c.gated}
+def gated(found):
+    return {k: v.verdict for k, v in found.items() if v.gated}
 
 
-def test_claims_hold_when_ph_is_better():
-    claims = build_claims({"pareto1d": frame(GOOD)}, "pareto1d", PARETO, SEEDS, 0.95)
-    assert gated(claims) == {"ks_tail_ph_lt_gauss_pareto1d": True, "q99_rel_ph_lt_gauss_pareto1d": True}
-    ks = next(c for c in claims if c.id.startswith("ks_tail"))
-    assert ks.value == pytest.approx(0.06) and ks.threshold == pytest.approx(0.20)
+def test_claims_hold_when_ph_is_better_and_the_heavy_tailed_control_is_not():
+    found = verdicts({"pareto1d": frame({"gauss": GAUSS, "ph": PH, "student_t": GAUSS})})
+    assert len(found) == 4  # the two gated claims and PH against Student-t (reported)
+    assert gated(found) == {"ks_tail_ph_lt_gauss_pareto1d": HELD, "q99_rel_ph_lt_gauss_pareto1d": HELD}
+    ks = found["ks_tail_ph_lt_gauss_pareto1d"]
+    assert ks.value == pytest.approx(np.mean(PH["ks_tail@0.95"]) - np.mean(GAUSS["ks_tail@0.95"]))
+    assert ks.ci_high < 0 and ks.control["verdict"] != HELD and ks.central
 
 
-def test_negative_control_gaussian_in_place_of_ph_is_not_held():
-    control = {"gauss": GOOD["gauss"], "ph": GOOD["gauss"]}
-    claims = build_claims({"pareto1d": frame(control)}, "pareto1d", PARETO, SEEDS, 0.95)
-    assert gated(claims) == {"ks_tail_ph_lt_gauss_pareto1d": False, "q99_rel_ph_lt_gauss_pareto1d": False}
+def test_student_t_as_good_as_ph_voids_the_claim():
+    found = verdicts({"pareto1d": frame({"gauss": GAUSS, "ph": PH, "student_t": PH})})
+    assert set(gated(found).values()) == {CONTROL_HOLDS}
+    assert not any(v.held for v in found.values() if v.gated)
 
 
-def test_a_missing_seed_makes_the_claim_fail_not_pass():
-    broken = frame(GOOD)
+def test_a_missing_seed_gives_no_data_not_a_verdict():
+    broken = frame({"gauss": GAUSS, "ph": PH, "student_t": GAUSS})
     broken = broken[~((broken.decoder == "ph") & (broken.seed == 2))]
-    assert not any(gated(build_claims({"pareto1d": broken}, "pareto1d", PARETO, SEEDS, 0.95)).values())
+    assert set(gated(verdicts({"pareto1d": broken})).values()) == {NO_DATA}
 
 
 def test_other_datasets_are_reported_not_gated():
-    joint = frame({"gauss": {"coexc_abs_err@0.95": [0.01] * 3}, "ph": {"coexc_abs_err@0.95": [0.02] * 3}}, dim=-1)
-    claims = build_claims(
-        {"pareto1d": frame(GOOD), "weibull1d": frame(GOOD), "tcopula2d": joint},
-        "pareto1d",
-        {name: ["gauss", "ph"] for name in ("pareto1d", "weibull1d", "tcopula2d")},
-        SEEDS,
-        0.95,
+    joint = frame({"gauss": {"coexc_abs_err@0.95": [0.01] * 6}, "ph": {"coexc_abs_err@0.95": [0.02] * 6}}, dim=-1)
+    found = verdicts(
+        {
+            "pareto1d": frame({"gauss": GAUSS, "ph": PH, "student_t": GAUSS, "gev": GAUSS}),
+            "weibull1d": frame({"gauss": GAUSS, "ph": PH}),
+            "tcopula2d": joint,
+        }
     )
-    reported = {c.id: c.held for c in claims if not c.gated}
+    reported = {k: v.verdict for k, v in found.items() if not v.gated and k.endswith(("weibull1d", "gauss_tcopula2d"))}
     assert reported == {
-        "ks_tail_ph_lt_gauss_weibull1d": True,
-        "q99_rel_ph_lt_gauss_weibull1d": True,
-        "coexc_ph_lt_gauss_tcopula2d": False,
+        "ks_tail_ph_lt_gauss_weibull1d": HELD,
+        "q99_rel_ph_lt_gauss_weibull1d": HELD,
+        "coexc_ph_lt_gauss_tcopula2d": "refuted",
     }
+
+
+def test_a_misspelt_claim_metric_is_refused_when_the_config_loads(tmp_path, monkeypatch):
+    import shutil
+
+    for rel in ("config", "workflows/ph_vae"):
+        shutil.copytree(f"{Path(__file__).resolve().parents[2]}/{rel}", tmp_path / rel)
+    text = (tmp_path / "config/ph_vae.yaml").read_text().replace("pareto1d/q99_rel/dim0", "pareto1d/q99_rl/dim0", 1)
+    (tmp_path / "config/ph_vae.yaml").write_text(text)
+    with pytest.raises(
+        ConfigError, match=r"claims\[1\] \(q99_rel_ph_lt_gauss_pareto1d\)\.metric = 'pareto1d/q99_rl/dim0'"
+    ):
+        load_paper_config("ph_vae", "smoke", root=tmp_path)
 
 
 DANISH = b'"","X","dat"\n"1",1,1.68374816983895\n"2",2,2.09370424597365\n"3",3,263.250366032211\n'

@@ -1,7 +1,8 @@
 """Load and validate the run configuration: `config/config.yaml` and one `config/<slug>.yaml` per paper.
 
-A paper's config file holds a `defaults` block and one block per scale (`tiny`, `smoke`, `paper`);
-the resolved config of a run is `defaults` deep-merged with the block of the run's scale. Every block
+A paper's config file holds a `defaults` block, one block per scale (`tiny`, `smoke`, `cpu`, `paper`) and
+the paper's `claims` (one list for every scale; see `paperflow.core.claims`); the resolved config of a run is
+`defaults` deep-merged with the block of the run's scale, with the claims under `claims`. Every block
 is checked against `config/schemas/<slug>.schema.yaml` before merging (so a typo is reported in the
 block where it was made), and the merged result is checked again with the schema's `required` lists.
 Errors name the file, the key path and what is allowed, and are raised before any job runs.
@@ -24,8 +25,8 @@ import yaml
 # libyaml's safe loader is several times faster at DAG build; PyYAML without libyaml has only the Python one
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-SCALES = ("tiny", "smoke", "paper")
-PAPER_FILE_KEYS = ("description", "defaults", *SCALES)
+SCALES = ("tiny", "smoke", "cpu", "paper")
+PAPER_FILE_KEYS = ("description", "defaults", *SCALES, "claims")
 
 
 class ConfigError(ValueError):
@@ -170,11 +171,45 @@ def load_paper_config(slug: str, scale: str, root: Path | None = None) -> dict[s
     partial = _without_required(schema)
     for block in ("defaults", *SCALES):
         validate(raw.get(block) or {}, partial, source, prefix=block)
+    if scale not in raw:
+        raise ConfigError(f"{source}: no '{scale}' block; scale '{scale}' needs one (it may be empty: {scale}: {{}})")
     merged = deep_merge(raw.get("defaults") or {}, raw.get(scale) or {})
     where = f"{source} (defaults merged with '{scale}')"
     validate(merged, schema, where)
     _paper_checks(slug, merged, where)
+    if "claims" in raw:
+        merged["claims"], merged["claims_not_measured"] = _checked_claims(
+            slug, raw["claims"], merged, scale, source, root
+        )
     return merged
+
+
+def _checked_claims(
+    slug: str, raw: Any, cfg: dict[str, Any], scale: str, source: str, root: Path
+) -> tuple[list[Any], list[str]]:
+    """The paper's claims measured at this scale and the ids of those that are not: schema-checked
+    (config/schemas/claims.schema.yaml), parsed, and checked against the metrics and methods the paper's code
+    declares for this config (`paperflow.<slug>.settings.claim_metrics(cfg)` and `claim_methods(cfg)`), so a
+    misspelt name fails when the DAG is built. A claim whose metric or methods this scale does not produce is
+    an error where the claim is gated at this scale, and is listed as not measured elsewhere."""
+    from paperflow.core import claims as claims_lib
+
+    validate(raw, read_yaml(root / "config" / "schemas" / "claims.schema.yaml"), source, prefix="claims")
+    specs = claims_lib.parse_claims(raw, source)
+    settings = importlib.import_module(f"paperflow.{slug}.settings")
+    for name in ("claim_metrics", "claim_methods"):
+        if not hasattr(settings, name):
+            raise ConfigError(f"{source}: paperflow.{slug}.settings lacks {name}, which the claims are checked against")
+    kept = claims_lib.check_vocabulary(
+        specs, metrics=settings.claim_metrics(cfg), methods=settings.claim_methods(cfg), source=source, scale=scale
+    )
+    by_id = {spec.id: spec for spec in kept}
+    measured = [
+        {k: v for k, v in c.items() if k != "control" or by_id[c["id"]].control is not None}
+        for c in copy.deepcopy(raw)
+        if c["id"] in by_id
+    ]
+    return measured, [c["id"] for c in raw if c["id"] not in by_id]
 
 
 def _paper_checks(slug: str, cfg: dict[str, Any], source: str) -> None:

@@ -56,9 +56,27 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-9
 SLOWEST = 3  # jobs listed per paper
 REQUIRED_CLAIM_KEYS = ("id", "statement", "seeds", "values", "value", "threshold", "comparison", "held", "gated")
-OPTIONAL_CLAIM_KEYS = ("aggregate", "value_std")
+OPTIONAL_CLAIM_KEYS = (
+    "aggregate",
+    "value_std",
+    "metric",
+    "method",
+    "baseline",
+    "effect",
+    "unit",
+    "verdict",
+    "ci_low",
+    "ci_high",
+    "ci_level",
+    "ci_method",
+    "n_units",
+    "n_needed",
+    "central",
+    "control",
+)
 DEFINITION_KEYS = ("gated", "comparison", "aggregate", "seeds")  # compared exactly by the check
-NUMBER_KEYS = ("value", "threshold")  # compared within the tolerance by the check
+NUMBER_KEYS = ("value", "threshold", "ci_low", "ci_high")  # compared within the tolerance by the check
+HASH_CHECKED_SCALES = ("cpu",)  # scales CI does not rerun: their record is checked against the code's hashes
 
 
 class RecordError(RuntimeError):
@@ -124,6 +142,71 @@ def _benchmarks(paper_dir: Path) -> dict[str, Any]:
     return {"jobs": len(seconds), "total_s": round(float(sum(seconds)), 3)}
 
 
+def _wall_clock(jobs: Sequence[Mapping[str, Any]]) -> float | None:
+    """Seconds from the first job's start to the last job's end (the paper's run as a user waits for it)."""
+    from datetime import datetime
+
+    try:
+        starts = [datetime.fromisoformat(r["started"]) for r in jobs]
+        ends = [datetime.fromisoformat(r["ended"]) for r in jobs]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return round((max(ends) - min(starts)).total_seconds(), 1) if jobs else None
+
+
+PAPER_EXCLUDED_SUFFIXES = (".md", ".pyc")
+
+
+def _files_under(root: Path, rel: str) -> list[Path]:
+    base = root / rel
+    if base.is_file():
+        return [base]
+    return sorted(
+        p
+        for p in base.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(PAPER_EXCLUDED_SUFFIXES)
+    )
+
+
+def paper_code_files(root: Path, slug: str) -> list[Path]:
+    """A paper's own files: its workflow folder, config, schema and package (documentation excluded)."""
+    rels = [
+        f"workflows/{slug}",
+        f"config/{slug}.yaml",
+        f"config/schemas/{slug}.schema.yaml",
+        f"modules/paperflow/{slug}",
+    ]
+    return [p for rel in rels for p in _files_under(root, rel)]
+
+
+def core_code_files(root: Path) -> list[Path]:
+    """What every paper shares: the core library, the shared rules, the top Snakefile, global config and schemas."""
+    rels = [
+        "modules/paperflow/core",
+        "modules/paperflow/__init__.py",
+        "rules",
+        "Snakefile",
+        "config/config.yaml",
+        "config/schemas/config.schema.yaml",
+        "config/schemas/claims.schema.yaml",
+    ]
+    return [p for rel in rels if (root / rel).exists() for p in _files_under(root, rel)]
+
+
+def files_hash(root: Path, files: Sequence[Path]) -> str:
+    """sha256 over the sorted (path relative to root, file sha256) pairs."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def code_hashes(root: Path, slug: str) -> dict[str, str]:
+    return {"paper": files_hash(root, paper_code_files(root, slug)), "core": files_hash(root, core_code_files(root))}
+
+
 def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
     """The slug and the record entry of one paper, from its metrics.json and the records beside it."""
     doc = json.loads(metrics_path.read_text())
@@ -143,6 +226,7 @@ def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
         "job_commits": sorted({str(r["code"]["git_commit"]) for r in jobs}),
         "jobs": len(jobs),
         "jobs_wall_s": round(sum(t["wall_s"] for t in times), 3),
+        "wall_clock_s": _wall_clock(jobs),
         "slowest_jobs": sorted(times, key=lambda t: -t["wall_s"])[:SLOWEST],
         "benchmarks": _benchmarks(paper_dir),
         "cpus": sorted({cpu_label(r.get("host", {}).get("cpu")) for r in jobs}),
@@ -169,9 +253,12 @@ def build_results_record(
     )
     if not metrics:
         raise RecordError(f"no {tree}/*/metrics.json to record")
+    from paperflow.core.config import repo_root
+
     papers: dict[str, dict[str, Any]] = {}
     for path in metrics:
         slug, entry = paper_entry(path)
+        entry["code_hashes"] = code_hashes(repo_root(), slug)
         if slug in papers:
             raise RecordError(f"{path}: paper {slug!r} is also {papers[slug]['metrics']}")
         papers[slug] = entry
@@ -196,22 +283,40 @@ def _job_label(job: Mapping[str, Any]) -> str:
 
 def _status_rows(record: Mapping[str, Any]) -> list[str]:
     rows = [
-        "| paper | gated claims held | jobs (Σ wall_s) | benchmarked jobs (Σ s) | slowest jobs (wall_s) |",
-        "|---|---|---|---|---|",
+        "| paper | gated claims held | gated verdicts | central claim(s) | wall clock | jobs (Σ wall_s) "
+        "| benchmarked jobs (Σ s) | slowest jobs (wall_s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for slug, paper in record["papers"].items():
         gated = [c for c in paper["claims"] if c["gated"]]
         held = sum(bool(c["held"]) for c in gated)
         slowest = "; ".join(f"`{_job_label(j)}` {j['wall_s']:.1f} s" for j in paper["slowest_jobs"])
         bench = paper["benchmarks"]
+        wall = paper.get("wall_clock_s")
         rows.append(
-            f"| [{slug}](#{slug}) | {held}/{len(gated)} | {paper['jobs']} ({paper['jobs_wall_s']:.1f} s) "
+            f"| [{slug}](#{slug}) | {held}/{len(gated)} | {_verdict_counts(gated)} | {_central(paper['claims'])} "
+            f"| {'n/a' if wall is None else f'{wall:.0f} s'} | {paper['jobs']} ({paper['jobs_wall_s']:.1f} s) "
             f"| {bench['jobs']} ({bench['total_s']:.1f} s) | {slowest} |"
         )
     return rows
 
 
+def _verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
+    if not claims or any("verdict" not in c for c in claims):
+        return "–"
+    from paperflow.core.claims import counts_text
+
+    return counts_text(claims)
+
+
+def _central(claims: Sequence[Mapping[str, Any]]) -> str:
+    central = [c for c in claims if c.get("central")]
+    return "; ".join(f"`{c['id']}` {c['verdict']}" for c in central) or "–"
+
+
 def _claim_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
+    if claims and all("verdict" in c for c in claims):
+        return _verdict_rows(slug, claims)
     rows = [
         "| claim | statement | per seed | value | threshold | held | gated |",
         "|---|---|---|---|---|---|---|",
@@ -222,6 +327,25 @@ def _claim_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
         rows.append(
             f'| <a id="{slug}-{c["id"]}"></a>`{c["id"]}` | {_cell(c["statement"])} | {per_seed} | {value} '
             f"| {c['comparison']} {fmt(c['threshold'])} | {'**yes**' if c['held'] else '**NO**'} "
+            f"| {'yes' if c['gated'] else 'no'} |"
+        )
+    return rows
+
+
+def _verdict_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
+    from paperflow.core import claims as claims_lib
+
+    rows = [
+        "| claim | statement | effect | per seed (effect) | estimate [CI] | claimed | verdict | control | gated |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(claims, key=lambda c: not c.get("central", False)):
+        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c["seeds"], c.get("effects") or c["values"], strict=True))
+        star = "★ " if c.get("central") else ""
+        rows.append(
+            f'| <a id="{slug}-{c["id"]}"></a>{star}`{c["id"]}` | {_cell(c["statement"])} '
+            f"| {_cell(claims_lib.effect_text(c))} ({c['metric']}) | {per_seed} | {claims_lib.interval_text(c)} "
+            f"| {claims_lib.condition_text(c)} | {claims_lib.verdict_text(c)} | {_cell(claims_lib.control_text(c))} "
             f"| {'yes' if c['gated'] else 'no'} |"
         )
     return rows
@@ -329,7 +453,7 @@ def claim_findings(
     found += [
         Finding(moved[0], paper, cid, key, recorded[key], fresh[key], moved[1])
         for key in NUMBER_KEYS
-        if not tol.close(recorded[key], fresh[key])
+        if (key in recorded or key in fresh) and not tol.close(recorded.get(key), fresh.get(key))
     ]
     if len(recorded["values"]) != len(fresh["values"]):
         found.append(Finding("FAIL", paper, cid, "values", recorded["values"], fresh["values"], "seed count changed"))
@@ -342,7 +466,23 @@ def claim_findings(
     if recorded["held"] != fresh["held"]:
         level, note = _flip_level(fresh, tol)
         found.append(Finding(level, paper, cid, "held", recorded["held"], fresh["held"], note))
+    if recorded.get("verdict") != fresh.get("verdict"):
+        level, note = _verdict_level(fresh, tol)
+        found.append(Finding(level, paper, cid, "verdict", recorded.get("verdict"), fresh.get("verdict"), note))
     return found
+
+
+def _verdict_level(fresh: Mapping[str, Any], tol: Tolerance) -> tuple[str, str]:
+    """A verdict that changed fails, unless an interval bound lies within the tolerance of the threshold (or of
+    the band's edge): another CPU's rounding must not block a landing."""
+    threshold = fresh.get("threshold")
+    edges = [threshold, -threshold] if fresh.get("comparison") == "within" and threshold is not None else [threshold]
+    bounds = [fresh.get("ci_low"), fresh.get("ci_high"), fresh.get("value")]
+    for edge in edges:
+        for bound in bounds:
+            if edge is not None and bound is not None and abs(bound - edge) <= tol.allowed(edge):
+                return "WARN", "verdict changed with an interval bound within the tolerance of the threshold"
+    return "FAIL", "verdict changed"
 
 
 def compare_records(recorded: Mapping[str, Any], fresh: Mapping[str, Any], tol: Tolerance) -> list[Finding]:
@@ -406,13 +546,56 @@ def findings_table(findings: Sequence[Finding], tol: Tolerance) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+def hash_findings(recorded: Mapping[str, Any], root: Path, papers: Sequence[str]) -> list[Finding]:
+    """The record of a scale CI does not rerun, against the checkout: a paper whose own files (workflow, config,
+    schema, package) changed since its record fails, as does a paper without a record; a moved core warns."""
+    scale = recorded["scale"]
+    found = []
+    for slug in papers:
+        entry = recorded["papers"].get(slug)
+        rerun = f"rerun `snakemake --cores 2 --config scale={scale} papers=[{slug}]`, then `paperflow record write --scale {scale} --papers {slug}`"
+        if entry is None:
+            found.append(Finding("FAIL", slug, "*", "record", "absent", "workflow present", f"no record: {rerun}"))
+            continue
+        now = code_hashes(root, slug)
+        was = entry.get("code_hashes", {})
+        if was.get("paper") != now["paper"]:
+            found.append(
+                Finding(
+                    "FAIL", slug, "*", "paper code", str(was.get("paper"))[:12], now["paper"][:12], f"stale: {rerun}"
+                )
+            )
+        if was.get("core") != now["core"]:
+            found.append(
+                Finding(
+                    "WARN",
+                    slug,
+                    "*",
+                    "core code",
+                    str(was.get("core"))[:12],
+                    now["core"][:12],
+                    "the core moved since the record",
+                )
+            )
+    return found
+
+
 def check_record(
     results: str | Path, scale: str, record_dir: str | Path, tolerance: Tolerance = Tolerance()
 ) -> list[Finding]:
-    """Compare the audited fresh tree `results/<scale>` with the committed record of `scale`."""
+    """Compare the audited fresh tree `results/<scale>` with the committed record of `scale`. For a scale CI does
+    not rerun (`cpu`), the record is also checked against the code's hashes, and a missing results tree checks the
+    hashes only."""
+    from paperflow.core.config import available_papers, repo_root
+
     recorded = read_committed(record_dir, scale)
+    found: list[Finding] = []
+    if scale in HASH_CHECKED_SCALES:
+        found += hash_findings(recorded, repo_root(), available_papers())
+        if not (Path(results) / scale).is_dir():
+            return found
     fresh = build_results_record(results, scale, tolerance)
-    return compare_records(recorded, fresh, tolerance)
+    return found + compare_records(recorded, fresh, tolerance)
 
 
 README_BEGIN = "<!-- status: generated by `paperflow record readme` from docs/results; do not edit -->"
@@ -431,7 +614,7 @@ def paper_titles(root: str | Path) -> dict[str, str]:
     return titles
 
 
-README_SCALES = ("smoke", "paper")
+README_SCALES = ("smoke", "cpu", "paper")
 
 
 def readme_status(records: Mapping[str, Mapping[str, Any]], papers: Sequence[str], titles: Mapping[str, str]) -> str:
@@ -439,8 +622,8 @@ def readme_status(records: Mapping[str, Mapping[str, Any]], papers: Sequence[str
     gated claims held (linked to its rows in docs/results/<scale>.md), or "not run" where the scale has
     no record of the paper."""
     scales = list(README_SCALES)
-    head = "| paper | slug | " + " | ".join(f"`{s}`: gated claims held" for s in scales) + " |"
-    rows = [head, "|---|---|" + "---|" * len(scales)]
+    head = "| paper | slug | " + " | ".join(f"`{s}`: gated claims held" for s in scales) + " | central claim (cpu) |"
+    rows = [head, "|---|---|" + "---|" * (len(scales) + 1)]
     for slug in papers:
         cells = []
         for scale in scales:
@@ -450,7 +633,11 @@ def readme_status(records: Mapping[str, Mapping[str, Any]], papers: Sequence[str
                 continue
             gated = [c for c in entry["claims"] if c["gated"]]
             held = sum(bool(c["held"]) for c in gated)
-            cells.append(f"[{held} of {len(gated)}](docs/results/{scale}.md#{slug})")
+            counts = _verdict_counts(gated)
+            detail = "" if counts == "–" else f": {counts}"
+            cells.append(f"[{held} of {len(gated)}](docs/results/{scale}.md#{slug}){detail}")
+        cpu = records.get("cpu", {}).get("papers", {}).get(slug)
+        cells.append(_central(cpu["claims"]) if cpu else "not run")
         title = titles.get(slug, slug)
         rows.append(f"| {_cell(title)} | [`{slug}`](workflows/{slug}/README.md) | " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -182,7 +182,7 @@ def statistic_claim(
     )
 
 
-def write_metrics(path: str | Path, *, paper: str, scale: str, claims: Iterable[Claim], **extra: Any) -> dict[str, Any]:
+def write_metrics(path: str | Path, *, paper: str, scale: str, claims: Iterable[Any], **extra: Any) -> dict[str, Any]:
     claims = list(claims)
     doc = {
         "paper": paper,
@@ -250,13 +250,28 @@ def render_report(
     tables: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The report: verdict, claims table, free sections, figures and table files (caption, path
-    relative to the report)."""
+    relative to the report). `claims` are Claim objects or judged claims (`paperflow.core.claims.Verdict`)."""
+    from paperflow.core import claims as claims_lib
+
+    judged = [c.to_json() for c in claims if isinstance(c, claims_lib.Verdict)]
     gated = [c for c in claims if c.gated]
     verdict = (
         f"{sum(c.held for c in gated)} of {len(gated)} gated claim(s) held at scale `{scale}`."
         if gated
         else f"No gated claims at scale `{scale}`."
     )
+    if judged:
+        verdict += f" Gated verdicts: {claims_lib.counts_text(c for c in judged if c['gated'])}."
+        table = claims_lib.claims_table(judged) + (
+            "\n\nIntervals: "
+            + "; ".join(claims_lib.interval_methods(judged))
+            + ". A claim is **held** when its interval "
+            "lies wholly on the claimed side of the threshold, **refuted** when wholly on the other side, "
+            "**inconclusive** otherwise (with the units the observed spread would need); **control also holds** when "
+            "the alternative in the method's place is held too. ★ marks the paper's central claims."
+        )
+    else:
+        table = claims_table(claims)
     parts = [
         f"# {title}",
         "",
@@ -266,7 +281,7 @@ def render_report(
         "",
         "## Claims",
         "",
-        claims_table(claims),
+        table,
         "",
     ]
     for heading, body in sections:
@@ -288,7 +303,7 @@ def render_report(
     return "\n".join(parts)
 
 
-REPORT_KEY, METRICS_KEY = "report", "metrics"
+REPORT_KEY, METRICS_KEY, METRICS_TABLE_KEY = "report", "metrics", "metrics_table"
 FIGURE_PREFIX, TABLE_PREFIX = "figure_", "table_"
 
 
@@ -316,7 +331,8 @@ class Report:
 
     title: str
     summary: str
-    claims: list[Claim]
+    claims: list[Claim] = field(default_factory=list)  # built by the paper (being replaced by `table` + config claims)
+    table: Any = None  # the long metrics table (scale, seed, unit, method, metric, value) the config's claims judge
     sections: list[tuple[str, str]] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
@@ -324,14 +340,14 @@ class Report:
     metrics: dict[str, Any] = field(default_factory=dict)  # the paper's own keys of metrics.json
 
 
-def _check_outputs(report: Report, outputs: Mapping[str, Any]) -> None:
+def _check_outputs(report: Report, outputs: Mapping[str, Any], judged: bool = False) -> None:
     named = {**{f.key: FIGURE_PREFIX for f in report.figures}, **{t.key: TABLE_PREFIX for t in report.tables}}
     for key, prefix in named.items():
         if not key.startswith(prefix):
             raise ValueError(f"report output key {key!r} must start with {prefix!r}")
     if len(named) != len(report.figures) + len(report.tables):
         raise ValueError("two figures or tables of the report share an output key")
-    expected = {REPORT_KEY, METRICS_KEY, *named}
+    expected = {REPORT_KEY, METRICS_KEY, *named} | ({METRICS_TABLE_KEY} if judged else set())
     missing = sorted(expected - set(outputs))
     if missing:
         raise KeyError(
@@ -342,13 +358,29 @@ def _check_outputs(report: Report, outputs: Mapping[str, Any]) -> None:
         raise KeyError(f"report rule output(s) {unfilled} are not written by the report; it writes {sorted(expected)}")
 
 
-def publish(report: Report, outputs: Mapping[str, Any], *, paper: str, scale: str) -> dict[str, Any]:
+def publish(
+    report: Report, outputs: Mapping[str, Any], *, paper: str, scale: str, claims: Sequence[Any] | None = None
+) -> dict[str, Any]:
     """Write the figures, tables, `report.md` and `metrics.json` of `report` to the rule's `outputs`
-    (output key -> path); links in the report are relative to it. Returns the metrics document."""
+    (output key -> path); links in the report are relative to it. Returns the metrics document.
+
+    With `claims` (the paper's `claims:` from its config), the claims are judged here on `report.table`, the long
+    metrics table, which is written to the output `metrics_table` (Parquet)."""
+    from paperflow.core import claims as claims_lib
     from paperflow.core import plots
 
     outputs = {k: str(v) for k, v in outputs.items()}
-    _check_outputs(report, outputs)
+    judged = claims is not None
+    _check_outputs(report, outputs, judged)
+    if judged:
+        if report.claims:
+            raise ValueError("a report judged from config claims must not build claims of its own")
+        if report.table is None:
+            raise ValueError("a report judged from config claims needs its long metrics table (Report.table)")
+        specs = claims_lib.specs_for(claims, f"config/{paper}.yaml")
+        report.claims = claims_lib.judge_all(specs, report.table, scale)
+        Path(outputs[METRICS_TABLE_KEY]).parent.mkdir(parents=True, exist_ok=True)
+        report.table.to_parquet(outputs[METRICS_TABLE_KEY], index=False)
     here = Path(outputs[REPORT_KEY]).parent
     link = lambda key: os.path.relpath(outputs[key], here)
     for fig in report.figures:
@@ -373,6 +405,13 @@ def publish(report: Report, outputs: Mapping[str, Any], *, paper: str, scale: st
 def publish_job(job: Any, report: Report) -> dict[str, Any]:
     """`publish` into the outputs of a report rule's job (paperflow.core.job.Job), with the paper and
     scale the job runs; the provenance record notes which claims held."""
-    doc = publish(report, dict(job.output.items()), paper=job.paper, scale=job.scale)
+    params = dict(job.params.items())
+    not_measured = list(params.get("claims_not_measured") or [])
+    if not_measured:
+        report.limitations.append(
+            f"Claims declared in config/{job.paper}.yaml but not measured at scale `{job.scale}` (their data or "
+            f"methods run at other scales only): {', '.join(f'`{c}`' for c in not_measured)}."
+        )
+    doc = publish(report, dict(job.output.items()), paper=job.paper, scale=job.scale, claims=params.get("claims"))
     job.note(claims_held={c.id: c.held for c in report.claims})
     return doc

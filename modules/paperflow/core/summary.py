@@ -1,4 +1,4 @@
-"""The cross-paper summary: every claim of every paper, read from their metrics.json files."""
+"""The cross-paper summary: every claim of every paper, read from their metrics.json files, central claims first."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from paperflow.core import claims as claims_lib
 from paperflow.core.report import AGGREGATES, fmt
 
 
 def measured(claim: dict) -> str:
-    """The judged value; a worst-seed (or best-seed) claim says which aggregate it is, a claim on a pooled
+    """The judged value with its interval where it has one; a worst-seed claim says so, a claim on a pooled
     statistic names the statistic."""
+    if "verdict" in claim:
+        return claims_lib.interval_text(claim)
     aggregate = claim.get("aggregate", "mean")
     if aggregate == "mean":
         return fmt(claim["value"])
@@ -22,22 +25,41 @@ def measured(claim: dict) -> str:
     )
 
 
+def verdict(claim: dict) -> str:
+    if "verdict" in claim:
+        return claims_lib.verdict_text(claim)
+    return "**yes**" if claim["held"] else "**NO**"
+
+
+def threshold(claim: dict) -> str:
+    if "verdict" in claim:
+        return f"{claims_lib.effect_text(claim)} {claims_lib.condition_text(claim)}"
+    return f"{claim['comparison']} {fmt(claim['threshold'])}"
+
+
 def summary_markdown(metrics_files: Iterable[str | Path], scale: str) -> str:
-    rows = ["| paper | claim | measured | threshold | held | gated |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| paper | claim | estimate [CI] | claimed | verdict | control | gated |",
+        "|---|---|---|---|---|---|---|",
+    ]
     papers = []
     for path in metrics_files:
         doc = json.loads(Path(path).read_text())
         papers.append(doc)
-        for c in doc["claims"]:
+        for c in sorted(doc["claims"], key=lambda c: not c.get("central", False)):
+            star = "★ " if c.get("central") else ""
+            control = claims_lib.control_text(c) if "verdict" in c else "–"
             rows.append(
-                f"| {doc['paper']} | `{c['id']}`: {c['statement']} | {measured(c)} | {c['comparison']} {fmt(c['threshold'])} "
-                f"| {'**yes**' if c['held'] else '**NO**'} | {'yes' if c['gated'] else 'no'} |"
+                f"| {doc['paper']} | {star}`{c['id']}`: {c['statement']} | {measured(c)} | {threshold(c)} "
+                f"| {verdict(c)} | {control} | {'yes' if c['gated'] else 'no'} |"
             )
     held = sum(doc["all_gated_held"] for doc in papers)
+    judged = [c for doc in papers for c in doc["claims"] if c.get("gated") and "verdict" in c]
     head = [
         f"# paperflow summary — scale `{scale}`",
         "",
-        f"{held} of {len(papers)} paper(s) had all their gated claims hold. Each paper's report is "
+        f"{held} of {len(papers)} paper(s) had all their gated claims hold. Gated verdicts: "
+        f"{claims_lib.counts_text(judged)}. ★ marks a paper's central claims. Each paper's report is "
         f"`results/{scale}/<slug>/report.md`; this table is generated from their `metrics.json`.",
         "",
     ]

@@ -1,4 +1,4 @@
-"""ph_vae's claims, tables, figures and report, computed from the evaluation metrics."""
+"""ph_vae's metrics table (judged by the claims of config/ph_vae.yaml), tables, figures and report."""
 
 from __future__ import annotations
 
@@ -10,100 +10,31 @@ import pandas as pd
 
 from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 from paperflow.ph_vae.plots import qq, survival_curves
 
 LABELS = {"gauss": "Gaussian", "student_t": "Student-t", "gev": "GEV", "ph": "PH", "ph_indep": "PH per coordinate"}
-FOLLOW_UP = "follow-up paper (arXiv 2605.18931): PH reduces tail KS up to x6 and extreme-quantile error up to x10 vs Gaussian on Pareto data"
 
 
-def per_seed(metrics: pd.DataFrame, decoder: str, metric: str, dim: int, seeds: Sequence[int]) -> list[float]:
-    """The metric of `decoder` for each seed, in seed order; NaN where a seed has no value."""
-    return frames_lib.per_seed(metrics, seeds, decoder=decoder, metric=metric, dim=dim)
+CLAIM_DIMS = {"dim0": 0, "joint": -1}  # which coordinate of a dataset's metrics the claims read
 
 
-def tail_claims(
-    metrics: pd.DataFrame,
-    dataset: str,
-    rivals: Sequence[str],
-    seeds: Sequence[int],
-    tail_q: float,
-    gated_rival: str | None,
-) -> list[Claim]:
-    """PH against each rival on tail KS and Q99 error of dim 0; only the claim against `gated_rival` is gated."""
-    ks = f"ks_tail@{tail_q:g}"
-    claims = []
-    for metric, what in ((ks, f"tail KS@{tail_q:g}"), ("q99_rel", "Q99 relative error")):
-        for rival in rivals:
-            gated = rival == gated_rival
-            claims.append(
-                compare_claim(
-                    id=f"{metric.split('@')[0]}_ph_lt_{rival}_{dataset}",
-                    statement=f"{dataset}: PH-VAE has lower {what} than the {LABELS[rival]} VAE (mean over seeds)",
-                    values=per_seed(metrics, "ph", metric, 0, seeds),
-                    threshold_values=per_seed(metrics, rival, metric, 0, seeds),
-                    seeds=seeds,
-                    comparison="<",
-                    gated=gated,
-                    paper_value=FOLLOW_UP if gated else None,
-                )
-            )
-    return claims
+def claim_metric(dataset: str, metric: str, where: str) -> str:
+    """The metrics-table name of a dataset's metric at a coordinate, e.g. "pareto1d/ks_tail@0.95/dim0"."""
+    return f"{dataset}/{metric}/{where}"
 
 
-DEPENDENCE = {
-    "coexc_abs_err@0.95": ("coexc", "co-exceedance error at q = 0.95"),
-    "kendall_tau_mae": ("kendall", "Kendall tau error"),
-}
-
-
-def dependence_claims(
-    metrics: pd.DataFrame, dataset: str, rival: str, seeds: Sequence[int], metrics_compared: Sequence[str]
-) -> list[Claim]:
-    """Spec §7 (rival gauss) and the spec-3 ablation (rival ph_indep, which should lose the dependence): on a
-    multivariate set, PH's dependence errors against the rival's, reported only (the spec gates neither)."""
-    return [
-        compare_claim(
-            id=f"{DEPENDENCE[metric][0]}_ph_lt_{rival}_{dataset}",
-            statement=(
-                f"{dataset}: PH-VAE has lower {DEPENDENCE[metric][1]} than the {LABELS[rival]} VAE (reported only)"
-            ),
-            values=per_seed(metrics, "ph", metric, -1, seeds),
-            threshold_values=per_seed(metrics, rival, metric, -1, seeds),
-            seeds=seeds,
-            comparison="<",
-            gated=False,
-        )
-        for metric in metrics_compared
+def metrics_table(frames: Mapping[str, pd.DataFrame], scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on: one row per (seed, decoder, dataset metric) of
+    dim 0 and of the joint (dependence) metrics; the decoder is the method."""
+    rows = [
+        {"seed": r.seed, "method": r.decoder, "metric": claim_metric(name, r.metric, where), "value": r.value}
+        for name, frame in frames.items()
+        for where, dim in CLAIM_DIMS.items()
+        for r in frame[frame.dim == dim].itertuples()
     ]
-
-
-def build_claims(
-    frames: Mapping[str, pd.DataFrame],
-    claim_dataset: str,
-    decoders: Mapping[str, Sequence[str]],
-    seeds: Sequence[int],
-    tail_q: float,
-) -> list[Claim]:
-    """Spec §7: gated, PH beats Gaussian on tail KS and Q99 error on the claim dataset; reported, PH
-    against the other baselines there, against Gaussian on the other 1-D sets, co-exceedance against
-    Gaussian on the multivariate sets, and there co-exceedance and Kendall tau against the `ph_indep`
-    ablation where it runs. `decoders` maps each dataset to the decoders trained on it."""
-    for name in frames:
-        if "ph" not in decoders[name] or "gauss" not in decoders[name]:
-            raise ValueError(f"the ph_vae claims compare 'ph' with 'gauss'; {name} has {list(decoders[name])}")
-    rivals = [d for d in decoders[claim_dataset] if d != "ph"]
-    claims = tail_claims(frames[claim_dataset], claim_dataset, rivals, seeds, tail_q, gated_rival="gauss")
-    for name, frame in frames.items():
-        if name == claim_dataset:
-            continue
-        if frame.dim.max() == 0:
-            claims += tail_claims(frame, name, ["gauss"], seeds, tail_q, gated_rival=None)
-            continue
-        claims += dependence_claims(frame, name, "gauss", seeds, ["coexc_abs_err@0.95"])
-        if "ph_indep" in decoders[name]:
-            claims += dependence_claims(frame, name, "ph_indep", seeds, list(DEPENDENCE))
-    return claims
+    return long_table(rows, scale)
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -190,7 +121,6 @@ def build_report(
     decoders = {name: list(ds) for name, ds in params["decoders"].items()}
     seeds = list(params["seeds"])
     every_decoder = list(dict.fromkeys(d for ds in decoders.values() for d in ds))
-    claims = build_claims(frames, params["claim_dataset"], decoders, seeds, params["tail_q"])
     table = summary_table(frames)
     ks = f"ks_tail@{params['tail_q']:g}"
     kl_rows = headline_rows(table, ["test_kl", "test_nelbo_per_dim"])
@@ -224,7 +154,7 @@ def build_report(
             f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_dataset']}`."
             + (ABLATION if "ph_indep" in every_decoder else "")
         ),
-        claims=claims,
+        table=metrics_table(frames, params["scale"]),
         sections=sections,
         figures=figures(samples, tests, histories, decoders, seeds[0]),
         tables=[Table("table_tail", "Every metric: mean, std and number of seeds", table)],

@@ -43,3 +43,25 @@ def decoders_for(cfg: dict[str, Any], dataset: str) -> list[str]:
     """The decoders trained on `dataset`: all of `decoders`, less the multivariate-only ones on 1-D data."""
     multivariate = dataset_dim(cfg["datasets"][dataset]) > 1
     return [d for d in cfg["decoders"] if multivariate or d not in MULTIVARIATE_ONLY]
+
+
+TAIL_METRICS = ("q99_rel", "q95_rel", "neg_frac")
+JOINT_METRICS = ("test_kl", "test_nelbo_per_dim")
+DEPENDENCE_METRICS = ("coexc_abs_err@0.95", "kendall_tau_mae", "corr_log1p_frobenius")
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces (paperflow.ph_vae.claims.metrics_table): per run dataset,
+    the tail metrics of dim 0, the test terms of the joint model, and the dependence metrics where multivariate."""
+    names = []
+    for name in cfg["run_datasets"]:
+        tail = (f"ks_tail@{cfg['evaluate']['tail_q']:g}", *TAIL_METRICS)
+        names += [f"{name}/{m}/dim0" for m in tail] + [f"{name}/{m}/joint" for m in JOINT_METRICS]
+        if dataset_dim(cfg["datasets"][name]) > 1:
+            names += [f"{name}/{m}/joint" for m in DEPENDENCE_METRICS]
+    return names
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The decoders this config trains on some dataset."""
+    return sorted({d for name in cfg["run_datasets"] for d in decoders_for(cfg, name)})
