@@ -12,11 +12,31 @@ import pytest
 from paperflow.core.cli import main as cli_main
 from paperflow.core.provenance import build_record, cpu_label, cpu_state, utc_now, write_record
 from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, readme_status, render_markdown
-from paperflow.core.report import compare_claim, fmt, write_metrics
+from paperflow.core import claims as claims_lib
+from paperflow.core.report import fmt, write_metrics
 
 SCALE = "smoke"
 THRESHOLD = 0.5
 BASE = {"ph_x": [0.1, 0.2, 0.15], "ph_y": [0.3, 0.35, 0.25]}  # per-seed values of each paper's claim
+
+
+def compare_claim(*, id: str, statement: str, values: list[float], seeds: list[int], comparison: str, threshold: float):
+    """A claim judged by the engine: method m's per-seed values against a constant threshold."""
+    spec = claims_lib.parse_claims(
+        [
+            {
+                "id": id,
+                "statement": statement,
+                "metric": "v",
+                "method": "m",
+                "comparison": comparison,
+                "threshold": threshold,
+            }
+        ],
+        "test",
+    )[0]
+    rows = [{"seed": s, "method": "m", "metric": "v", "value": v} for s, v in zip(seeds, values, strict=True)]
+    return claims_lib.judge(spec, claims_lib.long_table(rows, SCALE), SCALE)
 
 
 def job(rule: str, wildcards: dict, inputs: list[str], outputs: list[str], wall_s: float) -> None:
@@ -114,7 +134,7 @@ def test_check_fails_when_a_value_moves_beyond_the_tolerance(recorded, capsys):
     code, out = check(capsys)
     assert code == 1
     moved = [line for line in out.splitlines() if line.startswith("FAIL") and "err_small" in line]
-    assert {line.split()[3] for line in moved} == {"value", "values[seed"}, out  # the mean and each seed
+    assert {line.split()[3] for line in moved} == {"value", "ci_low", "ci_high", "values[seed"}, out  # mean, CI, seeds
     assert check(capsys, "--rtol", str(100 * DEFAULT_RTOL))[0] == 0  # the tolerance is the only reason
 
 
@@ -141,22 +161,27 @@ def test_a_flip_within_the_tolerance_of_the_threshold_warns_and_passes(tmp_path,
     run_paper("ph_x", [THRESHOLD + near] * 3)
     code, out = check(capsys)
     assert code == 0, out
-    assert "WARN" in out and "within the tolerance of the threshold" in out and "1 warning(s)" in out
+    assert "WARN" in out and "within the tolerance of the threshold" in out and "2 warning(s)" in out  # held, verdict
     run_paper("ph_x", [THRESHOLD + 20 * near] * 3)  # flipped beyond the tolerance: fails
     assert check(capsys)[0] == 1
 
 
 def test_compare_records_names_the_flip_level():
     def record(value: float) -> dict:
-        claim = compare_claim(id="c", statement="s", values=[value], seeds=[0], comparison="<", threshold=THRESHOLD)
+        claim = compare_claim(
+            id="c", statement="s", values=[value] * 3, seeds=[0, 1, 2], comparison="<", threshold=THRESHOLD
+        )
         return {"papers": {"p": {"claims": [claim.to_json()]}}}
 
     tol = Tolerance()
     far = [f for f in compare_records(record(THRESHOLD / 2), record(2 * THRESHOLD), tol) if f.what == "held"]
     assert [f.level for f in far] == ["FAIL"]
+    assert {f.what: f.level for f in compare_records(record(THRESHOLD / 2), record(2 * THRESHOLD), tol)}[
+        "verdict"
+    ] == "FAIL"
     edge = THRESHOLD * tol.rtol / 4
     close = compare_records(record(THRESHOLD - edge), record(THRESHOLD + edge), tol)
-    assert [(f.what, f.level) for f in close] == [("held", "WARN")]
+    assert [(f.what, f.level) for f in close] == [("held", "WARN"), ("verdict", "WARN")]
 
 
 def test_check_fails_when_a_claim_appears_or_disappears(recorded, capsys):
@@ -191,7 +216,7 @@ def test_write_refuses_a_file_without_a_record(recorded, capsys):
 
 def test_check_refuses_a_hand_edited_markdown(recorded, capsys):
     md = recorded / "docs" / "results" / f"{SCALE}.md"
-    md.write_text(md.read_text().replace("**yes**", "**NO**"))
+    md.write_text(md.read_text().replace("**held**", "**refuted**"))
     assert cli_main(["record", "check", "--scale", SCALE]) == 1
     assert "is not the rendering of" in capsys.readouterr().err
 
@@ -209,8 +234,20 @@ def test_readme_status_counts_gated_claims_and_marks_scales_not_run():
         }
     }
     table = readme_status({"smoke": record}, ["a", "b"], {"a": "Paper A"}).splitlines()
-    assert table[2] == "| Paper A | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a) | not run |"
-    assert table[3] == "| b | [`b`](workflows/b/README.md) | not run | not run |"
+    assert (
+        table[2]
+        == "| Paper A | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a) | not run | not run | not run |"
+    )
+    assert table[3] == "| b | [`b`](workflows/b/README.md) | not run | not run | not run | not run |"
+    judged = {"papers": {"a": {"claims": [
+        {"id": "h", "gated": True, "held": True, "verdict": "held", "central": True},
+        {"id": "i", "gated": True, "held": False, "verdict": "inconclusive"},
+    ]}}}  # fmt: skip
+    row = readme_status({"smoke": judged, "cpu": judged}, ["a"], {}).splitlines()[2]
+    assert row == (
+        "| a | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a): 1 held, 1 inconclusive "
+        "| [1 of 2](docs/results/cpu.md#a): 1 held, 1 inconclusive | not run | `h` held |"
+    )
 
 
 def test_write_with_papers_updates_those_entries_and_keeps_the_others(recorded, capsys):
@@ -273,3 +310,29 @@ def test_cpu_state_reads_the_vendor_model_and_dispatch_flags(tmp_path):
     assert cpu == {"vendor": "AuthenticAMD", "model": "AMD EPYC 9654", "simd": ["sse4_2", "avx2", "fma", "avx512f"]}
     assert cpu_label(cpu) == "AuthenticAMD AMD EPYC 9654 [sse4_2 avx2 fma avx512f]" and cpu_label(None) == "unknown"
     assert cpu_state(tmp_path / "absent")["simd"] == []
+
+
+def test_cpu_record_is_checked_against_each_papers_code(tmp_path, monkeypatch, capsys):
+    """scale cpu is not rerun by CI: its record fails where a paper's own files changed or a paper has no record,
+    and warns where only the core moved."""
+    from paperflow.core import record as record_lib
+
+    root = tmp_path / "repo"
+    for rel in ("workflows/pa/Snakefile", "config/pa.yaml", "modules/paperflow/pa/x.py", "modules/paperflow/core/c.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("a = 1\n")
+    (root / "workflows/pa/README.md").write_text("docs do not count\n")
+    rec = {"scale": "cpu", "papers": {"pa": {"code_hashes": record_lib.code_hashes(root, "pa")}}}
+    assert record_lib.hash_findings(rec, root, ["pa"]) == []
+    (root / "workflows/pa/README.md").write_text("edited docs\n")
+    assert record_lib.hash_findings(rec, root, ["pa"]) == []
+    (root / "modules/paperflow/core/c.py").write_text("a = 2\n")
+    assert [(f.level, f.what) for f in record_lib.hash_findings(rec, root, ["pa"])] == [("WARN", "core code")]
+    (root / "modules/paperflow/pa/x.py").write_text("a = 2\n")
+    found = record_lib.hash_findings(rec, root, ["pa", "pb"])
+    assert [(f.paper, f.level, f.what) for f in found] == [
+        ("pa", "FAIL", "paper code"),
+        ("pa", "WARN", "core code"),
+        ("pb", "FAIL", "record"),
+    ]
+    assert "papers=[pa]" in found[0].note and "--papers pa" in found[0].note

@@ -178,6 +178,11 @@ def load_paper_config(slug: str, scale: str, root: Path | None = None) -> dict[s
     validate(merged, schema, where)
     _paper_checks(slug, merged, where)
     if "claims" in raw:
+        if "claims" in merged:
+            raise ConfigError(
+                f"{where}: a key 'claims' inside the scale blocks clashes with the top-level claims list "
+                "(the resolved config holds the list under 'claims'); rename the inner key"
+            )
         merged["claims"], merged["claims_not_measured"] = _checked_claims(
             slug, raw["claims"], merged, scale, source, root
         )
