@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from paperflow.core import claims as claims_lib
 from paperflow.core.cli import main as cli_main
 from paperflow.core.provenance import build_record, cpu_label, cpu_state, utc_now, write_record
 from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, readme_status, render_markdown
-from paperflow.core import claims as claims_lib
 from paperflow.core.report import fmt, write_metrics
 
 SCALE = "smoke"
