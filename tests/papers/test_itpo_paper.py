@@ -504,13 +504,18 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
     from paperflow.itpo.paper_report import build_report
 
     runs = pd.DataFrame(summaries)
-    params = {"methods": ["outcome", "itponorm"], "tasks": ["math"], "seeds": [0], "metrics": {"math": "accuracy"}}
-    doc = publish(build_report(runs, params), {"report": str(tmp_path / "r.md"), "metrics": str(tmp_path / "m.json"),
-                  "table_runs": str(tmp_path / "runs.csv")}, paper="itpo", scale="paper")  # fmt: skip
+    params = {"methods": ["outcome", "itponorm"], "tasks": ["math"], "seeds": [0], "metrics": {"math": "accuracy"},
+              "scale": "paper"}  # fmt: skip
+    specs = [c for c in load_paper_config("itpo", "paper")["claims"] if c["metric"] == "math/reward"]
+    outputs = {"report": str(tmp_path / "r.md"), "metrics": str(tmp_path / "m.json"),
+               "table_runs": str(tmp_path / "runs.csv"), "metrics_table": str(tmp_path / "m.parquet")}  # fmt: skip
+    doc = publish(build_report(runs, params), outputs, paper="itpo", scale="paper", claims=specs)
     (claim,) = doc["claims"]
-    assert claim["id"] == "paper_math_reward_itponorm_minus_outcome" and claim["held"] and not claim["gated"]
+    assert claim["id"] == "paper_math_reward_itponorm_minus_outcome" and not claim["gated"]
+    assert claim["effects"][0] > 0 and claim["verdict"] == "inconclusive"  # one seed: no interval
     swapped = runs.assign(method=runs["method"].map({"outcome": "itponorm", "itponorm": "outcome"}))
-    assert not build_report(swapped, params).claims[0].held  # the negative control: the baseline in its place
+    doc = publish(build_report(swapped, params), outputs, paper="itpo", scale="paper", claims=specs)
+    assert doc["claims"][0]["effects"][0] < 0  # the baseline in its place
     assert "not in the dump" in Path(tmp_path / "r.md").read_text()
 
 

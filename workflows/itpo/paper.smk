@@ -178,6 +178,7 @@ rule itpo_report:
     output:
         report=itpo_path("report.md"),
         metrics=itpo_path("metrics.json"),
+        metrics_table=itpo_path("metrics.parquet"),
         table_runs=report(itpo_path("tables", "runs.csv"), category="itpo", labels={"table": "per task and method"}),
     log:
         itpo_path("logs", "report.log"),
@@ -191,6 +192,9 @@ rule itpo_report:
         tasks=ITPO_TASKS,
         seeds=ITPO["seeds"],
         metrics={t: ITPO["tasks"][t]["metric"] for t in ITPO_TASKS},
+        scale=RUN.scale,
+        claims=ITPO["claims"],
+        claims_not_measured=ITPO["claims_not_measured"],
         code=code_param("base", "workflows/itpo/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

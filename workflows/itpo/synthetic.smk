@@ -144,6 +144,7 @@ rule itpo_report:
     output:
         report=itpo_path("report.md"),
         metrics=itpo_path("metrics.json"),
+        metrics_table=itpo_path("metrics.parquet"),
         table_runs=report(itpo_path("tables", "runs.csv"), category="itpo", labels={"table": "per method and seed"}),
         table_turns=report(itpo_path("tables", "turns.csv"), category="itpo", labels={"table": "turns by action"}),
         figure_success=report(itpo_path("figures", "success.png"), category="itpo", labels={"figure": "success"}),
@@ -164,7 +165,10 @@ rule itpo_report:
         methods=ITPO["methods"],
         seeds=ITPO["seeds"],
         sft=ITPO["sft"],
+        analysis_ci=ITPO["analysis_ci"],
+        scale=RUN.scale,
         claims=ITPO["claims"],
+        claims_not_measured=ITPO["claims_not_measured"],
         control_methods=ITPO["rl"]["control_methods"],
         code=code_param("lm", "workflows/itpo/scripts/report.py"),
     script:

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
 from paperflow.itpo.analysis import auroc, bootstrap_aurocs
 
 LABELS = {
@@ -70,79 +71,44 @@ def ci_miss(lo: float, hi: float, at: float = 0.5) -> float:
     return max(lo - at, at - hi)
 
 
-def build_claims(
-    curves: pd.DataFrame, turns: pd.DataFrame, seeds: Sequence[int], thresholds: Mapping[str, Any]
-) -> list[Claim]:
-    reps, boot_seed = int(thresholds["bootstrap"]), int(thresholds["bootstrap_seed"])
-    intervals = [interval(turns, "itponorm", s, "score_control", reps, boot_seed + s) for s in seeds]
-    control = compare_claim(
-        id="control_permuted_prm_at_chance",
-        statement=f"Negative control (section 11): a PRM trained on permuted outcomes (same batches as ITPO-norm's) "
-        f"has a turn AUROC whose {CI:.0%} bootstrap interval includes 0.5 in every seed (value: the worst seed's "
-        "distance of 0.5 outside its interval; <= 0 means inside)",
-        values=[ci_miss(lo, hi) for lo, hi in intervals],
-        threshold=0.0,
-        comparison="<=",
-        aggregate="max",
-        seeds=seeds,
-    )
-    primary = compare_claim(
-        id="turn_auroc_itponorm",
-        statement="Primary (trajectory analysis): the AUROC of ITPO-norm's PRM turn score S_k/n_k at separating "
-        "ex-ante useful from useless turns of held-out episodes of the final ITPO-norm policy (mean of seeds; "
-        "read beside the permuted-outcome control)",
-        values=[turn_auroc(turns, "itponorm", s) for s in seeds],
-        threshold=float(thresholds["auroc"]),
-        comparison=">=",
-        seeds=seeds,
-        paper_value="inferred turn weights agree with human judgments (qualitative; no number available)",
-    )
-    itn = [success_auc(curves, "itponorm", s) for s in seeds]
-    out = [success_auc(curves, "outcome", s) for s in seeds]
-    pri = [success_auc(curves, "prime", s) for s in seeds]
-    margin = float(thresholds["auc_margin"])
-    vs_outcome = compare_claim(
-        id="success_auc_itponorm_vs_outcome",
-        statement=f"Secondary: greedy success-rate AUC of ITPO-norm minus outcome-RLOO's >= -{margin} (mean of "
-        "per-seed differences)",
-        values=[a - b for a, b in zip(itn, out)],
-        threshold=-margin,
-        comparison=">=",
-        seeds=seeds,
-        paper_value="ITPO converges faster or higher than outcome-only RLOO (qualitative)",
-    )
-    vs_prime = compare_claim(
-        id="success_auc_itponorm_gt_prime",
-        statement="Secondary: greedy success-rate AUC of ITPO-norm minus PRIME token-level RLOO's > 0 (mean of "
-        "per-seed differences)",
-        values=[a - b for a, b in zip(itn, pri)],
-        threshold=0.0,
-        comparison=">",
-        seeds=seeds,
-        paper_value="ITPO beats token-level PRIME (qualitative)",
-    )
-    vol = {m: [volatility(curves, m, s) for s in seeds] for m in ("prime", "itpo", "itponorm")}
-    others = [max(vol["itpo"][i], vol["itponorm"][i]) for i in range(len(seeds))]
-    volatile = compare_claim(
-        id="prime_advantages_most_volatile",
-        statement="Reported: the within-trajectory std of per-token advantages of PRIME minus the larger of ITPO's "
-        "and ITPO-norm's > 0 (token-level rewards are the most volatile; outcome-RLOO's is 0 by construction)",
-        values=[p - o for p, o in zip(vol["prime"], others)],
-        threshold=0.0,
-        comparison=">",
-        seeds=seeds,
-        gated=False,
-    )
-    gain = compare_claim(
-        id="turn_auroc_gain_over_control",
-        statement="Reported: ITPO-norm PRM's turn AUROC minus the permuted-outcome control's, same episodes (mean)",
-        values=[turn_auroc(turns, "itponorm", s) - turn_auroc(turns, "itponorm", s, "score_control") for s in seeds],
-        threshold=0.0,
-        comparison=">",
-        seeds=seeds,
-        gated=False,
-    )
-    return [primary, control, vs_outcome, vs_prime, gain, volatile]
+CONTROL_PRM = "itponorm_permuted_prm"  # ITPO-norm's permuted-outcome PRM (section 11), a method of the table
+
+
+def metrics_table(
+    curves: pd.DataFrame,
+    turns: pd.DataFrame,
+    seeds: Sequence[int],
+    methods: Sequence[str],
+    ci: Mapping[str, Any],
+    scale: str,
+) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on, per seed: each method's success AUC and advantage
+    volatility, ITPO-norm's PRM turn AUROC and the permuted-outcome PRM's (method `itponorm_permuted_prm`), how far
+    0.5 lies outside each PRM's bootstrap AUROC interval (`auroc_ci_miss`, <= 0 inside), and PRIME's volatility
+    minus the larger of ITPO's and ITPO-norm's (`adv_volatility_excess`)."""
+    reps, boot_seed = int(ci["bootstrap"]), int(ci["bootstrap_seed"])
+    rows = []
+    for s in seeds:
+        for m in methods:
+            rows.append({"seed": s, "method": m, "metric": "success_auc", "value": success_auc(curves, m, s)})
+            rows.append({"seed": s, "method": m, "metric": "adv_volatility", "value": volatility(curves, m, s)})
+        for method, score in (("itponorm", "score_prm"), (CONTROL_PRM, "score_control")):
+            lo, hi = interval(turns, "itponorm", s, score, reps, boot_seed + s)
+            rows.append(
+                {"seed": s, "method": method, "metric": "turn_auroc", "value": turn_auroc(turns, "itponorm", s, score)}
+            )
+            rows.append({"seed": s, "method": method, "metric": "auroc_ci_miss", "value": ci_miss(lo, hi)})
+        if {"prime", "itpo", "itponorm"} <= set(methods):
+            others = max(volatility(curves, "itpo", s), volatility(curves, "itponorm", s))
+            rows.append(
+                {
+                    "seed": s,
+                    "method": "prime",
+                    "metric": "adv_volatility_excess",
+                    "value": volatility(curves, "prime", s) - others,
+                }
+            )
+    return long_table(rows, scale)
 
 
 def per_seed_table(curves, turns, final, methods, seeds, control_methods=("itponorm",)) -> pd.DataFrame:
@@ -226,7 +192,6 @@ def build_report(
     params: Mapping[str, Any],
 ) -> Report:
     seeds, methods = list(params["seeds"]), list(params["methods"])
-    claims = build_claims(curves, turns, seeds, params["claims"])
     table = per_seed_table(curves, turns, final, methods, seeds, params["control_methods"])
     lines = [
         {
@@ -274,7 +239,7 @@ def build_report(
         "PRIME token-level implicit-PRM rewards, ITPO (turn sums) and ITPO-norm (the outcome split by softmax turn "
         "weights), all with the official recipe's masked RLOO, reverse cumsum and whitening. Claims: the PRM's "
         "turn scores against ex-ante usefulness labels, gated by a permuted-outcome PRM, and greedy success AUC.",
-        claims=claims,
+        table=metrics_table(curves, turns, seeds, methods, params["analysis_ci"], params["scale"]),
         sections=sections,
         figures=[
             Figure("figure_success", "Greedy success during RL", figure_success(curves, methods)),

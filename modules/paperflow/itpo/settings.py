@@ -51,3 +51,23 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
             f"{source}: resources.gpus = {cfg['resources']['gpus']} but the train and evaluate jobs use "
             f"simulator.tensor_parallel + verl.n_gpus = {gpus}"
         )
+
+
+SYNTHETIC_METRICS = ("success_auc", "adv_volatility", "turn_auroc", "auroc_ci_miss", "adv_volatility_excess")
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metric names of the report's metrics table: the synthetic analysis, or per task the evaluation reward at
+    paper scale (paperflow.itpo.claims / paper_report.metrics_table)."""
+    if cfg["source"]["kind"] == "collabllm":
+        return [f"{task}/reward" for task in cfg["tasks"]]
+    return list(SYNTHETIC_METRICS)
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The trained methods, and at synthetic scales ITPO-norm's permuted-outcome PRM (section 11's control)."""
+    from paperflow.itpo.claims import CONTROL_PRM
+
+    if cfg["source"]["kind"] == "collabllm":
+        return list(cfg["methods"])
+    return [*cfg["methods"], CONTROL_PRM]
