@@ -786,10 +786,18 @@ def test_self_play_rollouts_pairs_dpo_and_evaluation_run_end_to_end_on_a_tiny_mo
     curve = [{"iteration": 0, "k": 4, "heldout_bound": -3.0, "kept_reward": -2.0, "best_reward": -2.0}]
     synthesis = [{"variant": "em", "n": 4, "validity": 1.0}]
     params = {"models": load_paper_config("promptscale", "paper")["models"], "benchmarks": ["aime25"],
-              "llm_em": {"iterations": 0, "k": 4, "select": "best"}, "llm_eval": {"samples": 4}}  # fmt: skip
+              "llm_em": {"iterations": 0, "k": 4, "select": "best"}, "llm_eval": {"samples": 4},
+              "scale": "paper"}  # fmt: skip
     report = paper_report.build_report(curve, synthesis, evals, params, {"rollouts": summary, "pairs": counts})
-    claim = {c.id: c for c in report.claims}["paper_selfplay_gain_aime25"]
-    assert claim.values == [25.0]  # 2 of 4 right minus 1 of 4
+    from paperflow.core.claims import judge, parse_claims
+
+    spec = next(
+        s
+        for s in parse_claims(load_paper_config("promptscale", "paper")["claims"], "t")
+        if s.id == "paper_selfplay_gain_aime25"
+    )
+    claim = judge(spec, report.table, "paper")
+    assert claim.effects == [25.0]  # 2 of 4 right minus 1 of 4
     table = paper_report.benchmark_table(pd.DataFrame(evals)).set_index("policy")["paper"].to_dict()
     assert table == {"base": 81.3, "selfplay": 85.0}
 

@@ -413,6 +413,7 @@ rule promptscale_report:
     output:
         report=promptscale_path("report.md"),
         metrics=promptscale_path("metrics.json"),
+        metrics_table=promptscale_path("metrics.parquet"),
         table_em=report(promptscale_path("tables", "em.csv"), category="promptscale", labels={"table": "EM curve"}),
         table_synthesis=report(
             promptscale_path("tables", "synthesis.csv"), category="promptscale", labels={"table": "synthesis"}
@@ -433,6 +434,9 @@ rule promptscale_report:
         llm_em=PROMPTSCALE["llm_em"],
         llm_eval=PROMPTSCALE["llm_eval"],
         benchmarks=[*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE],
+        scale=RUN.scale,
+        claims=PROMPTSCALE["claims"],
+        claims_not_measured=PROMPTSCALE["claims_not_measured"],
         code=code_param("lm", "workflows/promptscale/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

@@ -155,6 +155,7 @@ rule promptscale_report:
     output:
         report=promptscale_path("report.md"),
         metrics=promptscale_path("metrics.json"),
+        metrics_table=promptscale_path("metrics.parquet"),
         table_em=report(promptscale_path("tables", "em.csv"), category="promptscale", labels={"table": "EM curves"}),
         table_synthesis=report(
             promptscale_path("tables", "synthesis.csv"), category="promptscale", labels={"table": "synthesis"}
@@ -173,6 +174,9 @@ rule promptscale_report:
         em=PROMPTSCALE["em"],
         annotator=PROMPTSCALE["annotator"],
         solver=PROMPTSCALE["solver"],
+        scale=RUN.scale,
+        claims=PROMPTSCALE["claims"],
+        claims_not_measured=PROMPTSCALE["claims_not_measured"],
         code=code_param("lm", "workflows/promptscale/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -1,7 +1,7 @@
 """PromptScale's report at paper scale: the EM curve (held-out importance-weighted bound per iteration, the kept
 and best rewards of the E-steps), the synthesised problems of the cold-start and EM prompt models, and the policy's
 benchmark accuracy beside the paper's number for that row. One run (no seeds at this scale), so every direction is
-reported, not gated.
+reported, not gated (the claims of config/promptscale.yaml with scales [paper]).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from paperflow.core.report import Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 
 # Qwen3-4B-Thinking-2507 before self-play, the first row of the paper's 4B table (spec 5, from the HF model card)
 PAPER_BASE_4B = {"aime24": 85.2, "aime25": 81.3, "hmmt_feb25": 55.5, "lcb_v5": 63.8, "lcb_v6": 55.2}
@@ -24,36 +25,19 @@ PAPER_SFT_7B = {"aime24": 73.1, "aime25": 65.6, "lcb_v5": 53.4}
 PAPER_ROWS = {"base": PAPER_BASE_4B, "selfplay": PAPER_SELFPLAY_4B, "sft": PAPER_SFT_7B}
 
 
-def em_claims(curve: pd.DataFrame, synthesis: pd.DataFrame) -> list:
-    first, last = curve.iloc[0], curve.iloc[-1]
-    claims = [
-        compare_claim(
-            id="paper_heldout_bound_rises",
-            statement=f"Spec 7 claim 1 at paper scale: the held-out importance-weighted bound (K = {int(last['k'])}) "
-            f"of iteration {int(last['iteration'])} minus that of the cold start (iteration 0), nats per problem, > 0",
-            values=[float(last["heldout_bound"] - first["heldout_bound"])],
-            seeds=[0],
-            comparison=">",
-            threshold=0.0,
-            gated=False,
-            limitation="one run; the bound is estimated with the E-step's K samples of q on the held-out seeds",
-        )
-    ]
-    by = synthesis.set_index("variant")
-    if {"em", "coldstart"} <= set(by.index):
-        claims.append(
-            compare_claim(
-                id="paper_validity_em_minus_coldstart",
-                statement="Spec 7 claim 2 at paper scale: the share of well-formed (rationale, problem) outputs of p_E "
-                "minus that of p_0 on the same held-out concept sets, >= 0",
-                values=[float(by.loc["em", "validity"] - by.loc["coldstart", "validity"])],
-                seeds=[0],
-                comparison=">=",
-                threshold=0.0,
-                gated=False,
-            )
-        )
-    return claims
+def metrics_table(curve: pd.DataFrame, synthesis: pd.DataFrame, evals: pd.DataFrame, scale: str) -> pd.DataFrame:
+    """The long metrics table of the one paper-scale run (seed 0): EM's held-out bound gain from the cold start to
+    the last iteration (method `em`), each prompt model's synthesis validity (`heldout_validity`), and each policy's avg@k per benchmark
+    (metric `<benchmark>/avg_at_k`)."""
+    rows = [
+        {"seed": 0, "method": "em", "metric": "heldout_bound_gain",
+         "value": float(curve["heldout_bound"].iloc[-1] - curve["heldout_bound"].iloc[0])}
+    ]  # fmt: skip
+    rows += [{"seed": 0, "method": r["variant"], "metric": "heldout_validity", "value": float(r["validity"])}
+             for r in synthesis.to_dict("records")]  # fmt: skip
+    rows += [{"seed": 0, "method": r["policy"], "metric": f"{r['benchmark']}/avg_at_k", "value": float(r["avg_at_k"])}
+             for r in evals.to_dict("records")]  # fmt: skip
+    return long_table(rows, scale)
 
 
 def benchmark_table(evals: pd.DataFrame) -> pd.DataFrame:
@@ -63,33 +47,6 @@ def benchmark_table(evals: pd.DataFrame) -> pd.DataFrame:
     ]
     table["paper"] = [PAPER_ROWS.get(p, {}).get(b, math.nan) for p, b in zip(table["policy"], table["benchmark"])]
     return table
-
-
-def selfplay_claims(evals: pd.DataFrame) -> list:
-    """The self-play gain per benchmark (avg@k of the DPO policy minus the base policy's), reported beside the
-    paper's 4B gain."""
-    if evals.empty or not {"base", "selfplay"} <= set(evals["policy"]):
-        return []
-    by = evals.set_index(["policy", "benchmark"])["avg_at_k"]
-    claims = []
-    for bench in sorted(set(evals["benchmark"])):
-        if ("selfplay", bench) not in by.index or ("base", bench) not in by.index:
-            continue
-        paper = PAPER_SELFPLAY_4B.get(bench, math.nan) - PAPER_BASE_4B.get(bench, math.nan)
-        claims.append(
-            compare_claim(
-                id=f"paper_selfplay_gain_{bench}",
-                statement=f"Self-play DPO gain on {bench}: avg@k of the DPO policy minus the base policy, points, > 0 "
-                f"(the paper's 4B: {paper:+.1f})",
-                values=[float(by[("selfplay", bench)] - by[("base", bench)])],
-                seeds=[0],
-                comparison=">",
-                threshold=0.0,
-                gated=False,
-                limitation="one run; self-play on the synthesised math problems only, verified by majority vote",
-            )
-        )
-    return claims
 
 
 def code_selfplay_sections(selfplay: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -165,7 +122,7 @@ def build_report(
         f"select {params['llm_em']['select']}) from PromptCoT 1.0's triples as the cold start; synthesis from p_0 and "
         f"p_E with vLLM; avg@{params['llm_eval']['samples']} boxed-answer accuracy on "
         f"{', '.join(params['benchmarks'])}.",
-        claims=em_claims(curve, synthesis) + selfplay_claims(evals),
+        table=metrics_table(curve, synthesis, evals, params["scale"]),
         sections=[
             ("EM curve", markdown_table(curve.to_dict("records"))),
             ("Synthesised problems", markdown_table(synthesis.to_dict("records"))),

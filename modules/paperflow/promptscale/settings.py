@@ -89,3 +89,30 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
     tp = cfg["vllm"]["tensor_parallel_size"]
     if gpus and tp > gpus:
         raise ConfigError(f"{source}: vllm.tensor_parallel_size ({tp}) exceeds the GPUs of a generation job ({gpus})")
+
+
+SYNTHETIC_METRICS = (
+    "iwae_gain",
+    "recovery_gain",
+    "validity",
+    "consistency",
+    "mean_ops",
+    "distinct_skeletons",
+    "distinct_2",
+)
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metric names of the report's metrics table (paperflow.promptscale.claims / paper_report.metrics_table)."""
+    if cfg["source"]["kind"] == "official":
+        benchmarks = [*cfg["benchmarks"], *cfg["code_benchmarks"]]
+        return ["heldout_bound_gain", "heldout_validity", *(f"{b}/avg_at_k" for b in benchmarks)]
+    return list(SYNTHETIC_METRICS)
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The EM variants and prompt models of the synthetic world, or at paper scale EM, the prompt models and the
+    evaluated policies."""
+    if cfg["source"]["kind"] == "official":
+        return ["em", "coldstart", "base", "selfplay", "sft"]
+    return list(dict.fromkeys([*cfg["variants"], "coldstart", "norationale"]))
