@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: install lint smoke test test-fast report record clean
+.PHONY: install lint smoke cpu test test-fast report record record-cpu clean
 
 $(BIN)/.installed: pyproject.toml envs/no-deps.txt envs/pip-check-allowed.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 
+cpu: install  # every paper at cpu scale (at most 20 min each on 2 cores) -> results/cpu/summary.md
+	$(BIN)/snakemake --cores $(CORES) --config scale=cpu
+
 test: install lint  # both cores (pytest-xdist); CI prints the 25 slowest tests
 	$(BIN)/python -m pytest -n $(CORES) --durations=25
 
@@ -37,6 +40,10 @@ report: install
 
 record: install  # after `make smoke`: docs/results/smoke.{json,md} from the audited results/smoke
 	$(BIN)/paperflow record write --scale smoke
+	$(BIN)/paperflow record readme
+
+record-cpu: install  # after `make cpu` (or one paper's cpu run, then `paperflow record write --scale cpu --papers x`)
+	$(BIN)/paperflow record write --scale cpu
 	$(BIN)/paperflow record readme
 
 clean:
