@@ -11,20 +11,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from paperflow.core.claims import long_table
 from paperflow.core.config import ConfigError, reject_unknown, require_keys
 from paperflow.core.frames import per_seed, seed_summary
 from paperflow.core.keys import key, keyed, unkey
-from paperflow.core.report import Figure, Report, Table, compare_claim, publish
+from paperflow.core.report import Figure, Report, Table, publish
+
+CLAIMS = [
+    {"id": "c", "statement": "s", "metric": "m", "method": "a", "comparison": "<", "threshold": 3.0, "gated": False}
+]
 
 
 def _report(fig_key: str = "figure_curve", table_key: str = "table_all") -> Report:
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
-    claim = compare_claim(id="c", statement="s", values=[1.0, 2.0], threshold=3.0, seeds=[0, 1], comparison="<")
+    rows = [{"seed": s, "method": "a", "metric": "m", "value": v} for s, v in ((0, 1.0), (1, 1.2), (2, 1.1))]
     return Report(
         title="T",
         summary="S",
-        claims=[claim],
+        table=long_table(rows, "tiny"),
         figures=[Figure(fig_key, "a curve", fig)],
         tables=[Table(table_key, "every row", pd.DataFrame({"a": [1, 2]}))],
         metrics={"extra": 7},
@@ -37,6 +42,7 @@ def _outputs(tmp_path, **extra):
         "metrics": tmp_path / "out" / "metrics.json",
         "figure_curve": tmp_path / "out" / "figures" / "curve.png",
         "table_all": tmp_path / "out" / "tables" / "all.csv",
+        "metrics_table": tmp_path / "out" / "metrics.parquet",
         **extra,
     }
 
@@ -44,34 +50,35 @@ def _outputs(tmp_path, **extra):
 def test_publish_writes_every_output_with_relative_links(tmp_path):
     out = _outputs(tmp_path)
     (tmp_path / "out").mkdir()
-    doc = publish(_report(), out, paper="p", scale="tiny")
+    doc = publish(_report(), out, paper="p", scale="tiny", claims=CLAIMS)
     text = out["report"].read_text()
     assert "![a curve](figures/curve.png)" in text and "[every row](tables/all.csv)" in text
     assert out["figure_curve"].read_bytes()[:4] == b"\x89PNG"
     assert pd.read_csv(out["table_all"]).a.tolist() == [1, 2]
     on_disk = json.loads(out["metrics"].read_text())
     assert on_disk == doc and doc["extra"] == 7 and doc["paper"] == "p" and doc["scale"] == "tiny"
-    assert doc["claims"][0]["held"] is True and doc["all_gated_held"] is True
+    assert doc["claims"][0]["verdict"] == "held" and doc["claims"][0]["ci_high"] < 3.0 and doc["all_gated_held"] is True
+    assert pd.read_parquet(out["metrics_table"]).value.tolist() == [1.0, 1.2, 1.1]
 
 
 def test_publish_refuses_an_output_it_does_not_fill(tmp_path):
     out = _outputs(tmp_path, figure_other=tmp_path / "other.png")
     with pytest.raises(KeyError, match="figure_other"):
-        publish(_report(), out, paper="p", scale="tiny")
+        publish(_report(), out, paper="p", scale="tiny", claims=CLAIMS)
 
 
 def test_publish_refuses_a_key_the_rule_lacks(tmp_path):
     out = _outputs(tmp_path)
     out["figure_renamed"] = out.pop("figure_curve")
     with pytest.raises(KeyError, match="figure_curve"):
-        publish(_report(), out, paper="p", scale="tiny")
+        publish(_report(), out, paper="p", scale="tiny", claims=CLAIMS)
 
 
 def test_publish_requires_the_key_prefixes(tmp_path):
     out = _outputs(tmp_path)
     out["curve"] = out.pop("figure_curve")
     with pytest.raises(ValueError, match="figure_"):
-        publish(_report(fig_key="curve"), out, paper="p", scale="tiny")
+        publish(_report(fig_key="curve"), out, paper="p", scale="tiny", claims=CLAIMS)
 
 
 def test_keyed_inputs_round_trip_by_label():

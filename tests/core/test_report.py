@@ -1,132 +1,69 @@
-"""Claims are computed from the numbers, can fail, and land in metrics.json in the shared shape."""
+"""Judged claims land in metrics.json, the report's claims table and the cross-paper summary in one shape."""
 
 from __future__ import annotations
 
 import json
-import math
 
-import numpy as np
-import pytest
-
-from paperflow.core.report import claims_table, compare_claim, write_metrics
+from paperflow.core import claims as C
+from paperflow.core.report import write_metrics
 from paperflow.core.summary import summary_markdown
 
 
-def test_claim_against_baseline_mean():
-    c = compare_claim(
-        id="x", statement="s", values=[1.0, 2.0, 3.0], threshold_values=[2.5, 2.5, 2.6], seeds=[0, 1, 2], comparison="<"
-    )
-    assert c.held and c.value == 2.0 and math.isclose(c.threshold, 2.5333333333333) and c.value_std == 1.0
+def verdicts(new: list[float], old: list[float], **extra) -> list[C.Verdict]:
+    rows = [
+        {"seed": s, "method": m, "metric": "err", "value": v}
+        for m, vs in (("new", new), ("old", old))
+        for s, v in enumerate(vs)
+    ]
+    rows += [{"seed": s, "method": "alt", "metric": "err", "value": v} for s, v in enumerate(old)]
+    table = C.long_table(rows, "smoke")
+    specs = C.parse_claims(
+        [
+            {"id": "main", "statement": "new beats old", "metric": "err", "method": "new", "baseline": "old",
+             "comparison": "<", "central": True, "control": {"method": "alt", "why": "the mechanism off"}, **extra},
+            {"id": "side", "statement": "new below 1", "metric": "err", "method": "new", "comparison": "<",
+             "threshold": 1.0, "gated": False},
+        ],
+        "test",
+    )  # fmt: skip
+    return C.judge_all(specs, table, "smoke")
 
 
-@pytest.mark.parametrize("values, held", [([2.0, 2.0], False), ([1.9, 2.0], True), ([float("nan"), 0.0], False)])
-def test_claim_is_strict_and_nan_never_holds(values, held):
-    assert compare_claim(id="x", statement="s", values=values, threshold=2.0, seeds=[0, 1], comparison="<").held is held
-
-
-def test_claim_arguments_are_checked():
-    with pytest.raises(ValueError, match="exactly one"):
-        compare_claim(id="x", statement="s", values=[1.0], seeds=[0], comparison="<")
-    with pytest.raises(ValueError, match="comparison"):
-        compare_claim(id="x", statement="s", values=[1.0], threshold=1, seeds=[0], comparison="=<")
-    with pytest.raises(ValueError, match="2 values for 1 seeds"):
-        compare_claim(id="x", statement="s", values=[1.0, 2.0], threshold=1, seeds=[0], comparison="<")
-
-
-def test_metrics_json_shape_and_summary(tmp_path):
-    ok = compare_claim(id="a", statement="A", values=[1.0], threshold=2.0, seeds=[0], comparison="<")
-    bad = compare_claim(
-        id="b", statement="B", values=[float("nan")], threshold=2.0, seeds=[0], comparison="<", gated=False
-    )
+def test_metrics_json_keeps_held_and_adds_the_verdict_and_interval(tmp_path):
     path = tmp_path / "metrics.json"
-    write_metrics(path, paper="p", scale="tiny", claims=[ok, bad])
+    write_metrics(path, paper="p", scale="smoke", claims=verdicts([0.1, 0.12, 0.11], [0.3, 0.31, 0.3]))
     doc = json.loads(path.read_text())
-    for c in doc["claims"]:
-        assert {"id", "statement", "value", "threshold", "held", "gated", "seeds"} <= set(c)
-    assert doc["claims"][1]["value"] is None and doc["all_gated_held"] is True
-    text = summary_markdown([path], "tiny")
-    assert "| p | `a`: A | 1 | < 2 | **yes** | yes |" in text and "**NO**" in text
-    assert "**NO**" in claims_table([bad])
+    main = doc["claims"][0]
+    assert main["verdict"] == "held" and main["held"] is True and doc["all_gated_held"] is True
+    assert main["ci_high"] < 0 and main["ci_level"] == 0.95 and main["n_units"] == 3 and main["central"]
+    assert main["control"]["method"] == "alt" and main["control"]["verdict"] == "refuted"
+    write_metrics(path, paper="p", scale="smoke", claims=verdicts([0.1, 0.4, 0.11], [0.3, 0.31, 0.3]))
+    doc = json.loads(path.read_text())
+    assert doc["claims"][0]["verdict"] == "inconclusive" and doc["all_gated_held"] is False
+    assert doc["claims"][0]["n_needed"] > 3
 
 
-def test_claims_table_shows_every_seeds_value():
-    claim = compare_claim(
-        id="c", statement="C", values=[0.5, 0.25, 1.0], threshold=0.1, seeds=[3, 4, 5], comparison=">"
-    )
-    row = claims_table([claim]).splitlines()[2]
-    assert "| 3: 0.5, 4: 0.25, 5: 1 |" in row and "0.5833" in row
-
-
-@pytest.mark.parametrize("aggregate, value, held", [("mean", 0.01, True), ("max", 0.025, False), ("min", 0.0, True)])
-def test_claim_aggregate_judges_the_chosen_statistic(aggregate, value, held):
-    # one seed of three violates `< 0.02`; only the worst-seed (max) verdict catches it
-    c = compare_claim(
-        id="x",
-        statement="s",
-        values=[0.0, 0.005, 0.025],
-        threshold=0.02,
-        seeds=[0, 1, 2],
-        comparison="<",
-        aggregate=aggregate,
-    )
-    assert c.aggregate == aggregate and math.isclose(c.value, value) and c.held is held
-    assert math.isclose(c.value_std, 0.013228756555322952)
-
-
-def test_claim_aggregate_min_against_a_baseline_and_nan():
-    c = compare_claim(
-        id="x",
-        statement="s",
-        values=[3.0, 1.0],
-        threshold_values=[2.0, 2.0],
-        seeds=[0, 1],
-        comparison=">",
-        aggregate="min",
-    )
-    assert c.value == 1.0 and c.threshold == 2.0 and not c.held
-    assert not compare_claim(
-        id="x", statement="s", values=[float("nan"), 0.0], threshold=1.0, seeds=[0, 1], comparison="<", aggregate="max"
-    ).held
-    with pytest.raises(ValueError, match="aggregate 'median'"):
-        compare_claim(id="x", statement="s", values=[1.0], threshold=1, seeds=[0], comparison="<", aggregate="median")
-
-
-def test_claim_aggregate_reaches_metrics_json_and_the_table(tmp_path):
-    worst = compare_claim(
-        id="w", statement="W", values=[0.5, 2.0], threshold=1.0, seeds=[0, 1], comparison="<", aggregate="max"
-    )
-    mean = compare_claim(id="m", statement="M", values=[0.5, 1.0], threshold=1.0, seeds=[0, 1], comparison="<")
-    write_metrics(tmp_path / "metrics.json", paper="p", scale="tiny", claims=[worst, mean])
-    doc = json.loads((tmp_path / "metrics.json").read_text())
-    assert [c["aggregate"] for c in doc["claims"]] == ["max", "mean"] and doc["claims"][0]["value"] == 2.0
-    rows = claims_table([worst, mean]).splitlines()[2:]
-    assert "| 2 (max over seeds) |" in rows[0] and "**NO**" in rows[0]
-    assert "| 0.75 ± 0.35 |" in rows[1] and "over seeds)" not in rows[1]
-
-
-def test_summary_labels_a_worst_seed_claim(tmp_path):
-    worst = compare_claim(
-        id="w", statement="W", values=[0.1, 0.3], threshold=0.2, seeds=[0, 1], comparison="<", aggregate="max"
-    )
+def test_summary_puts_central_claims_first_with_intervals_and_controls(tmp_path):
     path = tmp_path / "metrics.json"
-    write_metrics(path, paper="p", scale="smoke", claims=[worst])
-    assert "| p | `w`: W | 0.3 (max over seeds) | < 0.2 | **NO** | yes |" in summary_markdown([path], "smoke")
+    claims = verdicts([0.1, 0.12, 0.11], [0.3, 0.31, 0.3])
+    write_metrics(path, paper="p", scale="smoke", claims=claims[::-1])  # the side claim first in the file
+    text = summary_markdown([path], "smoke")
+    rows = [r for r in text.splitlines() if r.startswith("| p |")]
+    assert (
+        rows[0].startswith("| p | ★ `main`: new beats old | -0.1933 [")
+        and "(95 %) | new - old < 0 | **held** |" in rows[0]
+    )
+    assert "`alt` in its place: refuted" in rows[0]
+    assert "`side`" in rows[1] and rows[1].endswith("| no |")
+    assert "Gated verdicts: 1 held." in text
 
 
-def test_statistic_claim_is_judged_on_the_pooled_statistic_and_names_it():
-    from paperflow.core.report import measured_cell, statistic_claim
-    from paperflow.core.summary import measured
+def test_report_claims_table_names_the_interval_method_and_n_needed():
+    from paperflow.core.report import render_report
 
-    kw = dict(id="gain", statement="s", label="95% CI low, paired bootstrap", seeds=[0, 1, 2], comparison=">")
-    # per-seed values all positive, but the judged statistic is not: the claim follows the statistic
-    c = statistic_claim(value=-0.01, values=[0.05, 0.02, 0.08], threshold=0.0, **kw)
-    assert not c.held and c.value == -0.01 and c.value_std == pytest.approx(np.std([0.05, 0.02, 0.08], ddof=1))
-    assert statistic_claim(value=0.01, values=[0.05, 0.02, 0.08], threshold=0.0, **kw).held
-    assert not statistic_claim(value=float("nan"), values=[0.0] * 3, threshold=-1.0, **kw).held
-    assert measured_cell(c) == "-0.01 (95% CI low, paired bootstrap)"
-    assert measured(c.to_json()) == "-0.01 (95% CI low, paired bootstrap)"
-    with pytest.raises(ValueError, match="aggregate over seeds"):
-        statistic_claim(**{**kw, "label": "mean"}, value=0.0, values=[0.0] * 3, threshold=0.0)
+    text = render_report(title="T", scale="smoke", summary="S", claims=verdicts([0.1, 0.4, 0.11], [0.3, 0.31, 0.3]))
+    assert "t interval over 3 seeds" in text and "**inconclusive** (needs ~" in text
+    assert "0 of 1 gated claim(s) held at scale `smoke`. Gated verdicts: 1 inconclusive." in text
 
 
 def test_mean_std_text_over_the_finite_values():
