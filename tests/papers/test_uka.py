@@ -1,7 +1,8 @@
 """uka's acceptance checks (spec sections 10 and 11): the critic's keyword map, first-match order and drop rule;
 EIG's closed forms; the reduction of UKA's choice to greedy selection on the memory under a point-mass belief; the
-Bayes filter against the product of likelihoods; the paired bootstrap against scipy's; the true-likelihood sanity
-of the ToM machinery; claims that hold on a gain and fail on the negative control; NeedWorld's dynamics in closed
+Bayes filter against the product of likelihoods; the true-likelihood sanity of the ToM machinery; the config's
+claims judged on constructed users (held on a gain, voided when a control gains as much, inconclusive with the users
+it needs, no data on a missing seed; the bootstrap itself is checked against scipy's in tests/core); NeedWorld's dynamics in closed
 form; retrieval against brute force; config errors by name. The tiny pipeline runs end to end in
 tests/workflow/test_every_paper.py."""
 
@@ -13,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from paperflow.core.claims import CONTROL_HOLDS, HELD, INCONCLUSIVE, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.uka import agents as ag
 from paperflow.uka import belief as bf
@@ -150,8 +152,9 @@ def test_posterior_is_the_normalised_product_of_likelihoods():
 # 10.5 the claims and their control ---------------------------------------------------------------------------
 
 
-def _per_user(world: str, rates: dict[str, float], n: int = 150, seeds=(0, 1, 2)) -> pd.DataFrame:
+def _per_user(world: str, rates: dict[str, float], n: int = 150, seeds=range(5), entropy=None) -> pd.DataFrame:
     rng = np.random.default_rng(5)
+    entropy = {"uka": 1.0, "principles": 1.1, "standard": 1.2, **(entropy or {})}
     rows = []
     for seed in seeds:
         base = rng.random(n)
@@ -164,56 +167,90 @@ def _per_user(world: str, rates: dict[str, float], n: int = 150, seeds=(0, 1, 2)
                         "seed": seed,
                         "user": np.arange(n),
                         "success": base < rate,  # nested successes: paired like common random numbers
-                        "entropy_t3": {"uka": 1.0, "principles": 1.1, "standard": 1.2}[method],
+                        "turns": 8,
+                        "entropy_t3": entropy.get(method, 1.15) + 0.01 * seed,
+                        "need_accuracy": 1.0,
                     }
                 )
             )
     return pd.concat(rows, ignore_index=True)
 
 
-BOOT = {"resamples": 1000, "seed": 0, "level": 0.95}
+def verdicts(per_user: pd.DataFrame) -> dict:
+    """The config's smoke claims judged on the metrics table of `per_user`."""
+    specs = parse_claims(load_paper_config("uka", "smoke")["claims"], "config/uka.yaml")
+    return {v.id: v for v in judge_all(specs, claims.metrics_table(per_user, "smoke"), "smoke")}
 
 
-def test_claims_hold_on_a_real_gain_and_the_control_fails_them():
-    gain = _per_user("main", {"standard": 0.3, "principles": 0.45, "uka": 0.6})
+RATES = {"standard": 0.3, "uniform_prior": 0.3, "principles": 0.45, "uka": 0.6, "uka_permuted_tom": 0.45}
+ENTROPY = {"uka_no_eig_train": 1.1}
+
+
+def test_claims_hold_on_a_real_gain_whose_controls_do_not():
+    gain = _per_user("main", {**RATES, "uka_no_eig_train": 0.5}, entropy=ENTROPY)
     null = _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.45})
-    held = {
-        c.id: c.held for c in claims.build_claims(pd.concat([gain, null]), [0, 1, 2], BOOT, 0.05, "uninformative")[0]
+    found = verdicts(pd.concat([gain, null]))
+    assert {k: v.verdict for k, v in found.items() if v.gated} == {
+        "sr_uka_minus_principles_ge_5pts": HELD,
+        "sr_uka_minus_principles_ci_excludes_0": HELD,
+        "sr_principles_gt_standard": HELD,
+        "entropy_t3_uka_lt_principles": HELD,
     }
-    assert held["sr_uka_minus_principles_ge_5pts"] and held["sr_uka_minus_principles_ci_excludes_0"]
-    assert held["control_uninformative_ci_includes_0"]
-    # the plausible alternative: the gain also appears without any informative strategy -> the control fails
-    also = _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.6})
-    held = {
-        c.id: c.held for c in claims.build_claims(pd.concat([gain, also]), [0, 1, 2], BOOT, 0.05, "uninformative")[0]
-    }
-    assert not held["control_uninformative_ci_includes_0"]
-    # and with no gain in the main world the primary claims fail
-    flat = _per_user("main", {"standard": 0.3, "principles": 0.45, "uka": 0.45})
-    held = {
-        c.id: c.held for c in claims.build_claims(pd.concat([flat, null]), [0, 1, 2], BOOT, 0.05, "uninformative")[0]
-    }
-    assert not held["sr_uka_minus_principles_ge_5pts"] and not held["sr_uka_minus_principles_ci_excludes_0"]
+    central = found["sr_uka_minus_principles_ci_excludes_0"]
+    assert central.central and central.unit == "item" and central.n_units == 5 * 150 and central.ci_low > 0
+    assert central.control["method"] == "uka_permuted_tom" and central.control["verdict"] != HELD
+    uka, princ = (gain[gain["method"] == m]["success"].to_numpy(float) for m in ("uka", "principles"))
+    assert central.value == pytest.approx(np.mean(uka - princ))  # pooled over seeds and users
+    assert found["control_uninformative_ci_includes_0"].verdict == HELD  # no gain without informative strategies
+    assert found["control_permuted_tom_gain"].verdict == HELD and not found["control_permuted_tom_gain"].gated
 
 
-def test_paired_bootstrap_agrees_with_scipy_on_one_seed():
-    from scipy.stats import bootstrap
+def test_a_permuted_tom_agent_as_good_as_uka_voids_the_gain_and_no_gain_fails_it():
+    also = _per_user("main", {**RATES, "uka_permuted_tom": 0.6, "uka_no_eig_train": 0.5}, entropy=ENTROPY)
+    null = _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.45})
+    found = verdicts(pd.concat([also, null]))
+    assert found["sr_uka_minus_principles_ci_excludes_0"].verdict == CONTROL_HOLDS
+    assert found["sr_uka_minus_principles_ge_5pts"].verdict == CONTROL_HOLDS
+    # the uniform prior beats Standard as much as PRINCIPLES-like does: not PRINCIPLES' learned principles
+    unbiased = _per_user("main", {**RATES, "uniform_prior": 0.45, "uka_no_eig_train": 0.5}, entropy=ENTROPY)
+    assert verdicts(pd.concat([unbiased, null]))["sr_principles_gt_standard"].verdict == CONTROL_HOLDS
+    # EIG switched off in training gives the same low entropy: UKA's lower entropy is not its acquisition's
+    greedy = _per_user("main", {**RATES, "uka_no_eig_train": 0.5}, entropy={"uka_no_eig_train": 1.0})
+    assert verdicts(pd.concat([greedy, null]))["entropy_t3_uka_lt_principles"].verdict == CONTROL_HOLDS
+    # and with no gain in the main world the primary claims are refuted or inconclusive, never held
+    flat = _per_user("main", {**RATES, "uka": 0.45, "uka_no_eig_train": 0.45}, entropy=ENTROPY)
+    found = verdicts(pd.concat([flat, null]))
+    assert found["sr_uka_minus_principles_ge_5pts"].verdict == REFUTED
+    assert found["sr_uka_minus_principles_ci_excludes_0"].verdict in (REFUTED, INCONCLUSIVE)
 
-    rng = np.random.default_rng(6)
-    a, b = (rng.random(150) < 0.6).astype(float), (rng.random(150) < 0.45).astype(float)
-    point, low, high = claims.paired_bootstrap([a], [b], 20000, 0)
-    ref = bootstrap(
-        (a, b),
-        lambda x, y: np.mean(x - y),
-        paired=True,
-        vectorized=False,
-        n_resamples=20000,
-        method="percentile",
-        random_state=0,
-    ).confidence_interval
-    assert point == pytest.approx(np.mean(a - b))
-    assert low == pytest.approx(ref.low, abs=0.01) and high == pytest.approx(ref.high, abs=0.01)
-    assert claims.paired_bootstrap([a], [a], 100, 0)[1:] == (0.0, 0.0)
+
+def test_a_small_gain_on_few_users_is_inconclusive_with_the_users_it_needs():
+    small = _per_user("main", {**RATES, "uka": 0.48, "uka_no_eig_train": 0.45}, n=60, seeds=range(3), entropy=ENTROPY)
+    null = _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.45}, n=60, seeds=range(3))
+    central = verdicts(pd.concat([small, null]))["sr_uka_minus_principles_ci_excludes_0"]
+    assert central.verdict == INCONCLUSIVE and central.n_needed > central.n_units == 180
+
+
+def test_a_missing_seed_gives_no_data():
+    per_user = pd.concat(
+        [
+            _per_user("main", {**RATES, "uka_no_eig_train": 0.5}, entropy=ENTROPY),
+            _per_user("uninformative", {"standard": 0.3, "principles": 0.45, "uka": 0.45}),
+        ]
+    )
+    broken = per_user[~((per_user["method"] == "uka") & (per_user["seed"] == 2) & (per_user["world"] == "main"))]
+    found = verdicts(broken)
+    assert found["sr_uka_minus_principles_ci_excludes_0"].verdict == NO_DATA
+    assert found["entropy_t3_uka_lt_principles"].verdict == NO_DATA
+
+
+def test_the_uniform_prior_agent_draws_uniformly_without_a_memory(emb):
+    agent = ag.Agent("uniform_prior", SETTINGS, np.ones((4, 8, 5)) / 5, emb, None)
+    u = np.random.default_rng(0).random(8000)
+    picks = agent.choose_test(bf.uniform(8000, 4), np.zeros(8000, int), u)
+    share = np.bincount(picks, minlength=len(nw.STRATEGIES)) / picks.size
+    assert np.allclose(share, 1 / len(nw.STRATEGIES), atol=0.02)
+    assert ag.TRAINED["uniform_prior"] is None
 
 
 # 10.6 the ToM machinery with the true likelihood -------------------------------------------------------------
@@ -315,15 +352,18 @@ def test_every_method_meets_the_same_test_users_and_draws():
     [
         (
             (
-                "methods: [standard, principles, uka, uka_no_eig_train,",
-                "methods: [standard, principles, ukaa, uka_no_eig_train,",
+                "methods: [standard, uniform_prior, principles, uka, uka_no_eig_train,",
+                "methods: [standard, uniform_prior, principles, ukaa, uka_no_eig_train,",
             ),
             "ukaa",
         ),
         (("    kappa: 0.5 ", "    kapa: 0.5 "), "kapa"),
         (("  embedding: {kind: minilm,", "  embedding: {kind: minilm2,"), "minilm2"),
         (
-            ("methods: [standard, principles, uka, uka_no_eig_train,", "methods: [standard, uka, uka_no_eig_train,"),
+            (
+                "methods: [standard, uniform_prior, principles, uka, uka_no_eig_train,",
+                "methods: [standard, uniform_prior, uka, uka_no_eig_train,",
+            ),
             "gated claims",
         ),
         (("budget_turns: 320", "budget_turns: 20"), "budget_turns"),

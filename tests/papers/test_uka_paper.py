@@ -304,12 +304,17 @@ def test_the_paper_path_runs_end_to_end_on_the_fake_llm(tmp_path, fake_llm):
     assert any(s.endswith("one short sentence.") for s in strategies)  # Standard's prompt: no instruction
     seeker = [b["messages"] for b in script.bodies if b["messages"][0]["content"].startswith("You play a help-seeker")]
     assert all(m[1]["role"] == "user" and [x["role"] for x in m[2:4]] == ["assistant", "user"] for m in seeker)
-    report = build_report(per_case, wins, {**cfg, "seeds": [0]}, pd.concat(all_attempts, ignore_index=True))
+    params = {**cfg, "seeds": [0], "scale": "paper"}
+    report = build_report(per_case, wins, params, pd.concat(all_attempts, ignore_index=True))
     outputs = {k: str(tmp_path / "out" / f) for k, f in (("report", "report.md"), ("metrics", "metrics.json"),
-               ("table_methods", "methods.csv"), ("figure_success", "success.png"))}  # fmt: skip
-    doc = publish(report, outputs, paper="uka", scale="paper")
+               ("metrics_table", "metrics.parquet"), ("table_methods", "methods.csv"),
+               ("figure_success", "success.png"))}  # fmt: skip
+    doc = publish(report, outputs, paper="uka", scale="paper", claims=cfg["claims"])
     claims = {c["id"]: c for c in doc["claims"]}
+    assert set(claims) == {"paper_sr_uka_minus_principles", "paper_sr_principles_minus_standard",
+                           "paper_win_rate_uka_vs_principles"}  # fmt: skip
     assert claims["paper_sr_uka_minus_principles"]["value"] == pytest.approx(sr["uka"] - sr["principles"])
+    assert claims["paper_sr_uka_minus_principles"]["n_units"] == len(pairs)
     assert claims["paper_win_rate_uka_vs_principles"]["held"] is False  # 0.5 is not above 0.5
     text = Path(outputs["report"]).read_text()
     assert "Self-play knowledge acquisition" in text and "| UKA |" in text

@@ -202,6 +202,7 @@ rule uka_report:
     output:
         report=uka_path("report.md"),
         metrics=uka_path("metrics.json"),
+        metrics_table=uka_path("metrics.parquet"),
         table_methods=report(uka_path("tables", "methods.csv"), category="uka", labels={"table": "methods"}),
         figure_success=report(uka_path("figures", "success.png"), category="uka", labels={"figure": "success rate"}),
     log:
@@ -217,6 +218,9 @@ rule uka_report:
         simulation=UKA["simulation"],
         critic=UKA["critic"],
         win_rate=UKA["win_rate"],
+        scale=RUN.scale,
+        claims=UKA["claims"],
+        claims_not_measured=UKA["claims_not_measured"],
         code=code_param("base", "workflows/uka/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

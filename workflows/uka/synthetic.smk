@@ -111,6 +111,7 @@ rule uka_report:
     output:
         report=uka_path("report.md"),
         metrics=uka_path("metrics.json"),
+        metrics_table=uka_path("metrics.parquet"),
         table_methods=report(uka_path("tables", "methods.csv"), category="uka", labels={"table": "methods"}),
         figure_success=report(uka_path("figures", "success.png"), category="uka", labels={"figure": "success rate"}),
         figure_entropy=report(uka_path("figures", "entropy.png"), category="uka", labels={"figure": "belief entropy"}),
@@ -127,12 +128,13 @@ rule uka_report:
     params:
         seeds=UKA["seeds"],
         control=UKA["control"],
-        bootstrap=UKA["bootstrap"],
-        claims=UKA["claims"],
         simulation=UKA["simulation"],
         training=UKA["training"],
         agent=UKA["agent"],
         embedding=UKA["embedding"],
+        scale=RUN.scale,
+        claims=UKA["claims"],
+        claims_not_measured=UKA["claims_not_measured"],
         code=code_param("base", "workflows/uka/scripts/report.py"),
     script:
         "scripts/report.py"

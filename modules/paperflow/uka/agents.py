@@ -2,6 +2,7 @@
 
 Methods (spec sections 3 and 7; the names are the config's):
   standard            the LLM's biased strategy prior (70% Providing Suggestions), no memory
+  uniform_prior       control: the strategy prior without its bias (uniform), no memory
   principles          PRINCIPLES-like: the prior reweighted by retrieved principles, p(s) ∝ prior(s) exp(beta votes(s));
                       principles written on success and on a successful revision ("rather than" the failed ones)
   uka                 UKA: training picks argmax EIG(s) + lambda E_b[R(s, z)]; test picks argmax E_b[R] - kappa Std_b[R];
@@ -28,9 +29,18 @@ from paperflow.uka import belief as bf
 from paperflow.uka import needworld as nw
 from paperflow.uka.memory import Embeddings, KnowledgeMemory, PrincipleMemory
 
-METHODS = ("standard", "principles", "uka", "uka_no_eig_train", "uka_no_belief_test", "uka_permuted_tom")
+METHODS = (
+    "standard",
+    "uniform_prior",
+    "principles",
+    "uka",
+    "uka_no_eig_train",
+    "uka_no_belief_test",
+    "uka_permuted_tom",
+)
 TRAINED = {  # the methods with a training stage, and whose memory a method evaluates with
     "standard": None,
+    "uniform_prior": None,
     "principles": "principles",
     "uka": "uka",
     "uka_no_eig_train": "uka_no_eig_train",
@@ -108,6 +118,8 @@ class Agent:
         return "uka" if self.method.startswith("uka") else self.method
 
     def _prior(self) -> np.ndarray:
+        if self.method == "uniform_prior":
+            return np.full(len(nw.STRATEGIES), 1 / len(nw.STRATEGIES))
         return strategy_prior(self.settings.prior_suggestions)
 
     def _stochastic(self, situation: np.ndarray, u: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:

@@ -1,10 +1,9 @@
-"""UKA's claims, tables, figures and report (spec sections 7, 8 and 11).
+"""UKA's metrics table, tables, figures and report (spec sections 7, 8 and 11) at smoke and cpu scale.
 
-Gated (section 7): mean SR over seeds UKA > PRINCIPLES-like > Standard, with UKA - PRINCIPLES-like >= 5 SR points
-and a paired bootstrap 95% CI (same test users, resampled within each seed) excluding 0; UKA's posterior entropy
-after turn 3 below PRINCIPLES-like's. Section 11's negative control (gated, must break the claim): in the
-uninformative world (no strategy reveals the need) the UKA - PRINCIPLES-like CI includes 0. Reported: the
-permuted-ToM control, the two ablations, AT, need accuracy, strategy entropy and the strategy mix per phase.
+The claims live in config/uka.yaml and are judged by paperflow.core.claims on `metrics_table`: per test user
+(the unit of pairing: every method meets the same users with the same draws) success, turns, posterior entropy
+after turn 3 and need accuracy, per world (main, and the uninformative world of section 11). Reported besides:
+the two ablations, the controls, AT, strategy entropy and the strategy mix per phase.
 """
 
 from __future__ import annotations
@@ -16,20 +15,14 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import (
-    Claim,
-    Figure,
-    Report,
-    Table,
-    compare_claim,
-    markdown_table,
-    mean_std_text,
-    statistic_claim,
-)
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
 from paperflow.uka import needworld as nw
+from paperflow.uka.settings import SMOKE_COLUMNS
 
 LABELS = {
     "standard": "Standard (biased prior)",
+    "uniform_prior": "Uniform prior, no memory (control)",
     "principles": "PRINCIPLES-like",
     "uka": "UKA",
     "uka_no_eig_train": "UKA, no EIG in training (EIG only at test)",
@@ -38,146 +31,29 @@ LABELS = {
 }
 
 
-def success_matrix(per_user: pd.DataFrame, world: str, method: str, seeds: Sequence[int]) -> list[np.ndarray]:
-    """Per seed, the success indicator of every test user, in user order."""
-    out = []
-    for s in seeds:
-        f = per_user[(per_user["world"] == world) & (per_user["method"] == method) & (per_user["seed"] == s)]
-        out.append(f.sort_values("user")["success"].to_numpy(float))
-    return out
-
-
-def paired_bootstrap(
-    a: Sequence[np.ndarray], b: Sequence[np.ndarray], resamples: int, seed: int, level: float = 0.95
-) -> tuple[float, float, float]:
-    """(mean over seeds of mean(a - b), CI low, CI high): users resampled with replacement within each seed, the
-    same users for a and b (paired), percentile interval at `level`."""
-    rng = np.random.default_rng(seed)
-    diffs = [np.asarray(x, float) - np.asarray(y, float) for x, y in zip(a, b, strict=True)]
-    for d in diffs:
-        if d.size == 0:
-            raise ValueError("paired bootstrap over an empty seed")
-    stats = np.zeros(resamples)
-    for d in diffs:
-        idx = rng.integers(0, d.size, (resamples, d.size))
-        stats += d[idx].mean(axis=1)
-    stats /= len(diffs)
-    alpha = (1 - level) / 2
-    point = float(np.mean([d.mean() for d in diffs]))
-    return point, float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
-
-
-def per_seed(per_user: pd.DataFrame, world: str, method: str, column: str, seeds: Sequence[int]) -> list[float]:
-    f = per_user[(per_user["world"] == world) & (per_user["method"] == method)]
-    return [float(f[f["seed"] == s][column].mean()) for s in seeds]
-
-
 def strategy_entropy(per_turn: pd.DataFrame) -> float:
     """H = -sum_c p_c log p_c of the empirical strategy distribution (PRINCIPLES), in nats."""
     p = per_turn["strategy"].value_counts(normalize=True).to_numpy()
     return float(-(p * np.log(p)).sum()) if p.size else float("nan")
 
 
-def build_claims(
-    per_user: pd.DataFrame, seeds: Sequence[int], boot: Mapping[str, Any], min_gain: float, control_world: str
-) -> tuple[list[Claim], dict[str, tuple[float, float, float]]]:
-    sr = {m: per_seed(per_user, "main", m, "success", seeds) for m in ("standard", "principles", "uka")}
-    cis = {}
-    for world in ("main", control_world):
-        cis[world] = paired_bootstrap(
-            success_matrix(per_user, world, "uka", seeds),
-            success_matrix(per_user, world, "principles", seeds),
-            int(boot["resamples"]),
-            int(boot["seed"]),
-            float(boot["level"]),
+def metrics_table(per_user: pd.DataFrame, scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on: one row per (world, method, seed, test user) and
+    column of settings.SMOKE_COLUMNS, metric "<world>/<column>", unit the user (paired across methods: the same
+    test users and draws)."""
+    rows = [
+        pd.DataFrame(
+            {
+                "seed": per_user["seed"],
+                "unit": per_user["user"].astype(str),
+                "method": per_user["method"],
+                "metric": per_user["world"] + "/" + column,
+                "value": per_user[column].astype(float),
+            }
         )
-    level = f"{100 * float(boot['level']):g}%"
-    gain = [u - p for u, p in zip(sr["uka"], sr["principles"])]
-    point, low, high = cis["main"]
-    c_point, c_low, c_high = cis[control_world]
-    claims = [
-        compare_claim(
-            id="sr_uka_minus_principles_ge_5pts",
-            statement=f"Success rate: UKA - PRINCIPLES-like >= {100 * min_gain:g} SR points (mean over seeds of the "
-            "per-seed difference on the same test users)",
-            values=gain,
-            threshold=min_gain,
-            comparison=">=",
-            seeds=seeds,
-            paper_value="ESConv SR 52.5 (UKA), win rate vs PRINCIPLES 58% (third-party extraction, spec section 5)",
-        ),
-        statistic_claim(
-            id="sr_uka_minus_principles_ci_excludes_0",
-            statement=f"The paired bootstrap {level} CI of UKA - PRINCIPLES-like SR (test users resampled within each "
-            f"seed, {boot['resamples']} resamples) excludes 0: its lower bound > 0 (CI [{low:.3f}, {high:.3f}], "
-            f"point {point:.3f})",
-            value=low,
-            label=f"{level} CI low, paired bootstrap",
-            values=gain,
-            seeds=seeds,
-            comparison=">",
-            threshold=0.0,
-        ),
-        compare_claim(
-            id="sr_principles_gt_standard",
-            statement="Success rate: PRINCIPLES-like > Standard (mean per-seed difference > 0)",
-            values=[p - s for p, s in zip(sr["principles"], sr["standard"])],
-            threshold=0.0,
-            comparison=">",
-            seeds=seeds,
-            paper_value="PRINCIPLES 0.7385 vs Standard 0.5583 on ESConv with gpt-4o (PRINCIPLES' table)",
-        ),
-        compare_claim(
-            id="entropy_t3_uka_lt_principles",
-            statement="Posterior entropy of the need after turn 3 (same Bayes filter on both dialogues): UKA - "
-            "PRINCIPLES-like < 0 (nats, mean per-seed difference)",
-            values=[
-                u - p
-                for u, p in zip(
-                    per_seed(per_user, "main", "uka", "entropy_t3", seeds),
-                    per_seed(per_user, "main", "principles", "entropy_t3", seeds),
-                )
-            ],
-            threshold=0.0,
-            comparison="<",
-            seeds=seeds,
-        ),
-        statistic_claim(
-            id="control_uninformative_ci_includes_0",
-            statement=f"Negative control (section 11): when no strategy reveals the need ({control_world} world), the "
-            f"UKA - PRINCIPLES-like {level} CI includes 0: its lower bound <= 0 (CI [{c_low:.3f}, {c_high:.3f}], "
-            f"point {c_point:.3f})",
-            value=c_low,
-            label=f"{level} CI low, paired bootstrap",
-            values=[
-                u - p
-                for u, p in zip(
-                    per_seed(per_user, control_world, "uka", "success", seeds),
-                    per_seed(per_user, control_world, "principles", "success", seeds),
-                )
-            ],
-            seeds=seeds,
-            comparison="<=",
-            threshold=0.0,
-        ),
+        for column in SMOKE_COLUMNS
     ]
-    if "uka_permuted_tom" in set(per_user["method"]):
-        claims.append(
-            compare_claim(
-                id="control_permuted_tom_gain",
-                statement="Reported control: UKA with a need-permuted ToM likelihood - PRINCIPLES-like, SR (mean "
-                "per-seed difference; the gain should shrink)",
-                values=[
-                    u - p
-                    for u, p in zip(per_seed(per_user, "main", "uka_permuted_tom", "success", seeds), sr["principles"])
-                ],
-                threshold=min_gain,
-                comparison="<",
-                seeds=seeds,
-                gated=False,
-            )
-        )
-    return claims, cis
+    return long_table(pd.concat(rows, ignore_index=True).to_dict("records"), scale)
 
 
 def method_table(per_user: pd.DataFrame, per_turn: pd.DataFrame, seeds: Sequence[int]) -> pd.DataFrame:
@@ -202,7 +78,7 @@ def method_table(per_user: pd.DataFrame, per_turn: pd.DataFrame, seeds: Sequence
     return pd.DataFrame(rows)
 
 
-def figure_success(table: pd.DataFrame, cis: Mapping[str, tuple[float, float, float]], control_world: str):
+def figure_success(table: pd.DataFrame, control_world: str):
     fig, (a1, a2) = plots.subplots(2, width=5.2, height=4.0)
     for ax, world in ((a1, "main"), (a2, control_world)):
         t = table[table["world"] == world]
@@ -215,8 +91,8 @@ def figure_success(table: pd.DataFrame, cis: Mapping[str, tuple[float, float, fl
             for v in t[t["method"] == m]["SR"]:
                 ax.plot(v, i, "k.", ms=4)
         ax.set_yticks(range(len(methods)), [LABELS[m] for m in methods], fontsize=7)
-        point, low, high = cis[world]
-        ax.set_title(f"{world} world: UKA - PRINC {point:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}]", fontsize=8)
+        gain = np.mean(means[methods.index("uka")] - means[methods.index("principles")])
+        ax.set_title(f"{world} world: UKA - PRINCIPLES-like SR {gain:+.3f} (mean over seeds)", fontsize=8)
         ax.set_xlabel("success rate (bars: mean ± std over seeds; dots: seeds)")
         ax.set_xlim(0, 1)
     return fig
@@ -262,7 +138,6 @@ def build_report(
 ) -> Report:
     seeds = list(params["seeds"])
     control_world = params["control"]["world"]
-    claims, cis = build_claims(per_user, seeds, params["bootstrap"], float(params["claims"]["min_gain"]), control_world)
     table = method_table(per_user, per_turn, seeds)
     lines = [
         {
@@ -320,10 +195,10 @@ def build_report(
         "over the need, acquires knowledge by expected information gain and chooses responses risk-aversely under "
         "that belief; PRINCIPLES-like keeps situation-keyed principles; Standard follows the LLM's biased prior. "
         "Same test users, same draws for every method (paired).",
-        claims=claims,
+        table=metrics_table(per_user, params["scale"]),
         sections=sections,
         figures=[
-            Figure("figure_success", "Success rate per method, both worlds", figure_success(table, cis, control_world)),
+            Figure("figure_success", "Success rate per method, both worlds", figure_success(table, control_world)),
             Figure("figure_entropy", "Posterior entropy of the need per turn", figure_entropy(per_turn)),
             Figure(
                 "figure_strategies",
@@ -341,5 +216,4 @@ def build_report(
             "Paper scale (ESConv / ExTES with an open LLM behind a vLLM server) is not wired: the data are not pinned "
             "(issue 18).",
         ],
-        metrics={f"ci_{w}": list(v) for w, v in cis.items()},
     )

@@ -1,7 +1,7 @@
 """UKA's report at paper scale (spec sections 5 and 8): success rate (SR), average turns (AT, failures counted as T),
 posterior entropy after turn 3 and the judge's win rate against PRINCIPLES-like, per method and seed, from the
-test dialogues' tables. The directions the paper reports are claims, not gated: one seed of LLM dialogues on 130
-cases cannot carry the smoke scale's paired bootstrap gate. numpy, pandas and matplotlib only.
+test dialogues' tables, and the long metrics table (per test case) on which the paper-scale claims of
+config/uka.yaml are judged, reported, not gated. numpy, pandas and matplotlib only.
 """
 
 from __future__ import annotations
@@ -13,17 +13,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
+from paperflow.uka.settings import PAPER_COLUMNS
 
 LABELS = {
     "standard": "Standard",
+    "uniform_prior": "Uniform prior (control)",
     "principles": "PRINCIPLES-like",
     "uka": "UKA",
     "uka_no_eig_train": "UKA without EIG in training",
     "uka_no_belief_test": "UKA with a uniform belief at test",
     "uka_permuted_tom": "UKA with a permuted ToM",
 }
-PAPER = {"sr_uka": "52.5 (ESConv SR, third-party extraction, unverified)", "win": "58% (ESConv, unverified)"}
 
 
 def method_table(per_case: pd.DataFrame, wins: pd.DataFrame) -> pd.DataFrame:
@@ -44,42 +46,26 @@ def _per_seed(table: pd.DataFrame, method: str, column: str) -> pd.Series:
     return table[table["method"] == method].set_index("seed")[column]
 
 
-def build_claims(table: pd.DataFrame, reference: str) -> list[Claim]:
-    claims = []
-    for better, worse, paper in (("uka", reference, PAPER["sr_uka"]), (reference, "standard", None)):
-        a, b = _per_seed(table, better, "sr"), _per_seed(table, worse, "sr")
-        seeds = sorted(set(a.index) & set(b.index))
-        if not seeds:
-            continue
-        claims.append(
-            compare_claim(
-                id=f"paper_sr_{better}_minus_{worse}",
-                statement=f"Spec 5: ESConv success rate of {LABELS[better]} minus {LABELS[worse]} is above 0 "
-                "(paired by seed, the same 130 test cases)",
-                values=[float(a[s] - b[s]) for s in seeds],
-                seeds=seeds,
-                comparison=">",
-                threshold=0.0,
-                gated=False,
-                paper_value=paper,
-            )
+def metrics_table(per_case: pd.DataFrame, wins: pd.DataFrame, scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on: per (method, seed, test case) "esconv/<column>"
+    for settings.PAPER_COLUMNS and, for the judged methods, "esconv/win_rate" (the case's win against the
+    reference: 1, 0.5 for a split verdict, 0); the unit is the case (the same 130 cases for every method)."""
+    parts = [(per_case, column, f"esconv/{column}") for column in PAPER_COLUMNS]
+    if not wins.empty:
+        parts.append((wins, "win", "esconv/win_rate"))
+    rows = [
+        pd.DataFrame(
+            {
+                "seed": f["seed"],
+                "unit": f["case"].astype(str),
+                "method": f["method"],
+                "metric": name,
+                "value": f[column].astype(float),
+            }
         )
-    w = _per_seed(table, "uka", "win_rate") if "uka" in set(table["method"]) else pd.Series(dtype=float)
-    if len(w):
-        claims.append(
-            compare_claim(
-                id=f"paper_win_rate_uka_vs_{reference}",
-                statement=f"Spec 5 / 8: the LLM judge prefers UKA's dialogue to {LABELS[reference]}'s on more than half "
-                "of the test cases (both orders asked, a split verdict counts half)",
-                values=[float(v) for v in w.to_numpy()],
-                seeds=[int(s) for s in w.index],
-                comparison=">",
-                threshold=0.5,
-                gated=False,
-                paper_value=PAPER["win"],
-            )
-        )
-    return claims
+        for f, column, name in parts
+    ]
+    return long_table(pd.concat(rows, ignore_index=True).to_dict("records"), scale)
 
 
 def figure_success(table: pd.DataFrame):
@@ -141,7 +127,7 @@ def build_report(
         f"strategy; Standard gets none), the help-seeker of each ESConv case, the critic "
         f"({params['simulation']['critic_samples']} samples, success when r_t >= {params['critic']['success_reward']}) "
         f"and the judge; at most {params['simulation']['turns']} turns.",
-        claims=build_claims(table, reference),
+        table=metrics_table(per_case, wins, params["scale"]),
         sections=[
             ("SR, AT, posterior entropy and win rate (mean ± std over seeds)", markdown_table(lines)),
             (

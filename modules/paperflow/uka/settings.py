@@ -34,3 +34,23 @@ def check(cfg: dict[str, Any], source: str) -> None:
             f"{source}: training.budget_turns ({cfg['training']['budget_turns']}) is below training.dialogues "
             f"({cfg['training']['dialogues']}): some training users would never be met"
         )
+
+
+SMOKE_COLUMNS = ("success", "turns", "entropy_t3", "need_accuracy")  # per test user (paperflow.uka.claims)
+PAPER_COLUMNS = ("success", "turns", "entropy_t3")  # per ESConv test case (paperflow.uka.paper_report)
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces: "<world>/<column>" per test user in both NeedWorld worlds,
+    or "esconv/<column>" per test case and "esconv/win_rate" at paper scale."""
+    if cfg["source"]["kind"] == "esconv":
+        return [f"esconv/{c}" for c in PAPER_COLUMNS] + ["esconv/win_rate"]
+    return [f"{w}/{c}" for w in ("main", cfg["control"]["world"]) for c in SMOKE_COLUMNS]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The agents this config evaluates (in either world)."""
+    methods = list(cfg["methods"])
+    if cfg["source"]["kind"] != "esconv":
+        methods += cfg["control"]["methods"]
+    return sorted(set(methods))
