@@ -1,4 +1,4 @@
-"""mtbl_wc acceptance checks (spec §10) and claim checkers with negative controls."""
+"""mtbl_wc acceptance checks (spec §10), its metrics table and the config's claims judged on it, with controls."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
+from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.report import COMPARATORS
 from paperflow.mtbl_wc import data, fronts
 from paperflow.mtbl_wc.algorithm import run
-from paperflow.mtbl_wc.claims import cleaning_claims, concave_claims, quadratic_claims, summary_table
+from paperflow.mtbl_wc.claims import metrics_table, summary_table
 from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d
 from paperflow.mtbl_wc.kkt import kkt_measure
 from paperflow.mtbl_wc.prepare import preference_matrix
@@ -217,20 +217,30 @@ def test_angle_and_hypervolume_closed_forms():
     assert hypervolume_2d(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([2.0, 2.0])) == pytest.approx(3.0)
 
 
-# claims: they hold on good numbers and fail on negative controls
+# claims (config/mtbl_wc.yaml, judged by paperflow.core.claims): held on good numbers, not held when the control
+# holds as well, exact on the worst seed for the "every run" claims, no data on a missing seed
+SEEDS = list(range(6))
+SPECS = {
+    "quadratic": {"kind": "quadratic", "rate_checkpoints": [100, 400]},
+    "concave": {"kind": "concave"},
+    "digits": {"kind": "digits"},
+}
+
+
 def long_frame(rows):
     return pd.DataFrame(
         [{"method": m, "seed": s, "pref": i, "r1": r, "metric": k, "value": v} for m, s, i, r, k, v in rows]
     )
 
 
-def quad_frame(wc_dist, ls_angle, wc_k_late=2e-3):
+def quad_frame(wc_dist, ls_angle, wc_k_late=2e-3, sto_h=0.05, sto_k_late=8e-3):
     rows = []
-    for s in (0, 1):
+    for s in SEEDS:
         for i, r in enumerate([0.2, 0.5, 0.8]):
             for m, dist, ang, h, k_late in (
                 ("wc", wc_dist, 0.1, 5e-3, wc_k_late),
                 ("ls", 0.2, ls_angle if r != 0.5 else 0.0, 0.02, 2e-3),
+                ("wc_sto", wc_dist, 0.5, sto_h, sto_k_late),
             ):
                 rows += [
                     (m, s, i, r, "rel_dist_wc", dist),
@@ -242,99 +252,157 @@ def quad_frame(wc_dist, ls_angle, wc_k_late=2e-3):
     return long_frame(rows)
 
 
-def test_quadratic_claims_hold_and_negative_control_fails():
-    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
-    good = {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1]) if c.gated}
-    assert all(good.values()), good
-    # LS in WC's place: far from the WC points and off the ray
-    control = {
-        c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], wc="ls") if c.gated
-    }
-    assert not control["quad_wc_within_2pct"] and not control["quad_wc_on_ray"] and not control["quad_wc_feasible"]
-    # WC in LS's place: on the ray, so the LS claim fails
-    assert not {c.id: c.held for c in quadratic_claims(quad_frame(0.002, 11.0), curves, [100, 400], [0, 1], ls="wc")}[
-        "quad_ls_off_ray"
-    ]
+def curves_frame():
+    return pd.DataFrame(
+        [
+            {"method": m, "seed": s, "pref": i, "step": t, "K_best": 1.0 / t if m == "wc" else 1.0 / t**0.1}
+            for m in ("wc", "ls", "wc_sto")
+            for s in SEEDS
+            for i in range(3)
+            for t in (10, 100, 400)
+        ]
+    )
 
 
-def test_every_run_claims_are_judged_on_the_worst_seed():
-    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
-    frame = quad_frame(0.002, 11.0)
-    # one WC run of seed 1 ends 3% from its WC point with ||h|| = 0.014; every other run is good, so the
-    # mean over seeds of the per-seed max (0.016 and 0.0095) would still pass both thresholds
-    bad = (frame.method == "wc") & (frame.seed == 1) & (frame.pref == 0)
-    frame.loc[bad & (frame.metric == "rel_dist_wc"), "value"] = 0.03
-    frame.loc[bad & (frame.metric == "h_norm"), "value"] = 0.014
-    claims = {c.id: c for c in quadratic_claims(frame, curves, [100, 400], [0, 1])}
-    for cid, worst in (("quad_wc_within_2pct", 0.03), ("quad_wc_feasible", 0.014)):
-        c = claims[cid]
-        assert c.aggregate == "max" and c.value == pytest.approx(worst) and not c.held, cid
-        assert np.mean(c.values) < c.threshold  # the mean-over-seeds verdict would have masked it
-    assert [k for k, c in claims.items() if c.gated and not c.held] == ["quad_wc_within_2pct", "quad_wc_feasible"]
-
-
-@pytest.mark.parametrize(
-    "cid, method, metric, bad_value, worst",
-    [
-        # the angle of one WC run of seed 1 is 1.5 degrees: per-seed maxima (0.1, 1.5) average 0.8 < 1
-        ("quad_wc_on_ray", "wc", "angle_deg", 1.5, 1.5),
-        # one LS run of seed 1 is 3 degrees off the ray: per-seed minima (11, 3) average 7 >= 5
-        ("quad_ls_off_ray", "ls", "angle_deg", 3.0, 3.0),
-        # K of one WC run of seed 1 falls 1e-2 -> 6e-3 (1.67x): per-seed minima (5, 1.67) average 3.3 >= 2
-        ("quad_k_rate_ratio", "wc", "K_best@400", 6e-3, 1e-2 / 6e-3),
-    ],
-)
-def test_remaining_every_run_claims_are_judged_on_the_worst_seed(cid, method, metric, bad_value, worst):
-    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
-    frame = quad_frame(0.002, 11.0, wc_k_late=2e-3)
-    bad = (frame.method == method) & (frame.seed == 1) & (frame.pref == 0) & (frame.metric == metric)
-    assert bad.sum() == 1
-    frame.loc[bad, "value"] = bad_value
-    claims = {c.id: c for c in quadratic_claims(frame, curves, [100, 400], [0, 1])}
-    c = claims[cid]
-    assert c.value == pytest.approx(worst) and not c.held
-    mean_verdict = COMPARATORS[c.comparison][0](np.mean(c.values), c.threshold)
-    assert mean_verdict, "the mean-over-seeds verdict would have masked the bad seed"
-    assert [k for k, v in claims.items() if v.gated and not v.held] == [cid]
-
-
-def test_quadratic_rate_claim_fails_when_k_stalls():
-    curves = pd.DataFrame(columns=["method", "seed", "pref", "step", "K_best"])
-    # WC's K falls only 1.25x from T = 100 to T = 400 (the O(T^-1/2) rate needs 2x); everything else is good
-    held = {
-        c.id: c.held
-        for c in quadratic_claims(quad_frame(0.002, 11.0, wc_k_late=8e-3), curves, [100, 400], [0, 1])
-        if c.gated
-    }
-    assert [k for k, v in held.items() if not v] == ["quad_k_rate_ratio"]
-
-
-def test_concave_and_cleaning_claims_negative_controls():
+def other_frames(wc_mid=0.001, ls_mid=0.5, wc_max_f=0.45, ls_max_f=0.5, ls_steer=0.0):
     rows = []
-    for s in (0, 1):
+    for s in SEEDS:
+        jitter = 0.002 * (s % 3)
         for i, r in enumerate([0.2, 0.5, 0.8]):
             rows += [
-                ("wc", s, i, r, "rel_dist_wc_f", 0.001),
+                ("wc", s, i, r, "rel_dist_wc_f", wc_mid + jitter),
                 ("wc", s, i, r, "min_f_rel", 0.6),
-                ("ls", s, i, r, "rel_dist_wc_f", 0.5),
-                ("ls", s, i, r, "min_f_rel", 0.0),
+                ("ls", s, i, r, "rel_dist_wc_f", ls_mid + jitter),
+                ("ls", s, i, r, "min_f_rel", 0.0 + jitter),
             ]
+    concave = long_frame(rows)
+    rows = []
+    for s in SEEDS:
+        jitter = 0.002 * (s % 3)
+        for i, r in enumerate([0.2, 0.5, 0.8]):
             rows += [
-                ("uniform", s, i, r, "max_f", 0.5),
+                ("uniform", s, i, r, "max_f", 0.5 + jitter),
                 ("uniform", s, i, r, "f1", 0.45),
                 ("uniform", s, i, r, "detect_f1", 0.0),
                 ("uniform", s, i, r, "test_acc", 0.8),
-                ("wc", s, i, r, "max_f", 0.45),
-                ("wc", s, i, r, "f1", 0.6 - 0.3 * r),
+                ("wc", s, i, r, "max_f", wc_max_f + jitter / 2),
+                ("wc", s, i, r, "f1", 0.6 - 0.3 * r + jitter),
                 ("wc", s, i, r, "detect_f1", 0.6),
                 ("wc", s, i, r, "test_acc", 0.81),
+                ("ls", s, i, r, "max_f", ls_max_f + jitter),
+                ("ls", s, i, r, "f1", 0.5 - ls_steer * r + jitter),
+                ("ls", s, i, r, "detect_f1", 0.5),
+                ("ls", s, i, r, "test_acc", 0.8),
             ]
-    frame = long_frame(rows)
-    assert all(c.held for c in concave_claims(frame, [0, 1]))
-    assert not any(c.held for c in concave_claims(frame, [0, 1], wc="ls", ls="wc"))
-    assert all(c.held for c in cleaning_claims(frame, "digits", [0, 1]) if c.gated)
-    control = {c.id: c.held for c in cleaning_claims(frame, "digits", [0, 1], wc="uniform")}
-    assert not control["digits_wc_max_below_uniform"] and not control["digits_pref_steers_f1"]
+    return {"concave": concave, "digits": long_frame(rows)}
+
+
+def verdicts(quad=None, others=None, curves=None):
+    frames = {"quadratic": quad if quad is not None else quad_frame(0.002, 11.0), **(others or other_frames())}
+    curves = {name: curves if curves is not None else curves_frame() for name in frames}
+    table = metrics_table(frames, curves, SPECS, "smoke")
+    have = set(zip(table.method, table.metric))
+    specs = [
+        s
+        for s in parse_claims(load_paper_config("mtbl_wc", "smoke")["claims"], "config/mtbl_wc.yaml")
+        if all((m, s.metric) in have for m in s.methods())
+    ]
+    return {v.id: v for v in judge_all(specs, table, "smoke")}
+
+
+GATED = {
+    "quad_wc_within_2pct",
+    "quad_wc_feasible",
+    "quad_k_rate_ratio",
+    "quad_ls_off_ray",
+    "quad_wc_on_ray",
+    "concave_wc_reaches_middle",
+    "concave_ls_at_extremes",
+    "digits_wc_max_below_uniform",
+    "digits_pref_steers_f1",
+}
+
+
+def test_metrics_table_holds_the_names_the_settings_declare():
+    from paperflow.mtbl_wc.settings import claim_metrics
+
+    frames = {"quadratic": quad_frame(0.002, 11.0), **other_frames()}
+    table = metrics_table(frames, {n: curves_frame() for n in frames}, SPECS, "smoke")
+    cfg = {
+        "run_problems": list(SPECS),
+        "problems": {n: {**s, "preferences": [0.2, 0.5, 0.8]} for n, s in SPECS.items()},
+    }
+    assert set(table.metric) == set(claim_metrics(cfg))
+    assert not table.value.isna().any() and set(table.seed) == set(SEEDS)
+    k = table[(table.metric == "quadratic/K_best/rate_ratio_min") & (table.method == "wc")].value
+    assert np.allclose(k, 5.0)  # K_best 1e-2 -> 2e-3
+    steer = table[(table.metric == "digits/f1/rmax_minus_rmin") & (table.method == "wc") & (table.seed == 0)]
+    assert steer.value.iloc[0] == pytest.approx(-0.3 * 0.6)
+
+
+def test_claims_hold_on_good_numbers_with_controls_that_fail():
+    found = verdicts()
+    assert {k for k, v in found.items() if v.gated} == GATED
+    assert {k: v.verdict for k, v in found.items() if v.gated} == dict.fromkeys(GATED, HELD)
+    assert all(v.control["verdict"] != HELD for v in found.values() if v.gated)
+    assert found["quad_k_rate_ratio"].central and found["concave_wc_reaches_middle"].central
+    assert found["quad_slope_wc"].held and not found["quad_slope_wc_sto"].held  # reported
+
+
+def test_a_control_as_good_as_the_method_voids_the_claim():
+    # LS lands on the WC points and on the ray as WC does; the stochastic variant is as feasible and as fast
+    quad = quad_frame(0.002, 11.0, sto_h=5e-3, sto_k_late=2e-3)
+    quad.loc[(quad.method == "ls") & (quad.metric == "rel_dist_wc"), "value"] = 0.002
+    quad.loc[(quad.method == "ls") & (quad.metric == "angle_deg"), "value"] = 0.1
+    # on the concave front LS reaches the middle; on digits LS lowers the max and steers f_1 as WC does
+    found = verdicts(quad, other_frames(ls_mid=0.001, ls_max_f=0.45, ls_steer=0.3))
+    voided = {k for k, v in found.items() if v.verdict == CONTROL_HOLDS}
+    assert voided == GATED - {"quad_ls_off_ray", "concave_ls_at_extremes"}
+    assert not any(found[k].held for k in voided)
+    # LS itself on the ray: its off-ray claim is refuted, and WC in its place fails as the control
+    assert found["quad_ls_off_ray"].verdict == "refuted"
+    assert found["concave_ls_at_extremes"].verdict == HELD  # LS still at an extreme there; WC in its place is not
+
+
+def test_every_run_claims_are_judged_exactly_on_the_worst_seed():
+    frame = quad_frame(0.002, 11.0)
+    # one WC run of seed 1 ends 3% from its WC point, ||h|| = 0.014, 1.5 degrees off the ray: the mean over
+    # seeds of the per-seed max would pass all three thresholds
+    bad = (frame.method == "wc") & (frame.seed == 1) & (frame.pref == 0)
+    for metric, value in (("rel_dist_wc", 0.03), ("h_norm", 0.014), ("angle_deg", 1.5)):
+        frame.loc[bad & (frame.metric == metric), "value"] = value
+    # one LS run of seed 1 is 3 degrees off the ray
+    frame.loc[
+        (frame.method == "ls") & (frame.seed == 1) & (frame.pref == 0) & (frame.metric == "angle_deg"), "value"
+    ] = 3
+    found = verdicts(frame)
+    for cid, worst in (("quad_wc_within_2pct", 0.03), ("quad_wc_feasible", 0.014), ("quad_wc_on_ray", 1.5),
+                       ("quad_ls_off_ray", 3.0)):  # fmt: skip
+        v = found[cid]
+        assert v.aggregate == "worst" and v.verdict == "refuted" and v.value == pytest.approx(worst), cid
+        assert v.ci_method.startswith("exact")
+        assert np.mean(v.effects) < v.threshold if v.comparison == "<" else np.mean(v.effects) >= v.threshold
+    assert {k for k, v in found.items() if v.gated and not v.held} == {
+        "quad_wc_within_2pct", "quad_wc_feasible", "quad_wc_on_ray", "quad_ls_off_ray"
+    }  # fmt: skip
+
+
+def test_rate_claim_is_refuted_when_k_stalls():
+    # WC's K falls only 1.25x from T = 100 to T = 400 (the O(T^-1/2) rate needs 2x)
+    found = verdicts(quad_frame(0.002, 11.0, wc_k_late=8e-3))
+    assert found["quad_k_rate_ratio"].verdict == "refuted"
+    assert found["quad_k_rate_ratio"].value == pytest.approx(1.25)
+
+
+def test_a_missing_seed_gives_no_data():
+    quad = quad_frame(0.002, 11.0)
+    others = other_frames()
+    quad.loc[(quad.method == "wc") & (quad.seed == 2) & (quad.metric == "h_norm"), "value"] = np.nan
+    digits = others["digits"]
+    others["digits"] = digits[~((digits.method == "wc") & (digits.seed == 3) & (digits.metric == "max_f"))]
+    found = verdicts(quad, others)
+    assert found["quad_wc_feasible"].verdict == NO_DATA and found["digits_wc_max_below_uniform"].verdict == NO_DATA
+    assert found["quad_wc_within_2pct"].verdict == HELD
 
 
 def test_config_errors_name_the_key(tmp_path, monkeypatch):
@@ -351,7 +419,7 @@ def test_config_errors_name_the_key(tmp_path, monkeypatch):
     (root / "config" / "mtbl_wc.yaml").write_text(text.replace("rank: 6", "rank: 8", 1))
     with pytest.raises(ConfigError, match="rank = 8 must be < min"):
         load_paper_config("mtbl_wc", "smoke", root)
-    for scale in ("tiny", "smoke", "paper"):
+    for scale in ("tiny", "smoke", "cpu", "paper"):
         assert load_paper_config("mtbl_wc", scale)["problems"]
 
 

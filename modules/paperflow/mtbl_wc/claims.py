@@ -1,220 +1,104 @@
-"""mtbl_wc's claims (spec §7, §10.6), tables, figures and report, from the evaluation tables."""
+"""mtbl_wc's metrics table (judged by the claims of config/mtbl_wc.yaml; spec §7, §10.6), tables, figures and
+report, from the evaluation tables."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
+from paperflow.mtbl_wc.settings import CLEANING_AT_MIDDLE, CLEANING_STEER
 
 MIDDLE = (0.25, 0.75)  # "middle" preferences of the concave-front check: r_1 strictly inside
 
 
-def per_seed(
-    frame: pd.DataFrame,
-    method: str,
-    metric: str,
-    seeds: Sequence[int],
-    agg: str,
-    keep=lambda r1: np.ones_like(r1, dtype=bool),
-) -> list[float]:
-    """One number per seed: `agg` (max / min / mean) over the kept preferences; NaN where missing."""
-    rows = frames_lib.select(frame, method=method, metric=metric)
-    rows = rows[keep(rows.r1.to_numpy())]
-    by_seed = rows.groupby("seed")["value"].agg(agg)
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
+def over_preferences(frame: pd.DataFrame, metric: str, agg: str, keep=None) -> pd.Series:
+    """Per (method, seed): `agg` (max / min / mean) of `metric` over the preferences whose r_1 `keep` accepts."""
+    rows = frame[frame.metric == metric]
+    if keep is not None:
+        rows = rows[keep(rows.r1.to_numpy())]
+    return rows.groupby(["method", "seed"]).value.agg(agg)
 
 
-def rate_ratios(frame: pd.DataFrame, method: str, checkpoints: Sequence[int], seeds: Sequence[int]) -> list[float]:
-    """Per seed, the smallest K_best(c_i) / K_best(c_{i+1}) over preferences and consecutive checkpoints."""
-    out = []
-    for s in seeds:
-        ratios = []
-        for a, b in zip(checkpoints[:-1], checkpoints[1:]):
-            ka = (
-                frame[(frame.method == method) & (frame.seed == s) & (frame.metric == f"K_best@{a}")]
-                .sort_values("pref")
-                .value.to_numpy()
-            )
-            kb = (
-                frame[(frame.method == method) & (frame.seed == s) & (frame.metric == f"K_best@{b}")]
-                .sort_values("pref")
-                .value.to_numpy()
-            )
-            ratios.append(np.min(ka / kb) if len(ka) and len(ka) == len(kb) else np.nan)
-        out.append(float(np.min(ratios)) if ratios else np.nan)
-    return out
+def at_preference(frame: pd.DataFrame, metric: str, r1: float) -> pd.Series:
+    """Per (method, seed): `metric` at the preference r_1 = `r1`."""
+    return over_preferences(frame, metric, "mean", lambda r: np.isclose(r, r1))
 
 
-def rate_slopes(curves: pd.DataFrame, method: str, seeds: Sequence[int]) -> list[float]:
-    """Per seed, mean over preferences of the log-log slope of K_best over the last decade of steps."""
-    out = []
-    for s in seeds:
-        part = curves[(curves.method == method) & (curves.seed == s) & (curves.step > 0)]
-        if part.empty:
-            out.append(np.nan)
-            continue
+def steer(frame: pd.DataFrame, metric: str) -> pd.Series:
+    """Per (method, seed): `metric` at the largest r_1 minus at the smallest."""
+    rows = frame[(frame.metric == metric) & frame.r1.notna()]
+    hi = at_preference(rows, metric, float(rows.r1.max()))
+    lo = at_preference(rows, metric, float(rows.r1.min()))
+    return hi - lo
+
+
+def rate_ratio(frame: pd.DataFrame, checkpoints: Sequence[int]) -> pd.Series:
+    """Per (method, seed): the smallest K_best(c_i) / K_best(c_{i+1}) over preferences and consecutive checkpoints
+    (NaN where a checkpoint lacks a preference)."""
+    wide = frame[frame.metric.str.startswith("K_best@")].pivot_table(
+        index=["method", "seed", "pref"], columns="metric", values="value", dropna=False
+    )
+    ratios = pd.concat(
+        [wide[f"K_best@{a}"] / wide[f"K_best@{b}"] for a, b in zip(checkpoints[:-1], checkpoints[1:])], axis=1
+    )
+    return ratios.groupby(level=["method", "seed"]).agg(lambda part: part.to_numpy().min()).min(axis=1, skipna=False)
+
+
+def rate_slope(curves: pd.DataFrame) -> pd.Series:
+    """Per (method, seed): the mean over preferences of the log-log slope of K_best over the last decade of steps."""
+    out = {}
+    for (method, seed), part in curves[curves.step > 0].groupby(["method", "seed"]):
         last = part[part.step >= part.step.max() / 10]
         slopes = [np.polyfit(np.log(g.step), np.log(g.K_best), 1)[0] for _, g in last.groupby("pref")]
-        out.append(float(np.mean(slopes)))
+        out[(method, seed)] = float(np.mean(slopes))
+    return pd.Series(out, dtype=float)
+
+
+def problem_metrics(frame: pd.DataFrame, curves: pd.DataFrame, spec: Mapping[str, Any]) -> dict[str, pd.Series]:
+    """The per-(method, seed) metrics of one problem that its claims read (names: settings.*_CLAIM_METRICS)."""
+    middle = lambda r1: (r1 > MIDDLE[0]) & (r1 < MIDDLE[1])  # noqa: E731
+    if spec["kind"] == "quadratic":
+        return {
+            "rel_dist_wc/max": over_preferences(frame, "rel_dist_wc", "max"),
+            "h_norm/max": over_preferences(frame, "h_norm", "max"),
+            "angle_deg/max": over_preferences(frame, "angle_deg", "max"),
+            "angle_deg/min_off_middle": over_preferences(frame, "angle_deg", "min", lambda r1: ~np.isclose(r1, 0.5)),
+            "K_best/rate_ratio_min": rate_ratio(frame, spec["rate_checkpoints"]),
+            "K_best/slope_last_decade": rate_slope(curves),
+        }
+    if spec["kind"] == "concave":
+        return {
+            "rel_dist_wc_f/max_middle": over_preferences(frame, "rel_dist_wc_f", "max", middle),
+            "min_f_rel/max_middle": over_preferences(frame, "min_f_rel", "max", middle),
+        }
+    out = {CLEANING_STEER: steer(frame, "f1")}
+    if np.isclose(frame.r1.dropna().unique(), 0.5).any():
+        out |= {f"{m}/r0.5": at_preference(frame, m, 0.5) for m in CLEANING_AT_MIDDLE}
     return out
 
 
-def quadratic_claims(
-    frame: pd.DataFrame,
-    curves: pd.DataFrame,
-    checkpoints: Sequence[int],
-    seeds: Sequence[int],
-    wc: str = "wc",
-    ls: str = "ls",
-) -> list[Claim]:
-    off_middle = lambda r1: ~np.isclose(r1, 0.5)
-    claims = [
-        compare_claim(
-            id="quad_wc_within_2pct",
-            statement="quadratic: every WC run ends within 2% (relative, in z) of the closed-form WC point (per seed the max over preferences; verdict on the worst seed)",
-            values=per_seed(frame, wc, "rel_dist_wc", seeds, "max"),
-            threshold=0.02,
-            seeds=seeds,
-            comparison="<",
-            aggregate="max",
-        ),
-        compare_claim(
-            id="quad_wc_feasible",
-            statement="quadratic: every WC run ends with ||h|| < 1e-2 (per seed the max over preferences; verdict on the worst seed)",
-            values=per_seed(frame, wc, "h_norm", seeds, "max"),
-            threshold=1e-2,
-            seeds=seeds,
-            comparison="<",
-            aggregate="max",
-        ),
-        compare_claim(
-            id="quad_k_rate_ratio",
-            statement=f"quadratic: best-iterate K falls by >= 2x each time T is multiplied by 4 (per seed the min over preferences and T in {list(checkpoints)}; verdict on the worst seed)",
-            values=rate_ratios(frame, wc, checkpoints, seeds),
-            threshold=2.0,
-            seeds=seeds,
-            comparison=">=",
-            aggregate="min",
-        ),
-        compare_claim(
-            id="quad_ls_off_ray",
-            statement="quadratic: for r_1 != 0.5 the LS solution is >= 5 degrees off the preference ray (per seed the min over preferences; verdict on the worst seed)",
-            values=per_seed(frame, ls, "angle_deg", seeds, "min", off_middle),
-            threshold=5.0,
-            seeds=seeds,
-            comparison=">=",
-            aggregate="min",
-        ),
-        compare_claim(
-            id="quad_wc_on_ray",
-            statement="quadratic: WC is < 1 degree off the preference ray (per seed the max over preferences; verdict on the worst seed)",
-            values=per_seed(frame, wc, "angle_deg", seeds, "max"),
-            threshold=1.0,
-            seeds=seeds,
-            comparison="<",
-            aggregate="max",
-        ),
-    ]
-    for method in sorted(set(curves.method) & {"wc", "wc_sto"}):
-        claims.append(
-            compare_claim(
-                id=f"quad_slope_{method}",
-                statement=f"quadratic: log-log slope of best-iterate K over the last decade, {method} (reported; the O(T^-1/2) rate means <= -0.5)",
-                values=rate_slopes(curves, method, seeds),
-                threshold=-0.5,
-                seeds=seeds,
-                comparison="<=",
-                gated=False,
-            )
-        )
-    return claims
-
-
-def concave_claims(frame: pd.DataFrame, seeds: Sequence[int], wc: str = "wc", ls: str = "ls") -> list[Claim]:
-    middle = lambda r1: (r1 > MIDDLE[0]) & (r1 < MIDDLE[1])
-    return [
-        compare_claim(
-            id="concave_wc_reaches_middle",
-            statement="concave front: WC ends within 2% (relative, in objective space) of the closed-form WC point for every middle preference",
-            values=per_seed(frame, wc, "rel_dist_wc_f", seeds, "max", middle),
-            threshold=0.02,
-            seeds=seeds,
-            comparison="<",
-        ),
-        compare_claim(
-            id="concave_ls_at_extremes",
-            statement="concave front: LS ends at an extreme of the front for middle preferences (max over them of min_s (f_s - f*_s) / front range < 0.05)",
-            values=per_seed(frame, ls, "min_f_rel", seeds, "max", middle),
-            threshold=0.05,
-            seeds=seeds,
-            comparison="<",
-        ),
-    ]
-
-
-def cleaning_claims(
-    frame: pd.DataFrame, name: str, seeds: Sequence[int], wc: str = "wc", base: str = "uniform"
-) -> list[Claim]:
-    at = lambda r: lambda r1: np.isclose(r1, r)
-    return [
-        compare_claim(
-            id=f"{name}_wc_max_below_uniform",
-            statement=f"{name}: WC at r = (0.5, 0.5) has lower validation max(f_1, f_2) than uniform weights",
-            values=per_seed(frame, wc, "max_f", seeds, "mean", at(0.5)),
-            threshold_values=per_seed(frame, base, "max_f", seeds, "mean", at(0.5)),
-            seeds=seeds,
-            comparison="<",
-        ),
-        compare_claim(
-            id=f"{name}_pref_steers_f1",
-            statement=f"{name}: WC f_1 at r = (0.8, 0.2) is below f_1 at r = (0.2, 0.8)",
-            values=per_seed(frame, wc, "f1", seeds, "mean", at(0.8)),
-            threshold_values=per_seed(frame, wc, "f1", seeds, "mean", at(0.2)),
-            seeds=seeds,
-            comparison="<",
-        ),
-        compare_claim(
-            id=f"{name}_detect_f1",
-            statement=f"{name}: corrupted-sample detection F1 of WC at r = (0.5, 0.5) above uniform weights' (reported)",
-            values=per_seed(frame, wc, "detect_f1", seeds, "mean", at(0.5)),
-            threshold_values=per_seed(frame, base, "detect_f1", seeds, "mean", at(0.5)),
-            seeds=seeds,
-            comparison=">",
-            gated=False,
-        ),
-        compare_claim(
-            id=f"{name}_test_acc",
-            statement=f"{name}: test accuracy of WC at r = (0.5, 0.5) above uniform weights' (reported; the gain is small)",
-            values=per_seed(frame, wc, "test_acc", seeds, "mean", at(0.5)),
-            threshold_values=per_seed(frame, base, "test_acc", seeds, "mean", at(0.5)),
-            seeds=seeds,
-            comparison=">",
-            gated=False,
-        ),
-    ]
-
-
-def build_claims(
+def metrics_table(
     frames: Mapping[str, pd.DataFrame],
     curves: Mapping[str, pd.DataFrame],
-    specs: Mapping[str, dict],
-    seeds: Sequence[int],
-) -> list[Claim]:
-    claims: list[Claim] = []
-    for name, frame in frames.items():
-        kind = specs[name]["kind"]
-        if kind == "quadratic":
-            claims += quadratic_claims(frame, curves[name], specs[name]["rate_checkpoints"], seeds)
-        elif kind == "concave":
-            claims += concave_claims(frame, seeds)
-        else:
-            claims += cleaning_claims(frame, name, seeds)
-    return claims
+    specs: Mapping[str, Mapping[str, Any]],
+    scale: str,
+) -> pd.DataFrame:
+    """The long metrics table the claims of config/mtbl_wc.yaml are judged on: one row per (seed, method,
+    "<problem>/<metric>/<how>")."""
+    rows = [
+        {"seed": seed, "method": method, "metric": f"{name}/{metric}", "value": value}
+        for name, frame in frames.items()
+        for metric, series in problem_metrics(frame, curves[name], specs[name]).items()
+        for (method, seed), value in series.items()
+    ]
+    return long_table(rows, scale)
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -283,9 +167,9 @@ def build_report(
     fronts: Mapping[str, dict],
     specs: Mapping[str, dict],
     seeds: Sequence[int],
+    scale: str,
 ) -> Report:
     seeds = list(seeds)
-    claims = build_claims(frames, curves, specs, seeds)
     table = summary_table(frames)
     synthetic = {n: f for n, f in fronts.items() if specs[n]["kind"] in ("quadratic", "concave")}
     quad = [n for n in frames if specs[n]["kind"] == "quadratic"]
@@ -333,7 +217,7 @@ def build_report(
             f"Problems {', '.join(frames)}; methods per problem as configured; seeds {', '.join(map(str, seeds))}. "
             "WC-penalty, LS-penalty and MGDA-penalty share one loop (only the weights on the UL gradients differ)."
         ),
-        claims=claims,
+        table=metrics_table(frames, curves, specs, scale),
         sections=[("Metrics (mean ± std over seeds, per preference r_1)", markdown_table(rows))],
         figures=figures,
         tables=[

@@ -48,3 +48,39 @@ def check(cfg: dict[str, Any], source: str) -> None:
                 )
         if spec["solver"]["rho_max"] < spec["solver"]["rho0"]:
             raise ConfigError(f"{where}.solver.rho_max must be >= rho0")
+
+
+# The metrics of the long metrics table (paperflow.mtbl_wc.claims.metrics_table) the config's claims are judged on:
+# "<problem>/<metric>/<how>", one value per (method, seed) from the per-preference metrics of evaluate.
+QUADRATIC_CLAIM_METRICS = (
+    "rel_dist_wc/max",  # max over preferences
+    "h_norm/max",
+    "angle_deg/max",
+    "angle_deg/min_off_middle",  # min over r_1 != 0.5
+    "K_best/rate_ratio_min",  # min over preferences and consecutive rate checkpoints of K_best(c_i) / K_best(c_i+1)
+    "K_best/slope_last_decade",  # mean over preferences of the log-log slope of K_best over the last decade of steps
+)
+CONCAVE_CLAIM_METRICS = ("rel_dist_wc_f/max_middle", "min_f_rel/max_middle")  # max over 0.25 < r_1 < 0.75
+CLEANING_AT_MIDDLE = ("max_f", "detect_f1", "test_acc")  # at r = (0.5, 0.5), where the preferences hold it
+CLEANING_STEER = "f1/rmax_minus_rmin"  # f_1 at the largest r_1 minus f_1 at the smallest
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces (paperflow.mtbl_wc.claims.metrics_table)."""
+    names = []
+    for name in cfg["run_problems"]:
+        spec = cfg["problems"][name]
+        if spec["kind"] == "quadratic":
+            names += [f"{name}/{m}" for m in QUADRATIC_CLAIM_METRICS]
+        elif spec["kind"] == "concave":
+            names += [f"{name}/{m}" for m in CONCAVE_CLAIM_METRICS]
+        else:
+            names.append(f"{name}/{CLEANING_STEER}")
+            if any(abs(r - 0.5) < 1e-9 for r in spec["preferences"]):
+                names += [f"{name}/{m}/r0.5" for m in CLEANING_AT_MIDDLE]
+    return names
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The methods some run problem runs."""
+    return sorted({m for name in cfg["run_problems"] for m in cfg["problems"][name]["methods"]})

@@ -11,6 +11,7 @@ with snakemake_job(snakemake) as job:
         fronts={name: load_npz(path) for name, path in job.keyed("front").items()},
         specs={name: dict(spec) for name, spec in job.params.specs.items()},
         seeds=list(job.params.seeds),
+        scale=job.params.scale,
     )
     publish_job(job, report)
     job.note(seeds=job.params.seeds)
