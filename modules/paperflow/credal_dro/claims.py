@@ -1,4 +1,5 @@
-"""credal_dro's claims, tables, frontier figure and report, computed from the evaluation tables."""
+"""credal_dro's metrics table (judged by the claims of config/credal_dro.yaml), tables, frontier figure and report,
+computed from the evaluation tables."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pandas as pd
 
 from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, statistic_claim
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 
 LABELS = {
     "saa": "plain SAA",
@@ -26,195 +28,76 @@ LABELS = {
     "groupdro": "GroupDRO",
     "lv_group": "LV-Group (ours)",
 }
-PAPER_CALIFORNIA = {
-    "lv": 10.7,
-    "cvar": 13.0,
-    "wass": 12.3,
-    "ridge": 13.2,
-    "erm_lad": 12.7,
-}  # spec §5, Table 3 MAE (1e4 $)
-PAPER_MAE_TOLERANCE = 0.05  # spec §10.6: LV's MAE within 5 % of 10.7
 REGRESSION_METRICS = ("mae", "rmse", "p98", "cvar2")  # spec §8, Table 3's four columns
 
 
-def per_seed(
-    frame: pd.DataFrame, method: str, metric: str, seeds: Sequence[int], param: float | None = None
-) -> list[float]:
-    """Per-seed value of `metric` for `method` at grid value `param` (None: the validated choice)."""
-    rows = frame[frame.chosen] if param is None else frame[np.isclose(frame.param, param)]
-    return frames_lib.per_seed(rows, seeds, method=method, metric=metric)
+SKIPPED_METRICS = ("runtime_s", "solve_s")  # timings go to the runtime table, not to claims
 
 
-def _beats(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int], rival: str, gated: bool) -> list[Claim]:
-    """LV(eps) beats `rival` on contaminated mean and std for each claim eps, and LV(first claim eps) is within
-    the tolerance of `rival`'s clean mean."""
-    ref = {k: per_seed(frame, rival, k, seeds, 0.0) for k in ("cont_mean", "cont_std", "clean_mean")}
-    suffix = "_trunc" if rival == "saa_trunc" else ""
-    claims = []
-    for eps in cfg["claim"]["eps"]:
-        for metric, what in (("cont_mean", "mean"), ("cont_std", "std")):
-            claims.append(
-                compare_claim(
-                    id=f"nv_lv{eps:g}_{metric}_lt_saa{suffix}",
-                    statement=f"newsvendor, contaminated test: LV (eps = {eps:g}) has lower OOS cost {what} than {LABELS[rival]}",
-                    values=per_seed(frame, "lv", metric, seeds, eps),
-                    threshold_values=ref[metric],
-                    seeds=seeds,
-                    comparison="<",
-                    gated=gated,
-                    paper_value="LV best mean-variance frontier under contamination (qualitative)",
-                )
-            )
-    eps0, tol = cfg["claim"]["eps"][0], cfg["claim"]["clean_tolerance"]
-    claims.append(
-        compare_claim(
-            id=f"nv_lv{eps0:g}_clean_within_{tol:g}" + ("_of_saa_trunc" if suffix else ""),
-            statement=f"newsvendor, clean test: LV (eps = {eps0:g}) mean cost within +{tol:.0%} of {LABELS[rival]}'s",
-            values=per_seed(frame, "lv", "clean_mean", seeds, eps0),
-            threshold=(1 + tol) * float(np.mean(ref["clean_mean"])),
-            seeds=seeds,
-            comparison="<=",
-            gated=gated,
-        )
-    )
-    return claims
+def method_name(method: str, param: float) -> str:
+    """The metrics-table name of a method at one grid value, e.g. "lv@0.1"."""
+    return f"{method}@{param:g}"
 
 
-def newsvendor_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
-    """Spec §7 (gated): LV(eps) beats "SAA (eps = 0)", the truncated SAA that LV is at eps = 0, on contaminated
-    mean and std for each claim eps; LV(0.1) is within the tolerance of its clean mean; the clean mean is
-    non-decreasing in eps. The same comparisons against plain SAA (every central sample) are reported."""
-    claims = _beats(frame, cfg, seeds, "saa_trunc", gated=True)
-    grid = sorted(cfg["methods"]["lv"])
-    curves = np.array([per_seed(frame, "lv", "clean_mean", seeds, e) for e in grid])  # (eps, seed)
-    claims.append(
-        compare_claim(
-            id="nv_clean_mean_nondecreasing_in_eps",
-            statement=f"newsvendor, clean test: mean cost is non-decreasing in eps over {grid} (per seed, the smallest step; stricter than the seed-averaged curve)",
-            values=list(np.diff(curves, axis=0).min(axis=0)),
-            threshold=0.0,
-            seeds=seeds,
-            comparison=">=",
-            paper_value="on clean data LV is conservative at large eps",
-        )
-    )
-    claims += _beats(frame, cfg, seeds, "saa", gated=False)
-    best = max(grid)
-    claims.append(
-        compare_claim(
-            id=f"nv_lv{best:g}_cont_mean_lt_truncated_saa",
-            statement=f"newsvendor, contaminated test: LV (eps = {best:g}) beats {LABELS['saa_trunc']}",
-            values=per_seed(frame, "lv", "cont_mean", seeds, best),
-            threshold_values=per_seed(frame, "saa_trunc", "cont_mean", seeds, 0.0),
-            seeds=seeds,
-            comparison="<",
-            gated=False,
-        )
-    )
-    for rival in ("cvar", "kl"):
-        if rival not in cfg["methods"]:
-            continue
-        best_rival = np.nanmin([per_seed(frame, rival, "cont_mean", seeds, p) for p in cfg["methods"][rival]], axis=0)
-        claims.append(
-            compare_claim(
-                id=f"nv_best_lv_cont_mean_lt_best_{rival}",
-                statement=f"newsvendor, contaminated test: LV at its best eps has lower mean cost than {LABELS[rival]} at its best parameter (oracle choice for both)",
-                values=list(np.nanmin([per_seed(frame, "lv", "cont_mean", seeds, e) for e in grid], axis=0)),
-                threshold_values=list(best_rival),
-                seeds=seeds,
-                comparison="<",
-                gated=False,
-            )
-        )
-    return claims
+def grid_order(method: str, grid: Sequence[float]) -> list[float]:
+    """A method's grid from least to most robust: LV's eps sorted (old claim), the others as configured."""
+    return sorted(grid) if method == "lv" else list(grid)
 
 
-def coverage_claim(frame: pd.DataFrame, exp: str, seeds: Sequence[int]) -> Claim:
-    bound = per_seed(frame, "bulk", "mass_lower_bound", seeds, 0.0)[0]
-    return compare_claim(
-        id=f"{exp}_bulk_test_coverage",
-        statement=f"{exp}: share of the (clean) test set inside the bulk >= the DKW bound 1 - gamma (Lemma 3.2; holds in-distribution, shifts may break it)",
-        values=per_seed(frame, "bulk", "test_coverage", seeds, 0.0),
-        threshold=bound,
-        seeds=seeds,
-        comparison=">=",
-        gated=False,
-    )
+NEWSVENDOR_BEST = ("lv", "cvar", "kl")  # methods whose oracle-best contaminated mean cost enters the table
+NEWSVENDOR_STEPS = ("lv", "kl")  # methods whose smallest clean-mean step along the grid enters the table
 
 
-def regression_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
-    """LV against every rival on the four metrics of Table 3 (validated choices). On California these are the
-    spec §10.6 acceptance check and gated: LV best of the paper's five methods on MAE, RMSE, P98 and CVaR_2%,
-    and LV's mean MAE within 5 % of the paper's 10.7 on either side. The synthetic stand-in only reports."""
-    claims = []
-    california = cfg["source"] == "california"
-    for metric in REGRESSION_METRICS:
-        for rival in (m for m in cfg["methods"] if m != "lv"):
-            paper = (
-                f"California MAE: LV {PAPER_CALIFORNIA['lv']} vs {LABELS[rival]} {PAPER_CALIFORNIA[rival]}"
-                if metric == "mae" and rival in PAPER_CALIFORNIA
-                else None
-            )
-            claims.append(
-                compare_claim(
-                    id=f"reg_lv_{metric}_lt_{rival}",
-                    statement=f"{'California' if california else 'synthetic geo-shift'} regression: LV has lower test {metric.upper()} than {LABELS[rival]} (validated choices)",
-                    values=per_seed(frame, "lv", metric, seeds),
-                    threshold_values=per_seed(frame, rival, metric, seeds),
-                    seeds=seeds,
-                    comparison="<",
-                    gated=california and rival in PAPER_CALIFORNIA,
-                    paper_value=paper,
-                )
-            )
-    if california:
-        mae = per_seed(frame, "lv", "mae", seeds)
-        paper_mae, tol = PAPER_CALIFORNIA["lv"], PAPER_MAE_TOLERANCE
-        claims.append(
-            statistic_claim(
-                id="reg_lv_mae_near_paper",
-                statement=f"California: LV's mean MAE within {tol:.0%} of the paper's {paper_mae} on either side (spec §10.6)",
-                value=abs(float(np.mean(mae)) - paper_mae) / paper_mae,
-                label=f"abs(mean MAE - {paper_mae}) / {paper_mae}",
-                values=mae,
-                seeds=seeds,
-                comparison="<=",
-                threshold=tol,
-                paper_value="10.7 (0.72)",
-            )
-        )
-    return claims
+def metrics_table(frames: Mapping[str, pd.DataFrame], cfg: Mapping[str, Any], scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on (metric "<experiment>/<metric>"):
+
+    - every method at every grid value as "<method>@<param>" and, in the regression and text (validated on the
+      select split), the validated choice as "<method>";
+    - the bulk certificate: method "bulk" with the test share inside the bulk, method "dkw_bound" with 1 - gamma,
+      both as "<experiment>/test_coverage";
+    - newsvendor, derived per seed: "best_cont_mean" (the oracle-best contaminated mean cost over a method's grid)
+      for LV, CVaR and KL, and "clean_mean_min_step" (the smallest step of the clean mean cost along the grid,
+      least to most robust; NaN for a one-point grid) for LV and KL;
+    - California only: "california/mae", the validated choices' MAE (LV's against the paper's 10.7)."""
+    rows: list[dict[str, Any]] = []
+    for exp, frame in frames.items():
+        f = frame[~frame.metric.isin(SKIPPED_METRICS)]
+        bulk = f[f.method == "bulk"]
+        for r in bulk.itertuples():
+            name = "bulk" if r.metric == "test_coverage" else "dkw_bound"
+            rows.append({"seed": r.seed, "method": name, "metric": f"{exp}/test_coverage", "value": r.value})
+        f = f[f.method != "bulk"]
+        for r in f.itertuples():
+            metric = f"{exp}/{r.metric}"
+            rows.append({"seed": r.seed, "method": method_name(r.method, r.param), "metric": metric, "value": r.value})
+            if exp != "newsvendor" and r.chosen:
+                rows.append({"seed": r.seed, "method": r.method, "metric": metric, "value": r.value})
+                if exp == "regression" and r.metric == "mae" and cfg[exp]["source"] == "california":
+                    rows.append({"seed": r.seed, "method": r.method, "metric": "california/mae", "value": r.value})
+        if exp == "newsvendor":
+            rows += _newsvendor_derived(f, cfg[exp]["methods"])
+    return long_table(rows, scale)
 
 
-def text_claims(frame: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> list[Claim]:
-    claims = []
-    if "lv_group" in cfg["methods"]:
-        for rival in (m for m in ("groupdro", "erm") if m in cfg["methods"]):
-            claims.append(
-                compare_claim(
-                    id=f"text_lv_group_worst_ge_{rival}",
-                    statement=f"text: LV-Group worst-slice accuracy >= {LABELS[rival]}'s",
-                    values=per_seed(frame, "lv_group", "worst_slice_acc", seeds),
-                    threshold_values=per_seed(frame, rival, "worst_slice_acc", seeds),
-                    seeds=seeds,
-                    comparison=">=",
-                    gated=False,
-                    paper_value="CivilComments worst slice: LV-Group 0.516, GroupDRO 0.456",
-                )
-            )
-    if {"erm", "groupdro"} <= set(cfg["methods"]):
-        claims.append(
-            compare_claim(
-                id="text_erm_worst_lt_groupdro",
-                statement="text: ERM has lower worst-slice accuracy than GroupDRO (spec: expect ERM worst)",
-                values=per_seed(frame, "erm", "worst_slice_acc", seeds),
-                threshold_values=per_seed(frame, "groupdro", "worst_slice_acc", seeds),
-                seeds=seeds,
-                comparison="<",
-                gated=False,
-            )
-        )
-    return claims
+def _newsvendor_derived(frame: pd.DataFrame, methods: Mapping[str, Sequence[float]]) -> list[dict[str, Any]]:
+    rows = []
+    for method in (m for m in NEWSVENDOR_BEST if m in methods):
+        grid = grid_order(method, methods[method])
+        for seed in sorted(frame.seed.unique()):
+            at = frame[(frame.seed == seed) & (frame.method == method)]
+
+            def value(metric, p, at=at):
+                v = at[(at.metric == metric) & np.isclose(at.param, p)].value
+                return float(v.iloc[0]) if len(v) else float("nan")
+
+            cont = [value("cont_mean", p) for p in grid]
+            best = float(np.min(cont)) if np.isfinite(cont).all() else float("nan")
+            rows.append({"seed": seed, "method": method, "metric": "newsvendor/best_cont_mean", "value": best})
+            if method in NEWSVENDOR_STEPS:
+                clean = np.array([value("clean_mean", p) for p in grid])
+                step = float(np.diff(clean).min()) if len(grid) > 1 else float("nan")
+                rows.append({"seed": seed, "method": method, "metric": "newsvendor/clean_mean_min_step", "value": step})
+    return rows
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -337,12 +220,7 @@ def build_report(
     bulks: Mapping[str, Mapping[str, dict]],
     params: Mapping[str, Any],
 ) -> Report:
-    exps, cfg, seeds = list(frames), params["cfg"], params["seeds"]
-    builders = {"newsvendor": newsvendor_claims, "regression": regression_claims, "text": text_claims}
-    claims: list[Claim] = []
-    for exp in exps:
-        claims += builders[exp](frames[exp], cfg[exp], list(seeds[exp]))
-        claims.append(coverage_claim(frames[exp], exp, list(seeds[exp])))
+    exps, cfg = list(frames), params["cfg"]
     table = summary_table(frames)
     runtime = runtime_table(frames)
     metric_sets = {
@@ -366,12 +244,12 @@ def build_report(
     return Report(
         title="Bulk-calibrated credal ambiguity sets: LV-DRO under contamination",
         summary=(
-            f"Experiments: {', '.join(exps)}. Gated claims are the spec §7 newsvendor claims against SAA (eps = 0), the "
-            "truncated SAA that LV is at eps = 0 (the same comparisons against plain SAA are reported), and on California "
-            "the spec §10.6 check; the others are reported. "
+            f"Experiments: {', '.join(exps)}. The claims (config/credal_dro.yaml) gate the spec §7 newsvendor claims "
+            "against SAA (eps = 0), the truncated SAA that LV is at eps = 0 (the same comparisons against plain SAA are "
+            "reported), and at paper scale the spec §10.6 California check; the others are reported. "
             "LV = (1 - eps) mean over central samples inside the DKW-calibrated bulk + eps sup over the bulk."
         ),
-        claims=claims,
+        table=metrics_table(frames, cfg, params["scale"]),
         sections=sections,
         figures=[frontier_figure(table, exps)],
         tables=[
