@@ -16,8 +16,9 @@ import pytest
 import torch
 import yaml
 
+from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config, repo_root
-from paperflow.dro_flow.claims import build_claims, limitations
+from paperflow.dro_flow.claims import limitations, metrics_table
 from paperflow.dro_flow.data import circle, two_moons, uls_matrices, uncertain_least_squares
 from paperflow.dro_flow.problems import Problem, make_problem, mlp
 from paperflow.dro_flow.samplers import (
@@ -29,6 +30,7 @@ from paperflow.dro_flow.samplers import (
     fisher_rao_reweighting,
     fisher_rao_step,
     loss_and_grad,
+    noise,
     penalised,
     rgo,
     svgd,
@@ -94,6 +96,21 @@ def test_wgf_particles_have_the_closed_form_gibbs_law():
     cfg = sampler(lam=lam, eps=eps, particles=20_000, steps=300, lr=0.02)
     parts = wgf(quadratic(a), torch.full((1, 1, 1), x0), cfg, torch.Generator().manual_seed(0))
     within_mc(parts.z, *gibbs_moments(a, lam, eps, x0))
+
+
+def test_noise_control_is_the_gibbs_base_law_without_the_loss():
+    """The claims' control: WGF's stationary law with the loss switched off (a = 0), N(x, eps/2), equal weights,
+    clamped to the domain; the energy is never evaluated."""
+
+    def never(z):
+        raise AssertionError("the control arm must not evaluate the loss")
+
+    cfg = sampler(lam=1.0, eps=0.5, particles=20_000)
+    parts = noise(never, torch.full((1, 1, 1), 1.0), cfg, torch.Generator().manual_seed(0))
+    within_mc(parts.z, *gibbs_moments(0.0, 1.0, 0.5, 1.0))
+    assert torch.allclose(parts.w, torch.full((1, 20_000), 1 / 20_000))
+    clamped = noise(never, torch.full((1, 1, 1), 1.0), sampler(lam=1.0, eps=0.5, particles=500, clamp=(-1.0, 1.0)))
+    assert float(clamped.z.max()) == 1.0 and float(clamped.z.min()) >= -1.0
 
 
 def test_rgo_is_an_exact_sampler_of_the_gibbs_law():
@@ -295,27 +312,18 @@ def test_dual_objective_agrees_with_dro_packages_robust_objective_on_a_linear_mo
     assert float(dual_objective(loss, lam, eps)) == pytest.approx(reference, rel=0.02)
 
 
-# Claims: the gated ones can fail ---------------------------------------------------------------
+# Claims: judged by paperflow.core.claims on the config's claims; the gated ones can fail ---------
 
-SEEDS = [0, 1, 2]
-CLAIM = {
-    "dataset": "uls",
-    "dro_methods": ["wgf", "wfr", "dual"],
-    "ratio": 0.5,
-    "large_window": [5.0, 10.0],
-    "small_window": [0.0, 0.8],
-    "attack_dataset": None,
-    "attack_radius": 0.3,
-    "attack_slack": 0.02,
-}
-SPECS = {"uls": {"methods": ["erm", "wgf", "wfr", "dual"], "evaluate": {"kind": "shift"}}}
+SEEDS = [0, 1, 2, 3, 4]
+CLAIM = {"dataset": "uls", "large_window": [5.0, 10.0], "small_window": [0.0, 0.8]}
+SPECS = {"uls": {"methods": ["erm", "wrm", "wgf", "wfr", "dual", "noise"], "evaluate": {"kind": "shift"}}}
 
 
 def shift_frame(curves: dict[str, np.ndarray]) -> pd.DataFrame:
     deltas = np.linspace(0, 10, 11)
     return pd.DataFrame(
         [
-            {"method": m, "seed": s, "metric": "test_loss", "level": d, "value": v + 0.01 * s}
+            {"method": m, "seed": s, "metric": "test_loss", "level": d, "value": v * (1 + 0.02 * s) + 0.01 * s}
             for m, c in curves.items()
             for s in SEEDS
             for d, v in zip(deltas, c)
@@ -327,25 +335,72 @@ ERM = 0.2 + 0.1 * np.linspace(0, 10, 11) ** 2
 DRO = 0.4 + 0.05 * np.linspace(0, 10, 11)
 
 
-def gated(claims):
-    return {c.id: c.held for c in claims if c.gated}
+def verdicts(frame: pd.DataFrame, scale: str = "smoke") -> dict:
+    specs = [
+        s for s in parse_claims(load_paper_config("dro_flow", scale)["claims"], "x") if s.metric.startswith("uls/")
+    ]
+    return {v.id: v for v in judge_all(specs, metrics_table({"uls": frame}, SPECS, CLAIM, scale), scale)}
 
 
-def test_claims_hold_when_dro_is_flat_and_erm_blows_up():
-    claims = build_claims({"uls": shift_frame({"erm": ERM, "wgf": DRO, "wfr": DRO, "dual": DRO})}, SPECS, CLAIM, SEEDS)
-    assert all(gated(claims).values()) and len(gated(claims)) == 4
+def gated(found: dict) -> dict:
+    return {k: v.verdict for k, v in found.items() if v.gated}
 
 
-def test_negative_control_erm_in_place_of_the_dro_methods_is_not_held():
-    claims = build_claims({"uls": shift_frame({"erm": ERM, "wgf": ERM, "wfr": ERM, "dual": ERM})}, SPECS, CLAIM, SEEDS)
-    assert not any(gated(claims).values())
+GATED = [
+    "uls_wgf_le_0.5x_erm_large_delta",
+    "uls_wfr_le_0.5x_erm_large_delta",
+    "uls_dual_le_0.5x_erm_large_delta",
+    "uls_erm_best_at_delta0",
+]
 
 
-def test_a_missing_seed_makes_the_claim_fail():
-    frame = shift_frame({"erm": ERM, "wgf": DRO, "wfr": DRO, "dual": DRO})
-    frame = frame[~((frame.method == "wgf") & (frame.seed == 2))]
-    held = gated(build_claims({"uls": frame}, SPECS, CLAIM, SEEDS))
-    assert held["uls_wgf_le_0.5x_erm_large_delta"] is False
+def test_claims_hold_when_dro_is_flat_erm_blows_up_and_noise_does_neither():
+    noise = (
+        0.5 + 0.06 * np.linspace(0, 10, 11) ** 2
+    )  # worse than the DRO methods at Delta = 0, than them at large Delta
+    found = verdicts(shift_frame({"erm": ERM, "wrm": DRO, "wgf": DRO, "wfr": DRO, "dual": DRO, "noise": noise}))
+    assert gated(found) == dict.fromkeys(GATED, HELD)
+    wgf = found["uls_wgf_le_0.5x_erm_large_delta"]
+    assert wgf.central and wgf.control["method"] == "noise" and wgf.control["verdict"] != HELD
+    assert wgf.ci_high <= 0.5 and wgf.value == pytest.approx(np.mean(wgf.values) / np.mean(wgf.baseline_values), 0.05)
+    assert found["uls_erm_best_at_delta0"].baseline_values == pytest.approx(
+        [0.4 * (1 + 0.02 * s) + 0.01 * s for s in SEEDS]
+    )
+
+
+def test_noise_as_robust_as_the_samplers_voids_the_large_delta_claims():
+    found = verdicts(shift_frame({"erm": ERM, "wrm": DRO, "wgf": DRO, "wfr": DRO, "dual": DRO, "noise": DRO}))
+    assert {k: found[k].verdict for k in GATED[:3]} == dict.fromkeys(GATED[:3], CONTROL_HOLDS)
+    assert not any(found[k].held for k in GATED[:3])
+
+
+def test_erm_in_place_of_the_dro_methods_is_refuted():
+    found = verdicts(shift_frame({"erm": ERM, "wrm": ERM, "wgf": ERM, "wfr": ERM, "dual": ERM, "noise": ERM}))
+    assert {k: found[k].verdict for k in GATED[:3]} == dict.fromkeys(GATED[:3], "refuted")
+    assert found["uls_erm_best_at_delta0"].verdict == "refuted"  # a tie at every seed is not "lower"
+
+
+def test_a_missing_seed_gives_no_data():
+    frame = shift_frame({"erm": ERM, "wrm": DRO, "wgf": DRO, "wfr": DRO, "dual": DRO, "noise": ERM})
+    found = verdicts(frame[~((frame.method == "wgf") & (frame.seed == 2))])
+    assert found["uls_wgf_le_0.5x_erm_large_delta"].verdict == NO_DATA
+    assert found["uls_erm_best_at_delta0"].verdict == NO_DATA  # best_other lacks that seed too
+    assert found["uls_wfr_le_0.5x_erm_large_delta"].verdict == HELD
+
+
+def test_attack_metrics_are_named_by_radius_and_every_scale_measures_its_claims():
+    frame = pd.DataFrame(
+        [{"method": m, "seed": 0, "metric": k, "level": r, "value": 0.5} for m in ("erm", "wfr") for k, r in
+         (("clean_acc", 0.0), ("fgsm_acc", 0.3), ("pgd_acc", 0.3))]
+    )  # fmt: skip
+    table = metrics_table({"circle": frame}, {"circle": {"evaluate": {"kind": "attack"}}}, CLAIM, "tiny")
+    assert set(table.metric) == {"circle/clean_acc", "circle/fgsm_acc@0.3", "circle/pgd_acc@0.3"}
+    for scale in ("tiny", "smoke", "cpu", "paper"):
+        cfg = load_paper_config("dro_flow", scale)
+        for claim in cfg["claims"]:  # every measured claim's methods run on its dataset (the table has them)
+            dataset = claim["metric"].split("/")[0]
+            methods = cfg["datasets"][dataset]["methods"] + ["best_other"]
+            assert claim["method"] in methods and claim.get("baseline", "erm") in methods, (scale, claim["id"])
 
 
 def run_specs(scale: str) -> dict:
@@ -414,13 +469,17 @@ def test_sampler_config_takes_the_whole_dro_block_and_nothing_else():
 
 
 def test_claim_methods_must_be_trained(config_root):
-    edit_config(config_root, lambda c: c["defaults"]["datasets"]["uls"].update(methods=["erm", "wgf"]))
-    with pytest.raises(ConfigError, match="needed by claim.dro_methods"):
+    def drop_wfr(cfg):
+        for spec in cfg["defaults"]["datasets"].values():
+            spec["methods"] = [m for m in spec["methods"] if m != "wfr"]
+
+    edit_config(config_root, drop_wfr)
+    with pytest.raises(ConfigError, match=r"claims\[1\] \(uls_wfr_le_0.5x_erm_large_delta\)\.method = 'wfr'"):
         load_paper_config("dro_flow", "smoke", config_root)
 
 
 def test_every_scale_resolves():
-    for scale in ("tiny", "smoke", "paper"):
+    for scale in ("tiny", "smoke", "cpu", "paper"):
         cfg = load_paper_config("dro_flow", scale)
         assert cfg["claim"]["dataset"] in cfg["run_datasets"]
 

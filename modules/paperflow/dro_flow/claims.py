@@ -1,9 +1,11 @@
-"""dro_flow's claims, tables, figures and report, computed from the evaluation frames (no torch).
+"""dro_flow's metrics table (judged by the claims of config/dro_flow.yaml), tables, figures and report, computed
+from the evaluation frames (no torch).
 
-Gated (spec section 7): on uncertain least squares, averaged over seeds, the mean test loss over
-Delta in the large window of each of WGF, WFR and Dual is at most ratio x ERM's, and ERM has the
-lowest test loss at Delta = 0. Reported: the small-window means, the official-script variant, and
-PGD accuracy of the DRO methods against ERM on the classification sets.
+The metrics table holds, per shift dataset (ULS), the test loss at the first Delta and its mean over the large and
+small Delta windows of `claim:`; per attack dataset, clean accuracy and FGSM/PGD accuracy per radius; metric names
+"<dataset>/<metric>" (settings.claim_metrics). On shift datasets the pseudo-method `best_other` is, per seed, the
+lowest value over the methods other than ERM and the control arm (`noise`): "ERM is best at Delta = 0" compares
+ERM with it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,20 @@ import pandas as pd
 
 from paperflow.core import frames as frames_lib
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
+from paperflow.dro_flow.settings import BEST_OTHER, CONTROL_ARMS
 
-LABELS = {"erm": "ERM", "wrm": "WRM", "dual": "Dual", "wgf": "WGF", "wfr": "WFR", "svg": "SVGD", "rgo": "RGO"}
-PAPER_ULS = "qualitative (Fig. 8): ERM lowest near Delta = 0, blows up as Delta grows; WGF/WFR/WRM/Dual stay low"
-PAPER_ATTACK = "qualitative (Sec. 6.1-6.3): DRO samplers more robust than SAA under attack; no table"
+LABELS = {
+    "erm": "ERM",
+    "wrm": "WRM",
+    "dual": "Dual",
+    "wgf": "WGF",
+    "wfr": "WFR",
+    "svg": "SVGD",
+    "rgo": "RGO",
+    "noise": "Noise (tilt off)",
+}
 
 
 def window_means(frame: pd.DataFrame, method: str, window: Sequence[float], seeds: Sequence[int]) -> list[float]:
@@ -44,112 +55,46 @@ def first_level(frame: pd.DataFrame) -> float:
     return float(frame[frame.metric == "test_loss"].level.min())
 
 
-def shift_claims(
-    frame: pd.DataFrame,
-    dataset: str,
-    methods: Sequence[str],
-    dro_methods: Sequence[str],
-    claim: Mapping[str, Any],
-    seeds: Sequence[int],
-    gated: bool,
-) -> list[Claim]:
-    out = []
-    erm_large = window_means(frame, "erm", claim["large_window"], seeds)
-    lo, hi = claim["large_window"]
-    for m in dro_methods:
-        out.append(
-            compare_claim(
-                id=f"{dataset}_{m}_le_{claim['ratio']:g}x_erm_large_delta",
-                statement=f"{dataset}: mean test loss over Delta in [{lo:g}, {hi:g}] of {LABELS[m]} is at most {claim['ratio']:g} x ERM's",
-                values=window_means(frame, m, claim["large_window"], seeds),
-                threshold_values=[claim["ratio"] * v for v in erm_large],
-                seeds=seeds,
-                comparison="<=",
-                gated=gated,
-                paper_value=PAPER_ULS,
-            )
-        )
-    d0 = first_level(frame)
-    others = [m for m in methods if m != "erm"]
-    rival_min = [
-        float(np.min(v)) if not np.isnan(v).any() else np.nan
-        for v in np.array([level_values(frame, m, "test_loss", d0, seeds) for m in others]).T
-    ]
-    out.append(
-        compare_claim(
-            id=f"{dataset}_erm_best_at_delta0",
-            statement=f"{dataset}: ERM has a lower test loss at Delta = {d0:g} than the best of {', '.join(LABELS[m] for m in others)} (per-seed minimum)",
-            values=level_values(frame, "erm", "test_loss", d0, seeds),
-            threshold_values=rival_min,
-            seeds=seeds,
-            comparison="<",
-            gated=gated,
-            paper_value=PAPER_ULS,
-        )
-    )
-    slo, shi = claim["small_window"]
-    erm_small = window_means(frame, "erm", claim["small_window"], seeds)
-    for m in dro_methods:
-        out.append(
-            compare_claim(
-                id=f"{dataset}_erm_lt_{m}_small_window",
-                statement=f"{dataset}: ERM's mean test loss over Delta in [{slo:g}, {shi:g}] is below {LABELS[m]}'s (reported: fragile, spec section 7)",
-                values=erm_small,
-                threshold_values=window_means(frame, m, claim["small_window"], seeds),
-                seeds=seeds,
-                comparison="<",
-                gated=False,
-            )
-        )
-    return out
+def shift_values(frame: pd.DataFrame, claim: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """{metric suffix: method x seed values} of a shift dataset: the test loss at the first Delta and its
+    window means."""
+    loss = frame[frame.metric == "test_loss"]
+    out = {"test_loss@delta0": loss[np.isclose(loss.level, first_level(frame))]}
+    for key in ("large_window", "small_window"):
+        lo, hi = claim[key]
+        out[f"test_loss_mean@{key}"] = loss[(loss.level >= lo - 1e-12) & (loss.level <= hi + 1e-12)]
+    return {k: v.pivot_table(index="method", columns="seed", values="value", aggfunc="mean") for k, v in out.items()}
 
 
-def attack_claims(
-    frame: pd.DataFrame, dataset: str, methods: Sequence[str], radius: float, slack: float, seeds: Sequence[int]
-) -> list[Claim]:
-    """PGD accuracy of each sampler method at `radius` >= ERM's - slack (reported, spec section 7)."""
-    erm = level_values(frame, "erm", "pgd_acc", radius, seeds)
-    return [
-        compare_claim(
-            id=f"{dataset}_{m}_pgd_ge_erm_r{radius:g}",
-            statement=f"{dataset}: PGD accuracy at radius {radius:g} of {LABELS[m]} is at least ERM's minus {slack:g}",
-            values=level_values(frame, m, "pgd_acc", radius, seeds),
-            threshold_values=[v - slack for v in erm],
-            seeds=seeds,
-            comparison=">=",
-            gated=False,
-            paper_value=PAPER_ATTACK,
-        )
-        for m in methods
-        if m in ("wgf", "wfr", "dual")
-    ]
-
-
-def build_claims(
+def metrics_table(
     frames: Mapping[str, pd.DataFrame],
     specs: Mapping[str, Mapping[str, Any]],
     claim: Mapping[str, Any],
-    seeds: Sequence[int],
-) -> list[Claim]:
-    """Gated claims on `claim.dataset`; the same pattern reported on every other dataset."""
-    main = claim["dataset"]
-    out = shift_claims(frames[main], main, specs[main]["methods"], claim["dro_methods"], claim, seeds, gated=True)
+    scale: str,
+) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on (see the module docstring); a method's missing
+    seed has no row (the engine then says "no data"), and makes best_other NaN for that seed."""
+    rows = []
     for name, frame in frames.items():
-        methods = specs[name]["methods"]
-        if name == main or "erm" not in methods:
-            continue
-        if specs[name]["evaluate"]["kind"] == "shift":
-            dro = [m for m in claim["dro_methods"] if m in methods]
-            out += [c for c in shift_claims(frame, name, methods, dro, claim, seeds, gated=False)]
+        spec = specs[name]
+        if spec["evaluate"]["kind"] == "shift":
+            for suffix, wide in shift_values(frame, claim).items():
+                others = [m for m in spec["methods"] if m != "erm" and m not in CONTROL_ARMS]
+                best = wide.reindex(others).min(axis=0, skipna=False) if others else None
+                series = {m: wide.loc[m] for m in wide.index}
+                if best is not None:
+                    series[BEST_OTHER] = best
+                rows += [
+                    {"seed": seed, "method": m, "metric": f"{name}/{suffix}", "value": v}
+                    for m, values in series.items()
+                    for seed, v in values.items()
+                    if m == BEST_OTHER or not np.isnan(v)
+                ]
         else:
-            radii = specs[name]["evaluate"]["radii"]
-            radius = (
-                claim["attack_radius"]
-                if name == claim["attack_dataset"] and claim["attack_radius"] in radii
-                else max(radii)
-            )
-            out += attack_claims(frame, name, methods, radius, claim["attack_slack"], seeds)
-    return out
+            for r in frame.itertuples():
+                metric = r.metric if r.metric == "clean_acc" else f"{r.metric}@{r.level:g}"
+                rows.append({"seed": r.seed, "method": r.method, "metric": f"{name}/{metric}", "value": r.value})
+    return long_table(rows, scale)
 
 
 def summary_table(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -289,7 +234,6 @@ def build_report(
     scale: str,
 ) -> Report:
     specs, claim, seeds = params["dataset_specs"], params["claim"], list(params["seeds"])
-    claims = build_claims(frames, specs, claim, seeds)
     table = summary_table(frames)
     sections = []
     for name, frame in frames.items():
@@ -319,7 +263,7 @@ def build_report(
             f"`{claim['dataset']}` (the corrected-gradient configuration; `uls_official` is the official script's "
             "variant with 10x gradients, reported only)."
         ),
-        claims=claims,
+        table=metrics_table(frames, specs, claim, scale),
         sections=sections,
         figures=figures(frames, specs, histories),
         tables=[

@@ -263,4 +263,13 @@ def fisher_rao_reweighting(
     return Particles(z, log_w.exp())
 
 
-SAMPLERS = {"wgf": wgf, "wfr": wfr, "svg": svgd, "rgo": rgo, "wrm": wrm, "dual": dual}
+def noise(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None = None) -> Particles:
+    """The claims' control arm, the worst-case tilt switched off: M particles from the Gibbs base law
+    N(x_i, eps/2 I) (WGF's stationary law without the loss gradient), clamped to the domain, equal weights;
+    Gaussian data augmentation at the samplers' own noise level. The energy is never evaluated."""
+    shape = (x.shape[0], cfg.particles, x.shape[2])
+    z = _clamp(x + math.sqrt(cfg.eps / 2.0) * torch.randn(shape, generator=gen, dtype=x.dtype), cfg)
+    return Particles(z, _uniform(z))
+
+
+SAMPLERS = {"wgf": wgf, "wfr": wfr, "svg": svgd, "rgo": rgo, "wrm": wrm, "dual": dual, "noise": noise}
