@@ -37,13 +37,6 @@ from paperflow.safer.training import (
     sub_state,
 )
 
-VARIANTS = {
-    "safer": ("safer",),
-    "tpp": ("tpp_msp", "tpp_graph_msp", "tpp_energy"),
-    "finetune": ("finetune_msp", "finetune_energy"),
-    "ewc": ("ewc_energy", "ewc_msp"),
-}
-
 
 @dataclass(frozen=True)
 class StageOutput:

@@ -10,6 +10,13 @@ from paperflow.core.config import ConfigError, require_keys, require_member
 EXPERT_METHODS = ("safer", "tpp")
 CLASS_IL_METHODS = ("finetune", "ewc")
 METHODS = EXPERT_METHODS + CLASS_IL_METHODS
+VARIANTS = {  # the evaluation variants of each trained method (paperflow.safer.evaluation)
+    "safer": ("safer",),
+    "tpp": ("tpp_msp", "tpp_graph_msp", "tpp_energy"),
+    "finetune": ("finetune_msp", "finetune_energy"),
+    "ewc": ("ewc_energy", "ewc_msp"),
+}
+CLAIM_METRICS = ("aa", "af", "task_id_acc", "auroc", "fpr95", "open_acc", "open_macro_f1")  # per (variant, seed)
 
 
 def expert_config(method: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,15 +54,6 @@ NEEDS = {
     "ogb_zip": ("url", "sha256", "drop_classes"),
     "dgl_reddit_zip": ("url", "sha256", "drop_classes"),
 }
-RIVAL_METHOD = {
-    "tpp_msp": "tpp",
-    "tpp_graph_msp": "tpp",
-    "tpp_energy": "tpp",
-    "finetune_msp": "finetune",
-    "finetune_energy": "finetune",
-    "ewc_energy": "ewc",
-    "ewc_msp": "ewc",
-}
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -63,18 +61,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
         require_member(name, cfg["datasets"], source, "run_datasets[...]")
     for name, spec in cfg["datasets"].items():
         require_keys(spec, NEEDS[spec["kind"]], f"{source}: datasets.{name} (kind {spec['kind']})")
-    claims = cfg["claims"]
-    require_member(claims["dataset"], cfg["run_datasets"], source, "claims.dataset")
-    for method in ("safer", "tpp", "finetune"):
-        if method not in cfg["methods"]:
-            raise ConfigError(
-                f"{source}: methods must include {method!r} (the claims compare SAFER with TPP and fine-tuning)"
-            )
-    for rival in claims["auroc_rivals"]:
-        if RIVAL_METHOD[rival] not in cfg["methods"]:
-            raise ConfigError(
-                f"{source}: claims.auroc_rivals has {rival!r}, but its method {RIVAL_METHOD[rival]!r} is not in methods"
-            )
+    require_member(cfg["claim_dataset"], cfg["run_datasets"], source, "claim_dataset")
     if sum(cfg["protocol"]["split"]) >= 1:
         raise ConfigError(
             f"{source}: protocol.split = {cfg['protocol']['split']} leaves no test nodes; train + val must be < 1"
@@ -84,3 +71,13 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(
             f"{source}: safer.regularizer.warmup = {reg['warmup']} must be below expert.epochs = {cfg['expert']['epochs']}"
         )
+
+
+def claim_metrics(cfg: Mapping[str, Any]) -> list[str]:
+    """The metrics-table names of this config (paperflow.safer.claims.metrics_table): "<dataset>/<metric>"."""
+    return [f"{d}/{m}" for d in cfg["run_datasets"] for m in CLAIM_METRICS]
+
+
+def claim_methods(cfg: Mapping[str, Any]) -> list[str]:
+    """The evaluation variants of the configured methods."""
+    return [v for m in cfg["methods"] for v in VARIANTS[m]]
