@@ -11,97 +11,138 @@ import pandas as pd
 import pytest
 import torch
 
-from paperflow.annealed_langevin.claims import PAPER_FINAL_KL, build_claims
+from paperflow.annealed_langevin.claims import metrics_table
 from paperflow.annealed_langevin.evaluation import curves, final_values
 from paperflow.annealed_langevin.gmm import GMM
 from paperflow.annealed_langevin.imaging import imaging_taus, inpainting_mask, posterior_langevin
 from paperflow.annealed_langevin.imaging_data import fetch_pinned
 from paperflow.annealed_langevin.paths import drift
 from paperflow.annealed_langevin.sampler import build_grid, sample_path
-from paperflow.annealed_langevin.settings import check
+from paperflow.annealed_langevin.settings import PAPER_FINAL_KL, check
+from paperflow.core.claims import CONTROL_HOLDS, HELD, INCONCLUSIVE, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config, read_yaml, repo_root, validate
 from paperflow.core.download import UnpinnedDownload
 
-SEEDS = [0, 1, 2]
+SEEDS = list(range(6))
 VARIANTS = {"tempering": "canonical", "dilation": "code", "score": "stable"}  # the drifts under test
-RUNS = {
-    "gmm1d": {
-        "paths": ["ula", "diffusion", "tempering", "dilation"],
-        "horizons": ["1"],
-        "n_particles": 1500,
-        "t_max": 10,
-        "metric": "density_1d",
-    }
+GATED = {
+    "diffusion_le_0.1_ula",
+    "diffusion_le_2_floor",
+    "tempering_lt_0.5_ula",
+    "diffusion_lt_tempering",
+    "tempering_lt_ula",
 }
 
 
 def finals(kl: dict[str, list[float]], floor: float = 0.05) -> dict:
+    n = len(SEEDS)
     return {
         ("gmm1d", p, "1"): pd.DataFrame(
             {
                 "seed": SEEDS,
                 "kl": v,
                 "tv": v,
-                "floor_kl": [floor] * 3,
-                "floor_tv": [0.1] * 3,
-                "iterations": [100] * 3,
-                "t": [10.0] * 3,
+                "floor_kl": [floor] * n,
+                "floor_tv": [0.1] * n,
+                "iterations": [100] * n,
+                "t": [10.0] * n,
             }
         )
         for p, v in kl.items()
     }
 
 
+# as the paper orders them: dilation (code drift) at 0.63 x ULA, above tempering; the exact dilation stuck like ULA
 GOOD = {
-    "ula": [1.22, 1.23, 1.21],
-    "diffusion": [0.05, 0.06, 0.05],
-    "tempering": [0.30, 0.31, 0.29],
-    "dilation": [0.48, 0.47, 0.5],
+    "ula": [1.22, 1.23, 1.21, 1.22, 1.24, 1.2],
+    "diffusion": [0.05, 0.06, 0.05, 0.055, 0.05, 0.06],
+    "tempering": [0.30, 0.31, 0.29, 0.3, 0.28, 0.31],
+    "dilation": [0.78, 0.76, 0.77, 0.75, 0.79, 0.77],
+    "dilation_exact": [1.21, 1.24, 1.22, 1.2, 1.23, 1.22],
 }
 
 
-def gated(claims):
-    return {c.id: c.held for c in claims if c.gated}
+def verdicts(kl, scale="smoke", floor=0.05):
+    cfg = load_paper_config("annealed_langevin", scale)
+    table = metrics_table(finals(kl, floor), "gmm1d", scale)
+    have = set(zip(table.method, table.metric))
+    specs = [
+        s
+        for s in parse_claims(cfg["claims"], "config/annealed_langevin.yaml")
+        if all((m, s.metric) in have for m in s.methods())
+    ]
+    return {v.id: v for v in judge_all(specs, table, scale)}
+
+
+def gated(found):
+    return {k: v.verdict for k, v in found.items() if v.gated}
 
 
 def test_claims_hold_on_the_expected_ordering():
-    claims = build_claims(finals(GOOD), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
-    assert all(gated(claims).values()) and len(gated(claims)) == 5
-    first = next(c for c in claims if c.id == "diffusion_le_0.1_ula")
-    assert first.value == pytest.approx(np.mean(GOOD["diffusion"])) and first.threshold == pytest.approx(
-        0.1 * np.mean(GOOD["ula"])
-    )
-    paper = [c for c in claims if c.id.startswith("paper_value_")]
-    assert paper and not any(c.gated for c in paper)  # only gated at paper scale
+    found = verdicts(GOOD)
+    assert gated(found) == dict.fromkeys(GATED, HELD)
+    first = found["diffusion_le_0.1_ula"]
+    ratios = np.array(GOOD["diffusion"]) / np.array(GOOD["ula"])
+    assert first.effect == "ratio" and first.value == pytest.approx(ratios.mean()) and first.ci_high < 0.1
+    assert first.central and first.control["method"] == "tempering" and first.control["verdict"] == REFUTED
+    assert found["diffusion_le_2_floor"].value == pytest.approx(np.mean(GOOD["diffusion"]) / 0.05)
+    paper = [v for k, v in found.items() if k.startswith("paper_value_")]
+    assert paper and not any(v.gated for v in paper)  # only gated at paper scale
 
 
-def test_negative_control_ula_in_place_of_diffusion_and_tempering_is_not_held():
-    control = dict(GOOD, diffusion=GOOD["ula"], tempering=GOOD["ula"])
-    held = gated(
-        build_claims(finals(control), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
-    )
-    assert not any(held.values()), held
+def test_ula_in_place_of_diffusion_and_tempering_is_not_held():
+    found = gated(verdicts(dict(GOOD, diffusion=GOOD["ula"], tempering=GOOD["ula"])))
+    assert HELD not in found.values(), found
+
+
+def test_a_control_path_that_meets_the_bar_voids_the_claim():
+    # dilation at 0.4 x ULA (as our stable-score dilation gets) halves ULA's KL as tempering does and is
+    # still above tempering; an exact dilation that escapes ULA's mode weights voids "tempering < ULA"
+    found = gated(verdicts(dict(GOOD, dilation=[0.4 * v for v in GOOD["ula"]], dilation_exact=GOOD["dilation"])))
+    assert found == dict.fromkeys(GATED, HELD) | {
+        "tempering_lt_0.5_ula": CONTROL_HOLDS,
+        "tempering_lt_ula": CONTROL_HOLDS,
+    }
 
 
 def test_diffusion_above_twice_the_floor_fails_that_claim_only():
-    held = gated(
-        build_claims(finals(GOOD, floor=0.02), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
-    )
-    assert held.pop("diffusion_le_2_floor") is False and all(held.values())
+    found = gated(verdicts(GOOD, floor=0.02))
+    assert found.pop("diffusion_le_2_floor") == REFUTED and set(found.values()) == {HELD}
+
+
+def test_one_seed_off_leaves_the_ratio_claim_inconclusive_with_the_seeds_it_needs():
+    diffusion = [0.05, 0.06, 0.05, 0.055, 0.05, 0.35]  # one seed at 0.29 x ULA: the mean ratio 0.084 is below 0.1
+    found = verdicts(dict(GOOD, diffusion=diffusion))["diffusion_le_0.1_ula"]
+    assert found.value < 0.1 and found.verdict == INCONCLUSIVE and found.n_needed > len(SEEDS)
 
 
 def test_paper_values_are_gated_at_paper_scale_and_judged_by_relative_error():
-    kl = {p: [v] * 3 for p, v in PAPER_FINAL_KL.items() if p in RUNS["gmm1d"]["paths"]}
-    kl["tempering"] = [0.5] * 3  # 85 % off
-    claims = build_claims(finals(kl), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="paper")
-    held = gated(claims)
-    assert held["paper_value_ula"] and held["paper_value_diffusion"] and not held["paper_value_tempering"]
+    kl = {p: [v] * len(SEEDS) for p, v in PAPER_FINAL_KL.items()}
+    kl["tempering"] = [0.5] * len(SEEDS)  # 85 % off
+    found = verdicts(kl | {"dilation_exact": GOOD["dilation_exact"]}, scale="paper")
+    paper = {k: v for k, v in gated(found).items() if k.startswith("paper_value_")}
+    assert paper == {
+        "paper_value_ula": HELD,
+        "paper_value_diffusion": HELD,
+        "paper_value_tempering": REFUTED,
+        "paper_value_dilation": HELD,
+        "paper_value_daz": HELD,
+    }
+    assert (
+        found["paper_value_ula"].control["method"] == "dilation"
+        and found["paper_value_ula"].control["verdict"] == REFUTED
+    )
 
 
-def test_a_missing_path_makes_the_claims_fail_not_pass():
-    broken = {k: v for k, v in GOOD.items() if k != "diffusion"}
-    held = gated(build_claims(finals(broken), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke"))
-    assert not held["diffusion_le_0.1_ula"] and not held["diffusion_lt_tempering"]
+def test_a_missing_seed_gives_no_data():
+    broken = finals(GOOD)
+    key = ("gmm1d", "diffusion", "1")
+    broken[key] = broken[key][broken[key].seed != 2]
+    cfg = load_paper_config("annealed_langevin", "smoke")
+    table = metrics_table(broken, "gmm1d", "smoke")
+    specs = [s for s in parse_claims(cfg["claims"], "x") if s.id in GATED]
+    found = {v.id: v.verdict for v in judge_all(specs, table, "smoke")}
+    assert found["diffusion_le_0.1_ula"] == NO_DATA and found["diffusion_lt_tempering"] == NO_DATA
 
 
 def test_sampler_and_evaluation_end_to_end_separate_diffusion_from_ula():
@@ -198,11 +239,18 @@ def test_imaging_sampler_recovers_the_closed_form_gaussian_posterior():
     assert torch.allclose(imaging_taus("ula", None, 5, step, 0.01), torch.full((5,), 0.01, dtype=torch.float64))
 
 
-def test_claims_read_runs_by_key_not_by_position():
-    """Keyed inputs: the runs in another order (as a reordered config lists them) give the same claims."""
+def test_the_table_reads_runs_by_key_not_by_position():
+    """Keyed inputs: the runs in another order (as a reordered config lists them) give the same verdicts."""
     runs = finals(GOOD)
-    before = build_claims(runs, claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke")
-    after = build_claims(
-        dict(reversed(list(runs.items()))), claim_target="gmm1d", claim_T="1", seeds=SEEDS, runs=RUNS, scale="smoke"
-    )
-    assert [c.to_json() for c in before] == [c.to_json() for c in after]
+    cfg = load_paper_config("annealed_langevin", "smoke")
+    specs = [s for s in parse_claims(cfg["claims"], "x") if s.id in GATED]
+    before = judge_all(specs, metrics_table(runs, "gmm1d", "smoke"), "smoke")
+    after = judge_all(specs, metrics_table(dict(reversed(list(runs.items()))), "gmm1d", "smoke"), "smoke")
+    assert [v.to_json() for v in before] == [v.to_json() for v in after]
+
+
+def test_a_misspelt_claim_metric_is_refused_when_the_config_loads(repo_copy):
+    path = repo_copy / "config" / "annealed_langevin.yaml"
+    path.write_text(path.read_text().replace('metric: "gmm1d/T1/kl_over_floor"', 'metric: "gmm1d/T1/kl_over_flor"', 1))
+    with pytest.raises(ConfigError, match=r"claims\[1\] \(diffusion_le_2_floor\)\.metric = 'gmm1d/T1/kl_over_flor'"):
+        load_paper_config("annealed_langevin", "smoke", repo_copy)

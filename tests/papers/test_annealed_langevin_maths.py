@@ -85,6 +85,8 @@ def test_dilation_drifts_against_the_score_of_the_dilated_density(tau):
     exact = autograd(lambda y: torch_log_density(GMM3, y / np.sqrt(1 - tau)), x)
     assert rel_err(path_drift("dilation", GMM3, dilation="exact")(x, tau), exact) < 1e-6
     assert rel_err(path_drift("dilation", GMM3, dilation="code")(x, tau), (1 - tau) * exact) < 1e-6
+    # the claims' control path: the exact drift whatever the dilation variant
+    assert rel_err(path_drift("dilation_exact", GMM3, dilation="code")(x, tau), exact) < 1e-6
 
 
 @pytest.mark.parametrize("tau", [0.002, 0.05, 0.3])

@@ -1,4 +1,5 @@
-"""annealed_langevin's claims, tables, figures and report, computed from the evaluation curves."""
+"""annealed_langevin's metrics table (judged by the claims of config/annealed_langevin.yaml), tables, figures and
+report, computed from the evaluation curves."""
 
 from __future__ import annotations
 
@@ -11,140 +12,32 @@ import pandas as pd
 
 from paperflow.annealed_langevin.evaluation import final_values
 from paperflow.annealed_langevin.paths import LABELS
-from paperflow.core import frames as frames_lib
+from paperflow.annealed_langevin.settings import FINAL_METRICS, PAPER_FINAL_KL, PAPER_T, claim_metric
 from paperflow.core import plots  # noqa: F401 (selects the headless backend; publish saves the figures)
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
-
-# Official committed results (results/gmm_1d/T_1.0/KL_comparison.csv): 1-D GMM, T = 1, N = 5000, t_max = 150.
-PAPER_FINAL_KL = {"diffusion": 0.015, "tempering": 0.271, "ula": 1.21, "daz": 0.023, "dilation": 0.765}
-PAPER_SOURCE = "official repo, results/gmm_1d/T_1.0 (N = 5000, t_max = 150)"
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 
 GRID_TEXT = {"adaptive": "h = a(tau)/L(tau)^2", "uniform": "ULA's step a_pi/L_pi^2 for every path"}
 Key = tuple[str, str, str]  # (target, path, T)
 
 
-def per_seed(finals: Mapping[Key, pd.DataFrame], key: Key, column: str, seeds: Sequence[int]) -> list[float]:
-    """`column` of run `key` per seed; NaN for every seed of a run that is missing (its claims then fail)."""
-    if key not in finals:
-        return [float("nan")] * len(seeds)
-    return frames_lib.per_seed(finals[key], seeds, value=column)
-
-
-def build_claims(
-    finals: Mapping[Key, pd.DataFrame],
-    *,
-    claim_target: str,
-    claim_T: str,
-    seeds: Sequence[int],
-    runs: Mapping[str, Mapping[str, Any]],
-    scale: str,
-) -> list[Claim]:
-    """Spec §7 (gated): at the claim target and horizon, KL(diffusion) <= 0.1 KL(ULA), KL(diffusion) <=
-    2 x the N-sample floor, KL(tempering) < 0.5 KL(ULA), and diffusion < tempering < ULA. Reported:
-    every other path against ULA, diffusion against ULA on the other targets, and the distance to the
-    official numbers (gated only at paper scale, spec §10.6)."""
-
-    def kl(path: str, target: str = claim_target, T: str = claim_T) -> list[float]:
-        return per_seed(finals, (target, path, T), "kl", seeds)
-
-    where = f"{claim_target}, T = {claim_T}"
-    ula, diff, temp = kl("ula"), kl("diffusion"), kl("tempering")
-    floor = per_seed(finals, (claim_target, "diffusion", claim_T), "floor_kl", seeds)
-    claims = [
-        compare_claim(
-            id="diffusion_le_0.1_ula",
-            statement=f"{where}: final KL(diffusion) <= 0.1 x KL(ULA)",
-            values=diff,
-            threshold_values=[0.1 * v for v in ula],
-            seeds=seeds,
-            comparison="<=",
-            paper_value=f"{PAPER_FINAL_KL['diffusion']} vs {PAPER_FINAL_KL['ula']} ({PAPER_SOURCE})",
-        ),
-        compare_claim(
-            id="diffusion_le_2_floor",
-            statement=f"{where}: final KL(diffusion) <= 2 x the N-sample noise floor",
-            values=diff,
-            threshold_values=[2 * v for v in floor],
-            seeds=seeds,
-            comparison="<=",
-            paper_value=(
-                "committed KL_gt 0.008 is the floor at bins / N = 0.02 (10000 exact samples, 200 bins); at the "
-                "spec's N = 5000 and 200 bins it is 0.015 (spec §10.5 test)"
-            ),
-        ),
-        compare_claim(
-            id="tempering_lt_0.5_ula",
-            statement=f"{where}: final KL(tempering) < 0.5 x KL(ULA)",
-            values=temp,
-            threshold_values=[0.5 * v for v in ula],
-            seeds=seeds,
-            comparison="<",
-            paper_value=f"{PAPER_FINAL_KL['tempering']} vs {PAPER_FINAL_KL['ula']}",
-        ),
-        compare_claim(
-            id="diffusion_lt_tempering",
-            statement=f"{where}: ordering, final KL(diffusion) < KL(tempering)",
-            values=diff,
-            threshold_values=temp,
-            seeds=seeds,
-            comparison="<",
-        ),
-        compare_claim(
-            id="tempering_lt_ula",
-            statement=f"{where}: ordering, final KL(tempering) < KL(ULA)",
-            values=temp,
-            threshold_values=ula,
-            seeds=seeds,
-            comparison="<",
-        ),
-    ]
-    for path in runs[claim_target]["paths"]:
-        if path not in ("ula", "diffusion", "tempering"):
-            claims.append(
-                compare_claim(
-                    id=f"{path}_lt_ula",
-                    statement=f"{where}: final KL({LABELS[path]}) < KL(ULA) (reported only)",
-                    values=kl(path),
-                    threshold_values=ula,
-                    seeds=seeds,
-                    comparison="<",
-                    gated=False,
-                    paper_value=f"{PAPER_FINAL_KL.get(path)} vs {PAPER_FINAL_KL['ula']}",
-                )
-            )
-    for target, run in runs.items():
-        if target == claim_target or not {"ula", "diffusion"} <= set(run["paths"]):
-            continue
-        for T in run["horizons"]:
-            claims.append(
-                compare_claim(
-                    id=f"diffusion_lt_ula_{target}_T{T}",
-                    statement=f"{target}, T = {T}: final KL(diffusion) < KL(ULA), mean over {run['metric']} (reported only)",
-                    values=kl("diffusion", target, T),
-                    threshold_values=kl("ula", target, T),
-                    seeds=seeds,
-                    comparison="<",
-                    gated=False,
-                )
-            )
-    if claim_T == "1":
-        for path, paper in PAPER_FINAL_KL.items():
-            if path in runs[claim_target]["paths"]:
-                claims.append(
-                    compare_claim(
-                        id=f"paper_value_{path}",
-                        statement=f"{where}: |KL({LABELS[path]}) / {paper} - 1| <= 0.3 "
-                        "(spec §10.6; gated at paper scale only)",
-                        values=[abs(v / paper - 1) for v in kl(path)],
-                        threshold=0.3,
-                        seeds=seeds,
-                        comparison="<=",
-                        gated=scale == "paper",
-                        paper_value=f"{paper} ({PAPER_SOURCE})",
-                        limitation=None if scale == "paper" else "smaller N and t_max than the paper: not comparable",
-                    )
-                )
-    return claims
+def metrics_table(finals: Mapping[Key, pd.DataFrame], claim_target: str, scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on: per run (target, path, T) and seed, the final KL,
+    TV and noise floor, "<target>/T<T>/<metric>" with the path as the method; kl_over_floor = KL / the run's own
+    N-sample floor (the claim "KL <= 2 x the floor"); at the claim target and T = 1, kl_vs_paper_<p> =
+    |KL / the official value of path p - 1| for every path (the paper-value claims and their controls)."""
+    rows = []
+    for (target, path, T), frame in finals.items():
+        frame = frame.assign(kl_over_floor=frame.kl / frame.floor_kl)
+        if target == claim_target and T == PAPER_T:
+            frame = frame.assign(**{f"kl_vs_paper_{p}": (frame.kl / v - 1).abs() for p, v in PAPER_FINAL_KL.items()})
+        metrics = [c for c in frame.columns if c in FINAL_METRICS or c.startswith("kl_vs_paper_")]
+        rows += [
+            {"seed": r["seed"], "method": path, "metric": claim_metric(target, T, m), "value": r[m]}
+            for r in frame.to_dict(orient="records")
+            for m in metrics
+        ]
+    return long_table(rows, scale)
 
 
 def final_table(finals: Mapping[Key, pd.DataFrame]) -> pd.DataFrame:
@@ -250,9 +143,6 @@ def build_report(
 ) -> Report:
     runs, seeds = params["runs"], list(params["seeds"])
     finals = {key: final_values(c) for key, c in curves.items()}
-    claims = build_claims(
-        finals, claim_target=params["claim_target"], claim_T=params["claim_T"], seeds=seeds, runs=runs, scale=scale
-    )
     table = final_table(finals)
     rows = [
         {
@@ -286,7 +176,7 @@ def build_report(
             f"seeds {', '.join(map(str, seeds))}. Gated claims are measured on `{params['claim_target']}` at "
             f"T = {params['claim_T']}."
         ),
-        claims=claims,
+        table=metrics_table(finals, params["claim_target"], scale),
         sections=sections,
         figures=figures(curves, runs),
         tables=[Table("table_final", "Final KL and TV per target, path and horizon", table)],

@@ -8,14 +8,15 @@ from collections.abc import Callable
 import numpy as np
 
 from paperflow.annealed_langevin.gmm import GMM
+from paperflow.annealed_langevin.settings import PATHS
 
-PATHS = ("ula", "diffusion", "tempering", "dilation", "daz")
 LABELS = {
     "ula": "ULA",
     "diffusion": "diffusion",
     "tempering": "geometric tempering",
     "dilation": "dilation",
     "daz": "DAZ",
+    "dilation_exact": "dilation (exact score)",
 }
 TEMPERING_DRIFTS = ("canonical", "official")
 DILATION_DRIFTS = ("code", "exact")
@@ -37,7 +38,7 @@ def step_constants(
         return 1.0 / ((1 - tau) * var_min + tau), 1.0 / ((1 - tau) * var_max + tau)
     if path == "tempering":
         return (1 - tau) * L_pi + tau, (1 - tau) * a_pi + tau
-    if path == "dilation":
+    if path in ("dilation", "dilation_exact"):
         return L_pi / (1 - tau), a_pi / (1 - tau)
     if path == "daz":
         if tau == 0:
@@ -85,8 +86,9 @@ def drift(
     """b(x, tau) of `path` (table of spec §2). Variants: tempering canonical (1-tau) s(x) - tau x or the
     official code's (1-tau) s(x / sqrt(1-tau)) - tau x; dilation as in the code, sqrt(1-tau)
     s(x / sqrt(1-tau)), or the exact score of pi(x / sqrt(1-tau)), s(x / sqrt(1-tau)) / sqrt(1-tau);
-    score 'official' uses the float32 un-stabilised score (spec §9). `prox_iters`: DAZ's prox
-    iterations (None for the other paths)."""
+    score 'official' uses the float32 un-stabilised score (spec §9). `dilation_exact` is the dilation path with
+    the exact drift whatever `dilation` says (the claims' control: it stays stuck like ULA, spec §9). `prox_iters`:
+    DAZ's prox iterations (None for the other paths)."""
     if score not in SCORES:
         raise ValueError(f"unknown score {score!r}; known: {', '.join(SCORES)}")
     s = gmm.score if score == "stable" else gmm.official_score
@@ -102,6 +104,8 @@ def drift(
         if tempering == "official":
             return lambda x, tau: (1 - tau) * s(x / np.sqrt(1 - tau)) - tau * x
         raise ValueError(f"unknown tempering drift {tempering!r}; known: {', '.join(TEMPERING_DRIFTS)}")
+    if path == "dilation_exact":
+        return lambda x, tau: s(x / np.sqrt(1 - tau)) / np.sqrt(1 - tau)
     if path == "dilation":
         if dilation == "code":
             return lambda x, tau: np.sqrt(1 - tau) * s(x / np.sqrt(1 - tau))

@@ -6,6 +6,37 @@ from typing import Any
 
 from paperflow.core.config import ConfigError, require_member
 
+PATHS = ("ula", "diffusion", "tempering", "dilation", "daz", "dilation_exact")  # the {path} wildcard's values
+
+# Official committed results (results/gmm_1d/T_1.0/KL_comparison.csv): 1-D GMM, T = 1, N = 5000, t_max = 150.
+PAPER_FINAL_KL = {"diffusion": 0.015, "tempering": 0.271, "ula": 1.21, "daz": 0.023, "dilation": 0.765}
+PAPER_T = "1"  # the horizon of those values
+
+# per (target, horizon): the final values of every path (paperflow.annealed_langevin.evaluation.final_values) and
+# kl_over_floor = kl / floor_kl; at the claim target and T = 1 also kl_vs_paper_<path> = |kl / PAPER_FINAL_KL[path] - 1|
+FINAL_METRICS = ("kl", "tv", "floor_kl", "kl_over_floor")
+
+
+def claim_metric(target: str, T: str, metric: str) -> str:
+    """The metrics-table name of a final metric of one target and horizon, e.g. "gmm1d/T1/kl"."""
+    return f"{target}/T{T}/{metric}"
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces (paperflow.annealed_langevin.claims.metrics_table)."""
+    names = []
+    for target in cfg["run_targets"]:
+        for T in map(horizon_label, cfg["targets"][target]["horizons"]):
+            names += [claim_metric(target, T, m) for m in FINAL_METRICS]
+            if target == cfg["claim"]["target"] and T == PAPER_T:
+                names += [claim_metric(target, T, f"kl_vs_paper_{path}") for path in PAPER_FINAL_KL]
+    return names
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The paths this config runs on some target."""
+    return sorted({p for target in cfg["run_targets"] for p in cfg["targets"][target]["paths"]})
+
 
 def horizon_label(T: float) -> str:
     """The {T} wildcard of a horizon: 1.0 -> '1', 0.1 -> '0.1'."""

@@ -59,13 +59,14 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from paperflow.annealed_langevin.claims import build_claims  # noqa: E402
+from paperflow.annealed_langevin.claims import metrics_table  # noqa: E402
 from paperflow.annealed_langevin.construct import build_target  # noqa: E402
 from paperflow.annealed_langevin.evaluation import FLOOR_SEED_OFFSET, curves, final_values  # noqa: E402
 from paperflow.annealed_langevin.metrics import noise_floor, panel_metrics, reference  # noqa: E402
@@ -77,6 +78,7 @@ from paperflow.annealed_langevin.sampler import (  # noqa: E402
     snapshot_iterations,  # noqa: E402
     snapshots_frame,
 )
+from paperflow.core.claims import fmt, judge_all, parse_claims  # noqa: E402
 from paperflow.core.config import load_paper_config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
@@ -381,6 +383,8 @@ def mean_sd(values: pd.Series) -> str:
 
 
 def gated_claims(table: pd.DataFrame, setting: str, impl: str, seeds: list[int]) -> list:
+    """The config's claims gated at smoke scale, judged by paperflow.core.claims on one implementation's runs
+    (a control whose path this table lacks is left out)."""
     sub = table[(table.setting == setting) & (table.impl == impl)]
     finals = {
         ("gmm1d", path, "1"): g.sort_values("seed").assign(iterations=g.steps, t=g.t_end)[
@@ -388,13 +392,15 @@ def gated_claims(table: pd.DataFrame, setting: str, impl: str, seeds: list[int])
         ]
         for path, g in sub.groupby("path")
     }
-    paths = sorted(sub.path.unique())
-    runs = {"gmm1d": {"paths": paths, "horizons": ["1"], "metric": "density_1d"}}
-    return [
-        c
-        for c in build_claims(finals, claim_target="gmm1d", claim_T="1", seeds=seeds, runs=runs, scale="smoke")
-        if c.gated
+    paths = set(sub.path.unique())
+    specs = [
+        s if s.control_method in paths else replace(s, control=None)
+        for s in parse_claims(
+            load_paper_config("annealed_langevin", "smoke")["claims"], "config/annealed_langevin.yaml"
+        )
+        if s.gated_at("smoke")
     ]
+    return judge_all(specs, metrics_table(finals, "gmm1d", "smoke"), "smoke")
 
 
 def render(table: pd.DataFrame, commit: str, committed: dict | None) -> str:
@@ -466,14 +472,14 @@ def render(table: pd.DataFrame, commit: str, committed: dict | None) -> str:
         lines += [
             "",
             f"Gated claims (spec §7) on the runs of `{setting}`, judged by the pipeline's own checker"
-            " (value vs threshold, held):",
+            " (paperflow.core.claims: estimate [95 % interval], verdict):",
             "",
             "| claim | " + " | ".join(IMPLS) + " |",
             "|---|" + "---|" * len(IMPLS),
         ]
         for i, claim in enumerate(per_impl[OURS]):
             cells = [
-                f"{c.value:.4f} vs {c.threshold:.4f}, {'held' if c.held else 'NOT held'}"
+                f"{fmt(c.value)} [{fmt(c.ci_low)}, {fmt(c.ci_high)}], {c.verdict}"
                 for c in (per_impl[impl][i] for impl in IMPLS)
             ]
             lines.append(f"| {claim.id} | " + " | ".join(cells) + " |")
