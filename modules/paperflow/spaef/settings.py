@@ -142,3 +142,22 @@ def check(cfg: dict[str, Any], source: str) -> None:
             )
     if enc["device"] == "cuda" and cfg["resources"]["gpus"] == 0:
         raise ConfigError(f"{source}: embedding.device = 'cuda' but resources.gpus = 0; use 'cpu' or request a GPU")
+
+
+DOMAIN_METRICS = ("ari_gmm", "nmi_gmm", "ari_kmeans")
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics of the claim dataset that paperflow.spaef.claims.metrics_table holds: PCC to the clean signal
+    where there is one (synthetic), domain ARI / NMI where there are domain labels (synthetic, or a Visium set
+    with a `labels` file), and Moran's I always (paperflow.spaef.stages.evaluate_stage)."""
+    spec = cfg["datasets"][cfg["claim_dataset"]]
+    synthetic = spec["kind"] == "synthetic"
+    labelled = synthetic or "labels" in spec.get("files", {})
+    return [*(["pcc"] if synthetic else []), *(DOMAIN_METRICS if labelled else ()), "morans_i"]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The denoisers and baselines scored on the claim dataset, and the clean signal where there is one."""
+    clean = ["clean"] if cfg["datasets"][cfg["claim_dataset"]]["kind"] == "synthetic" else []
+    return [*cfg["methods"], *cfg["baselines"], *clean]
