@@ -215,6 +215,7 @@ rule eapo_report:
     output:
         report=eapo_path("report.md"),
         metrics=eapo_path("metrics.json"),
+        metrics_table=eapo_path("metrics.parquet"),
         table_auc=report(eapo_path("tables", "auc.csv"), category="eapo", labels={"table": "accuracy AUC"}),
         table_mechanism=report(eapo_path("tables", "mechanism.csv"), category="eapo", labels={"table": "injections"}),
         figure_accuracy=report(eapo_path("figures", "accuracy.png"), category="eapo", labels={"figure": "accuracy"}),
@@ -236,6 +237,9 @@ rule eapo_report:
         eapo=EAPO["eapo"],
         sft=EAPO["sft"],
         evaluation=EAPO["evaluation"],
+        scale=RUN.scale,
+        claims=EAPO["claims"],
+        claims_not_measured=EAPO["claims_not_measured"],
         code=code_param("lm", "workflows/eapo/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -1,10 +1,10 @@
-"""EAPO's claims, tables, figures and report (spec sections 7, 8 and 11).
+"""EAPO's metrics table (judged by the claims of config/eapo.yaml; spec sections 7, 8 and 11), tables, figures and
+report.
 
-Gated: the primary claim (greedy test-accuracy AUC, decoded without injection, EAPO > GRPO in the mean over seeds,
-and EAPO ahead at the last step in >= 2 of 3 seeds); the mechanism of section 11 (P(pi_old's argmax wrong |
-injected) >= 1.5 x P(... | not injected) on augmented rollouts' answer tokens) with its negative control
-(injection at random positions shows no such enrichment); and section 11's negative control (pi_E := the base
-model: EAPO's AUC gain over GRPO loses its sign). Everything else is reported.
+The table holds, per method and seed: `auc` (greedy test accuracy over training, decoded without injection),
+`final_accuracy` (at the last step), `final_ahead_of_grpo` (1 where that is above GRPO's on the same seed, else 0)
+and, for the injecting methods, `error_enrichment` = P(pi_old's argmax wrong | injected) / P(... | not injected) on
+augmented rollouts' answer tokens, with its two terms `p_wrong_injected` and `p_wrong_not_injected`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table, mean_std_text
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
 from paperflow.eapo.task import ANSWER_POSITIONS
 
 LABELS = {
@@ -29,7 +30,6 @@ LABELS = {
     "luffy": "LUFFY-style replay of pi_E traces",
     "from_prior": "GRPO continued from pi_E",
 }
-ENRICHMENT = 1.5
 
 
 def accuracy_curve(curves: pd.DataFrame, method: str, seed: int) -> pd.DataFrame:
@@ -83,75 +83,22 @@ def position_shares(mechanism: pd.DataFrame, method: str) -> pd.DataFrame:
     )
 
 
-def build_claims(
-    curves: pd.DataFrame, mechanism: pd.DataFrame, seeds: Sequence[int], report_seeds: Sequence[int]
-) -> list[Claim]:
-    eapo = [auc(curves, "eapo", s) for s in seeds]
-    grpo = [auc(curves, "grpo", s) for s in seeds]
-    base_prior = [auc(curves, "eapo_baseprior", s) for s in seeds]
-    ahead = [float(final_accuracy(curves, "eapo", s) > final_accuracy(curves, "grpo", s)) for s in seeds]
-    claims = [
-        compare_claim(
-            id="primary_auc_eapo_gt_grpo",
-            statement="Primary: greedy test-accuracy AUC over training (no injection at test) of EAPO exceeds GRPO's "
-            "(mean over seeds of the per-seed difference)",
-            values=[e - g for e, g in zip(eapo, grpo)],
-            threshold=0.0,
-            comparison=">",
-            seeds=seeds,
-            paper_value="EAPO beats GRPO/DAPO/LUFFY on 5 math benchmarks (abstract; no numbers available)",
-        ),
-        compare_claim(
-            id="primary_final_eapo_ahead_2_of_3",
-            statement="Primary: EAPO's greedy test accuracy at the last step is above GRPO's in >= 2 of 3 seeds "
-            "(share of seeds ahead)",
-            values=ahead,
-            threshold=2 / 3,
-            comparison=">=",
-            seeds=seeds,
-        ),
-    ]
-    ratios = [enrichment(mechanism, "eapo", s)[2] for s in seeds]
-    claims.append(
-        compare_claim(
-            id="mechanism_error_enrichment",
-            statement=f"Mechanism (section 11): P(pi_old's argmax is wrong | injected) >= {ENRICHMENT} x P(... | not "
-            "injected) on EAPO's augmented answer tokens (mean of per-seed ratios)",
-            values=ratios,
-            threshold=ENRICHMENT,
-            comparison=">=",
-            seeds=seeds,
-        )
-    )
-    rand_seeds = [
-        s
-        for s in report_seeds
-        if not mechanism[(mechanism["method"] == "eapo_randpos") & (mechanism["seed"] == s)].empty
-    ]
-    if rand_seeds:
-        claims.append(
-            compare_claim(
-                id="control_random_positions_no_enrichment",
-                statement=f"Negative control of the mechanism: injecting at random positions (same rate) gives an "
-                f"error-enrichment ratio below {ENRICHMENT}",
-                values=[enrichment(mechanism, "eapo_randpos", s)[2] for s in rand_seeds],
-                threshold=ENRICHMENT,
-                comparison="<",
-                seeds=rand_seeds,
-            )
-        )
-    claims.append(
-        compare_claim(
-            id="control_base_prior_no_gain",
-            statement="Negative control (section 11): with pi_E := the base model (no experience), EAPO's AUC gain over "
-            "GRPO loses its sign (mean per-seed difference <= 0)",
-            values=[b - g for b, g in zip(base_prior, grpo)],
-            threshold=0.0,
-            comparison="<=",
-            seeds=seeds,
-        )
-    )
-    return claims
+def metrics_table(curves: pd.DataFrame, mechanism: pd.DataFrame, scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on: one row per (method, seed, metric); see the
+    module's docstring for the metrics."""
+    rows = []
+    pairs = curves[["method", "seed"]].drop_duplicates().itertuples(index=False)
+    grpo_seeds = set(curves.loc[curves["method"] == "grpo", "seed"])
+    for method, seed in sorted(pairs):
+        final = final_accuracy(curves, method, seed)
+        values = {"auc": auc(curves, method, seed), "final_accuracy": final}
+        if method != "grpo" and seed in grpo_seeds:
+            values["final_ahead_of_grpo"] = float(final > final_accuracy(curves, "grpo", seed))
+        if not mechanism[(mechanism["method"] == method) & (mechanism["seed"] == seed)].empty:
+            p_inj, p_non, ratio = enrichment(mechanism, method, seed)
+            values |= {"error_enrichment": ratio, "p_wrong_injected": p_inj, "p_wrong_not_injected": p_non}
+        rows += [{"seed": int(seed), "method": method, "metric": k, "value": v} for k, v in values.items()]
+    return long_table(rows, scale)
 
 
 def summary_table(curves: pd.DataFrame, final: pd.DataFrame, methods: Sequence[str], seeds_of) -> pd.DataFrame:
@@ -236,7 +183,6 @@ def build_report(
     def seeds_of(m):
         return seeds if m in GATED else report_seeds
 
-    claims = build_claims(curves, mechanism, seeds, report_seeds)
     table = summary_table(curves, final, methods, seeds_of)
     avg_col = next((c for c in table.columns if c.startswith("avg@")), None)
     lines = [
@@ -314,7 +260,7 @@ def build_report(
         summary="RLVR from a weak SFT base on 2-digit addition; EAPO injects a frozen GRPO-trained prior's token at the "
         "policy's high-entropy answer tokens in half of each group's rollouts and corrects by importance sampling "
         "against the mixture behaviour policy. Accuracy is greedy, on the held-out test problems, without injection.",
-        claims=claims,
+        table=metrics_table(curves, mechanism, params["scale"]),
         sections=sections,
         figures=[
             Figure("figure_accuracy", "Greedy test accuracy during RL", figure_accuracy(curves, methods, anchor)),

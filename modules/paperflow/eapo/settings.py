@@ -28,3 +28,24 @@ def check(cfg: dict[str, Any], source: str) -> None:
         missing = [n for n in needs if method in cfg["methods"] and n not in cfg["methods"]]
         if missing:
             raise ConfigError(f"{source}: method {method!r} is judged against {missing}; add it to methods")
+
+
+SYNTHETIC_METRICS = (
+    "auc",
+    "final_accuracy",
+    "final_ahead_of_grpo",
+    "error_enrichment",
+    "p_wrong_injected",
+    "p_wrong_not_injected",
+)
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics of paperflow.eapo.claims.metrics_table (the synthetic source); paper scale's math report
+    judges no config claim."""
+    return list(SYNTHETIC_METRICS) if cfg["source"]["kind"] == "synthetic" else []
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The methods this config trains (synthetic source)."""
+    return list(cfg["methods"]) if cfg["source"]["kind"] == "synthetic" else []
