@@ -3,7 +3,8 @@ as snapshot_download lays them out), the download stage asking only for the pinn
 one with `paperflow pin specflow` named; a tiny LLaVA (transformers' LlavaForConditionalGeneration: a tiny CLIP
 vision tower + a tiny Llama, saved with save_pretrained as the Hub snapshot) through the condensation hook, whose
 unpruned path reproduces the model's own forward; the download -> evaluate -> score -> report path on the CPU; the
-scorers against hand-computed values; the claims failing on their negative control; config errors by name; and the
+scorers against hand-computed values; the config's paper-scale claims judged with benchmarks as items, void when
+random selection does as well; config errors by name; and the
 paper-scale DAG with GPUs on the evaluate rule only."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 import pytest
 import torch
 
+from paperflow.core.claims import CONTROL_HOLDS, HELD, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
 from paperflow.core.io import read_frame
@@ -310,9 +312,10 @@ def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub,
     pj = str(tmp_path / "models" / "pretrained.json")
     paper.download_model(PRETRAINED, str(cache), pj)
     cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0], "ratios": [0.667, 0.889],
-           "methods": ["full", "topk", "visionzip", "specflow"], "claims": {"ratio": 0.889}}  # fmt: skip
+           "methods": ["full", "topk", "visionzip", "random", "specflow"], "report_ratio": 0.889,
+           "scale": "paper"}  # fmt: skip
     assert paper.jobs(cfg) == [("full", N), ("topk", 12), ("topk", 4), ("visionzip", 12), ("visionzip", 4),
-                               ("specflow", 12), ("specflow", 4)]  # fmt: skip
+                               ("random", 12), ("random", 4), ("specflow", 12), ("specflow", 4)]  # fmt: skip
     cfg["ratios"] = [0.889]  # the jobs at K = 4 only: each job loads the model (CI time)
     scores = []
     for name in ("pope", "sqa"):
@@ -327,13 +330,16 @@ def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub,
         assert list(got.k_fed) == [6] * len(got) and got.prediction.map(type).eq(str).all()
         scores.append(paper.score_benchmark(answers))
     scores = pd.concat(scores, ignore_index=True)
-    assert len(scores) == 2 * 4 and scores.score.between(0, 100).all()
+    assert len(scores) == 2 * 5 and scores.score.between(0, 100).all()
     assert set(scores.questions) == {3, 2} and set(scores[scores.method == "specflow"].k_fed) == {6.0}
     report = paper.build_paper_report(scores, cfg)
     outputs = {"report": tmp_path / "report.md", "metrics": tmp_path / "metrics.json",
-               "table_relative": tmp_path / "relative.csv", "table_scores": tmp_path / "scores.csv",
-               "figure_relative": tmp_path / "relative.png"}  # fmt: skip
-    publish(report, outputs, paper="specflow", scale="paper")
+               "metrics_table": tmp_path / "metrics.parquet", "table_relative": tmp_path / "relative.csv",
+               "table_scores": tmp_path / "scores.csv", "figure_relative": tmp_path / "relative.png"}  # fmt: skip
+    claims = [  # the paper-scale claims whose methods this run evaluates (specflow_matched's is reported only)
+        c for c in load_paper_config("specflow", "paper")["claims"] if c["method"] in cfg["methods"]
+    ]
+    publish(report, outputs, paper="specflow", scale="paper", claims=claims)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert {c["id"] for c in metrics["claims"]} == {"paper_specflow_vs_topk", "paper_specflow_vs_visionzip"}
     table = paper.relative_table(scores)
@@ -374,23 +380,33 @@ def test_the_scorers_match_hand_computed_values():
     assert bm.yes_no("maybe yes") == "other" and bm.letter("E.") == "E" and bm.letter("none") == ""
 
 
-def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
-    cfg = {"pretrained": {"tokens": 576}, "seeds": [0], "claims": {"ratio": 0.889},
-           "methods": ["full", "topk", "visionzip", "specflow", "specflow_matched"]}  # fmt: skip
+def _paper_verdicts(specflow, random=60.0):
+    cfg = {"pretrained": {"tokens": 576}, "seeds": [0], "ratios": [0.889], "scale": "paper"}
+    rows = [("full", 576, 80.0), ("topk", 64, 60.0), ("visionzip", 64, 70.0), ("specflow", 64, specflow),
+            ("specflow_matched", 64, 72.0), ("random", 64, random)]  # fmt: skip
+    benches = {"pope": 1.0, "mme": 20.0, "gqa": 0.9, "sqa": 1.1, "textvqa": 0.8, "mmbench": 1.05}
+    scores = pd.DataFrame([{"benchmark": b, "method": m, "budget": k, "k_fed": k, "score": s * f * (1 + 0.01 * i)}
+                           for i, (b, f) in enumerate(benches.items()) for m, k, s in rows])  # fmt: skip
+    table = paper.metrics_table(scores, cfg)
+    specs = parse_claims(load_paper_config("specflow", "paper")["claims"], "config/specflow.yaml")
+    return {v.id: v for v in judge_all(specs, table, "paper")}, scores
 
-    def scores(specflow):
-        rows = [("full", 576, 80.0), ("topk", 64, 60.0), ("visionzip", 64, 70.0), ("specflow", 64, specflow),
-                ("specflow_matched", 64, 72.0)]  # fmt: skip
-        return pd.DataFrame([{"benchmark": b, "method": m, "budget": k, "k_fed": k, "score": s * f}
-                             for b, f in (("pope", 1.0), ("mme", 20.0)) for m, k, s in rows])  # fmt: skip
 
-    held = {c.id: (c.held, c.gated) for c in paper.paper_claims(paper.relative_table(scores(76.0)), cfg)}
-    assert held == {"paper_specflow_vs_topk": (True, True), "paper_specflow_vs_visionzip": (True, True),
-                    "paper_matched_vs_topk": (True, False)}  # fmt: skip
-    control = {c.id: c.held for c in paper.paper_claims(paper.relative_table(scores(60.0)), cfg)}  # Top-K's scores
-    assert control["paper_specflow_vs_topk"] is False and control["paper_specflow_vs_visionzip"] is False
-    table = paper.relative_table(scores(76.0))
+def test_paper_claims_hold_on_an_effect_and_fail_on_their_controls():
+    found, scores = _paper_verdicts(76.0)
+    assert {k: (v.verdict, v.gated) for k, v in found.items()} == {
+        "paper_specflow_vs_topk": (HELD, True), "paper_specflow_vs_visionzip": (HELD, True),
+        "paper_matched_vs_topk": (HELD, False)}  # fmt: skip
+    v = found["paper_specflow_vs_topk"]
+    assert v.n_units == 6 and v.unit == "item" and v.control["verdict"] != HELD  # benchmarks are the items
+    assert v.value == pytest.approx(100 * (76.0 - 60.0) / 80.0)
+    table = paper.relative_table(scores)  # the items' mean is Table 1's Average
     assert float(table[(table.method == "specflow")].relative.iloc[0]) == pytest.approx(95.0)
+    assert _paper_verdicts(60.0)[0]["paper_specflow_vs_topk"].verdict == "refuted"  # Top-K's scores in its place
+    # random selection as good as SpecFlow: the claims are void
+    voided = _paper_verdicts(76.0, random=76.0)[0]
+    assert voided["paper_specflow_vs_topk"].verdict == CONTROL_HOLDS
+    assert voided["paper_specflow_vs_visionzip"].verdict == CONTROL_HOLDS
 
 
 @pytest.mark.parametrize(

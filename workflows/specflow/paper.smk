@@ -120,6 +120,7 @@ rule specflow_report:
     output:
         report=specflow_path("report.md"),
         metrics=specflow_path("metrics.json"),
+        metrics_table=specflow_path("metrics.parquet"),
         table_relative=report(
             specflow_path("tables", "relative.csv"), category="specflow", labels={"table": "relative score"}
         ),
@@ -141,7 +142,10 @@ rule specflow_report:
         methods=SPECFLOW["methods"],
         ratios=SPECFLOW["ratios"],
         seeds=SPECFLOW["seeds"],
+        report_ratio=SPECFLOW["report_ratio"],
+        scale=RUN.scale,
         claims=SPECFLOW["claims"],
+        claims_not_measured=SPECFLOW["claims_not_measured"],
         code=code_param("lm", "workflows/specflow/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

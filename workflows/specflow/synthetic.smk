@@ -139,6 +139,7 @@ rule specflow_report:
     output:
         report=specflow_path("report.md"),
         metrics=specflow_path("metrics.json"),
+        metrics_table=specflow_path("metrics.parquet"),
         table_relative=report(
             specflow_path("tables", "relative.csv"), category="specflow", labels={"table": "relative accuracy"}
         ),
@@ -162,7 +163,10 @@ rule specflow_report:
         methods=SPECFLOW_METHODS,
         seeds=SPECFLOW_SEEDS,
         ratios=SPECFLOW["ratios"],
+        report_ratio=SPECFLOW["report_ratio"],
+        scale=RUN.scale,
         claims=SPECFLOW["claims"],
+        claims_not_measured=SPECFLOW["claims_not_measured"],
         code=code_param("lm", "workflows/specflow/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -1,4 +1,5 @@
-"""SpecFlow's claims, tables and figures from the evaluation frames (spec sections 5, 7, 10 and 11)."""
+"""SpecFlow's metrics table (judged by the claims of config/specflow.yaml), tables and figures from the evaluation
+frames (spec sections 5, 7, 10 and 11)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, fmt, markdown_table, statistic_claim
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, fmt, markdown_table
+from paperflow.specflow.settings import COLUMNS, claim_metric
 
 # spec section 5: LLaVA-1.5-7B, the unpruned upper bound and SpecFlow at 64 tokens, per benchmark
 UPPER_576 = {"GQA": 61.9, "MMB": 64.7, "MMB-CN": 58.1, "MME": 1862, "POPE": 85.9, "SQA": 69.5, "VQAv2": 78.4,
@@ -16,10 +19,6 @@ UPPER_576 = {"GQA": 61.9, "MMB": 64.7, "MMB-CN": 58.1, "MME": 1862, "POPE": 85.9
 SPECFLOW_64 = {"GQA": 55.3, "MMB": 63.7, "MMB-CN": 54.3, "MME": 1713, "POPE": 80.5, "SQA": 69.7, "VQAv2": 73.7,
                "TextVQA": 54.9, "VizWiz": 52.4}  # fmt: skip
 TABLE1_AVERAGE_64 = {"SpecFlow": 95.6, "VisionZip": 94.5, "ToMe": 70.1}
-PAPER_RELATIVE = {  # Table 1's average relative score (%) at 192 / 128 / 64 tokens
-    "specflow": (98.7, 97.8, 95.6), "visionzip": (98.1, 97.2, 94.5), "tome": (88.5, 80.4, 70.1),
-    "fastv": (90.5, 85.4, 76.7), "prumerge": (91.4, 89.4, 87.7), "hired": (94.6, 93.1, 89.4),
-}  # fmt: skip
 
 
 def relative_average(scores: Mapping[str, float], upper: Mapping[str, float] = UPPER_576) -> float:
@@ -28,94 +27,17 @@ def relative_average(scores: Mapping[str, float], upper: Mapping[str, float] = U
     return 100 * float(np.mean([scores[k] / upper[k] for k in keys]))
 
 
-def per_seed(frame: pd.DataFrame, method: str, task: str, ratio: float, column: str, seeds: Sequence[int]) -> list:
-    """One value per seed (seed order) of `column`; NaN for a missing seed."""
-    sel = frame[(frame.method == method) & (frame.task == task) & np.isclose(frame.ratio, ratio)]
-    by = sel.set_index("seed")[column]
-    return [float(by.get(s, np.nan)) for s in seeds]
-
-
-def claims(frame: pd.DataFrame, params: Mapping[str, Any]) -> list[Claim]:
-    """The gated claims at the claims ratio (88.9%) on the counting task, and the single-object control."""
-    seeds, ratio = list(params["seeds"]), float(params["claims"]["ratio"])
-    tol = float(params["claims"]["control_tolerance"])
-    rel = lambda m, task="count", col="relative": per_seed(frame, m, task, ratio, col, seeds)  # noqa: E731
-    pct = f"{100 * ratio:.1f}%"
-    out = [
-        compare_claim(
-            id="specflow_vs_topk",
-            statement=f"counting, {pct} pruning: SpecFlow's relative accuracy > [CLS] Top-K's (mean over seeds)",
-            values=rel("specflow"),
-            threshold_values=rel("topk"),
-            seeds=seeds,
-            comparison=">",
-            paper_value="LLaVA-1.5 @64: SpecFlow 95.6% vs FasterVLM-like Top-K (not in Table 1)",
-        ),
-        compare_claim(
-            id="specflow_vs_fastv",
-            statement=f"counting, {pct} pruning: SpecFlow's relative accuracy > the FastV analogue's",
-            values=rel("specflow"),
-            threshold_values=rel("fastv"),
-            seeds=seeds,
-            comparison=">",
-            paper_value="95.6% vs 76.7% (Table 1, 64 tokens)",
-        ),
-        compare_claim(
-            id="ablation_no_diffusion",
-            statement=f"counting, {pct}: SpecFlow > its alpha = 0 ablation (no heat flow)",
-            values=rel("specflow"),
-            threshold_values=rel("specflow_noheat"),
-            seeds=seeds,
-            comparison=">",
-            paper_value="kNN graph +5.7 GQA / +4.6 TextVQA over the raw-attention graph",
-        ),
-        compare_claim(
-            id="ablation_no_quadtree",
-            statement=f"counting, {pct}: SpecFlow > its global Top-K-allocation ablation (no quadtree)",
-            values=rel("specflow"),
-            threshold_values=rel("specflow_topk"),
-            seeds=seeds,
-            comparison=">",
-            paper_value="quadtree > Top-K (figure only)",
-        ),
-        compare_claim(
-            id="coverage_vs_topk",
-            statement=f"counting, {pct}: SpecFlow's object coverage (objects with a kept token) > Top-K's",
-            values=rel("specflow", col="coverage"),
-            threshold_values=rel("topk", col="coverage"),
-            seeds=seeds,
-            comparison=">",
-            paper_value="argued (holes inside objects), not measured",
-        ),
+def metrics_table(frame: pd.DataFrame, scale: str) -> pd.DataFrame:
+    """The long metrics table the claims of config/specflow.yaml are judged on: per seed, method, task and ratio its
+    relative accuracy (pruned / full-token accuracy of the same seed), accuracy and object coverage, named
+    "<task>/<column>@<ratio>" (settings.claim_metric); NaN where a method has no such number (coverage of a
+    pooling method)."""
+    rows = [
+        {"seed": r["seed"], "method": r["method"], "metric": claim_metric(r["task"], c, r["ratio"]), "value": r[c]}
+        for r in frame.to_dict("records")
+        for c in COLUMNS
     ]
-    diffs = np.subtract(rel("specflow", "control"), rel("topk", "control"))
-    out.append(
-        statistic_claim(
-            id="control_single_object_tie",
-            statement=f"single-object control, {pct}: |SpecFlow - Top-K| relative accuracy (mean over seeds) <= "
-            f"{tol} (they tie: coverage cannot matter with one object)",
-            value=abs(float(np.mean(diffs))),
-            label="|mean difference|",
-            values=list(diffs),
-            seeds=seeds,
-            comparison="<=",
-            threshold=tol,
-        )
-    )
-    out.append(
-        compare_claim(
-            id="budget_matched_vs_topk",
-            statement=f"counting, {pct}: budget-matched SpecFlow (K - 2 selected + 2 sinks) > Top-K (report only)",
-            values=rel("specflow_matched"),
-            threshold_values=rel("topk"),
-            seeds=seeds,
-            comparison=">",
-            gated=False,
-        )
-        if "specflow_matched" in set(frame.method)
-        else None
-    )
-    return [c for c in out if c is not None]
+    return long_table(rows, scale)
 
 
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -162,8 +84,7 @@ def curves_figure(table: pd.DataFrame, column: str, methods: Sequence[str], ylab
 
 def build_report(frame: pd.DataFrame, history: pd.DataFrame, params: Mapping[str, Any]) -> Report:
     table = summary_table(frame)
-    cl = claims(frame, params)
-    ratio = float(params["claims"]["ratio"])
+    ratio = float(params["report_ratio"])
     at = table[np.isclose(table.ratio, ratio)].sort_values(["task", "relative"], ascending=[True, False])
     full = history.groupby("seed")["test_accuracy_full"].last()
     shown = at[["task", "method", "k_fed", "relative", "relative_std", "coverage", "prune_ms"]].to_dict("records")
@@ -208,7 +129,7 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, params: Mapping[str
             "model at 66.7 / 77.8 / 88.9% pruning (K = 21 / 14 / 7). Relative accuracy = pruned / full-token "
             "accuracy of the same seed. SpecFlow feeds K + 2 tokens (two sinks); `specflow_matched` feeds K."
         ),
-        claims=cl,
+        table=metrics_table(frame, params["scale"]),
         sections=sections,
         figures=[
             Figure(

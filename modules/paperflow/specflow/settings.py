@@ -61,8 +61,8 @@ def check(cfg: dict[str, Any], source: str) -> None:
         check_paper(cfg, source)
     else:
         require_choices(cfg["methods"], source=source, key="methods", known=METHODS, required=GATED, noun="method")
-    if cfg["claims"]["ratio"] not in cfg["ratios"]:
-        raise ConfigError(f"{source}: claims.ratio {cfg['claims']['ratio']} is not one of ratios {cfg['ratios']}")
+    if cfg["report_ratio"] not in cfg["ratios"]:
+        raise ConfigError(f"{source}: report_ratio {cfg['report_ratio']} is not one of ratios {cfg['ratios']}")
     image, enc = cfg["data"]["image"], cfg["encoder"]
     side = image["grid"] * image["cell_px"]
     if enc["image_size"] != side or enc["patch_size"] != image["patch"]:
@@ -93,3 +93,30 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
     for name, bench in cfg["benchmarks"].items():
         if bench["kind"] not in KINDS:
             raise ConfigError(f"{source}: benchmarks.{name}.kind {bench['kind']!r} is not one of {', '.join(KINDS)}")
+
+
+# The long metrics table the config's claims are judged on (paperflow.specflow.claims.metrics_table and
+# paperflow.specflow.paper.metrics_table): synthetic scales "<task>/<column>@<ratio>" per seed; paper scale
+# "relative@<ratio>" per benchmark (the item), 100 x score / the unpruned model's score on it.
+TASKS = ("count", "control")
+COLUMNS = ("relative", "accuracy", "coverage")
+
+
+def claim_metric(task: str, column: str, ratio: float) -> str:
+    return f"{task}/{column}@{ratio:g}"
+
+
+def paper_claim_metric(ratio: float) -> str:
+    return f"relative@{ratio:g}"
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces."""
+    if cfg["source"]["kind"] == "llava":
+        return [paper_claim_metric(r) for r in cfg["ratios"]]
+    return [claim_metric(t, c, r) for t in TASKS for c in COLUMNS for r in cfg["ratios"]]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The methods this config evaluates."""
+    return list(cfg["methods"])
