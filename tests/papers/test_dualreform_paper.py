@@ -375,18 +375,32 @@ def _refs(hit: float, n=20, seeds=(0, 1)) -> pd.DataFrame:
     )
 
 
-def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
-    from paperflow.dualreform.paper_report import build_claims
+def _train_table(raw_hit: float, n=20) -> pd.DataFrame:
+    """n training turns whose raw response retrieves passage 1 (the references' gold) for the first raw_hit * n."""
+    k = int(raw_hit * n)
+    return pd.DataFrame({"split": "train", "r_top1": [[1] * 6] * k + [[2] * 6] * (n - k), "gold_pid": 1})
 
+
+def _paper_verdicts(mrr, hit, raw_hit=0.5):
+    from paperflow.core.claims import judge_all, parse_claims
+    from paperflow.dualreform.claims import metrics_table
+
+    refs = {m: _refs(hit) for m in ("retpo", "dualreform", "single_role", "random_ref")}
+    frame = metrics_table(_evals(mrr), refs, _train_table(raw_hit), 2, "topiocqa", "paper")
+    specs = parse_claims(load_paper_config("dualreform", "paper")["claims"], "config/dualreform.yaml")
+    return {v.id: v for v in judge_all(specs, frame, "paper")}
+
+
+def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
     mrr = {"raw": 0.10, "prompted": 0.15, "retpo": 0.40, "dualreform": 0.38, "single_role": 0.30, "random_ref": 0.12}
-    held = {c.id: c.held for c in build_claims(_evals(mrr), _refs(0.8), 0.5, [0, 1], 2)}
-    assert all(held.values()) and len(held) == 5
+    found = _paper_verdicts(mrr, 0.8)
+    assert {k: v.verdict for k, v in found.items()} == dict.fromkeys(found, "held") and len(found) == 5
+    assert not any(v.gated for v in found.values())
     # negative control: the raw question's and the prompted model's MRR in DualReform's place, raw-level references,
     # and random references that beat the model they start from
     control = {**mrr, "dualreform": 0.10, "random_ref": 0.30}
-    held = {c.id: c.held for c in build_claims(_evals(control), _refs(0.5), 0.5, [0, 1], 2)}
-    assert not any(held.values()), held
-    assert not any(c.gated for c in build_claims(_evals(mrr), _refs(0.8), 0.5, [0, 1], 2))
+    found = _paper_verdicts(control, 0.5)
+    assert not any(v.held for v in found.values()), {k: v.verdict for k, v in found.items()}
 
 
 def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
@@ -395,21 +409,22 @@ def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
 
     cfg = load_paper_config("dualreform", "paper")
     mrr = {"raw": 0.1, "prompted": 0.15, "retpo": 0.4, "dualreform": 0.38, "single_role": 0.3, "random_ref": 0.12}
-    table = pd.DataFrame({"split": ["train", "train"], "r_top1": [[1] * 6, [3] * 6], "gold_pid": [1, 2]})
     refs = {m: _refs(0.8) for m in ("retpo", "dualreform", "single_role", "random_ref")}
-    params = {"seeds": [0, 1], "methods": list(mrr), "iterations": 2, "pretrained": cfg["pretrained"]}
-    report = build_report(_evals(mrr), refs, table, params)
+    params = {"seeds": [0, 1], "methods": list(mrr), "iterations": 2, "pretrained": cfg["pretrained"], "scale": "paper"}
+    report = build_report(_evals(mrr), refs, _train_table(0.5), params)
     outputs = {
         k: str(tmp_path / f)
         for k, f in (
             ("report", "report.md"),
             ("metrics", "metrics.json"),
+            ("metrics_table", "metrics.parquet"),
             ("table_retrieval", "t.csv"),
             ("figure_mrr", "mrr.png"),
         )
     }
-    doc = publish(report, outputs, paper="dualreform", scale="paper")
+    doc = publish(report, outputs, paper="dualreform", scale="paper", claims=cfg["claims"])
     assert [c["id"] for c in doc["claims"]][0] == "paper_g1_refined_refs_beat_raw_by_10pts"
+    assert doc["claims"][0]["value"] == pytest.approx(0.8 - 0.5) and doc["claims"][0]["unit"] == "seed"
     assert "Qwen/Qwen2.5-0.5B-Instruct" in Path(outputs["report"]).read_text()
 
 

@@ -235,6 +235,7 @@ rule dualreform_report:
     output:
         report=dualreform_path("report.md"),
         metrics=dualreform_path("metrics.json"),
+        metrics_table=dualreform_path("metrics.parquet"),
         table_retrieval=report(
             dualreform_path("tables", "retrieval.csv"), category="dualreform", labels={"table": "retrieval"}
         ),
@@ -251,6 +252,9 @@ rule dualreform_report:
         methods=DUALREFORM["methods"],
         iterations=DUALREFORM["iterations"],
         pretrained=DUALREFORM["pretrained"],
+        scale=RUN.scale,
+        claims=DUALREFORM["claims"],
+        claims_not_measured=DUALREFORM["claims_not_measured"],
         code=code_param("lm", "workflows/dualreform/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

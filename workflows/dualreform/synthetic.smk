@@ -1,8 +1,8 @@
 # dualreform at smoke and tiny scale: SynthConvQA, the tiny CQR model built from a config, its SFT stage per seed.
 
 
-DUALREFORM_PREFERENCE = ["retpo", "dualreform", "single_role", "random_ref"]
-DUALREFORM_ONE_ROUND = [m for m in ("retpo", "single_role", "random_ref") if m in DUALREFORM["methods"]]
+DUALREFORM_PREFERENCE = ["retpo", "dualreform", "single_role", "raw_ref", "random_ref"]
+DUALREFORM_ONE_ROUND = [m for m in ("retpo", "single_role", "raw_ref", "random_ref") if m in DUALREFORM["methods"]]
 DUALREFORM_WILDCARDS = {
     "one_round": "|".join(DUALREFORM_ONE_ROUND) or "^$",
     "method": "|".join(DUALREFORM["methods"]),
@@ -166,6 +166,7 @@ rule dualreform_report:
     output:
         report=dualreform_path("report.md"),
         metrics=dualreform_path("metrics.json"),
+        metrics_table=dualreform_path("metrics.parquet"),
         table_retrieval=report(
             dualreform_path("tables", "retrieval.csv"), category="dualreform", labels={"table": "retrieval"}
         ),
@@ -186,6 +187,9 @@ rule dualreform_report:
         seeds=DUALREFORM["seeds"],
         methods=DUALREFORM["methods"],
         iterations=DUALREFORM["iterations"],
+        scale=RUN.scale,
+        claims=DUALREFORM["claims"],
+        claims_not_measured=DUALREFORM["claims_not_measured"],
         code=code_param("lm", "workflows/dualreform/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -1,9 +1,8 @@
-"""dualreform's claims, table, figures and report (spec sections 7 and 11).
+"""dualreform's metrics table, tables, figures and report (spec sections 7 and 11).
 
-Gated: G1 (pseudo references from refined responses beat those from raw responses by >= 10 points), G2
-(DualReform's test MRR >= 0.90 x the reference-based upper bound's), G3 (DualReform's MRR above the raw query's
-and the SFT-only model's in every seed), and the negative control of section 11 (random pseudo references do
-not beat SFT-only). DualReform is judged at its last iteration.
+The claims (G1-G3 and the reported ones) live in config/dualreform.yaml and are judged by paperflow.core.claims on
+`metrics_table` (shared with the paper-scale report): test retrieval metrics per seed with DualReform at its last
+iteration, and pseudo-reference accuracy per training turn.
 """
 
 from __future__ import annotations
@@ -15,8 +14,10 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import frames, plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 from paperflow.dualreform.pipeline import TEMPLATES
+from paperflow.dualreform.settings import FIRST_ITERATION, RAW_RESPONSE, RETRIEVAL_METRICS
 
 LABELS = {
     "raw": "raw query",
@@ -24,6 +25,7 @@ LABELS = {
     "retpo": "reference-based (gold refs, RetPO-style)",
     "dualreform": "DualReform",
     "single_role": "single-role refinement",
+    "raw_ref": "unrefined-response refs (control)",
     "random_ref": "random pseudo refs (control)",
 }
 
@@ -34,99 +36,70 @@ def final_rows(evals: pd.DataFrame, iterations: int) -> pd.DataFrame:
     return evals[evals["iteration"] == last]
 
 
-def mrr(evals: pd.DataFrame, method: str, seeds: Sequence[int], iterations: int) -> list[float]:
-    return frames.per_seed(final_rows(evals, iterations), seeds, value="mrr", method=method)
-
-
 def ref_accuracy(refs: pd.DataFrame, seeds: Sequence[int], iteration: int) -> list[float]:
     hit = refs.assign(value=(refs["ref"] == refs["gold"]).astype(float))
     per = hit[hit["iteration"] == iteration].groupby("seed")["value"].mean()
     return [float(per.get(s, np.nan)) for s in seeds]
 
 
-def raw_response_accuracy(table: pd.DataFrame) -> float:
-    """Share of training turns whose raw response retrieves the gold passage first (no refinement)."""
+def raw_response_hits(table: pd.DataFrame) -> np.ndarray:
+    """Per training turn (in `turn_index` order), whether its raw response retrieves the gold passage first."""
     train = table[table["split"] == "train"]
     top = np.array([r[TEMPLATES.index("raw")] for r in train["r_top1"]])
-    return float(np.mean(top == train["gold_pid"].to_numpy()))
+    return (top == train["gold_pid"].to_numpy()).astype(float)
 
 
-def build_claims(
-    evals: pd.DataFrame, dual_refs: pd.DataFrame, raw_acc: float, seeds: Sequence[int], iterations: int
-) -> list[Claim]:
-    """G1-G3 and the negative control, from the evaluations, DualReform's references and the raw-response
-    pseudo-reference accuracy."""
-    dual = mrr(evals, "dualreform", seeds, iterations)
-    sft = mrr(evals, "sft_human", seeds, iterations)
-    raw = mrr(evals, "raw", seeds, iterations)
-    retpo = mrr(evals, "retpo", seeds, iterations)
-    random_ref = mrr(evals, "random_ref", seeds, iterations)
-    refined = ref_accuracy(dual_refs, seeds, iterations)
-    claims = [
-        compare_claim(
-            id="g1_refined_refs_beat_raw_by_10pts",
-            statement=f"G1: pseudo-reference accuracy on train turns with responses refined by the CQR model itself "
-            f"(iteration {iterations}) exceeds the raw responses' by >= 10 points (mean of seeds)",
-            values=[a - raw_acc for a in refined],
-            threshold=0.10,
-            comparison=">=",
-            seeds=seeds,
-            limitation="SynthConvQA's responses omit the entity by construction (spec section 9): raw-response "
-            f"accuracy is {raw_acc:.3f}, so part of G1 is built into the generator",
-        ),
-        compare_claim(
-            id="g2_dualreform_ge_90pct_of_reference_based",
-            statement="G2: DualReform's test MRR is >= 0.90 x the reference-based (gold pseudo refs) model's "
-            "(mean of per-seed ratios)",
-            values=[d / r for d, r in zip(dual, retpo)],
-            threshold=0.90,
-            comparison=">=",
-            seeds=seeds,
-            paper_value="96.9-99.1% of the reference-based model (abstract)",
-        ),
-        compare_claim(
-            id="g3_dualreform_gt_raw_every_seed",
-            statement="G3: DualReform's test MRR exceeds the raw query's in every seed (worst seed's margin > 0)",
-            values=[d - r for d, r in zip(dual, raw)],
-            threshold=0.0,
-            comparison=">",
-            seeds=seeds,
-            aggregate="min",
-        ),
-        compare_claim(
-            id="g3_dualreform_gt_sft_every_seed",
-            statement="G3: DualReform's test MRR exceeds the SFT-only (human-template) model's in every seed "
-            "(worst seed's margin > 0)",
-            values=[d - s for d, s in zip(dual, sft)],
-            threshold=0.0,
-            comparison=">",
-            seeds=seeds,
-            aggregate="min",
-        ),
-        compare_claim(
-            id="control_random_refs_do_not_beat_sft",
-            statement="Negative control: with random pseudo references the test MRR does not beat SFT-only "
-            "(mean of seeds)",
-            values=random_ref,
-            threshold_values=sft,
-            comparison="<=",
-            seeds=seeds,
-        ),
+def raw_response_accuracy(table: pd.DataFrame) -> float:
+    """Share of training turns whose raw response retrieves the gold passage first (no refinement)."""
+    return float(np.mean(raw_response_hits(table)))
+
+
+def metrics_table(
+    evals: pd.DataFrame,
+    refs: Mapping[str, pd.DataFrame],
+    table: pd.DataFrame,
+    iterations: int,
+    dataset: str,
+    scale: str,
+) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on, metric "<dataset>/<name>": each method's test
+    retrieval metrics per seed at its last iteration (DualReform at `iterations`), and the pseudo-reference accuracy
+    per training turn (unit: the turn) of each trained method's references at its last iteration, of DualReform's
+    first iteration (method "dualreform_it1") and of the raw responses (method "raw_response", every seed)."""
+    fin = final_rows(evals, iterations)
+    rows = [
+        {"seed": r["seed"], "method": r["method"], "metric": f"{dataset}/{m}", "value": r[m]}
+        for r in fin.to_dict("records")
+        for m in (*RETRIEVAL_METRICS, *(f"dense_{m}" for m in RETRIEVAL_METRICS))
+        if m in r
     ]
-    if iterations > 1:
-        claims.append(
-            compare_claim(
-                id="refs_iteration_last_ge_first",
-                statement=f"Reported: pseudo-reference accuracy at iteration {iterations} >= iteration 1 "
-                "(spec 10.6 asks for 2 of 3 seeds; mean shown)",
-                values=refined,
-                threshold_values=ref_accuracy(dual_refs, seeds, 1),
-                comparison=">=",
-                seeds=seeds,
-                gated=False,
-            )
-        )
-    return claims
+    name = f"{dataset}/ref_accuracy"
+
+    def hits(method: str, frame: pd.DataFrame) -> list[dict[str, Any]]:
+        return [
+            {
+                "seed": r.seed,
+                "unit": str(r.turn_index),
+                "method": method,
+                "metric": name,
+                "value": float(r.ref == r.gold),
+            }
+            for r in frame.itertuples()
+        ]
+
+    seeds = sorted({int(s) for s in evals["seed"]})
+    for method, frame in refs.items():
+        last = frame["iteration"].max() if method != "dualreform" else iterations
+        rows += hits(method, frame[frame["iteration"] == last])
+        if method == "dualreform":
+            rows += hits(FIRST_ITERATION, frame[frame["iteration"] == 1])
+    raw = raw_response_hits(table)
+    rows += [
+        {"seed": s, "unit": str(i), "method": RAW_RESPONSE, "metric": name, "value": float(v)}
+        for s in seeds
+        for i, v in enumerate(raw)
+    ]
+    return long_table(rows, scale)
 
 
 def retrieval_table(evals: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +147,6 @@ def build_report(
 ) -> Report:
     seeds, methods, iterations = list(params["seeds"]), list(params["methods"]), int(params["iterations"])
     raw_acc = raw_response_accuracy(table)
-    claims = build_claims(evals, refs["dualreform"], raw_acc, seeds, iterations)
     summary_rows = retrieval_table(evals)
     mrr_rows = summary_rows[summary_rows["metric"] == "mrr"]
     lines = [
@@ -212,7 +184,7 @@ def build_report(
         title="DualReform: reference-free preference optimisation for conversational query reformulation",
         summary="A tiny Qwen2 CQR model on SynthConvQA ranks six teacher rewrites of each test query; BM25 retrieves "
         "with the chosen one. Every trained method starts from the same SFT model (human-template rewrites).",
-        claims=claims,
+        table=metrics_table(evals, refs, table, iterations, "synthconvqa", params["scale"]),
         sections=sections,
         figures=[
             Figure("figure_mrr", "Test MRR per method", figure_mrr(evals, methods, iterations)),

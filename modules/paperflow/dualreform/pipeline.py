@@ -11,6 +11,7 @@ rewrites (that model is also the `sft_human` baseline), as the paper's methods a
   model of iteration i - 1; each iteration optimises a fresh copy of the SFT model on its new preferences (the
   better model serves the refinement, spec section 2 step 6);
 - `single_role`: pseudo references from responses refined by the teacher's "+ previous entity" template;
+- `raw_ref`: a control, pseudo references retrieved with the unrefined responses (no refinement at all);
 - `random_ref`: the negative control, pseudo references drawn at random from the corpus.
 
 A round of preference optimisation scores each candidate by the rank of its reference passage in the
@@ -34,9 +35,10 @@ from paperflow.dualreform.candidates import TEMPLATES, candidates
 from paperflow.dualreform.data import QUERY_WORDS, World
 from paperflow.dualreform.retrieval import BM25Index
 
-PREFERENCE_METHODS = ("retpo", "dualreform", "single_role", "random_ref")
+PREFERENCE_METHODS = ("retpo", "dualreform", "single_role", "raw_ref", "random_ref")
 DEPTH = 100  # candidates' rankings are kept to this depth; a reference below it ranks DEPTH + 1
 TEACHER_REFINE = TEMPLATES.index("prev_entity")
+UNREFINED = TEMPLATES.index("raw")  # the response as is
 
 
 def candidate_table(world: World, k1: float, b: float, tiebreak_seed: int, teacher_seed: int) -> pd.DataFrame:
@@ -92,16 +94,18 @@ def preferences(ranks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray
 
 def pseudo_references(method: str, train: pd.DataFrame, n_passages: int, rng: np.random.Generator) -> np.ndarray:
     """The references of the single-round methods: gold (retpo), teacher-refined responses (single_role),
-    random passages (random_ref)."""
+    unrefined responses (raw_ref), random passages (random_ref)."""
     r_top1 = np.stack(train["r_top1"].to_numpy())
     if method == "retpo":
         return train["gold_pid"].to_numpy()
     if method == "single_role":
         return r_top1[:, TEACHER_REFINE]
+    if method == "raw_ref":
+        return r_top1[:, UNREFINED]
     if method == "random_ref":
         return rng.integers(0, n_passages, size=len(train))
     raise ConfigError(
-        f"method {method!r} has no pseudo references; preference methods: retpo, dualreform, single_role, random_ref"
+        f"method {method!r} has no pseudo references; preference methods: {', '.join(PREFERENCE_METHODS)}"
     )
 
 

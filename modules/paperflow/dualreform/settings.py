@@ -11,6 +11,7 @@ NEEDED_BY = {  # a method and the methods whose results its claims compare it wi
     "dualreform": ("sft_human",),
     "retpo": ("sft_human",),
     "single_role": ("sft_human",),
+    "raw_ref": ("sft_human",),
     "random_ref": ("sft_human",),
 }
 
@@ -74,3 +75,28 @@ def check_paper(cfg: dict[str, Any], source: str) -> None:
         wrong = sorted(set(cfg[key]) ^ set(keys))
         if wrong:
             raise ConfigError(f"{source}: {key} needs exactly {list(keys)}; wrong or missing: {wrong}")
+
+
+RETRIEVAL_METRICS = ("mrr", "ndcg@3", "recall@10", "recall@100")
+RAW_RESPONSE, FIRST_ITERATION = "raw_response", "dualreform_it1"  # the metrics table's reference-accuracy rows
+
+
+def dataset(cfg: dict[str, Any]) -> str:
+    """The metrics-table prefix of this config's data: synthconvqa (smoke, cpu) or topiocqa (paper)."""
+    return "synthconvqa" if cfg["source"]["kind"] == "synthetic" else "topiocqa"
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces (paperflow.dualreform.claims.metrics_table): the test retrieval
+    metrics per seed (the dense retriever's too where paper scale runs one) and the pseudo-reference accuracy per
+    training turn."""
+    names = list(RETRIEVAL_METRICS)
+    if cfg["source"]["kind"] != "synthetic" and cfg.get("dense"):
+        names += [f"dense_{m}" for m in RETRIEVAL_METRICS]
+    return [f"{dataset(cfg)}/{m}" for m in (*names, "ref_accuracy")]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The evaluated methods, the raw responses (reference accuracy) and DualReform's first iteration."""
+    extra = [RAW_RESPONSE] + ([FIRST_ITERATION] if "dualreform" in cfg["methods"] else [])
+    return [*cfg["methods"], *extra]
