@@ -57,13 +57,24 @@ def doubt(out: Path) -> None:
 
 
 def confu(out: Path) -> None:
-    assert {c["id"] for c in _gated(out)} == {
+    claims = {c["id"]: c for c in json.loads((out / "metrics.json").read_text())["claims"]}
+    assert set(claims) == {
         "a_lossless_greedy",
-        "a_control_leaking_mask",
         "b_eagle3_vs_vanilla",
-        "b_control_shuffled_features",
         "c_confu_vs_eagle3_extra",
-        "c_control_shuffled_f",
+        "c_depth_profile",
+        "c_ratio_T1.0",
+        "calibration_eagle3_depth",
+    }, sorted(claims)
+    assert not any(c["gated"] for c in claims.values())  # gated at smoke and cpu only
+    controls = {
+        k: claims[k]["control"]["method"]
+        for k in ("a_lossless_greedy", "b_eagle3_vs_vanilla", "c_confu_vs_eagle3_extra")
+    }
+    assert controls == {
+        "a_lossless_greedy": "confu_leak",
+        "b_eagle3_vs_vanilla": "eagle3_features_shuffled",
+        "c_confu_vs_eagle3_extra": "confu_f_shuffled",
     }
     frames = {m: pd.read_parquet(out / "eval" / f"{m}.parquet") for m in ("vanilla", "eagle3", "eagle3_extra", "confu")}
     for method, frame in frames.items():

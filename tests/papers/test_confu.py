@@ -3,7 +3,8 @@ and assisted generation; the sample path at T = 1 and the two-token law (chi-squ
 soft prompts and contemplate tokens (and its negative control); the reduction of ConFu to EAGLE-3; one-pass tree
 verification against per-path verification, for regular and contemplate tokens; anchor training against full
 insertion; training-time test against the inference-time draft chain; the metrics' closed forms (tau = D + 1 for
-a perfect chain draft, tau = 1 for an always-wrong one); the claims' statistics; config errors."""
+a perfect chain draft, tau = 1 for an always-wrong one); the metrics table and the config's claims judged on it;
+config errors."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import torch
 from scipy.stats import chisquare
 
 from paperflow.confu import training as tr
-from paperflow.confu.claims import depth_acceptance, ratio_ci, tau
+from paperflow.confu.claims import depth_acceptance, metrics_table, tau
 from paperflow.confu.decoding import Controls, SpecDecoder, TreeConfig, ancestors
 from paperflow.confu.model import DraftConfig, DraftHead, load_head, save_head
 from paperflow.confu.problems import make_problems, world_of
 from paperflow.confu.stages import uniforms
+from paperflow.core.claims import CONTROL_HOLDS, HELD, INCONCLUSIVE, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.lm.digitworld import DigitWorld
 from paperflow.core.lm.models import build_model
@@ -343,15 +345,90 @@ def test_tau_is_depth_plus_one_for_a_perfect_chain_draft_and_one_for_an_always_w
     assert out.tokens == _kit(target, enc, 0.0, max_new, eos=None)  # lossless whatever the draft
 
 
-def test_depth_acceptance_and_the_paired_bootstrap_ratio():
+def test_depth_acceptance():
     assert depth_acceptance([[0, 1, 2], [2, 3]], 3) == [4 / 5, 3 / 4, 1 / 3]
-    a = pd.DataFrame({"seed": [0, 0, 1], "row": [0, 1, 0], "new_after_prefill": [8, 6, 9], "cycles": [2, 3, 3]})
-    b = a.assign(new_after_prefill=[4, 6, 6])
-    point, lo, hi = ratio_ci(a, b, 500, 0.95)
-    assert point == pytest.approx((23 / 8) / (16 / 8))
-    assert lo <= point <= hi
-    same = ratio_ci(a, a, 200, 0.95)
-    assert same == (1.0, 1.0, 1.0)
+
+
+CLAIM_SEEDS, N_PROMPTS = list(range(5)), 12
+
+
+def _eval_frame(tau_of: dict[str, float], leak_lossless: float = 0.2) -> pd.DataFrame:
+    """Evaluation rows of every variant: per (seed, prompt) tau = `tau_of[variant]` with a small prompt wobble
+    (10 cycles each), accepted depths [1, 2, 3] per prompt, lossless except the leaking control's share."""
+    rows = []
+    for seed in CLAIM_SEEDS:
+        for variant, base in tau_of.items():
+            temps = (0.0, 1.0) if variant in ("confu", "eagle3_extra") else (0.0,)
+            for temp in temps:
+                for row in range(N_PROMPTS):
+                    wobble = 0.05 * np.sin(3.1 * row + 1.3 * seed + len(variant))
+                    lossless = row >= N_PROMPTS * leak_lossless if variant == "confu_leak" else True
+                    rows.append({"variant": variant, "temperature": temp, "seed": seed, "row": row, "task": "sorting",
+                                 "new_after_prefill": 10 * (base + wobble), "cycles": 10, "accepted": [1, 2, 3],
+                                 "lossless": lossless})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+GOOD = {
+    "vanilla": 2.0,
+    "eagle3": 2.4,
+    "eagle3_features_shuffled": 1.4,
+    "eagle3_extra": 2.5,
+    "confu": 2.75,
+    "confu_f_shuffled": 2.5,
+    "confu_leak": 2.7,
+}
+
+
+def _verdicts(frame: pd.DataFrame) -> dict:
+    table = metrics_table(frame, {"decoding": {"depth": 3}}, "smoke")
+    specs = parse_claims(load_paper_config("confu", "smoke")["claims"], "config/confu.yaml")
+    return {v.id: v for v in judge_all(specs, table, "smoke")}
+
+
+def test_the_metrics_table_holds_seed_taus_per_prompt_taus_and_the_worst_lossless_share():
+    frame = _eval_frame(GOOD)
+    table = metrics_table(frame, {"decoding": {"depth": 3}}, "smoke")
+    seed0 = frame[(frame.seed == 0) & (frame.variant == "confu") & (frame.temperature == 0)]
+    got = table[(table.seed == 0) & (table.method == "confu") & (table.metric == "T0/tau")].value.item()
+    assert got == pytest.approx(tau(seed0))
+    assert (table[table.metric == "T0/tau_prompt"].groupby(["seed", "method"]).size() == N_PROMPTS).all()
+    assert set(table[table.metric == "T1/tau"].method) == {"confu", "eagle3_extra"}
+    every = table[(table.method == "every_method") & (table.metric == "T0/lossless")]
+    assert list(every.value) == [1.0] * len(CLAIM_SEEDS)  # the leaking control is not one of the four methods
+
+
+def test_gated_claims_hold_when_the_methods_are_better_and_their_controls_are_not():
+    found = _verdicts(_eval_frame(GOOD))
+    assert {k: v.verdict for k, v in found.items() if v.gated} == {
+        "a_lossless_greedy": HELD,
+        "b_eagle3_vs_vanilla": HELD,
+        "c_confu_vs_eagle3_extra": HELD,
+    }
+    c = found["c_confu_vs_eagle3_extra"]
+    assert c.central and c.unit == "item" and c.n_units == len(CLAIM_SEEDS) * N_PROMPTS
+    assert c.value == pytest.approx(1.1, abs=0.01) and c.ci_low > 1
+    assert c.control["method"] == "confu_f_shuffled" and c.control["verdict"] != HELD
+    assert found["a_lossless_greedy"].control["verdict"] == REFUTED  # the leaking mask loses losslessness
+    assert found["b_eagle3_vs_vanilla"].control["verdict"] == REFUTED
+
+
+def test_confu_that_ignores_f_is_void_and_a_lossy_method_refutes_a():
+    ignored = _verdicts(_eval_frame(GOOD | {"confu_f_shuffled": 2.75}))
+    assert ignored["c_confu_vs_eagle3_extra"].verdict == CONTROL_HOLDS
+    assert not ignored["c_confu_vs_eagle3_extra"].held
+    frame = _eval_frame(GOOD)
+    frame.loc[(frame.variant == "eagle3") & (frame.seed == 3) & (frame.row == 0), "lossless"] = False
+    assert _verdicts(frame)["a_lossless_greedy"].verdict == REFUTED  # one prompt of one seed is enough
+
+
+def test_equal_taus_do_not_hold_and_a_missing_seed_gives_no_data():
+    same = _verdicts(_eval_frame(GOOD | {"confu": 2.5, "eagle3": 2.0}))
+    assert same["c_confu_vs_eagle3_extra"].verdict in (INCONCLUSIVE, REFUTED)
+    assert same["b_eagle3_vs_vanilla"].verdict == REFUTED
+    frame = _eval_frame(GOOD)
+    frame = frame[~((frame.variant == "confu") & (frame.seed == 2))]
+    assert _verdicts(frame)["c_confu_vs_eagle3_extra"].verdict == NO_DATA
 
 
 def test_the_shuffled_f_control_changes_confus_drafts_and_zero_f_differs_from_no_slot():

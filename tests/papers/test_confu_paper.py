@@ -23,6 +23,7 @@ import torch
 from paperflow.confu import paper, paper_train
 from paperflow.confu.decoding import ancestors
 from paperflow.confu.settings import check
+from paperflow.core.claims import CONTROL_HOLDS, HELD, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
 from paperflow.core.io import read_frame
@@ -136,7 +137,6 @@ def cfg_for(**over):
                   "extra_lr": 1e-3},
         "confu": {"n_soft": 2, "n_expert": 2, "k_expert": 1, "anchors": 2, "window": 2},
         "decoding": {"nodes": 4, "top_k": 2, "depth": 2, "temperatures": [0, 1.0], "max_new_tokens": 4},
-        "claims": {"margin": 1.05, "bootstrap": 50, "level": 0.95},
     }  # fmt: skip
     cfg.update(over)
     return cfg
@@ -244,29 +244,42 @@ def test_paper_path_trains_drafts_and_decodes_losslessly_on_cpu(hub, bench, tmp_
     row = table[(table.method == "eagle3") & (table.task == "all") & (table.temperature == 0)].iloc[0]
     g = evals[(evals.method == "eagle3") & (evals.temperature == 0)]
     assert row.tau == pytest.approx((g.n_tokens - 1).sum() / g.cycles.sum()) and row.lossless == 1.0
-    report = paper.build_paper_report(evals, plain_frame, {**cfg, "targets": {"tiny": TARGET}})
-    ids = {c.id: c for c in report.claims}
-    assert ids["paper_tiny_lossless"].held and ids["paper_tiny_lossless"].value == 1.0
-    assert set(ids) == {f"paper_tiny_{k}" for k in ("lossless", "eagle3_vs_vanilla", "confu_vs_control",
-                                                     "speedup_vs_eagle3")}  # fmt: skip
+    report = paper.build_paper_report(evals, plain_frame, {**cfg, "targets": {"tiny": TARGET}, "scale": "paper"})
+    table = report.table
+    assert set(table.metric) == {f"tiny/T0/{m}" for m in ("tau_prompt", "lossless", "speedup")}
+    assert table[table.method == "every_method"].value.tolist() == [1.0]
+    assert (table[table.metric == "tiny/T0/tau_prompt"].groupby("method").size() == 2).all()  # two questions each
 
 
-def test_the_lossless_claim_fails_when_a_method_differs_from_the_target():
+def _paper_verdicts(evals: pd.DataFrame, plain: pd.DataFrame, cfg: dict) -> dict:
+    table = paper.metrics_table(evals, paper.summary_table(evals, plain), cfg, "paper")
+    specs = parse_claims(load_paper_config("confu", "paper")["claims"], "config/confu.yaml")
+    return {v.id: v for v in judge_all([s for s in specs if s.id.startswith("paper_llama31_8b_")], table, "paper")}
+
+
+def test_the_paper_claims_fail_when_a_method_differs_from_the_target_or_confu_gains_nothing():
+    methods = ["vanilla", "eagle3", "eagle3_extra", "confu", "confu_nomoe"]
     rows = []
-    for method in ("vanilla", "eagle3", "eagle3_extra", "confu"):
+    for method in methods:
         for q in range(4):
-            rows.append({"target": "t", "method": method, "temperature": 0.0, "question_id": q, "task": "qa",
+            rows.append({"target": "llama31_8b", "method": method, "temperature": 0.0, "question_id": q, "task": "qa",
                          "n_tokens": 9, "cycles": 3 if method == "confu" else 4, "seconds": 1.0,
                          "lossless": not (method == "confu" and q == 0)})  # fmt: skip
     evals = pd.DataFrame(rows)
-    plain = pd.DataFrame({"target": "t", "question_id": range(4), "task": "qa", "n_tokens": 9, "seconds": 2.0})
-    claims = {c.id: c for c in paper.paper_claims(evals, paper.summary_table(evals, plain), cfg_for())}
-    assert not claims["paper_t_lossless"].held and claims["paper_t_lossless"].value == 0.75
-    assert claims["paper_t_confu_vs_control"].held  # ConFu's tau 8/3 > the control's 8/4 on every question
-    # the control in ConFu's place: the ratio is 1, its lower bound not above 1
-    same = evals.assign(cycles=4)
-    claims = {c.id: c for c in paper.paper_claims(same, paper.summary_table(same, plain), cfg_for())}
-    assert not claims["paper_t_confu_vs_control"].held and not claims["paper_t_eagle3_vs_vanilla"].held
+    plain = pd.DataFrame({"target": "llama31_8b", "question_id": range(4), "task": "qa", "n_tokens": 9, "seconds": 2.0})
+    cfg = cfg_for(methods=methods)
+    found = _paper_verdicts(evals, plain, cfg)
+    assert found["paper_llama31_8b_lossless"].verdict == REFUTED and found["paper_llama31_8b_lossless"].value == 0.75
+    central = found["paper_llama31_8b_confu_vs_control"]
+    assert central.verdict == HELD and central.gated and central.central  # ConFu's tau 8/3 > 8/4 on every question
+    assert central.control["method"] == "confu_nomoe" and central.control["verdict"] == REFUTED
+    # the ablation as good as ConFu: the gain is not the future vector, the claim is void
+    nomoe = evals.assign(cycles=np.where(evals.method.isin(["confu", "confu_nomoe"]), 3, 4))
+    assert _paper_verdicts(nomoe, plain, cfg)["paper_llama31_8b_confu_vs_control"].verdict == CONTROL_HOLDS
+    # ConFu no better than its control: the ratio is 1 on every question
+    same = _paper_verdicts(evals.assign(cycles=4), plain, cfg)
+    assert same["paper_llama31_8b_confu_vs_control"].verdict == REFUTED
+    assert same["paper_llama31_8b_eagle3_vs_vanilla"].verdict == REFUTED
 
 
 def test_a_bf16_target_trains_and_decodes_under_autocast(hub, bench, tmp_path):

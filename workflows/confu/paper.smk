@@ -235,6 +235,7 @@ rule confu_report:
     output:
         report=confu_path("report.md"),
         metrics=confu_path("metrics.json"),
+        metrics_table=confu_path("metrics.parquet"),
         table_tau=report(confu_path("tables", "tau.csv"), category="confu", labels={"table": "tau, speed-up, lossless"}),
         figure_tau=report(confu_path("figures", "tau.png"), category="confu", labels={"figure": "tau per method"}),
     log:
@@ -250,6 +251,8 @@ rule confu_report:
         seeds=CONFU_SEEDS,
         decoding=CONFU["decoding"],
         claims=CONFU["claims"],
+        claims_not_measured=CONFU["claims_not_measured"],
+        scale=RUN.scale,
         code=code_param("lm", "workflows/confu/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

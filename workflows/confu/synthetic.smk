@@ -134,6 +134,7 @@ rule confu_report:
     output:
         report=confu_path("report.md"),
         metrics=confu_path("metrics.json"),
+        metrics_table=confu_path("metrics.parquet"),
         table_tau=report(confu_path("tables", "tau.csv"), category="confu", labels={"table": "acceptance length"}),
         table_depth=report(
             confu_path("tables", "per_depth.csv"), category="confu", labels={"table": "per-depth acceptance"}
@@ -155,6 +156,8 @@ rule confu_report:
         decoding=CONFU["decoding"],
         draft=CONFU["draft"],
         claims=CONFU["claims"],
+        claims_not_measured=CONFU["claims_not_measured"],
+        scale=RUN.scale,
         code=code_param("lm", "workflows/confu/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -1,4 +1,5 @@
-"""ConFu's claims, tables and figures from the evaluation frames (spec sections 5, 7, 8, 10 and 11)."""
+"""ConFu's metrics table (judged by the claims of config/confu.yaml), tables and figures from the evaluation frames
+(spec sections 5, 7, 8, 10 and 11)."""
 
 from __future__ import annotations
 
@@ -8,36 +9,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from paperflow.core.report import (
-    Claim,
-    Figure,
-    Report,
-    Table,
-    compare_claim,
-    fmt,
-    markdown_table,
-    mean_std_text,
-    statistic_claim,
-)
-
-PAPER_RATIO = "tau ConFu / EAGLE-3 = 1.08-1.13 at T = 0, 30 nodes (Llama-3.2-3B and 3.1-8B; spec section 5)"
+from paperflow.confu.settings import GATED
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, fmt, markdown_table, mean_std_text
 
 
 def tau(frame: pd.DataFrame) -> float:
     """Mean acceptance length: tokens generated after the prefill over target verification forwards (section 8)."""
     cycles = frame.cycles.sum()
     return float(frame.new_after_prefill.sum() / cycles) if cycles else float("nan")
-
-
-def select(frame: pd.DataFrame, variant: str, temperature: float, seed: int | None = None) -> pd.DataFrame:
-    sel = (frame.variant == variant) & np.isclose(frame.temperature, temperature)
-    if seed is not None:
-        sel &= frame.seed == seed
-    return frame[sel]
-
-
-def per_seed_tau(frame, variant, temperature, seeds) -> list[float]:
-    return [tau(select(frame, variant, temperature, s)) for s in seeds]
 
 
 def depth_acceptance(accepted: Sequence[Sequence[int]], depth: int) -> list[float]:
@@ -50,112 +30,40 @@ def depth_acceptance(accepted: Sequence[Sequence[int]], depth: int) -> list[floa
     return out
 
 
-def ratio_ci(a: pd.DataFrame, b: pd.DataFrame, n_boot: int, level: float, seed: int = 0) -> tuple[float, float, float]:
-    """tau(a) / tau(b) and its paired bootstrap interval over (seed, prompt) units (the same prompts decoded by
-    both), resampling units with replacement."""
-    key = ["seed", "row"]
-    m = a.set_index(key)[["new_after_prefill", "cycles"]].join(
-        b.set_index(key)[["new_after_prefill", "cycles"]], lsuffix="_a", rsuffix="_b", how="inner"
-    )
-    arr = m.to_numpy(dtype=float)
-    point = (arr[:, 0].sum() / arr[:, 1].sum()) / (arr[:, 2].sum() / arr[:, 3].sum())
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
-    s = arr[idx].sum(1)
-    ratios = (s[:, 0] / s[:, 1]) / (s[:, 2] / s[:, 3])
-    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
-    return float(point), float(lo), float(hi)
+def temp_key(temperature: float) -> str:
+    """The metrics-table prefix of a temperature, e.g. "T0", "T1", "T0.7"."""
+    return f"T{float(temperature):g}"
 
 
-def claims(frame: pd.DataFrame, params: Mapping[str, Any]) -> list[Claim]:
-    seeds = list(params["seeds"])
-    cl = params["claims"]
+def metrics_table(frame: pd.DataFrame, params: Mapping[str, Any], scale: str) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on; the method is the evaluation variant (the four
+    methods and their controls). Per seed and temperature T: "T<T>/tau" (tokens after the prefill over target
+    forwards, over the seed's prompts), "T<T>/acc_depth_last" (acceptance at the tree's last depth given its parent)
+    and, at T = 0, "T0/lossless" (share of prompts decoded exactly as the target's greedy); per (seed, prompt):
+    "T<T>/tau_prompt" (that prompt's tau; left out where the answer ends at the prefill, with no cycle). Method "every_method": per seed the worst lossless share of the four
+    methods (claim (a))."""
     depth = int(params["decoding"]["depth"])
-    margin, n_boot, level = float(cl["margin"]), int(cl["bootstrap"]), float(cl["level"])
-    pct = f"{100 * level:.0f}%"
-    gated = ("vanilla", "eagle3", "eagle3_extra", "confu")
-    out = []
-    # (a) lossless at T = 0, every method; the leaking verifier as its control
-    worst = [min(float(select(frame, v, 0.0, s).lossless.mean()) for v in gated) for s in seeds]
-    out.append(compare_claim(
-        id="a_lossless_greedy",
-        statement="(a) T = 0: every method's output equals the target's greedy decoding on every test prompt "
-        "(share of prompts, worst method per seed)",
-        values=worst, seeds=seeds, comparison=">=", threshold=1.0, aggregate="min",
-        paper_value="lossless by construction (section 2)",
-    ))  # fmt: skip
-    leak = [float(select(frame, "confu_leak", 0.0, s).lossless.mean()) for s in seeds]
-    out.append(compare_claim(
-        id="a_control_leaking_mask",
-        statement="(a) control: with a mask that lets regular tokens see the soft prompts and contemplate tokens, "
-        "ConFu's output is NOT the target's greedy decoding on every prompt (share lossless, best seed, < 1)",
-        values=leak, seeds=seeds, comparison="<", threshold=1.0, aggregate="max",
-    ))  # fmt: skip
-    # (b) EAGLE-3 beats the vanilla draft; with the features shuffled across prompts it must not
-    van = per_seed_tau(frame, "vanilla", 0.0, seeds)
-    e3 = per_seed_tau(frame, "eagle3", 0.0, seeds)
-    shuf = per_seed_tau(frame, "eagle3_features_shuffled", 0.0, seeds)
-    out.append(compare_claim(
-        id="b_eagle3_vs_vanilla",
-        statement=f"(b) T = 0: tau(EAGLE-3) / tau(vanilla one-layer draft) >= {margin} (mean over seeds)",
-        values=list(np.divide(e3, van)), seeds=seeds, comparison=">=", threshold=margin,
-        paper_value="EAGLE-3 > feature-free drafts (section 3, context)",
-    ))  # fmt: skip
-    out.append(compare_claim(
-        id="b_control_shuffled_features",
-        statement=f"(b) control: EAGLE-3 reading another prompt's target features: tau / tau(vanilla) < {margin}",
-        values=list(np.divide(shuf, van)), seeds=seeds, comparison="<", threshold=margin,
-    ))  # fmt: skip
-    # (c) ConFu vs EAGLE-3 trained for the same extra steps; f shuffled across prompts as the control
-    base = select(frame, "eagle3_extra", 0.0)
-    point, lo, hi = ratio_ci(select(frame, "confu", 0.0), base, n_boot, level)
-    per = list(np.divide(per_seed_tau(frame, "confu", 0.0, seeds), per_seed_tau(frame, "eagle3_extra", 0.0, seeds)))
-    out.append(statistic_claim(
-        id="c_confu_vs_eagle3_extra",
-        statement=f"(c) T = 0: tau(ConFu) / tau(EAGLE-3 + the same extra steps) = {point:.4f}, {pct} CI "
-        f"[{lo:.4f}, {hi:.4f}]: the interval lies above 1",
-        value=lo, label=f"{pct} CI low, paired bootstrap", values=per, seeds=seeds, comparison=">", threshold=1.0,
-        paper_value=PAPER_RATIO,
-    ))  # fmt: skip
-    p2, lo2, hi2 = ratio_ci(select(frame, "confu_f_shuffled", 0.0), base, n_boot, level)
-    per2 = list(
-        np.divide(per_seed_tau(frame, "confu_f_shuffled", 0.0, seeds), per_seed_tau(frame, "eagle3_extra", 0.0, seeds))
-    )
-    out.append(statistic_claim(
-        id="c_control_shuffled_f",
-        statement=f"(c) control (section 11): ConFu with f shuffled across prompts: ratio {p2:.4f}, {pct} CI "
-        f"[{lo2:.4f}, {hi2:.4f}] includes 1 (statistic: how far 1 lies outside, max(lo - 1, 1 - hi) <= 0)",
-        value=max(lo2 - 1.0, 1.0 - hi2), label="distance of 1 outside the CI", values=per2, seeds=seeds,
-        comparison="<=", threshold=0.0,
-    ))  # fmt: skip
-    # report-only: the depth profile, the other temperatures, and the calibration of section 11
-    deep = lambda v, s: depth_acceptance(select(frame, v, 0.0, s).accepted.tolist(), depth)[-1]  # noqa: E731
-    out.append(compare_claim(
-        id="c_depth_profile",
-        statement=f"(c) T = 0: ConFu's acceptance at depth {depth} (given its parent) > EAGLE-3 + extra steps'",
-        values=[deep("confu", s) for s in seeds], threshold_values=[deep("eagle3_extra", s) for s in seeds],
-        seeds=seeds, comparison=">", gated=False,
-    ))  # fmt: skip
-    for temp in params["decoding"]["temperatures"]:
+    rows: list[dict[str, Any]] = []
+    for (variant, temp, seed), g in frame.groupby(["variant", "temperature", "seed"]):
+        key = temp_key(temp)
+        base = {"seed": int(seed), "method": variant}
+        deepest = depth_acceptance(g.accepted.tolist(), depth)[-1]
+        rows += [
+            base | {"metric": f"{key}/tau", "value": tau(g)},
+            base | {"metric": f"{key}/acc_depth_last", "value": deepest},
+        ]
         if float(temp) == 0.0:
-            continue
-        vals = list(np.divide(per_seed_tau(frame, "confu", float(temp), seeds),
-                              per_seed_tau(frame, "eagle3_extra", float(temp), seeds)))  # fmt: skip
-        out.append(compare_claim(
-            id=f"c_ratio_T{temp}",
-            statement=f"T = {temp}: tau(ConFu) / tau(EAGLE-3 + extra steps) >= 1 (mean over seeds)",
-            values=vals, seeds=seeds, comparison=">=", threshold=1.0, gated=False,
-            paper_value="gains consistent over T in {0, 0.7, 1} (abstract)",
-        ))  # fmt: skip
-    lo_c, hi_c = (float(x) for x in cl["calibration"])
-    cal = [deep("eagle3", s) for s in seeds]
-    out.append(compare_claim(
-        id="calibration_eagle3_depth",
-        statement=f"section 11 calibration: EAGLE-3's acceptance at depth {depth} lies in [{lo_c}, {hi_c}] (mean; "
-        f"checked against the upper end here, the lower end in the table)",
-        values=cal, seeds=seeds, comparison="<=", threshold=hi_c, gated=False,
-    ))  # fmt: skip
-    return out
+            rows.append(base | {"metric": f"{key}/lossless", "value": float(g.lossless.mean())})
+        rows += [
+            base | {"unit": str(row), "metric": f"{key}/tau_prompt", "value": float(n / c)}
+            for row, n, c in zip(g.row, g.new_after_prefill, g.cycles)
+            if c > 0  # an answer that ends at the prefill has no verification cycle and no tau
+        ]
+    greedy = frame[np.isclose(frame.temperature, 0.0) & frame.variant.isin(GATED)]
+    for seed, g in greedy.groupby("seed"):
+        worst = g.groupby("variant").lossless.mean().reindex(list(GATED)).min(skipna=False)
+        rows.append({"seed": int(seed), "method": "every_method", "metric": "T0/lossless", "value": float(worst)})
+    return long_table(rows, scale)
 
 
 def tau_table(frame: pd.DataFrame, depth: int) -> pd.DataFrame:
@@ -214,7 +122,6 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFram
     depth = int(params["decoding"]["depth"])
     temps = [float(t) for t in params["decoding"]["temperatures"]]
     table = tau_table(frame, depth)
-    cl = claims(frame, params)
     variants = list(dict.fromkeys(frame.variant))
     agg = []
     for (variant, temp), g in table.groupby(["variant", "temperature"]):
@@ -263,7 +170,7 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFram
             "head trained further (the paper's control) and ConFu (from the same EAGLE-3 head, for the same extra "
             "steps), and verified in one target pass. tau = tokens generated after the prefill / target forwards."
         ),
-        claims=cl,
+        table=metrics_table(frame, params, params["scale"]),
         sections=sections,
         figures=[
             Figure(

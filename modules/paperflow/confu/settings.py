@@ -111,3 +111,26 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], tuple[float, ...] | None]]] 
 
 def controls_of(method: str) -> dict[str, tuple[dict[str, Any], tuple[float, ...] | None]]:
     return VARIANTS.get(method, {method: ({}, None)})
+
+
+def _temp_key(temperature: float) -> str:
+    return f"T{float(temperature):g}"  # as paperflow.confu.claims.temp_key
+
+
+def claim_metrics(cfg: Mapping[str, Any]) -> list[str]:
+    """The metrics-table names this config produces (paperflow.confu.claims.metrics_table at the synthetic scales,
+    paperflow.confu.paper.metrics_table at paper scale, per target)."""
+    if cfg["source"]["kind"] == "specbench":
+        return [f"{t}/T0/{m}" for t in cfg["targets"] for m in ("tau_prompt", "lossless", "speedup")]
+    names = ["T0/lossless"]
+    for temp in cfg["decoding"]["temperatures"]:
+        names += [f"{_temp_key(temp)}/{m}" for m in ("tau", "tau_prompt", "acc_depth_last")]
+    return names
+
+
+def claim_methods(cfg: Mapping[str, Any]) -> list[str]:
+    """The evaluation variants (the methods and, at the synthetic scales, their controls) and "every_method" (the
+    worst lossless share of the methods)."""
+    if cfg["source"]["kind"] == "specbench":
+        return [*cfg["methods"], "every_method"]
+    return [v for m in cfg["methods"] for v in controls_of(m)] + ["every_method"]
