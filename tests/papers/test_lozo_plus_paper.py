@@ -444,37 +444,48 @@ def test_half_precision_weights_take_directions_formed_in_fp32():
     assert zo.noise_dtype(torch.zeros(1)) == torch.float32 and zo.noise_dtype(torch.zeros(1).double()) == torch.float64
 
 
-def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
-    from paperflow.lozo_plus.paper_report import build_claims
+def _paper_verdicts(evals, summaries, params) -> dict[str, str]:
+    from paperflow.core.claims import judge_all, parse_claims
+    from paperflow.lozo_plus.paper_report import metrics_table
 
-    tasks = ["rte", "sst2"]
+    specs = parse_claims(load_paper_config("lozo_plus", "paper")["claims"], "x")
+    return {v.id: v.verdict for v in judge_all(specs, metrics_table(evals, summaries, params), "paper")}
+
+
+def test_paper_claims_hold_on_an_effect_and_fail_on_their_negative_control():
+    tasks, seeds = ["rte", "sst2"], (0, 1, 2)
     acc = {"mezo": 0.6, "lozo": 0.65, "lozoplus": 0.7}
     evals = pd.DataFrame(
         [
-            {"task": t, "method": m, "seed": s, "test_accuracy": a + 0.01 * s}
-            for t in tasks
+            {"task": t, "method": m, "seed": s, "test_accuracy": a + 0.01 * s + (0.005 * s * k if m != "mezo" else 0)}
+            for k, t in enumerate(tasks)
             for m, a in acc.items()
-            for s in (0, 1)
+            for s in seeds
         ]
     )
     summaries = pd.DataFrame(
-        [{"task": t, "method": m, "seed": s, "peak_memory_bytes": 100.0} for t in tasks for m in acc for s in (0, 1)]
+        [{"task": t, "method": m, "seed": s, "peak_memory_bytes": 100.0} for t in tasks for m in acc for s in seeds]
     )
-    params = {"methods": list(acc), "tasks": tasks, "claims": {"memory_ratio": 1.1}}
-    assert [c.held for c in build_claims(evals, summaries, params)] == [True, True, True]
+    params = {"methods": list(acc), "tasks": tasks, "scale": "paper"}
+    assert _paper_verdicts(evals, summaries, params) == {
+        "paper_accuracy_lozoplus_minus_lozo": "held",
+        "paper_accuracy_lozo_minus_mezo": "held",
+        "paper_peak_memory_lozoplus_over_mezo": "held",
+    }
     # negative control: LOZO's accuracies in LOZO+'s place minus a point, and a memory-hungry LOZO+
     control = evals.copy()
     lozo = control["method"] == "lozo"
     control.loc[control["method"] == "lozoplus", "test_accuracy"] = control.loc[lozo, "test_accuracy"].to_numpy() - 0.01
     hungry = summaries.assign(peak_memory_bytes=np.where(summaries["method"] == "lozoplus", 200.0, 100.0))
-    held = {c.id: c.held for c in build_claims(control, hungry, params)}
-    assert held == {
-        "paper_accuracy_lozoplus_minus_lozo": False,
-        "paper_accuracy_lozo_minus_mezo": True,
-        "paper_peak_memory_lozoplus_over_mezo": False,
+    assert _paper_verdicts(control, hungry, params) == {
+        "paper_accuracy_lozoplus_minus_lozo": "refuted",
+        "paper_accuracy_lozo_minus_mezo": "held",
+        "paper_peak_memory_lozoplus_over_mezo": "refuted",
     }
-    off_cuda = summaries.assign(peak_memory_bytes=None)
-    assert not {c.id: c.held for c in build_claims(evals, off_cuda, params)}["paper_peak_memory_lozoplus_over_mezo"]
+    off_cuda = summaries.assign(peak_memory_bytes=None)  # no CUDA, no peak memory: no data, never held
+    assert _paper_verdicts(evals, off_cuda, params)["paper_peak_memory_lozoplus_over_mezo"] == "no data"
+    one_task_missing = evals[~((evals["method"] == "lozoplus") & (evals["task"] == "rte") & (evals["seed"] == 1))]
+    assert _paper_verdicts(one_task_missing, summaries, params)["paper_accuracy_lozoplus_minus_lozo"] == "no data"
 
 
 @pytest.mark.parametrize(
@@ -563,15 +574,16 @@ def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
     summaries = pd.DataFrame(
         [{"task": t, "method": m, "seed": s, "peak_memory_bytes": 2**30, "forwards": 40} for t, m, s in rows]
     )
-    params = {k: cfg[k] for k in ("methods", "seeds", "pretrained", "run", "lr", "ft", "claims")} | {"tasks": tasks}
-    report = build_report(evals=evals, curves=curves, summaries=summaries, params=params)
+    params = {k: cfg[k] for k in ("methods", "seeds", "pretrained", "run", "lr", "ft")} | {"tasks": tasks}
+    report = build_report(evals=evals, curves=curves, summaries=summaries, params=params | {"scale": "paper"})
     outputs = {
         "report": str(tmp_path / "report.md"),
         "metrics": str(tmp_path / "metrics.json"),
         "table_tasks": str(tmp_path / "tasks.csv"),
         "figure_loss": str(tmp_path / "loss.png"),
+        "metrics_table": str(tmp_path / "metrics.parquet"),
     }
-    doc = publish(report, outputs, paper="lozo_plus", scale="paper")
+    doc = publish(report, outputs, paper="lozo_plus", scale="paper", claims=cfg["claims"])
     assert [c["id"] for c in doc["claims"]] == [
         "paper_accuracy_lozoplus_minus_lozo",
         "paper_accuracy_lozo_minus_mezo",

@@ -226,6 +226,7 @@ rule lozo_plus_report:
     output:
         report=lozo_plus_path("report.md"),
         metrics=lozo_plus_path("metrics.json"),
+        metrics_table=lozo_plus_path("metrics.parquet"),
         table_tasks=report(
             lozo_plus_path("tables", "tasks.csv"), category="lozo_plus", labels={"table": "accuracy per task"}
         ),
@@ -249,7 +250,9 @@ rule lozo_plus_report:
         run=LOZO_PLUS["run"],
         lr=LOZO_PLUS["lr"],
         ft=LOZO_PLUS["ft"],
+        scale=RUN.scale,
         claims=LOZO_PLUS["claims"],
+        claims_not_measured=LOZO_PLUS["claims_not_measured"],
         code=code_param("base", "workflows/lozo_plus/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

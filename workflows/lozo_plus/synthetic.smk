@@ -132,6 +132,7 @@ rule lozo_plus_report:
     output:
         report=lozo_plus_path("report.md"),
         metrics=lozo_plus_path("metrics.json"),
+        metrics_table=lozo_plus_path("metrics.parquet"),
         table_methods=report(
             lozo_plus_path("tables", "methods.csv"), category="lozo_plus", labels={"table": "per method and seed"}
         ),
@@ -162,7 +163,9 @@ rule lozo_plus_report:
         zo=LOZO_PLUS["zo"],
         lr=LOZO_PLUS["lr"],
         pretrain=LOZO_PLUS["pretrain"],
+        scale=RUN.scale,
         claims=LOZO_PLUS["claims"],
+        claims_not_measured=LOZO_PLUS["claims_not_measured"],
         code=code_param("base", "workflows/lozo_plus/scripts/report.py"),
     script:
         "scripts/report.py"
