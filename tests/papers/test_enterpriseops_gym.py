@@ -14,6 +14,7 @@ import random
 import pandas as pd
 import pytest
 
+from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.enterpriseops_gym import agents as A
 from paperflow.enterpriseops_gym import claims, endpoint, harness, metrics, mutation, stages, tasks, verifiers
@@ -42,7 +43,7 @@ def run_all(template, by_mode, agent, run=0):
 def episodes(world):
     _, template, by_mode = world
     rows = []
-    for bot in (A.Noop(), A.Heuristic(), A.Golden(), A.GoldenGuided()):
+    for bot in (A.Noop(), A.Heuristic(), A.Golden(), A.GoldenGuided(), A.golden_literal()):
         rows += run_all(template, by_mode, bot)
     for i, seed in enumerate((0, 1)):
         rows += run_all(template, by_mode, A.RandomAgent(seed), run=i)
@@ -322,21 +323,38 @@ def test_mcp_server_with_the_official_client_and_the_database_api(world):
 
 
 def claim_map(ep, mutants=None, seeds=(0, 1)):
-    mutants = mutants if mutants is not None else pd.DataFrame({"task_id": ["a"], "caught": [True]})
-    return {c.id: c for c in claims.build_claims(ep, mutants, 0, list(seeds))}
+    """The config's claims judged on the metrics table of these episodes and mutants (world seed 0)."""
+    if mutants is None:
+        mutants = pd.DataFrame({"task_id": ["a"], "caught": [True], "caught_row_count_only": [False]})
+    table = claims.metrics_table(ep, mutants, 0, list(seeds), MODES, "smoke")
+    specs = parse_claims(load_paper_config("enterpriseops_gym", "smoke")["claims"], "config/enterpriseops_gym.yaml")
+    return {v.id: v for v in judge_all(specs, table, "smoke")}
 
 
-def test_the_gated_claims_hold_on_the_real_runs(episodes, world):
+def test_the_gated_claims_on_the_real_runs_and_the_controls_that_void_three(episodes, world):
     _, template, by_mode = world
     mutants = mutation.mutation_test(by_mode["oracle"], template, 0)
     got = claim_map(episodes, mutants)
-    gated = [c for c in got.values() if c.gated]
-    failing = [c.id for c in gated if not c.held and c.id != "mutation_test_catches_plan_errors"]
-    assert not failing and len(gated) == 10
+    gated = {k: v.verdict for k, v in got.items() if v.gated}
+    assert len(gated) == 10 and got["mutation_test_catches_plan_errors"].central
+    held = [
+        "S1_golden_solves_every_feasible_task",
+        "S2_noop_fails_feasible",
+        "S2_noop_refuses_infeasible",
+        "S3_random_at_most_10pct",
+        "S3_heuristic_between_random_and_golden",
+        "S6_mock_llm_http_equals_golden",
+    ]
+    assert {k: gated[k] for k in held} == dict.fromkeys(held, HELD)
+    for k in held:  # each control is judged beside its claim and fails it
+        assert got[k].control["verdict"] == REFUTED, k
+    # no agent here leaves a side effect, and pass rate >= success holds for any agent by construction
+    assert gated["S2_noop_no_side_effects"] == gated["S5_pass_rate_at_least_success"] == CONTROL_HOLDS
+    assert got["mutation_test_catches_plan_errors"].control["verdict"] == REFUTED  # row counts alone miss values
 
 
 def _swap(ep, agent, replacement):
-    other = ep[ep["agent"] == replacement].assign(agent=agent)
+    other = ep[(ep["agent"] == replacement) & (ep["run"] == 0)].assign(agent=agent)  # one run: one seed
     return pd.concat([ep[ep["agent"] != agent], other], ignore_index=True)
 
 
@@ -377,6 +395,7 @@ def test_negative_controls_fail_their_claims(episodes, world):
     swapped = episodes.copy()
     swapped.loc[h, "mode"] = swapped.loc[h, "mode"].map({"oracle": "plus_10", "plus_10": "oracle", "plus_5": "plus_5"})
     assert claim_map(episodes)["S4_distractors_cost_heuristic"].value < 0
+    assert claim_map(swapped)["S4_distractors_cost_heuristic"].value > 0
     assert not claim_map(swapped)["S4_distractors_cost_heuristic"].held
     # S5: success scored as "any verifier passes"
     broken = episodes.assign(overall_success=episodes["verifiers_passed"] > 0)
@@ -394,6 +413,16 @@ def test_negative_controls_fail_their_claims(episodes, world):
     assert not claim_map(pd.concat([episodes[episodes["agent"] != "mock_llm"], stubborn]))[
         "S6_mock_llm_http_equals_golden"
     ].held
+
+
+def test_a_missing_value_gives_no_data_not_a_verdict(episodes):
+    broken = episodes.copy()
+    first = broken.index[(broken["agent"] == "golden") & broken["feasible"]][0]
+    broken["overall_success"] = broken["overall_success"].astype(object)
+    broken.loc[first, "overall_success"] = None
+    got = claim_map(broken)
+    assert got["S1_golden_solves_every_feasible_task"].verdict == NO_DATA
+    assert not got["S1_golden_solves_every_feasible_task"].held
 
 
 def dataclass_agent(fn):
@@ -416,8 +445,10 @@ def test_mutation_test_catches_most_mutants_and_fails_with_count_only_verifiers(
         dict(t, verifiers=[v for v in t["verifiers"] if "row count" in v.get("name", "")]) for t in by_mode["oracle"]
     ]
     weak_mutants = mutation.mutation_test(weak, template, 0)
-    assert claims.mutation_share(weak_mutants) < claims.MUTATION_THRESHOLD
-    assert claims.mutation_share(real) > claims.mutation_share(weak_mutants)
+    share = lambda m, column="caught": m.groupby("task_id")[column].all().mean()  # noqa: E731
+    assert share(weak_mutants) < 0.95 and share(real) > share(weak_mutants)
+    # the control's column: the row-count verifiers alone, on the same mutants, catch fewer than every verifier
+    assert share(real, "caught_row_count_only") == share(weak_mutants) < share(real)
     rng = random.Random(0)
     assert mutation.perturb("new", {"enum": ["new", "closed"]}, {}, rng) == "closed"
     assert mutation.perturb(2, {"type": "integer", "minimum": 1, "maximum": 2}, {}, rng) == 1
@@ -434,7 +465,8 @@ def _config(tmp_path):
 
     root = tmp_path / "repo"
     (root / "config" / "schemas").mkdir(parents=True)
-    shutil.copy(repo_root() / "config/schemas/enterpriseops_gym.schema.yaml", root / "config/schemas/")
+    for schema in ("enterpriseops_gym.schema.yaml", "claims.schema.yaml"):
+        shutil.copy(repo_root() / "config/schemas" / schema, root / "config/schemas/")
     shutil.copy(repo_root() / "config/enterpriseops_gym.yaml", root / "config/")
     return root
 
@@ -451,6 +483,11 @@ def test_config_errors_name_the_key_and_the_allowed_values(tmp_path):
         load_paper_config("enterpriseops_gym", "smoke", root)
     path.write_text(text.replace("smoke: {}", "smoke: {agents: [noop, golden]}"))
     with pytest.raises(ConfigError, match=r"agents lacks \['random', 'heuristic', 'mock_llm'\]"):
+        load_paper_config("enterpriseops_gym", "smoke", root)
+    path.write_text(text.replace("smoke: {}", "smoke: {agents: [noop, random, heuristic, golden, mock_llm]}"))
+    with pytest.raises(
+        ConfigError, match=r"\(S1_golden_solves_every_feasible_task\)\.control\.method = 'golden_literal'"
+    ):
         load_paper_config("enterpriseops_gym", "smoke", root)
     path.write_text(text.replace("smoke: {}", "smoke: {tasks: {n_infeasible: 2}}"))
     with pytest.raises(ConfigError, match=r"tasks.n_infeasible \(2\) must be >= 3"):

@@ -120,6 +120,7 @@ rule enterpriseops_gym_report:
     output:
         report=enterpriseops_gym_path("report.md"),
         metrics=enterpriseops_gym_path("metrics.json"),
+        metrics_table=enterpriseops_gym_path("metrics.parquet"),
         table_agents=report(
             enterpriseops_gym_path("tables", "agents.csv"), category="enterpriseops_gym", labels={"table": "agents"}
         ),
@@ -154,6 +155,9 @@ rule enterpriseops_gym_report:
         modes=ENTERPRISEOPS_GYM["modes"],
         agents=ENTERPRISEOPS_GYM["agents"],
         random=ENTERPRISEOPS_GYM["random"],
+        scale=RUN.scale,
+        claims=ENTERPRISEOPS_GYM["claims"],
+        claims_not_measured=ENTERPRISEOPS_GYM["claims_not_measured"],
         code=code_param("base", "workflows/enterpriseops_gym/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -10,6 +10,8 @@
 - golden_guided: replays the trajectory recorded under another salt (other minted ids), rewriting every id that
   the recording minted into the one minted at the same place in this run (what the official orchestrator asks an
   LLM to do); with `rewrite=False` it replays the recorded ids literally (the negative control).
+- golden_literal: golden_guided with `rewrite=False`, run as an agent of its own: the control of the claims that
+  golden replay and the scripted model solve every task (a near-miss plan the verifiers must reject).
 """
 
 from __future__ import annotations
@@ -267,4 +269,14 @@ class GoldenGuided:
         return (_rewrite(answer, mapping) if self.rewrite else answer), flow
 
 
-OFFLINE = {"noop": Noop, "heuristic": Heuristic, "golden": Golden, "golden_guided": GoldenGuided}
+def golden_literal() -> GoldenGuided:
+    return GoldenGuided(rewrite=False, name="golden_literal")
+
+
+OFFLINE = {
+    "noop": Noop,
+    "heuristic": Heuristic,
+    "golden": Golden,
+    "golden_guided": GoldenGuided,
+    "golden_literal": golden_literal,
+}

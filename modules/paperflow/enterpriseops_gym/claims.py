@@ -1,8 +1,10 @@
-"""Claims, tables, figures and the report (spec sections 7, 8 and 11).
+"""The metrics table (judged by the claims of config/enterpriseops_gym.yaml), tables, figures and the report (spec
+sections 7, 8 and 11).
 
 The gated claims S1-S6 and the mutation test are proofs that the benchmark is sound (its verifiers are satisfiable,
 non-trivial, sensitive, and the HTTP/MCP path is faithful), not the paper's finding about language models, which
-needs real models at paper scale. Every claim is computed here from the episode table and the validation outputs.
+needs real models at paper scale. Every metric they read is computed here from the episode table and the validation
+outputs; errored episodes are left out of every rate.
 """
 
 from __future__ import annotations
@@ -14,159 +16,107 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 from paperflow.enterpriseops_gym.metrics import macro_by_domain, pass_hat_k_table, summary
 from paperflow.enterpriseops_gym.sandbox import TABLES
 from paperflow.enterpriseops_gym.tools import DISTRACTORS, TOOLS
 
-SOUNDNESS = "benchmark soundness, not the paper's LLM finding"
-RANDOM_CEILING = 0.10
-MUTATION_THRESHOLD = 0.95
+EVERY_AGENT = "every_agent"  # the minimum over agents of a per-agent value (S5)
+VERIFIERS, ROW_COUNT_VERIFIERS = "verifiers", "row_count_verifiers"  # the mutation test's two checkers
+ALL_MODES = "all_modes"
 
 
-def _rate(episodes: pd.DataFrame, column: str, **where: Any) -> float:
-    g = episodes[episodes["errored"].isna()]
-    for key, value in where.items():
-        g = g[g[key] == value]
-    return float(g[column].astype(float).mean()) if len(g) else float("nan")
+def _seeded(episodes: pd.DataFrame, world_seed: int, random_seeds: Sequence[int]) -> pd.DataFrame:
+    """The non-errored episodes with the seed of their rows: the random agent's run index -> its seed, every other
+    agent the world seed."""
+    ok = episodes[episodes["errored"].isna()].copy()
+    by_run = dict(enumerate(random_seeds))
+    ok["seed"] = [by_run[r] if a == "random" else world_seed for a, r in zip(ok["agent"], ok["run"])]
+    return ok
 
 
-def build_claims(
-    episodes: pd.DataFrame, mutants: pd.DataFrame, world_seed: int, random_seeds: Sequence[int]
-) -> list[Claim]:
-    seed = [world_seed]
-    modes = sorted(episodes["mode"].unique())
-    golden = [_rate(episodes, "overall_success", agent="golden", mode=m, feasible=True) for m in modes]
-    rnd = [
-        _rate(episodes[episodes["run"] == i], "overall_success", agent="random", mode="oracle", feasible=True)
-        for i, _ in enumerate(random_seeds)
+def _item_rows(frame: pd.DataFrame, metric: str, column: str, unit: pd.Series) -> list[dict[str, Any]]:
+    return [
+        {"seed": s, "unit": u, "method": a, "metric": metric, "value": float(v)}
+        for s, u, a, v in zip(frame["seed"], unit, frame["agent"], frame[column].astype(float))
     ]
-    heur = _rate(episodes, "overall_success", agent="heuristic", mode="oracle", feasible=True)
-    gold_oracle = _rate(episodes, "overall_success", agent="golden", mode="oracle", feasible=True)
-    heur10 = _rate(episodes, "overall_success", agent="heuristic", mode="plus_10", feasible=True)
-    gaps = []
-    for _, g in episodes[episodes["errored"].isna()].groupby("agent"):
-        gaps.append(float(g["verifier_pass_rate"].mean() - g["overall_success"].astype(float).mean()))
-    claims = [
-        compare_claim(
-            id="S1_golden_solves_every_feasible_task",
-            statement=f"S1 ({SOUNDNESS}): golden replay succeeds on every feasible task in every mode "
-            f"(worst mode of {', '.join(modes)})",
-            values=[min(golden)],
-            threshold=1.0,
-            comparison=">=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S2_noop_fails_feasible",
-            statement=f"S2 ({SOUNDNESS}): the no-op agent succeeds on no feasible task (oracle mode)",
-            values=[_rate(episodes, "overall_success", agent="noop", mode="oracle", feasible=True)],
-            threshold=0.0,
-            comparison="<=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S2_noop_refuses_infeasible",
-            statement=f"S2 ({SOUNDNESS}): the no-op agent refuses every infeasible task correctly (oracle mode)",
-            values=[_rate(episodes, "refused_correctly", agent="noop", mode="oracle", feasible=False)],
-            threshold=1.0,
-            comparison=">=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S2_noop_no_side_effects",
-            statement=f"S2 ({SOUNDNESS}): the no-op agent leaves no side effect on infeasible tasks (protected-table "
-            "hash changed; oracle mode)",
-            values=[_rate(episodes, "side_effect", agent="noop", mode="oracle", feasible=False)],
-            threshold=0.0,
-            comparison="<=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S3_random_at_most_10pct",
-            statement=f"S3 ({SOUNDNESS}): the random agent's feasible-task success is at most {RANDOM_CEILING:.0%} "
-            "(oracle mode; worst random seed)",
-            values=rnd,
-            threshold=RANDOM_CEILING,
-            comparison="<=",
-            seeds=list(random_seeds),
-            aggregate="max",
-        ),
-        compare_claim(
-            id="S3_heuristic_between_random_and_golden",
-            statement=f"S3 ({SOUNDNESS}): the keyword heuristic lies strictly between random and golden (oracle mode; "
-            "value = min(heuristic - mean random, golden - heuristic))",
-            values=[min(heur - float(np.mean(rnd)), gold_oracle - heur)],
-            threshold=0.0,
-            comparison=">",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S4_distractors_cost_heuristic",
-            statement=f"S4 ({SOUNDNESS}): ten distractor tools do not help the heuristic (success plus_10 - oracle)",
-            values=[heur10 - heur],
-            threshold=0.0,
-            comparison="<=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S5_pass_rate_at_least_success",
-            statement=f"S5 ({SOUNDNESS}): for every agent the verifier pass rate is at least the task success rate "
-            "(min over agents of the difference)",
-            values=[min(gaps)],
-            threshold=0.0,
-            comparison=">=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="S6_mock_llm_http_equals_golden",
-            statement=f"S6 ({SOUNDNESS}): the scripted model through the HTTP endpoint (and MCP tools) ends in golden "
-            "replay's final database on every task and mode (share of identical hashes)",
-            values=[hash_agreement(episodes, "mock_llm", "golden")],
-            threshold=1.0,
-            comparison=">=",
-            seeds=seed,
-        ),
-        compare_claim(
-            id="mutation_test_catches_plan_errors",
-            statement=f"Mutation test (section 11, {SOUNDNESS}): the golden plan minus one step or with one perturbed "
-            "argument fails a verifier, for every mutant, in this share of multi-step tasks",
-            values=[mutation_share(mutants)],
-            threshold=MUTATION_THRESHOLD,
-            comparison=">=",
-            seeds=seed,
-        ),
+
+
+def metrics_table(
+    episodes: pd.DataFrame,
+    mutants: pd.DataFrame,
+    world_seed: int,
+    random_seeds: Sequence[int],
+    modes: Sequence[str],
+    scale: str,
+) -> pd.DataFrame:
+    """The long metrics table the config's claims are judged on. Item rows (one per task, or per mode and task for
+    `all_modes/...`): `<mode>/success` on feasible tasks, `<mode>/refused_correctly` and `<mode>/side_effect` on
+    infeasible ones, `all_modes/success`, `all_modes/same_final_db_as_golden` (the final database hash equals golden
+    replay's), `distractor_gain/success` (plus_10 minus oracle success per feasible task) and
+    `mutation/every_mutant_caught` per multi-step task (method `verifiers`, or `row_count_verifiers` for the
+    row-count verifiers alone). Seed rows: `oracle/between_random_and_golden` = min(agent - mean random, golden -
+    agent) of oracle feasible success, and `all_modes/pass_minus_success` = verifier pass rate - success rate per
+    agent, with its minimum over agents as method `every_agent`."""
+    ok = _seeded(episodes, world_seed, random_seeds)
+    feasible, infeasible = ok[ok["feasible"]], ok[~ok["feasible"]]
+    rows: list[dict[str, Any]] = []
+    for mode in modes:
+        f, i = feasible[feasible["mode"] == mode], infeasible[infeasible["mode"] == mode]
+        rows += _item_rows(f, f"{mode}/success", "overall_success", f["task_id"])
+        rows += _item_rows(i, f"{mode}/refused_correctly", "refused_correctly", i["task_id"])
+        rows += _item_rows(i, f"{mode}/side_effect", "side_effect", i["task_id"])
+    rows += _item_rows(
+        feasible, f"{ALL_MODES}/success", "overall_success", feasible["mode"] + ":" + feasible["task_id"]
+    )
+    golden = ok[ok["agent"] == "golden"].set_index(["mode", "task_id"])["final_db_hash"]
+    same = ok.assign(same=[golden.get((m, t)) == h for m, t, h in zip(ok["mode"], ok["task_id"], ok["final_db_hash"])])
+    rows += _item_rows(same, f"{ALL_MODES}/same_final_db_as_golden", "same", same["mode"] + ":" + same["task_id"])
+    if {"oracle", "plus_10"} <= set(modes):
+        wide = feasible.pivot_table(
+            index=["seed", "agent", "task_id"], columns="mode", values="overall_success", aggfunc="first"
+        ).dropna(subset=["oracle", "plus_10"])
+        gain = (wide["plus_10"].astype(float) - wide["oracle"].astype(float)).reset_index(name="gain")
+        rows += _item_rows(gain, "distractor_gain/success", "gain", gain["task_id"])
+    oracle = feasible[feasible["mode"] == "oracle"]
+    rate = oracle.groupby(["agent", "seed"])["overall_success"].mean().astype(float)
+    if "random" in rate and "golden" in rate:
+        rnd, gold = float(rate["random"].mean()), float(rate["golden"].mean())
+        for agent in rate.index.get_level_values(0).unique():
+            if agent != "random":
+                x = float(rate[agent].mean())
+                rows.append(
+                    {
+                        "seed": world_seed,
+                        "method": agent,
+                        "metric": "oracle/between_random_and_golden",
+                        "value": min(x - rnd, gold - x),
+                    }
+                )
+    diff = ok.groupby(["agent", "seed"])[["verifier_pass_rate", "overall_success"]].mean().astype(float)
+    diff = (diff["verifier_pass_rate"] - diff["overall_success"]).reset_index(name="value")
+    rows += [
+        {"seed": s, "method": a, "metric": f"{ALL_MODES}/pass_minus_success", "value": v}
+        for a, s, v in zip(diff["agent"], diff["seed"], diff["value"])
     ]
-    claims += [
-        compare_claim(
-            id=f"refusal_{agent}",
-            statement=f"Reported: infeasible-refusal accuracy of {agent} (oracle mode)",
-            values=[_rate(episodes, "refused_correctly", agent=agent, mode="oracle", feasible=False)],
-            threshold=0.0,
-            comparison=">=",
-            seeds=seed,
-            gated=False,
-            paper_value="best model 53.9% (arXiv v1)" if agent == "heuristic" else None,
-        )
-        for agent in ("heuristic", "golden_guided")
-        if agent in set(episodes["agent"])
-    ]
-    return claims
-
-
-def hash_agreement(episodes: pd.DataFrame, agent: str, reference: str) -> float:
-    a = episodes[episodes["agent"] == agent].set_index(["mode", "task_id"])["final_db_hash"]
-    b = episodes[(episodes["agent"] == reference) & (episodes["run"] == 0)].set_index(["mode", "task_id"])[
-        "final_db_hash"
-    ]
-    joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner")
-    return float((joined["a"] == joined["b"]).mean()) if len(joined) and len(joined) == len(a) else float("nan")
-
-
-def mutation_share(mutants: pd.DataFrame) -> float:
-    if mutants.empty:
-        return float("nan")
-    return float(mutants.groupby("task_id")["caught"].all().mean())
+    pooled = ok.groupby("agent")["verifier_pass_rate"].mean() - ok.groupby("agent")["overall_success"].mean()
+    rows.append(
+        {
+            "seed": world_seed,
+            "method": EVERY_AGENT,
+            "metric": f"{ALL_MODES}/pass_minus_success",
+            "value": float(pooled.min()),
+        }
+    )
+    for method, column in ((VERIFIERS, "caught"), (ROW_COUNT_VERIFIERS, "caught_row_count_only")):
+        if column in mutants and not mutants.empty:
+            caught = mutants.groupby("task_id")[column].all().astype(float)
+            rows += [
+                {"seed": world_seed, "unit": t, "method": method, "metric": "mutation/every_mutant_caught", "value": v}
+                for t, v in caught.items()
+            ]
+    return long_table(rows, scale)
 
 
 def figure_success(table: pd.DataFrame, agents: Sequence[str], modes: Sequence[str]):
@@ -221,7 +171,7 @@ def build_report(
 ) -> Report:
     agents = [a for a in params["agents"] if a in set(episodes["agent"])]
     modes = list(params["modes"])
-    claims = build_claims(episodes, mutants, params["world"]["seed"], params["random"]["seeds"])
+    table = metrics_table(episodes, mutants, params["world"]["seed"], params["random"]["seeds"], modes, params["scale"])
     by_mode = summary(episodes, ["agent", "mode"])
     by_domain = summary(episodes[episodes["mode"] == "oracle"], ["agent", "domain"])
     passk = pass_hat_k_table(episodes)
@@ -307,10 +257,10 @@ def build_report(
     return Report(
         title="EnterpriseOps-Gym: a stateful enterprise sandbox and its harness (smoke reconstruction)",
         summary="A seeded 18-table SQLite world (ITSM, HR, CSM and shared identity/audit), policy-enforcing tools with "
-        "legacy distractor twins, template tasks with golden plans and state-derived verifiers, and six offline or "
+        "legacy distractor twins, template tasks with golden plans and state-derived verifiers, and seven offline or "
         "scripted agents in three tool-set modes. The gated claims are benchmark soundness checks (spec section 7, "
         "labelled as section 11 asks), not the paper's finding about language models.",
-        claims=claims,
+        table=table,
         sections=sections,
         figures=[
             Figure(

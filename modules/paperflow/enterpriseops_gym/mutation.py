@@ -1,5 +1,7 @@
 """The mutation test of spec section 11: the golden plan of a multi-step task with one step removed, or with one
 literal argument perturbed, must fail at least one verifier. A task is caught when every one of its mutants fails.
+Each mutant is also checked by the task's row-count verifiers alone (`caught_row_count_only`): a coarse state check
+that sees deleted steps but not perturbed values, the control of the mutation claim.
 
 Perturbations stay plausible: an enum value becomes another allowed value, an integer another value in its range,
 a string that names something in the seed database (an email, a number, a name) becomes another value of the same
@@ -75,7 +77,9 @@ def mutation_test(tasks: Sequence[Mapping[str, Any]], template: Template, seed: 
         for label, plan in mutants(eog["golden_plan"], index, rng):
             ep = template.episode(eog["actor"], salt=task["task_id"])
             calls, answer = replay(ep, plan, eog["final_answer"])
-            summary = verify(task["verifiers"], sqlite_query(ep.conn), answer, [c["tool"] for c in calls], columns_of)
+            tools = [c["tool"] for c in calls]
+            summary = verify(task["verifiers"], sqlite_query(ep.conn), answer, tools, columns_of)
+            coarse = verify(row_count_verifiers(task["verifiers"]), sqlite_query(ep.conn), answer, tools, columns_of)
             ep.close()
             rows.append(
                 {
@@ -85,6 +89,15 @@ def mutation_test(tasks: Sequence[Mapping[str, Any]], template: Template, seed: 
                     "kind": label.split()[0],
                     "caught": not summary["overall_success"],
                     "failed_verifiers": summary["total"] - summary["passed"],
+                    "caught_row_count_only": not coarse["overall_success"],
                 }
             )
-    return pd.DataFrame(rows, columns=["task_id", "domain", "mutant", "kind", "caught", "failed_verifiers"])
+    return pd.DataFrame(rows, columns=list(MUTATION_COLUMNS))
+
+
+MUTATION_COLUMNS = ("task_id", "domain", "mutant", "kind", "caught", "failed_verifiers", "caught_row_count_only")
+
+
+def row_count_verifiers(verifiers: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The verifiers that only count the rows of a changed table (tasks.py names them "<table>: row count")."""
+    return [v for v in verifiers if "row count" in v.get("name", "")]

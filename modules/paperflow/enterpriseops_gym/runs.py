@@ -15,7 +15,7 @@ from paperflow.enterpriseops_gym.harness import LocalSession, ReactAgent, run_ep
 from paperflow.enterpriseops_gym.sandbox import Template
 from paperflow.enterpriseops_gym.stages import load_tasks
 
-AGENTS = ("noop", "random", "heuristic", "golden", "golden_guided", "mock_llm")
+AGENTS = ("noop", "random", "heuristic", "golden", "golden_guided", "golden_literal", "mock_llm")
 
 
 def run_agent(

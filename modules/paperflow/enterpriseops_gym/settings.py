@@ -37,3 +37,26 @@ def check_official(cfg: dict[str, Any], source: str) -> None:
             f"{source}: resources.gpu_datasets ({heavy}) must list exactly the models served by vLLM ({served}): "
             "their train jobs get the GPUs, API models run on CPU"
         )
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names of paperflow.enterpriseops_gym.claims.metrics_table (synthetic source only; the
+    official source's report judges no claims)."""
+    if cfg["source"]["kind"] != "synthetic":
+        return []
+    per_mode = [f"{m}/{r}" for m in cfg["modes"] for r in ("success", "refused_correctly", "side_effect")]
+    return per_mode + [
+        "all_modes/success",
+        "all_modes/same_final_db_as_golden",
+        "all_modes/pass_minus_success",
+        "distractor_gain/success",
+        "oracle/between_random_and_golden",
+        "mutation/every_mutant_caught",
+    ]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The agents run, the minimum over them (`every_agent`), and the mutation test's two checkers."""
+    if cfg["source"]["kind"] != "synthetic":
+        return []
+    return [*cfg["agents"], "every_agent", "verifiers", "row_count_verifiers"]
