@@ -2,8 +2,8 @@
 sqrt(p^2 + q^2 + 2pq cos theta); a symmetric 3-way split ~0), the degenerate set = 1 in float32 and float64, Rbar
 equal to the spec's definition written independently in torch, SE's formula with cluster -1, AUROC against sklearn and
 detection accuracy at 0.48, why categorical answers make C1 trivial (section 11), the clusterer's dev threshold,
-the embedding-prefix sampler against full forwards, the claims and their negative controls (incl. the shuffled
-control), config errors by name; the tiny pipeline's outputs are checked on the workflow tests' run
+the embedding-prefix sampler against full forwards, the config's claims judged on constructed metrics (held, refuted,
+voided by their controls, no data; the shuffled check reported only), config errors by name; the tiny pipeline's outputs are checked on the workflow tests' run
 (tests/tiny_outputs.py)."""
 
 from __future__ import annotations
@@ -146,17 +146,20 @@ def test_categorical_answers_make_c1_trivial():
     wrong = rng.random(n_items) < np.where(np.arange(n_items) < 150, 0.2, 0.6)
     scorer = Scorer([f"a{k}" for k in range(3)], sym, judge_threshold=0.9999)
     assert np.array_equal(scorer.same, np.eye(3, dtype=bool))  # the clusterer sees 3 distinct answers
-    aucs = {"vmf": [], "se": []}
+    aucs = {"vmf_plain": [], "se_plain": [], "se_exact": []}
     for idx in subsets(0, 3, n_max, 30):
         sets = {"A": answers[:, idx]}
-        for name, method in (("vmf", "vmf_plain"), ("se", "se_plain")):
+        for method in aucs:
             s, _ = score(METHODS[method], sets, scorer)
-            aucs[name].append(metrics.auroc(wrong, s))
-    np.testing.assert_allclose(aucs["vmf"], aucs["se"], atol=1e-12)
-    assert np.std(aucs["vmf"]) == pytest.approx(np.std(aucs["se"]), abs=1e-12)
-    c1 = claims.c1_claims(_frame({"vmf_plain": aucs["vmf"], "se_plain": aucs["se"]}, n=3), [0], ns=[3])
-    assert {c.id: c.values[0] for c in c1} == pytest.approx({"c1_auroc_n3": 0.0, "c1_stability_n3": 0.0}, abs=1e-12)
-    assert not next(c for c in c1 if c.id == "c1_stability_n3").held  # equal spreads: "more stable" fails
+            aucs[method].append(metrics.auroc(wrong, s))
+    np.testing.assert_allclose(aucs["vmf_plain"], aucs["se_plain"], atol=1e-12)
+    assert np.std(aucs["vmf_plain"]) == pytest.approx(np.std(aucs["se_plain"]), abs=1e-12)
+    frame = pd.concat([_frame(aucs, n=3, seed=s) for s in (0, 1)])  # two seeds alike: a zero-width interval
+    c1 = _judge(frame, ids={"c1_auroc_n3", "c1_stability_n3"})
+    assert {k: v.value for k, v in c1.items()} == pytest.approx({"c1_auroc_n3": 0.0, "c1_stability_n3": 0.0}, abs=1e-12)
+    assert c1["c1_stability_n3"].verdict == "refuted"  # equal spreads: "more stable" fails
+    # entropy over exact strings is SE here (the clusterer sees 3 distinct answers): the control holds C1 as well
+    assert c1["c1_auroc_n3"].verdict == "control also holds" and not c1["c1_auroc_n3"].held
 
 
 def _frame(aucs_by_method: dict[str, list[float]], n: int, seed: int = 0) -> pd.DataFrame:
@@ -168,11 +171,24 @@ def _frame(aucs_by_method: dict[str, list[float]], n: int, seed: int = 0) -> pd.
                 "n": n,
                 "auroc": float(np.mean(a)),
                 "auroc_std_subsamples": float(np.std(a)),
+                "detection_accuracy": np.nan,
                 "auroc_shuffled": 0.5,
             }
             for m, a in aucs_by_method.items()
         ]
     )
+
+
+def _judge(frame: pd.DataFrame, items: pd.DataFrame | None = None, ids=None) -> dict:
+    """The config's smoke claims (those named in `ids`, else those whose metric the table has) judged on the metrics
+    table of `frame` and `items`."""
+    from paperflow.core.claims import judge_all, parse_claims
+
+    items = pd.DataFrame() if items is None else items
+    table = claims.metrics_table(frame, items, {"sampling": {"n_max": 10}, "scale": "smoke"})
+    specs = parse_claims(load_paper_config("doubt", "smoke")["claims"], "x")
+    specs = [s for s in specs if (s.id in ids if ids else s.metric in set(table["metric"]))]
+    return {v.id: v for v in judge_all(specs, table, "smoke")}
 
 
 def test_clusterer_threshold_separates_the_dev_paraphrases():
@@ -280,29 +296,55 @@ def test_prefix_sampler_is_seeded_and_top_k_one_is_greedy(tiny_vlm):
     assert run(1, 5.0, 1) == run(2, 0.0, 10)
 
 
-def _detect_frame(auc: float, shuffled: float, seeds=(0, 1, 2)) -> pd.DataFrame:
-    return pd.DataFrame(
-        [{"method": "doubt", "seed": s, "n": 10, "auroc": auc, "auroc_shuffled": shuffled} for s in seeds]
-    )
+SEEDS = (0, 1, 2, 3, 4)
+JITTER = (0.01, -0.02, 0.015, 0.0, -0.005)
+C1 = {"c1_auroc_n3", "c1_stability_n3", "c1_auroc_n5", "c1_stability_n5"}
+
+
+def _claims_frame(vmf=0.71, se=0.60, exact=0.55, doubt=0.70, vmf_n10=0.56, seeds=SEEDS) -> pd.DataFrame:
+    """Per seed: vMF, SE and exact-string entropy at n = 3 and 5 (AUROC, and a spread over sub-samplings that
+    shrinks as the AUROC rises), DOUBT and vMF at n = 10."""
+    rows = []
+    for s in seeds:
+        for n in (3, 5):
+            for k, (m, auc) in enumerate((("vmf_plain", vmf), ("se_plain", se), ("se_exact", exact))):
+                a = auc + JITTER[(s + k) % len(JITTER)]
+                rows.append({"method": m, "seed": s, "n": n, "auroc": a, "auroc_std_subsamples": 0.1 - 0.1 * a})
+        for m, auc in (("doubt", doubt), ("vmf_plain", vmf_n10)):
+            rows.append({"method": m, "seed": s, "n": 10, "auroc": auc + JITTER[s], "auroc_std_subsamples": 0.0})
+    frame = pd.DataFrame(rows).assign(detection_accuracy=np.nan)
+    return frame.assign(auroc_shuffled=0.5 + 0.01 * frame["seed"] / 4)
 
 
 def test_claims_hold_on_a_signal_and_fail_on_their_negative_controls():
-    seeds = [0, 1, 2]
-    good = pd.concat(
-        [_frame({"vmf_plain": [0.70, 0.72, 0.71], "se_plain": [0.60, 0.70, 0.50]}, n, s) for n in (3, 5) for s in seeds]
+    out = {k: v.verdict for k, v in _judge(_claims_frame()).items() if v.gated}
+    assert out == dict.fromkeys([*C1, "doubt_detects"], "held")
+    # the baseline's results in the method's place (vMF worse and noisier than SE): C1 refuted
+    out = {k: v.verdict for k, v in _judge(_claims_frame(vmf=0.55, se=0.71, exact=0.5)).items()}
+    assert all(out[k] == "refuted" for k in C1), out
+    # DOUBT at chance: refuted
+    assert _judge(_claims_frame(doubt=0.45))["doubt_detects"].verdict == "refuted"
+
+
+def test_a_control_as_good_as_the_method_voids_the_claims():
+    """Entropy over exact strings as good as vMF (C1's control), vMF without the object-first set as good as DOUBT
+    (doubt_detects' control): each claim holds for the method and its control alike, so it counts as not held."""
+    out = _judge(_claims_frame(exact=0.71, vmf_n10=0.70))
+    assert {k: out[k].verdict for k in [*C1, "doubt_detects"]} == dict.fromkeys(
+        [*C1, "doubt_detects"], "control also holds"
     )
-    assert all(c.held for c in claims.c1_claims(good, seeds))
-    # negative control: the baseline's results in the method's place (vMF worse and noisier than SE)
-    swapped = good.assign(method=good["method"].map({"vmf_plain": "se_plain", "se_plain": "vmf_plain"}))
-    assert not any(c.held for c in claims.c1_claims(swapped, seeds))
-    detects, shuffled = claims.detection_claims(_detect_frame(0.70, 0.51), seeds, 10)
-    assert detects.held and shuffled.held
-    # negative control of the shuffled check: the unshuffled AUROC in its place is far from chance
-    _, not_shuffled = claims.detection_claims(_detect_frame(0.70, 0.70), seeds, 10)
-    assert not not_shuffled.held
-    # negative control of detection: the shuffled scores in DOUBT's place
-    at_chance, _ = claims.detection_claims(_detect_frame(0.51, 0.51), seeds, 10)
-    assert not at_chance.held
+    assert not any(out[k].held for k in out if out[k].gated)
+    assert out["doubt_detects"].control["method"] == "vmf_plain" and out["c1_auroc_n3"].control["method"] == "se_exact"
+
+
+def test_a_missing_seed_is_no_data_and_the_shuffled_check_is_reported_only():
+    frame = _claims_frame()
+    frame.loc[(frame["method"] == "doubt") & (frame["seed"] == 3), "auroc"] = np.nan
+    out = _judge(frame)
+    assert out["doubt_detects"].verdict == "no data" and out["c1_auroc_n3"].verdict == "held"
+    shuffled = out["shuffled_control_chance"]
+    assert not shuffled.gated and shuffled.verdict == "held"
+    assert shuffled.values == pytest.approx([0.01 * s / 4 for s in SEEDS])  # |AUROC(shuffled) - 0.5| per seed
 
 
 def test_shuffling_answer_sets_across_items_brings_auroc_to_chance():
@@ -314,19 +356,26 @@ def test_shuffling_answer_sets_across_items_brings_auroc_to_chance():
 
 
 def test_c3_counts_consistent_wrong_items_and_compares_flags():
-    items = pd.DataFrame(
-        {
-            "seed": [0] * 5,
-            "wrong": [True, True, True, False, True],
-            "largest_plain_cluster": [10, 8, 9, 10, 5],
-            "flag_doubt": [1.0, 1.0, 0.0, 0.0, 1.0],
-            "flag_se_plain": [0.0, 0.0, 0.0, 0.0, 1.0],
-        }
-    )
+    one = {
+        "wrong": [True, True, True, False, True],
+        "largest_plain_cluster": [10, 8, 9, 10, 5],
+        "flag_doubt": [1.0, 1.0, 0.0, 0.0, 1.0],
+        "flag_se_plain": [0.0, 0.0, 0.0, 0.0, 1.0],
+    }
+    items = pd.concat([pd.DataFrame(one).assign(seed=s) for s in (0, 1)], ignore_index=True)
     cw = claims.consistent_wrong(items, 10)
     assert cw.iloc[0]["consistent_wrong"] == 3
     assert cw.iloc[0]["doubt_flags"] == pytest.approx(2 / 3) and cw.iloc[0]["se_flags"] == 0.0
-    assert claims.c3_claim(cw, [0]).held
+    assert cw.iloc[0]["doubt_flags_all_items"] == pytest.approx(3 / 5)
+    c3 = _judge(_claims_frame(seeds=(0, 1)), items, ids={"c3_consistent_but_wrong"})["c3_consistent_but_wrong"]
+    assert c3.verdict == "held" and c3.value == pytest.approx(2 / 3) and not c3.gated
+    assert claims.flag_rate_summary(items, 10)["se_plain"] == {"all": pytest.approx(1 / 5), "consistent_wrong": 0.0}
+    # a seed without any consistent-but-wrong answer has no C3 value: no data
+    none = items.assign(largest_plain_cluster=5)
+    assert (
+        _judge(_claims_frame(seeds=(0, 1)), none, ids={"c3_consistent_but_wrong"})["c3_consistent_but_wrong"].verdict
+        == "no data"
+    )
 
 
 @pytest.mark.parametrize(

@@ -366,10 +366,15 @@ def test_the_paper_path_runs_end_to_end_on_a_tiny_llava_on_the_cpu(hub, tmp_path
     assert set(metrics["benchmark"]) == {"ScienceQA", "LLaVABench"}
     assert metrics[metrics["method"] == "se_exact"]["detection_accuracy"].between(0, 1).all()
     outputs = {k: str(tmp_path / "report" / v) for k, v in
-               {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png"}.items()}  # fmt: skip
-    doc = publish(build_report(metrics, {"seeds": [0], "sampling": SAMPLING}), outputs, paper="doubt", scale="paper")
-    assert {c["id"] for c in doc["claims"]} == {"paper_doubt_auroc_tiny_ScienceQA", "paper_doubt_auroc_tiny_LLaVABench"}
-    assert not any(c["gated"] for c in doc["claims"])
+               {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png",
+                "metrics_table": "metrics.parquet"}.items()}  # fmt: skip
+    params = {"seeds": [0], "sampling": SAMPLING, "scale": "paper"}
+    claims = load_paper_config("doubt", "paper")["claims"]
+    doc = publish(build_report(metrics, params), outputs, paper="doubt", scale="paper", claims=claims)
+    (claim,) = doc["claims"]  # DOUBT's AUROC above chance, pooled over the (MLLM, benchmark) pairs
+    assert claim["id"] == "paper_doubt_auroc_above_chance" and not claim["gated"] and claim["n_units"] == 2
+    table = pd.read_parquet(outputs["metrics_table"])
+    assert set(table["unit"]) == {"tiny/ScienceQA", "tiny/LLaVABench"} and set(table["method"]) == {"doubt", "se_exact"}
 
 
 def test_evaluate_ranks_wrong_answers_as_positives_under_each_label_mode(tmp_path):
@@ -945,7 +950,12 @@ def test_vl_uncertainty_runs_end_to_end_on_the_tiny_llava_and_joins_the_evaluati
     assert metrics["detection_accuracy"].between(0, 1).all()
     outputs = {k: str(tmp_path / "report" / v) for k, v in
                {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png"}.items()}  # fmt: skip
-    publish(build_report(metrics, {"seeds": [0], "sampling": SAMPLING}), outputs, paper="doubt", scale="paper")
+    publish(
+        build_report(metrics, {"seeds": [0], "sampling": SAMPLING, "scale": "paper"}),
+        outputs,
+        paper="doubt",
+        scale="paper",
+    )
     text = Path(outputs["report"]).read_text()
     assert "vl_uncertainty" in text and "blurred-image" in text
 

@@ -455,6 +455,7 @@ rule doubt_report:
     output:
         report=doubt_path("report.md"),
         metrics=doubt_path("metrics.json"),
+        metrics_table=doubt_path("metrics.parquet"),
         table_detectors=report(doubt_path("tables", "detectors.csv"), category="doubt", labels={"table": "detectors"}),
         figure_auroc=report(doubt_path("figures", "auroc.png"), category="doubt", labels={"figure": "AUROC"}),
     log:
@@ -467,6 +468,9 @@ rule doubt_report:
     params:
         seeds=DOUBT["seeds"],
         sampling=DOUBT["sampling"],
+        scale=RUN.scale,
+        claims=DOUBT["claims"],
+        claims_not_measured=DOUBT["claims_not_measured"],
         code=code_param("lm", "workflows/doubt/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

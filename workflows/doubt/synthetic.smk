@@ -167,6 +167,7 @@ rule doubt_report:
     output:
         report=doubt_path("report.md"),
         metrics=doubt_path("metrics.json"),
+        metrics_table=doubt_path("metrics.parquet"),
         table_detectors=report(doubt_path("tables", "detectors.csv"), category="doubt", labels={"table": "detectors"}),
         figure_auroc=report(doubt_path("figures", "auroc.png"), category="doubt", labels={"figure": "AUROC vs n"}),
     log:
@@ -181,6 +182,9 @@ rule doubt_report:
         sampling=DOUBT["sampling"],
         scoring=DOUBT["scoring"],
         evaluation=DOUBT["evaluation"],
+        scale=RUN.scale,
+        claims=DOUBT["claims"],
+        claims_not_measured=DOUBT["claims_not_measured"],
         code=code_param("lm", "workflows/doubt/scripts/report.py"),
     script:
         "scripts/report.py"

@@ -1,10 +1,12 @@
-"""DOUBT's claims, tables, figure and report (spec sections 7, 8, 10 and 11).
+"""DOUBT's metrics table, tables, figure and report (spec sections 7, 8, 10 and 11).
 
-Gated: C1 as amended (spec 11: paraphrased answers, a semantic clusterer for SE): at n = 3 and 5, the vMF Rbar on
-the plain set has an AUROC at least SE's and a smaller spread over random sub-samplings of the 10 samples; DOUBT
-detects above chance (AUROC > 0.55, set before any run); the shuffled control (answer sets moved across items)
-falls to chance (|AUROC - 0.5| <= 0.05). Reported: C2 (DOUBT vs vMF on A, with a paired bootstrap CI) and C3
-(share of "consistent but wrong" answers DOUBT flags vs SE)."""
+The claims are declared in config/doubt.yaml and judged by paperflow.core.claims on `metrics_table` (per method,
+seed and n: AUROC, its spread over sub-samplings, detection accuracy; at n_max the shuffled check and the flag
+rates). Gated there: C1 as amended (spec 11: paraphrased answers, a semantic clusterer for SE): at n = 3 and 5, the
+vMF Rbar on the plain set has an AUROC at least SE's and a smaller spread over random sub-samplings of the 10
+samples; DOUBT detects above chance (AUROC > 0.55, set before any run). Reported: the shuffled check, C2 (DOUBT vs
+vMF on A; the pooled paired bootstrap CI in metrics.json) and C3 (share of "consistent but wrong" answers DOUBT
+flags vs SE)."""
 
 from __future__ import annotations
 
@@ -15,118 +17,83 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import fmt, long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 from paperflow.doubt import metrics
 from paperflow.doubt.methods import METHODS
 
-DETECTS_ABOVE = 0.55  # DOUBT's AUROC must beat chance by this much (fixed before any run)
-CHANCE_BAND = 0.05  # the shuffled control's |AUROC - 0.5| must stay inside this
 CONSISTENT_SHARE = 0.8  # C3: "the plain set agrees at least 8/10"
+FLAGGED = tuple(m for m, method in METHODS.items() if method.statistic.startswith(("rbar", "se")))  # a threshold
 
 
-def metric(frame: pd.DataFrame, method: str, n: int, column: str, seeds) -> list[float]:
-    m = frame[(frame["method"] == method) & (frame["n"] == n)].set_index("seed")
-    return [float(m.loc[s, column]) if s in m.index else float("nan") for s in seeds]
+def metrics_table(frame: pd.DataFrame, items: pd.DataFrame, params: Mapping[str, Any]) -> pd.DataFrame:
+    """The long metrics table the claims of config/doubt.yaml are judged on, one value per (method, seed): at every n
+    of `scoring.ns` the AUROC (mean over sub-samplings), its std over sub-samplings and the detection accuracy at
+    the official threshold (methods that have one); at n_max the shuffled check |AUROC(shuffled) - 0.5|, and for the
+    methods with an official threshold the share of all items flagged and of the consistent-but-wrong ones (C3; NaN
+    on a seed without any: no data)."""
+    n_max = int(params["sampling"]["n_max"])
+    rows = []
+
+    def add(method, seed, metric, value):
+        rows.append({"seed": int(seed), "method": method, "metric": metric, "value": float(value)})
+
+    for r in frame.itertuples():
+        for column in ("auroc", "auroc_std_subsamples", "detection_accuracy"):
+            value = getattr(r, column)
+            if column != "detection_accuracy" or np.isfinite(value):
+                add(r.method, r.seed, f"{column}/n{r.n}", value)
+        if r.n == n_max:
+            add(r.method, r.seed, f"auroc_shuffled_dev/n{n_max}", abs(r.auroc_shuffled - 0.5))
+    for m in FLAGGED:
+        if f"flag_{m}" in items and items[f"flag_{m}"].notna().any():
+            for seed, rates in flag_rates(items, m, n_max).iterrows():
+                add(m, seed, f"flag_rate/n{n_max}", rates["all"])
+                add(m, seed, f"flag_rate_consistent_wrong/n{n_max}", rates["consistent_wrong"])
+    return long_table(rows, params["scale"])
 
 
-def c1_claims(frame: pd.DataFrame, seeds, ns=(3, 5), vmf: str = "vmf_plain", se: str = "se_plain") -> list[Claim]:
-    out = []
-    for n in ns:
-        a_v, a_s = metric(frame, vmf, n, "auroc", seeds), metric(frame, se, n, "auroc", seeds)
-        s_v, s_s = (metric(frame, m, n, "auroc_std_subsamples", seeds) for m in (vmf, se))
-        out.append(
-            compare_claim(
-                id=f"c1_auroc_n{n}",
-                statement=f"C1: AUROC(vMF Rbar on A) - AUROC(SE on A) at n = {n} (mean over sub-samplings)",
-                values=[v - s for v, s in zip(a_v, a_s)],
-                seeds=seeds,
-                comparison=">=",
-                threshold=0.0,
-            )
-        )
-        out.append(
-            compare_claim(
-                id=f"c1_stability_n{n}",
-                statement=f"C1: std of AUROC over sub-samplings at n = {n}, vMF minus SE (vMF more stable: < 0)",
-                values=[v - s for v, s in zip(s_v, s_s)],
-                seeds=seeds,
-                comparison="<",
-                threshold=0.0,
-            )
-        )
-    return out
-
-
-def detection_claims(frame: pd.DataFrame, seeds, n_max: int, method: str = "doubt") -> list[Claim]:
-    auc = metric(frame, method, n_max, "auroc", seeds)
-    shuffled = metric(frame, method, n_max, "auroc_shuffled", seeds)
-    return [
-        compare_claim(
-            id="doubt_detects",
-            statement=f"DOUBT's AUROC at n = {n_max} (positive = ans0 wrong)",
-            values=auc,
-            seeds=seeds,
-            comparison=">",
-            threshold=DETECTS_ABOVE,
-        ),
-        compare_claim(
-            id="shuffled_control_chance",
-            statement="Negative control: answer sets shuffled across items, |AUROC(DOUBT) - 0.5|",
-            values=[abs(v - 0.5) for v in shuffled],
-            seeds=seeds,
-            comparison="<=",
-            threshold=CHANCE_BAND,
-        ),
-    ]
-
-
-def c2_claim(frame: pd.DataFrame, seeds, n_max: int, ci: tuple[float, float, float]) -> Claim:
-    a, b = metric(frame, "doubt", n_max, "auroc", seeds), metric(frame, "vmf_plain", n_max, "auroc", seeds)
-    return compare_claim(
-        id="c2_doubt_vs_vmf_plain",
-        statement=f"C2: AUROC(DOUBT, A and B) - AUROC(vMF on A) at n = {n_max}; pooled paired bootstrap 95% CI "
-        f"[{ci[1]:.3f}, {ci[2]:.3f}]",
-        values=[x - y for x, y in zip(a, b)],
-        seeds=seeds,
-        comparison=">",
-        threshold=0.0,
-        gated=False,
-        limitation="the spec expects a positive sign but does not guarantee it at toy scale",
-    )
+def flag_rates(items: pd.DataFrame, method: str, n_max: int) -> pd.DataFrame:
+    """Per seed: the share of all items `method` flags at its official threshold, and of the wrong answers whose
+    plain set's largest semantic cluster holds >= 80% of the samples (C3; NaN where a seed has none)."""
+    out = {}
+    for seed, g in items.groupby("seed"):
+        sub = g[g["wrong"] & (g["largest_plain_cluster"] >= CONSISTENT_SHARE * n_max)]
+        flags = f"flag_{method}"
+        out[int(seed)] = {
+            "all": float(g[flags].mean()),
+            "consistent_wrong": float(sub[flags].mean()) if len(sub) else np.nan,
+        }
+    return pd.DataFrame.from_dict(out, orient="index")
 
 
 def consistent_wrong(items: pd.DataFrame, n_max: int) -> pd.DataFrame:
-    """Per seed: wrong answers whose plain set's largest semantic cluster holds >= 80% of the samples, and the
-    shares of them DOUBT and SE flag at their official thresholds; beside them, the shares of ALL items each
+    """Per seed: the number of wrong answers whose plain set's largest semantic cluster holds >= 80% of the samples,
+    and the shares of them DOUBT and SE flag at their official thresholds; beside them, the shares of ALL items each
     flags (a detector that flags everything also flags every consistent-but-wrong answer)."""
-    rows = []
-    for seed, g in items.groupby("seed"):
-        sub = g[g["wrong"] & (g["largest_plain_cluster"] >= CONSISTENT_SHARE * n_max)]
-        rows.append(
-            {
-                "seed": int(seed),
-                "consistent_wrong": len(sub),
-                "doubt_flags": float(sub["flag_doubt"].mean()) if len(sub) else np.nan,
-                "se_flags": float(sub["flag_se_plain"].mean()) if len(sub) else np.nan,
-                "doubt_flags_all_items": float(g["flag_doubt"].mean()),
-                "se_flags_all_items": float(g["flag_se_plain"].mean()),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def c3_claim(cw: pd.DataFrame, seeds) -> Claim:
-    by = cw.set_index("seed")
-    return compare_claim(
-        id="c3_consistent_but_wrong",
-        statement="C3: among wrong answers whose plain set agrees >= 8/10, share flagged by DOUBT minus share "
-        "flagged by SE (official thresholds 0.48 and 1.0; the shares of all items flagged are in the C3 table)",
-        values=[float(by.loc[s, "doubt_flags"] - by.loc[s, "se_flags"]) for s in seeds],
-        seeds=seeds,
-        comparison=">",
-        threshold=0.0,
-        gated=False,
+    sub = items["wrong"] & (items["largest_plain_cluster"] >= CONSISTENT_SHARE * n_max)
+    doubt, se = flag_rates(items, "doubt", n_max), flag_rates(items, "se_plain", n_max)
+    return pd.DataFrame(
+        {
+            "seed": doubt.index.astype(int),
+            "consistent_wrong": sub.groupby(items["seed"]).sum().reindex(doubt.index).to_numpy(),
+            "doubt_flags": doubt["consistent_wrong"].to_numpy(),
+            "se_flags": se["consistent_wrong"].to_numpy(),
+            "doubt_flags_all_items": doubt["all"].to_numpy(),
+            "se_flags_all_items": se["all"].to_numpy(),
+        }
     )
+
+
+def flag_rate_summary(items: pd.DataFrame, n_max: int) -> dict[str, dict[str, float | None]]:
+    """Per method with an official threshold: the share of all items and of the consistent-but-wrong ones it flags,
+    mean over seeds (metrics.json; per seed in the metrics table)."""
+    out = {}
+    for m in FLAGGED:
+        if f"flag_{m}" in items and items[f"flag_{m}"].notna().any():
+            rates = flag_rates(items, m, n_max).mean()
+            out[m] = {k: (float(v) if np.isfinite(v) else None) for k, v in rates.items()}
+    return out
 
 
 def pooled_bootstrap(items: pd.DataFrame, reps: int, seed: int) -> tuple[float, float, float]:
@@ -166,16 +133,10 @@ def figure_auroc(table: pd.DataFrame):
 def build_report(
     frame: pd.DataFrame, items: pd.DataFrame, clusterer: Mapping[str, Any], params: Mapping[str, Any]
 ) -> Report:
-    seeds = [int(s) for s in params["seeds"]]
     n_max = int(params["sampling"]["n_max"])
     ci = pooled_bootstrap(items, int(params["evaluation"]["bootstrap"]), int(params["evaluation"]["seed"]))
     cw = consistent_wrong(items, n_max)
-    claims = [
-        *c1_claims(frame, seeds, [n for n in params["scoring"]["ns"] if n < n_max]),
-        *detection_claims(frame, seeds, n_max),
-        c2_claim(frame, seeds, n_max, ci),
-        c3_claim(cw, seeds),
-    ]
+    flags = flag_rate_summary(items, n_max)
     table = summary_table(frame)
     wrong = items.groupby("seed")["wrong"].mean()
     by_sigma = items.groupby("sigma")["wrong"].mean()
@@ -214,6 +175,17 @@ def build_report(
             "only a few; with paraphrases Rbar takes many).",
         ),
         ("C3: consistent but wrong", markdown_table(cw.round(3).to_dict("records"))),
+        (
+            "Flag rates at the official thresholds (mean over seeds)",
+            markdown_table(
+                [
+                    {"method": m, "all items": fmt(r["all"]), "consistent but wrong": fmt(r["consistent_wrong"])}
+                    for m, r in flags.items()
+                ]
+            )
+            + f"\n\nC2 pooled over every seed's items: AUROC(DOUBT) - AUROC(vMF on A) at n = {n_max} = {fmt(ci[0])}, "
+            f"paired bootstrap 95% CI [{fmt(ci[1])}, {fmt(ci[2])}].",
+        ),
     ]
     return Report(
         title="DOUBT: object-first prompting and a vMF trust score (grid scenes, tiny LLaVA-style VLM)",
@@ -221,7 +193,7 @@ def build_report(
         "grid scenes in paraphrased surfaces, with a built-in language prior. For each test item it samples a plain "
         "answer set A and, after listing the objects, an object-first set B; detectors score the sets without the "
         "ground truth, and the AUROC of detecting a wrong ans0 is measured per seed.",
-        claims=claims,
+        table=metrics_table(frame, items, params),
         sections=sections,
         figures=[Figure("figure_auroc", "AUROC and its sub-sampling spread vs n", figure_auroc(table))],
         tables=[Table("table_detectors", "Per method and n: AUROC, stability, detection accuracy", table)],
@@ -236,5 +208,6 @@ def build_report(
             "summary": table.astype(object).where(table.notna(), None).to_dict("records"),
             "clusterer": dict(clusterer),
             "c2_pooled_ci": [v if np.isfinite(v) else None for v in ci],
+            "flag_rates": flags,
         },
     )

@@ -2,7 +2,8 @@
 accuracy at the official threshold (DOUBT trustworthy iff score > 0.48; entropy flags U >= 1.0), at n = n_max
 under the code's labels (official) and the fixed ones (strict), and the spread over sub-samplings below n_max. The
 paper's tables were not available (spec section 5), so nothing is compared with a paper number and no claim is
-gated: one reported claim per (MLLM, benchmark), DOUBT's AUROC above chance. numpy, pandas and matplotlib only.
+gated: the reported claim of config/doubt.yaml, DOUBT's AUROC above chance, is judged on `metrics_table` pooled over
+the (MLLM, benchmark) pairs (bootstrap over seeds, then pairs). numpy, pandas and matplotlib only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from paperflow.core.report import Claim, Figure, Report, Table, compare_claim, markdown_table
+from paperflow.core.claims import long_table
+from paperflow.core.report import Figure, Report, Table, markdown_table
 from paperflow.doubt.methods import METHODS, TRUST_THRESHOLD
 from paperflow.doubt.vl_uncertainty import DESCRIPTION as VLU_DESCRIPTION
 from paperflow.doubt.vl_uncertainty import METHOD as VLU_METHOD
@@ -36,24 +38,22 @@ def full_sets(frame: pd.DataFrame, n_max: int) -> pd.DataFrame:
     return frame[frame["n"] == n_max]
 
 
-def auroc_claims(frame: pd.DataFrame, n_max: int) -> list[Claim]:
-    full = frame[(frame["n"] == n_max) & (frame["label_mode"] == "official") & (frame["method"] == "doubt")]
-    claims = []
-    for (vlm, bench), g in full.groupby(["vlm", "benchmark"]):
-        g = g.sort_values("seed")
-        claims.append(
-            compare_claim(
-                id=f"paper_doubt_auroc_{vlm}_{bench}",
-                statement=f"DOUBT's AUROC for detecting a wrong ans0 of {vlm} on {bench} (official labels, "
-                f"n = {n_max}) is above chance",
-                values=[float(v) for v in g["auroc"]],
-                seeds=[int(x) for x in g["seed"]],
-                comparison=">",
-                threshold=0.5,
-                gated=False,
-            )
-        )
-    return claims
+def metrics_table(frame: pd.DataFrame, params: Mapping[str, Any]) -> pd.DataFrame:
+    """The long metrics table the paper-scale claims of config/doubt.yaml are judged on: each detector's AUROC on its
+    whole set under the official labels (`auroc_official/full_set`), per seed, one unit per (MLLM, benchmark)."""
+    full = full_sets(frame, int(params["sampling"]["n_max"]))
+    full = full[full["label_mode"] == "official"]
+    rows = [
+        {
+            "seed": int(r.seed),
+            "unit": f"{r.vlm}/{r.benchmark}",
+            "method": r.method,
+            "metric": "auroc_official/full_set",
+            "value": float(r.auroc),
+        }
+        for r in full.itertuples()
+    ]
+    return long_table(rows, params["scale"])
 
 
 def figure_auroc(frame: pd.DataFrame, n_max: int):
@@ -94,7 +94,7 @@ def build_report(frame: pd.DataFrame, params: Mapping[str, Any]) -> Report:
         "the label), samples a plain answer set and, after listing up to three objects in the image, an object-first "
         f"set (n = {n_max} each); the detectors score the sets' sentence embeddings without the ground truth. "
         f"DOUBT flags an answer as a hallucination when 0.5 Rbar(A) + 0.5 Rbar(B) <= {TRUST_THRESHOLD}.",
-        claims=auroc_claims(frame, n_max),
+        table=metrics_table(frame, params),
         sections=[
             (
                 f"Detectors on their whole sets (n = {n_max}; VL-Uncertainty: one answer per perturbed prompt)",

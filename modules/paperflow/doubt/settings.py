@@ -37,6 +37,21 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: model.max_position_embeddings is shorter than an OUB prompt and its answer")
 
 
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces: paperflow.doubt.claims.metrics_table at smoke, tiny and cpu
+    scale (per n of scoring.ns, and at n_max), paperflow.doubt.paper_report.metrics_table at paper scale."""
+    n_max = cfg["sampling"]["n_max"]
+    if cfg["source"]["kind"] == "benchmarks":
+        return ["auroc_official/full_set"]
+    per_n = [f"{m}/n{n}" for n in cfg["scoring"]["ns"] for m in ("auroc", "auroc_std_subsamples", "detection_accuracy")]
+    return per_n + [f"{m}/n{n_max}" for m in ("auroc_shuffled_dev", "flag_rate", "flag_rate_consistent_wrong")]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The detectors this config scores."""
+    return list(cfg["methods"])
+
+
 def check_paper(cfg: dict[str, Any], source: str) -> None:
     from paperflow.doubt.benchmarks import check_benchmarks
 
