@@ -336,3 +336,18 @@ def test_cpu_record_is_checked_against_each_papers_code(tmp_path, monkeypatch, c
         ("pb", "FAIL", "record"),
     ]
     assert "papers=[pa]" in found[0].note and "--papers pa" in found[0].note
+
+
+def test_on_another_cpu_a_verdict_one_step_away_warns_and_held_to_refuted_fails():
+    def record(values: list[float], cpu: str) -> dict:
+        claim = compare_claim(
+            id="c", statement="s", values=values, seeds=[0, 1, 2], comparison="<", threshold=THRESHOLD
+        )
+        return {"papers": {"p": {"claims": [claim.to_json()], "cpus": [cpu]}}}
+
+    held, unsure, refuted = [0.1, 0.12, 0.11], [0.1, 0.7, 0.2], [0.9, 0.95, 0.92]
+    tol = Tolerance()
+    levels = lambda a, b, cpu: {f.what: f.level for f in compare_records(record(a, "x"), record(b, cpu), tol)}  # noqa: E731
+    assert levels(held, unsure, "y")["verdict"] == "WARN" and levels(held, unsure, "y")["held"] == "WARN"
+    assert levels(held, unsure, "x")["verdict"] == "FAIL"  # the recording CPU: strict
+    assert levels(held, refuted, "y")["verdict"] == "FAIL"
