@@ -14,8 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from paperflow.core.claims import CONTROL_HOLDS, HELD, INCONCLUSIVE, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.decfus.claims import build_claims, limitations, schedule_claims
+from paperflow.decfus.claims import limitations, metrics_table
 from paperflow.decfus.clients import BatchedMLP, ModuleClients, batch_plan, local_round, stack_states
 from paperflow.decfus.data import dirichlet_partition, iid_partition, read_cifar_binary, read_svhn_mat
 from paperflow.decfus.fusion import (
@@ -312,80 +313,125 @@ def test_paper_networks_build_and_run():
     assert len([k for k in vgg.state_dict() if "num_batches_tracked" not in k]) > 40
 
 
-# claims: they can fail
-SEEDS = [0, 1, 2]
-CLAIMS_CFG = {
-    "noniid_partitions": ["dir05"],
-    "iid_partition": "iid",
-    "tail": 5,
-    "iid_tolerance": 0.01,
-    "theta_near": 0.30,
-    "averaged_start_max": 0.30,
-    "averaged_end_min": 0.70,
+# claims (judged by paperflow.core.claims on the config's claims): they can fail
+SEEDS = list(range(6))
+GATED = {  # every gated claim at smoke scale
+    "decfus_gt_dflavg_dir05",
+    "decfus_not_below_dflavg_iid",
+    "decfus_not_above_dflavg_iid",
+    *(
+        f"{c}_{p}"
+        for p in ("dir05", "iid")
+        for c in (
+            "all_clients_stable",
+            "theta_ends_near_theta1",
+            "averaged_fraction_rises",
+            "averaged_fraction_ends_high",
+        )
+    ),
 }
 
 
-def eval_frame(acc: dict[str, list[float]], schedule: dict[str, float]) -> pd.DataFrame:
-    rows = [
-        {"method": m, "seed": s, "final_acc": a, **(schedule if m == "decfus" else {})}
-        for m, vals in acc.items()
-        for s, a in zip(SEEDS, vals)
-    ]
+def eval_frame(acc: dict[str, list[float]], schedule: dict[str, dict[str, float]]) -> pd.DataFrame:
+    """Evaluation rows of one partition: accuracy per method and seed, schedule columns per method (a value, or a
+    list over seeds)."""
+    rows = []
+    for m, vals in acc.items():
+        for i, (s, a) in enumerate(zip(SEEDS, vals)):
+            sched = {k: (v[i] if isinstance(v, list) else v) for k, v in schedule.get(m, NO_DETECTOR).items()}
+            rows.append({"method": m, "seed": s, "final_acc": a, **sched})
     return pd.DataFrame(rows)
 
 
 WORKING = {"stable_fraction": 1.0, "theta_final_max": 0.26, "averaged_first": 0.25, "averaged_last": 0.75}
 NO_DETECTOR = {"stable_fraction": 0.0, "theta_final_max": 0.75, "averaged_first": 0.25, "averaged_last": 0.25}
+DIR05 = {"decfus": [0.85, 0.86, 0.84, 0.85, 0.86, 0.85], "dflavg": [0.80, 0.81, 0.79, 0.80, 0.80, 0.81]}
+IID = {"decfus": [0.92, 0.93, 0.92, 0.925, 0.92, 0.93], "dflavg": [0.921, 0.925, 0.925, 0.922, 0.924, 0.926]}
+
+
+def frames_of(dir05=None, iid=None, decfus_schedule=WORKING):
+    """Both claim partitions: DecFus, DFLAvg, the fixed-θ control (as DFLAvg on dir05, 3 points below it on
+    IID) and D-PSGD (3 points above DFLAvg on IID)."""
+    dir05 = dir05 or DIR05
+    iid = iid or IID
+    sched = {"decfus": decfus_schedule}
+    return {
+        "dir05": eval_frame({"decfus_fixed": dir05["dflavg"], "dpsgd": dir05["dflavg"], **dir05}, sched),
+        "iid": eval_frame(
+            {"decfus_fixed": [a - 0.03 for a in iid["dflavg"]], "dpsgd": [a + 0.03 for a in iid["dflavg"]], **iid},
+            sched,
+        ),
+    }
+
+
+def verdicts(frames, scale="smoke"):
+    cfg = load_paper_config("decfus", scale)
+    table = metrics_table(frames, scale)
+    have = set(zip(table.method, table.metric))
+    specs = [
+        s for s in parse_claims(cfg["claims"], "config/decfus.yaml") if all((m, s.metric) in have for m in s.methods())
+    ]
+    return {v.id: v for v in judge_all(specs, table, scale)}
 
 
 def gated(frames):
-    return {c.id: c.held for c in build_claims(frames, ["decfus", "dflavg"], SEEDS, CLAIMS_CFG) if c.gated}
+    return {k: v.verdict for k, v in verdicts(frames).items() if v.gated}
 
 
 def test_claims_hold_for_a_working_decfus():
-    frames = {
-        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
-        "iid": eval_frame({"decfus": [0.92, 0.93, 0.92], "dflavg": [0.921, 0.925, 0.925]}, WORKING),
-    }
-    assert all(gated(frames).values()) and len(gated(frames)) == 11
+    found = verdicts(frames_of())
+    assert {k: v.verdict for k, v in found.items() if v.gated} == dict.fromkeys(GATED, HELD)
+    gt = found["decfus_gt_dflavg_dir05"]
+    assert gt.central and gt.control["method"] == "decfus_fixed" and gt.control["verdict"] != HELD
+    assert gt.value == pytest.approx(np.mean(DIR05["decfus"]) - np.mean(DIR05["dflavg"])) and gt.ci_low > 0
+    assert found["all_clients_stable_dir05"].ci_method == "exact (worst seed)"
 
 
-def test_negative_control_dflavg_in_decfus_place_and_detector_off():
-    base = [0.80, 0.81, 0.79]
-    frames = {
-        "dir05": eval_frame({"decfus": base, "dflavg": base}, NO_DETECTOR),
-        "iid": eval_frame({"decfus": [0.90] * 3, "dflavg": [0.93] * 3}, NO_DETECTOR),
-    }
-    held = gated(frames)
-    assert not held["decfus_gt_dflavg_dir05"] and not held["decfus_not_below_dflavg_iid"]
+def test_the_fixed_theta_control_as_good_as_decfus_voids_the_accuracy_claim():
+    frames = frames_of()
+    fixed = frames["dir05"].method == "decfus_fixed"
+    frames["dir05"].loc[fixed, "final_acc"] = DIR05["decfus"]
+    found = gated(frames)
+    assert found["decfus_gt_dflavg_dir05"] == CONTROL_HOLDS
+    assert {k for k, v in found.items() if v != HELD} == {"decfus_gt_dflavg_dir05"}
+
+
+def test_dflavg_in_decfus_place_and_detector_off_fail():
+    same = {"decfus": DIR05["dflavg"], "dflavg": DIR05["dflavg"]}
+    found = gated(frames_of(dir05=same, iid={"decfus": [0.90] * 6, "dflavg": [0.93] * 6}, decfus_schedule=NO_DETECTOR))
+    assert found["decfus_gt_dflavg_dir05"] == REFUTED and found["decfus_not_below_dflavg_iid"] == REFUTED
     for part in ("dir05", "iid"):
-        assert not held[f"all_clients_stable_{part}"] and not held[f"theta_ends_near_theta1_{part}"]
-        assert not held[f"averaged_fraction_ends_high_{part}"] and not held[f"averaged_fraction_rises_{part}"]
+        for claim in (
+            "all_clients_stable",
+            "theta_ends_near_theta1",
+            "averaged_fraction_ends_high",
+            "averaged_fraction_rises",
+        ):
+            assert found[f"{claim}_{part}"] == REFUTED
 
 
-def test_negative_control_averaging_from_round_zero_and_decfus_far_above_dflavg_on_iid():
-    # θ starts low instead of at θ0 = 0.75 (most tensors averaged from round 0: no rise, although the
-    # last round's fraction is high), and on IID DecFus beats DFLAvg by 3 points, outside the 1-point
-    # band; every other gated claim is fed good numbers
-    averages_early = WORKING | {"averaged_first": 0.75}
-    frames = {
-        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, averages_early),
-        "iid": eval_frame({"decfus": [0.95] * 3, "dflavg": [0.92] * 3}, averages_early),
+def test_averaging_from_round_zero_and_decfus_far_above_dflavg_on_iid_fail():
+    # θ starts low instead of at θ0 = 0.75 (most tensors averaged from round 0: no rise, although the last
+    # round's fraction is high), and on IID DecFus beats DFLAvg by 3 points, outside the 1-point band
+    iid = {"decfus": [a + 0.03 for a in IID["dflavg"]], "dflavg": IID["dflavg"]}
+    found = gated(frames_of(iid=iid, decfus_schedule=WORKING | {"averaged_first": 0.75}))
+    failed = {k: v for k, v in found.items() if v != HELD}
+    assert failed == {
+        "averaged_fraction_rises_dir05": REFUTED,
+        "averaged_fraction_rises_iid": REFUTED,
+        "decfus_not_above_dflavg_iid": REFUTED,
     }
-    failed = {k for k, v in gated(frames).items() if not v}
-    assert failed == {"averaged_fraction_rises_dir05", "averaged_fraction_rises_iid", "decfus_not_above_dflavg_iid"}
 
 
-def test_negative_control_a_late_detector_leaves_too_small_a_rise():
-    # one seed's detectors fire late and its fraction ends at 0.55: the mean rise (0.5 + 0.5 + 0.3) / 3
-    # = 0.43 still holds; ending at 0.30 (0.5 + 0.5 + 0.05) / 3 = 0.35 < 0.70 - 0.30 does not
-    frames = {
-        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
-        "iid": eval_frame({"decfus": [0.92, 0.93, 0.92], "dflavg": [0.921, 0.925, 0.925]}, WORKING),
-    }
-    for last, holds in ((0.55, True), (0.30, False)):
-        frames["dir05"].loc[(frames["dir05"].method == "decfus") & (frames["dir05"].seed == 2), "averaged_last"] = last
-        assert gated(frames)["averaged_fraction_rises_dir05"] is holds
+def test_one_late_detector_leaves_the_rise_undecided_and_a_client_never_stable_fails_every_run():
+    # one seed's detectors fire late: its fraction ends at 0.30 (rise 0.05); the mean rise (5 x 0.5 + 0.05) / 6
+    # = 0.43 is above 0.40 but the interval over six seeds is not; one client of one seed never fires
+    late = WORKING | {"averaged_last": [0.75] * 5 + [0.30], "stable_fraction": [1.0] * 5 + [0.9]}
+    found = verdicts(frames_of(decfus_schedule=late))
+    rise = found["averaged_fraction_rises_dir05"]
+    assert rise.value == pytest.approx((5 * 0.5 + 0.05) / 6) and rise.verdict == INCONCLUSIVE
+    assert rise.n_needed is not None and rise.n_needed > 6
+    assert found["all_clients_stable_dir05"].verdict == REFUTED and found["all_clients_stable_dir05"].value == 0.9
 
 
 def test_the_round_zero_fraction_is_fixed_by_theta0_whatever_the_models():
@@ -397,8 +443,8 @@ def test_the_round_zero_fraction_is_fixed_by_theta0_whatever_the_models():
         assert fusion.averaged.mean() == 0.25
 
 
-def run_schedule(stability_ratio: float, rounds: int = 10):
-    """A real DecFus run on random data, its detector made to fire at once (huge ratio) or never (0)."""
+def run_schedule(stability_ratio: float, rounds: int = 10, method: str = "decfus"):
+    """A real run on random data, DecFus's detector made to fire at once (huge ratio) or never (0)."""
     from paperflow.decfus.evaluation import curve_metrics
     from paperflow.decfus.simulation import simulate
 
@@ -406,7 +452,7 @@ def run_schedule(stability_ratio: float, rounds: int = 10):
     g = np.random.default_rng(0)
     x, y = g.normal(size=(400, 64)).astype(np.float32), g.integers(0, 10, 400)
     run = simulate(
-        method="decfus",
+        method=method,
         x_train=x,
         y_train=y,
         x_test=x[:100],
@@ -422,24 +468,29 @@ def run_schedule(stability_ratio: float, rounds: int = 10):
     return curve_metrics(run.curves, run.clients, 5)
 
 
-def test_rise_claim_on_real_runs_holds_when_the_detector_fires_and_fails_when_it_never_does(one_thread):
-    fires, never = run_schedule(1e9), run_schedule(0.0)
-    assert never["stable_fraction"] == 0 and fires["stable_fraction"] == 1
-    cfg = CLAIMS_CFG
-    for metrics, holds in ((fires, True), (never, False)):
-        frame = pd.DataFrame([{"method": "decfus", "seed": 0, **metrics}])
-        claim = {c.id: c for c in schedule_claims(frame, "p", [0], cfg)}["averaged_fraction_rises_p"]
-        assert claim.held is holds, claim
-    assert never["averaged_first"] == fires["averaged_first"] == 0.25  # the round-0 value tells them apart not
+def test_the_rise_on_real_runs_is_there_when_the_detector_fires_and_not_when_it_never_does_or_is_off(one_thread):
+    runs = {"fires": run_schedule(1e9), "never": run_schedule(0.0), "fixed": run_schedule(1e9, method="decfus_fixed")}
+    frame = pd.DataFrame([{"method": k, "seed": 0, **v} for k, v in runs.items()])
+    table = metrics_table({"p": frame}, "tiny").set_index(["method", "metric"]).value
+    assert table["fires", "p/stable_fraction"] == 1 and table["fires", "p/averaged_rise"] >= 0.4
+    for off in ("never", "fixed"):  # the detector never fires, or the phase control is off: θ stays at θ0
+        assert table[off, "p/stable_fraction"] == 0 and table[off, "p/averaged_rise"] == 0
+        assert table[off, "p/theta_final_max"] == 0.75
+    assert runs["never"]["averaged_first"] == runs["fires"]["averaged_first"] == 0.25  # round 0 tells them apart not
 
 
-def test_a_missing_seed_fails_the_claim():
-    frames = {
-        "dir05": eval_frame({"decfus": [0.85, 0.86, 0.84], "dflavg": [0.80, 0.81, 0.79]}, WORKING),
-        "iid": eval_frame({"decfus": [0.92] * 3, "dflavg": [0.92] * 3}, WORKING),
-    }
+def test_a_missing_seed_gives_no_data():
+    frames = frames_of()
     frames["dir05"] = frames["dir05"][~((frames["dir05"].method == "decfus") & (frames["dir05"].seed == 2))]
-    assert not gated(frames)["decfus_gt_dflavg_dir05"]
+    found = gated(frames)
+    assert found["decfus_gt_dflavg_dir05"] == NO_DATA and found["decfus_not_below_dflavg_iid"] == HELD
+
+
+def test_a_misspelt_claim_metric_is_refused_when_the_config_loads(repo_copy):
+    path = repo_copy / "config" / "decfus.yaml"
+    path.write_text(path.read_text().replace('metric: "dir05/final_acc"', 'metric: "dir05/final_ac"', 1))
+    with pytest.raises(ConfigError, match=r"claims\[0\] \(decfus_gt_dflavg_dir05\)\.metric = 'dir05/final_ac'"):
+        load_paper_config("decfus", "smoke", repo_copy)
 
 
 def test_limitations_follow_the_config():
@@ -511,7 +562,7 @@ def test_config_errors_name_the_key(repo_copy):
     cfg = yaml.safe_load(path.read_text())
     cfg["smoke"] = {"methods": ["decfus", "dfedsam"]}
     path.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(ConfigError, match="allowed values: 'decfus', 'dflavg'"):
+    with pytest.raises(ConfigError, match="allowed values: 'decfus', 'decfus_fixed', 'dflavg'"):
         load_paper_config("decfus", "smoke", repo_copy)
     cfg["smoke"] = {"model": {"arch": "vgg16_bn"}}
     path.write_text(yaml.safe_dump(cfg))
@@ -542,38 +593,40 @@ def test_a_run_rejects_an_unknown_config_key():
 
 
 def test_every_scale_resolves():
-    for scale in ("tiny", "smoke", "paper"):
+    for scale in ("tiny", "smoke", "cpu", "paper"):
         cfg = load_paper_config("decfus", scale)
         assert cfg["clients"] == M
+    assert load_paper_config("decfus", "cpu")["seeds"] == list(range(10))
     assert load_paper_config("decfus", "paper")["resources"]["gpus"] >= 1
     assert load_paper_config("decfus", "smoke")["resources"]["gpus"] == 0
 
 
 # §10.6 the smoke claims, measured here from the library (the pipeline's report states every claim)
 SMOKE_PARTS = ("iid", "dir05")
-LATE_DETECTOR = (
-    "at smoke scale (R = 40) some clients' detectors fire late (the report lists each client's detection round), "
-    "leaving too few of the κR = 20 rounds of the sigmoid for θ to descend; see workflows/decfus/README.md"
-)
-# every gated smoke claim; the ones that do not hold at smoke scale are strict xfails, so a change of outcome fails
-SMOKE_GATED = [
-    "decfus_gt_dflavg_dir05",
-    "decfus_not_below_dflavg_iid",
-    "decfus_not_above_dflavg_iid",
-    *(f"all_clients_stable_{p}" for p in SMOKE_PARTS),
-    *(
-        pytest.param(f"theta_ends_near_theta1_{p}", marks=pytest.mark.xfail(strict=True, reason=LATE_DETECTOR))
-        for p in SMOKE_PARTS
-    ),
-    "averaged_fraction_ends_high_iid",
-    pytest.param("averaged_fraction_ends_high_dir05", marks=pytest.mark.xfail(strict=True, reason=LATE_DETECTOR)),
-    *(f"averaged_fraction_rises_{p}" for p in SMOKE_PARTS),
-]
+# every gated smoke claim's verdict on 3 seeds, so a change of outcome fails. With R = 40 some clients' detectors
+# fire late (the report lists each client's detection round), leaving too few of the κR = 20 rounds of the
+# sigmoid for θ to descend: the θ and end-fraction claims are undecided on 3 seeds (workflows/decfus/README.md).
+# DecFus with θ held at θ0 beats DFLAvg on dir05 and stays within a point of it on IID as well, so those two
+# claims are voided by their control.
+SMOKE_VERDICTS = {
+    "decfus_gt_dflavg_dir05": CONTROL_HOLDS,
+    "decfus_not_below_dflavg_iid": CONTROL_HOLDS,
+    "decfus_not_above_dflavg_iid": HELD,
+    "all_clients_stable_dir05": HELD,
+    "all_clients_stable_iid": HELD,
+    "theta_ends_near_theta1_dir05": INCONCLUSIVE,
+    "theta_ends_near_theta1_iid": INCONCLUSIVE,
+    "averaged_fraction_rises_dir05": INCONCLUSIVE,
+    "averaged_fraction_rises_iid": HELD,
+    "averaged_fraction_ends_high_dir05": INCONCLUSIVE,
+    "averaged_fraction_ends_high_iid": INCONCLUSIVE,
+}
 
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
-    """DecFus and DFLAvg at smoke scale on both claim partitions, every seed, one torch thread (as the job)."""
+    """DecFus, its fixed-θ control, DFLAvg and D-PSGD at smoke scale on both claim partitions, every seed, one
+    torch thread (as the job)."""
     from paperflow.decfus.evaluation import curve_metrics
     from paperflow.decfus.prepare import download, partition, preprocess, read_partition
     from paperflow.decfus.simulation import simulate
@@ -594,7 +647,7 @@ def smoke_runs(tmp_path_factory):
         for seed in cfg["seeds"]:
             partition(tmp / "train.parquet", M, cfg["partitions"][part], seed, tmp / f"{part}{seed}.json")
             parts = read_partition(tmp / f"{part}{seed}.json")
-            for method in ("decfus", "dflavg"):
+            for method in ("decfus", "decfus_fixed", "dflavg", "dpsgd"):
                 run = simulate(
                     method=method,
                     x_train=x_train,
@@ -609,28 +662,23 @@ def smoke_runs(tmp_path_factory):
                     decfus=cfg["decfus"],
                     seed=seed,
                 )
-                metrics = curve_metrics(run.curves, run.clients, cfg["claims"]["tail"])
+                metrics = curve_metrics(run.curves, run.clients, cfg["evaluate"]["tail"])
                 rows.append({"method": method, "seed": seed, **metrics})
                 if method == "decfus":
                     logs.append(run.clients)
         frames[part] = pd.DataFrame(rows)
     torch.set_num_threads(threads)
-    claims = {c.id: c for c in build_claims(frames, ["decfus", "dflavg"], cfg["seeds"], cfg["claims"])}
+    table = metrics_table(frames, "smoke")
+    specs = [s for s in parse_claims(cfg["claims"], "decfus") if s.gated_at("smoke")]
+    claims = {v.id: v for v in judge_all(specs, table, "smoke")}
     return cfg, claims, logs
 
 
 @pytest.mark.slow
-def test_smoke_checks_every_gated_claim(smoke_runs):
+def test_smoke_verdict_of_every_gated_claim_over_three_seeds(smoke_runs):
     _, claims, _ = smoke_runs
-    ids = {p if isinstance(p, str) else p.values[0] for p in SMOKE_GATED}
-    assert ids == {k for k, c in claims.items() if c.gated}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("claim_id", SMOKE_GATED)
-def test_smoke_claim_over_three_seeds(smoke_runs, claim_id):
-    _, claims, _ = smoke_runs
-    assert claims[claim_id].held, claims[claim_id]
+    assert set(claims) == set(SMOKE_VERDICTS) == GATED
+    assert {k: v.verdict for k, v in claims.items()} == SMOKE_VERDICTS
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ def decfus_evaluate_inputs(wildcards):
 def decfus_report_inputs(wildcards):
     """The evaluation of every (dataset, partition), and the claim dataset's run logs keyed by
     (partition, method, group)."""
-    claim_dataset = DECFUS["claims"]["dataset"]
+    claim_dataset = DECFUS["claim_dataset"]
     return {
         **keyed(
             "eval",

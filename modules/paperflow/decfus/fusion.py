@@ -22,7 +22,7 @@ from paperflow.decfus.topology import (
 )
 
 States = dict[str, torch.Tensor]
-FUSION_METHODS = ("decfus", "dflavg", "dflmr", "fedavg", "dpsgd")
+FUSION_METHODS = ("decfus", "decfus_fixed", "dflavg", "dflmr", "fedavg", "dpsgd")
 
 
 def fused_keys(states: Mapping[str, torch.Tensor]) -> list[str]:
@@ -130,8 +130,9 @@ def round_fusion(
     p_exchange: float,
     rng: np.random.Generator,
 ) -> Fusion | None:
-    """The end-of-round fusion of `method`; None for D-PSGD, which gossips after every local step."""
-    if method == "decfus":
+    """The end-of-round fusion of `method`; None for D-PSGD, which gossips after every local step. DecFus's
+    ablation `decfus_fixed` fuses as DecFus; its θ stays at θ0 because the simulation runs no phase control for it."""
+    if method in ("decfus", "decfus_fixed"):
         return decfus_fusion(states, neighbours, n, thetas, p_exchange, rng)
     if method == "dflavg":
         return constant_fusion(states, uniform_mixing(neighbours))

@@ -19,13 +19,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
         require_member(name, cfg["datasets"], source, "run_datasets[...]")
     for name in cfg["run_partitions"]:
         require_member(name, cfg["partitions"], source, "run_partitions[...]")
-    claims = cfg["claims"]
-    require_member(claims["dataset"], cfg["run_datasets"], source, "claims.dataset")
-    for name in [*claims["noniid_partitions"], claims["iid_partition"]]:
-        require_member(name, cfg["run_partitions"], source, "claims partitions")
-    for method in ("decfus", "dflavg"):
-        if method not in cfg["methods"]:
-            raise ConfigError(f"{source}: methods must include {method!r} (the claims compare DecFus with DFLAvg)")
+    require_member(cfg["claim_dataset"], cfg["run_datasets"], source, "claim_dataset")
     for name, spec in cfg["partitions"].items():
         if spec["kind"] == "dirichlet":
             require_keys(spec, ["beta"], f"{source}: partitions.{name} (kind dirichlet)")
@@ -40,7 +34,34 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: decfus.theta1 = {d['theta1']} must not exceed decfus.theta0 = {d['theta0']}")
     if not d["ref_start"] <= d["ref_end"]:
         raise ConfigError(f"{source}: decfus.ref_start = {d['ref_start']} must be <= decfus.ref_end = {d['ref_end']}")
-    if cfg["train"]["rounds"] < claims["tail"] * cfg["train"]["test_round"]:
+    tail = cfg["evaluate"]["tail"]
+    if cfg["train"]["rounds"] < tail * cfg["train"]["test_round"]:
         raise ConfigError(
-            f"{source}: train.rounds = {cfg['train']['rounds']} has fewer than claims.tail = {claims['tail']} evaluations"
+            f"{source}: train.rounds = {cfg['train']['rounds']} has fewer than evaluate.tail = {tail} evaluations"
         )
+
+
+# the evaluate stage's columns (paperflow.decfus.evaluation) and the derived rise, per partition of the claim dataset
+EVAL_METRICS = (
+    "final_acc",
+    "best_acc",
+    "final_loss",
+    "fused_acc",
+    "final_consensus",
+    "stable_fraction",
+    "theta_final_max",
+    "averaged_first",
+    "averaged_last",
+)
+DERIVED_METRICS = ("averaged_rise",)  # averaged_last - averaged_first
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces (paperflow.decfus.claims.metrics_table): "<partition>/<column>"
+    for every run partition of the claim dataset."""
+    return [f"{p}/{m}" for p in cfg["run_partitions"] for m in (*EVAL_METRICS, *DERIVED_METRICS)]
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The fusion methods this config runs."""
+    return list(cfg["methods"])

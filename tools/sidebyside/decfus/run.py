@@ -275,7 +275,7 @@ def outcome(curves: pd.DataFrame, clients: pd.DataFrame, tail: int) -> dict[str,
 
 
 def full_runs(off: Official, inp: Inputs, partitions: list[str], seeds: list[int], methods: list[str]) -> pd.DataFrame:
-    tail, rounds, theta0 = inp.cfg["claims"]["tail"], inp.cfg["train"]["rounds"], inp.cfg["decfus"]["theta0"]
+    tail, rounds, theta0 = inp.cfg["evaluate"]["tail"], inp.cfg["train"]["rounds"], inp.cfg["decfus"]["theta0"]
     rows = []
     for part in partitions:
         for seed in seeds:
@@ -470,7 +470,7 @@ def render(
         f"init `{cfg['model']['init']}`) with the same initial weights per seed; R = {t['rounds']}, E = {t['local_epochs']}, "
         f"batch {t['batch_size']}, lr {t['lr']}, momentum {t['momentum']}, test every {t['test_round']} round(s); "
         "DecFus constants of config/decfus.yaml. Final accuracy = mean of the last "
-        f"{cfg['claims']['tail']} evaluations; θ max = the largest client θ in the last round; averaged = client-mean "
+        f"{cfg['evaluate']['tail']} evaluations; θ max = the largest client θ in the last round; averaged = client-mean "
         "fraction of averaged tensors in round 0 → last round; fired = rounds at which the first / last client's detector fired.",
         "",
         "| partition | seed | method | final acc ours | final acc official | θ max ours | θ max official "
