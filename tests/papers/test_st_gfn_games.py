@@ -281,6 +281,7 @@ def test_exact_flows_play_minimax_for_large_lambda(oracle):
 def test_spectral_loss_at_lam0_is_edb_and_dc_is_tb_on_self_play_residuals():
     gaps = game_identity_gaps(TTT, methods()["st_gfn"], MODEL, 10.0, 32, seed=0)
     assert gaps["lam0_db_gap"] < 1e-9 and gaps["dc_tb_gap"] < 1e-9
+    assert gaps["filtered_db_gap"] > 1e-3 and gaps["filtered_tb_gap"] > 1e-3  # the claims' control: not identities
     delta = torch.randn(9, 5, dtype=torch.float64)
     lengths = torch.tensor([9, 5, 7, 6, 9])
     delta = torch.where(torch.arange(9)[:, None] < lengths[None], delta, torch.zeros_like(delta))

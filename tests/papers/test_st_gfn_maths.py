@@ -58,6 +58,7 @@ def test_lam0_equals_torchgfn_db_and_dc_equals_torchgfn_tb_on_the_same_batch(tim
         assert gaps["lam0_db_gap"] < 1e-5 * max(1.0, gaps["db_sum"])
         assert gaps["dc_tb_gap"] < 1e-4
         assert gaps["db_sum"] > 1e-3 and gaps["tb_loss"] > 1e-3  # not a trivially zero batch
+        assert gaps["filtered_db_gap"] > 1e-3 and gaps["filtered_tb_gap"] > 1e-3  # the control's filtered gaps
 
 
 # --- 10.2 TB limit ---------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ from paperflow.st_gfn.settings import ENUMERABLE, known_keys
 
 EVAL_SEED_OFFSET = 20_000  # fresh on-policy samples of seed s use torch seed s + this
 UNIFORM = "uniform"  # the uniform-policy sampler (every valid action equally likely)
+UNTRAINED = "untrained"  # the policy network at initialisation, sampled on-policy (the control of "below uniform")
 IDENTITY = "identity"  # rows of the same-batch loss identities (spec 7 (ii))
+IDENTITY_FILTERED = "identity_filtered"  # the same gaps with the low-pass filter in place (their control)
 IDENTITY_BATCH = 16
 
 
@@ -111,6 +113,19 @@ def sequence_run_metrics(
     return values
 
 
+def identity_rows(gaps: Mapping[str, float], seed: int) -> list[dict[str, Any]]:
+    """Rows of the identity gaps: `identity` for the identities, `identity_filtered` (same metric names) for the
+    gaps with the filter of identities.FILTERED_LAM in place of lam = 0 and of the DC-only weighting."""
+    rows = []
+    for k, v in gaps.items():
+        if k.startswith("filtered_"):
+            metric = {"filtered_db_gap": "lam0_db_gap", "filtered_tb_gap": "dc_tb_gap"}[k]
+            rows.append({"method": IDENTITY_FILTERED, "seed": seed, "metric": metric, "value": v})
+        else:
+            rows.append({"method": IDENTITY, "seed": seed, "metric": k, "value": v})
+    return rows
+
+
 def evaluate_env(
     env,
     spec: Mapping[str, Any],
@@ -151,17 +166,23 @@ def evaluate_env(
         uniform = sample_terminal(
             env, reference.pf, int(cfg["last_visited"]), int(cfg["eval_batch"]), 1.0, seed + EVAL_SEED_OFFSET
         )
-        if enumerable:
-            pi = target["pi"].to_numpy()
-            p_u = empirical_pmf(uniform["state"].to_numpy(), pi.size)
-            values = {"l1": l1_mean(p_u, pi), "tv": total_variation(p_u, pi)}
-            if seed == first_seed:
-                pmfs[UNIFORM] = p_u
-        else:
-            values = sequence_metrics(word_columns(uniform), target.to_numpy(), spec, cfg)
-        rows += [{"method": UNIFORM, "seed": seed, "metric": k, "value": v} for k, v in values.items()]
+        torch.manual_seed(seed)
+        untrained_net = make_gflownet(env, methods[next(iter(methods))], model)
+        untrained = sample_terminal(
+            env, untrained_net.pf, int(cfg["last_visited"]), int(cfg["eval_batch"]), 0.0, seed + EVAL_SEED_OFFSET
+        )
+        for name, sampled in ((UNIFORM, uniform), (UNTRAINED, untrained)):
+            if enumerable:
+                pi = target["pi"].to_numpy()
+                p_u = empirical_pmf(sampled["state"].to_numpy(), pi.size)
+                values = {"l1": l1_mean(p_u, pi), "tv": total_variation(p_u, pi)}
+                if seed == first_seed and name == UNIFORM:
+                    pmfs[UNIFORM] = p_u
+            else:
+                values = sequence_metrics(word_columns(sampled), target.to_numpy(), spec, cfg)
+            rows += [{"method": name, "seed": seed, "metric": k, "value": v} for k, v in values.items()]
         gaps = identity_gaps(env, int(model["hidden"]), int(model["layers"]), IDENTITY_BATCH, seed + EVAL_SEED_OFFSET)
-        rows += [{"method": IDENTITY, "seed": seed, "metric": k, "value": v} for k, v in gaps.items()]
+        rows += identity_rows(gaps, seed)
     return pd.DataFrame(rows), pd.DataFrame(pmfs)
 
 

@@ -28,6 +28,7 @@ ENUMERABLE = ("hypergrid", "geneset")  # envs with an exact target (L1 metrics)
 GAMES = ("tictactoe", "connect4")  # two-player games (optimal-move and win-rate metrics)
 
 GAME_KEYS = set(ENV_NEEDS["connect4"])
+LAM0_METHOD = "st_gfn_lam0"  # the lam = 0 run that the claims compare with DB
 
 NEEDS = {
     "tb": (),
@@ -112,30 +113,15 @@ def check(cfg: dict[str, Any], source: str) -> None:
         where = f"{source}: methods.{name} (kind {spec['kind']})"
         require_keys(spec, NEEDS[spec["kind"]], where)
         reject_unknown(spec, ("kind", *NEEDS[spec["kind"]]), where)
-    claims = cfg["claims"]
-    for key in ("noisy_env", "clean_env"):
-        require_member(claims[key], cfg["run_envs"], source, f"claims.{key}")
-        if cfg["envs"][claims[key]]["kind"] not in ENUMERABLE:
-            raise ConfigError(
-                f"{source}: claims.{key} = {claims[key]!r} is a {cfg['envs'][claims[key]]['kind']} env; the "
-                f"claims compare L1 to an exact target, so it must be one of the kinds {', '.join(ENUMERABLE)}"
-            )
-    noisy, clean = cfg["env_methods"][claims["noisy_env"]], cfg["env_methods"][claims["clean_env"]]
-    require_member(claims["method"], noisy, source, f"claims.method (methods of {claims['noisy_env']})")
-    require_member(claims["lam0_method"], clean, source, f"claims.lam0_method (methods of {claims['clean_env']})")
-    for baseline in ("tb", "db"):
-        require_member(baseline, noisy, source, f"the {baseline!r} baseline (methods of {claims['noisy_env']})")
-    require_member("db", clean, source, f"the 'db' baseline (methods of {claims['clean_env']})")
     for env in cfg["run_envs"]:
-        if env in (claims["noisy_env"], claims["clean_env"]):
-            continue
         baselines = ("tb", "db") if cfg["envs"][env]["kind"] in ENUMERABLE else ("tb",)
-        for name in (claims["method"],) + baselines:  # the reported direction compares these (claims.task_claims)
+        for name in ("st_gfn",) + baselines:  # the config's claims compare these on every env (reported directions)
             require_member(name, cfg["env_methods"][env], source, f"{name!r} (methods of {env})")
-    lam0 = cfg["methods"][claims["lam0_method"]]
-    if lam0["kind"] != "st_gfn" or lam0["lam"] != 0 or lam0["filter"] != "tikhonov":
+    lam0 = cfg["methods"].get(LAM0_METHOD)
+    if lam0 is not None and (lam0["kind"] != "st_gfn" or lam0["lam"] != 0 or lam0["filter"] != "tikhonov"):
         raise ConfigError(
-            f"{source}: claims.lam0_method = {claims['lam0_method']!r} must be an st_gfn method with filter tikhonov and lam 0"
+            f"{source}: methods.{LAM0_METHOD} must be an st_gfn method with filter tikhonov and lam 0 (the claims' "
+            "lam = 0 run)"
         )
     if cfg["evaluate"]["last_visited"] > cfg["train"]["iterations"] * cfg["train"]["batch_size"]:
         raise ConfigError(
@@ -144,3 +130,55 @@ def check(cfg: dict[str, Any], source: str) -> None:
         )
     if cfg["evaluate"]["loss_window"] > cfg["train"]["iterations"]:
         raise ConfigError(f"{source}: evaluate.loss_window exceeds train.iterations")
+
+
+# the metrics of the long table (paperflow.st_gfn.claims.metrics_table), per env kind, besides the identity gaps
+RUN_METRICS = {
+    "enumerable": (
+        "l1",
+        "tv",
+        "jsd",
+        "modes_found",
+        "modes_total",
+        "loss_std_last",
+        "trajectories_to_l1",
+        "l1_on_policy",
+        "logz_abs_err",
+    ),
+    "sequence": ("modes_found", "modes_total", "topk_reward", "topk_diversity", "loss_std_last"),
+    "game": (
+        "optimal_argmax",
+        "optimal_sampled",
+        "win_rate_vs_random",
+        "draw_rate_vs_random",
+        "loss_rate_vs_random",
+        "win_rate_vs_minimax",
+        "draw_rate_vs_minimax",
+        "loss_rate_vs_minimax",
+        "loss_std_last",
+    ),
+}
+IDENTITY_METRICS = ("lam0_db_gap", "dc_tb_gap", "db_sum", "tb_loss")
+NOISE_GAP_METRIC = "l1_gap_to_db_over_seed_noise"  # claims.seed_noise_gaps: |L1 - L1(db)| / seed noise, per seed
+SAMPLER_METHODS = ("uniform", "untrained", "identity", "identity_filtered")  # evaluation's rows beside the runs
+
+
+def env_family(kind: str) -> str:
+    return "game" if kind in GAMES else "enumerable" if kind in ENUMERABLE else "sequence"
+
+
+def claim_metrics(cfg: dict[str, Any]) -> list[str]:
+    """The metrics-table names this config produces: "<env>/<metric>" for every run env."""
+    names = []
+    for env in cfg["run_envs"]:
+        family = env_family(cfg["envs"][env]["kind"])
+        own = RUN_METRICS[family] + IDENTITY_METRICS
+        if family == "enumerable" and "db" in cfg["env_methods"][env]:
+            own += (NOISE_GAP_METRIC,)
+        names += [f"{env}/{m}" for m in own]
+    return names
+
+
+def claim_methods(cfg: dict[str, Any]) -> list[str]:
+    """The methods trained on some run env, and the evaluation's samplers and identity rows."""
+    return sorted({m for env in cfg["run_envs"] for m in cfg["env_methods"][env]} | set(SAMPLER_METHODS))
