@@ -34,6 +34,13 @@ LABELS = {
 }
 
 
+def per_seed(frame: pd.DataFrame, seeds: Sequence[int], **where: Any) -> list[float]:
+    """The value of the rows matching `where`, one per seed in the order of `seeds`; NaN where a seed has none."""
+    rows = frames_lib.select(frame, **where)
+    by_seed = dict(zip(rows.seed.tolist(), rows["value"].tolist()))
+    return [float(by_seed.get(s, np.nan)) for s in seeds]
+
+
 def window_means(frame: pd.DataFrame, method: str, window: Sequence[float], seeds: Sequence[int]) -> list[float]:
     """Per seed: the mean test loss over Delta in [lo, hi]; NaN for a missing seed."""
     lo, hi = window
@@ -43,12 +50,12 @@ def window_means(frame: pd.DataFrame, method: str, window: Sequence[float], seed
         & (frame.level >= lo - 1e-12)
         & (frame.level <= hi + 1e-12)
     ]
-    return frames_lib.per_seed(part.groupby("seed", as_index=False)["value"].mean(), seeds)
+    return per_seed(part.groupby("seed", as_index=False)["value"].mean(), seeds)
 
 
 def level_values(frame: pd.DataFrame, method: str, metric: str, level: float, seeds: Sequence[int]) -> list[float]:
     """Per seed: the metric of `method` at `level` (levels matched within float tolerance)."""
-    return frames_lib.per_seed(frame[np.isclose(frame.level, level)], seeds, method=method, metric=metric)
+    return per_seed(frame[np.isclose(frame.level, level)], seeds, method=method, metric=metric)
 
 
 def first_level(frame: pd.DataFrame) -> float:
