@@ -13,7 +13,7 @@ import pytest
 
 from paperflow.core.claims import long_table
 from paperflow.core.config import ConfigError, reject_unknown, require_keys
-from paperflow.core.frames import per_seed, seed_summary
+from paperflow.core.frames import seed_summary
 from paperflow.core.keys import key, keyed, unkey
 from paperflow.core.report import Figure, Report, Table, publish
 
@@ -100,16 +100,6 @@ def test_keyed_inputs_refuse_ambiguous_labels_and_missing_groups():
         unkey({"ckpt__a": "x"}, "nope")
     with pytest.raises(ValueError, match="label part"):
         unkey({"ckpt__a__0": "x"}, "ckpt", types=(str,))
-
-
-def test_per_seed_aligns_by_seed_and_marks_missing_seeds():
-    frame = pd.DataFrame({"method": ["a", "a", "b"], "seed": [2, 0, 0], "value": [0.2, 0.0, 9.0]})
-    assert per_seed(frame, [0, 1, 2], method="a")[::2] == [0.0, 0.2]
-    assert np.isnan(per_seed(frame, [0, 1, 2], method="a")[1])
-    with pytest.raises(ValueError, match="several rows"):
-        per_seed(pd.concat([frame, frame]), [0], method="a")
-    with pytest.raises(KeyError, match="metric"):
-        per_seed(frame, [0], metric="x")
 
 
 def test_seed_summary_is_mean_std_and_count():

@@ -1,4 +1,4 @@
-"""Long-frame helpers shared by the papers' claims: one value per seed, mean/std/n over seeds.
+"""Long-frame helpers shared by the papers' reports: mean/std/n over seeds.
 
 A long frame has one row per measurement: label columns (method, dataset, metric, ...), a `seed`
 column and a value column.
@@ -22,17 +22,6 @@ def select(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
     for column, value in where.items():
         mask &= (frame[column] == value).to_numpy()
     return frame[mask]
-
-
-def per_seed(frame: pd.DataFrame, seeds: Sequence[int], value: str = "value", **where: Any) -> list[float]:
-    """The value of the rows matching `where`, one per seed in the order of `seeds`; NaN where a seed
-    has no row (a claim over it then does not hold). Two rows for one seed raise."""
-    rows = select(frame, **where)
-    duplicated = rows.seed[rows.seed.duplicated()].unique().tolist()
-    if duplicated:
-        raise ValueError(f"seed(s) {duplicated} have several rows for {where}")
-    by_seed = dict(zip(rows.seed.tolist(), rows[value].tolist()))
-    return [float(by_seed.get(s, np.nan)) for s in seeds]
 
 
 def seed_summary(frame: pd.DataFrame, by: Sequence[str], value: str = "value", dropna: bool = True) -> pd.DataFrame:

@@ -56,26 +56,46 @@ SCHEMA = "paperflow.results/1"
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-9
 SLOWEST = 3  # jobs listed per paper
-REQUIRED_CLAIM_KEYS = ("id", "statement", "seeds", "values", "value", "threshold", "comparison", "held", "gated")
-OPTIONAL_CLAIM_KEYS = (
-    "aggregate",
-    "value_std",
+REQUIRED_CLAIM_KEYS = (
+    "id",
+    "statement",
     "metric",
     "method",
     "baseline",
     "effect",
     "unit",
-    "verdict",
+    "aggregate",
+    "seeds",
+    "values",
+    "baseline_values",
+    "effects",
+    "value",
+    "value_std",
+    "threshold",
+    "comparison",
     "ci_low",
     "ci_high",
     "ci_level",
     "ci_method",
     "n_units",
     "n_needed",
+    "verdict",
+    "held",
+    "gated",
     "central",
     "control",
 )
-DEFINITION_KEYS = ("gated", "comparison", "aggregate", "seeds")  # compared exactly by the check
+DEFINITION_KEYS = (
+    "gated",
+    "comparison",
+    "aggregate",
+    "seeds",
+    "metric",
+    "method",
+    "baseline",
+    "effect",
+    "unit",
+)  # compared exactly by the check
 NUMBER_KEYS = ("value", "threshold", "ci_low", "ci_high")  # compared within the tolerance by the check
 HASH_CHECKED_SCALES = ("cpu",)  # scales CI does not rerun: their record is checked against the code's hashes
 
@@ -121,8 +141,7 @@ def _claim_entry(claim: Mapping[str, Any], source: Path) -> dict[str, Any]:
         raise RecordError(
             f"{source}: claim {claim['id']!r} has {len(claim['values'])} values for {len(claim['seeds'])} seeds"
         )
-    keys = REQUIRED_CLAIM_KEYS + tuple(k for k in OPTIONAL_CLAIM_KEYS if k in claim)
-    return {k: claim[k] for k in keys}
+    return {k: claim[k] for k in REQUIRED_CLAIM_KEYS}
 
 
 def _job_time(record: Mapping[str, Any], paper_dir: Path) -> dict[str, Any]:
@@ -303,7 +322,7 @@ def _status_rows(record: Mapping[str, Any]) -> list[str]:
 
 
 def _verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
-    if not claims or any("verdict" not in c for c in claims):
+    if not claims or any("verdict" not in c for c in claims):  # a README test's hand-made record has none
         return "–"
     from paperflow.core.claims import counts_text
 
@@ -316,33 +335,15 @@ def _central(claims: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _claim_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
-    if claims and all("verdict" in c for c in claims):
-        return _verdict_rows(slug, claims)
-    rows = [
-        "| claim | statement | per seed | value | threshold | held | gated |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in claims:
-        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c["seeds"], c["values"], strict=True))
-        value = fmt(c["value"]) + (f" ({c['aggregate']})" if "aggregate" in c else "")
-        rows.append(
-            f'| <a id="{slug}-{c["id"]}"></a>`{c["id"]}` | {_cell(c["statement"])} | {per_seed} | {value} '
-            f"| {c['comparison']} {fmt(c['threshold'])} | {'**yes**' if c['held'] else '**NO**'} "
-            f"| {'yes' if c['gated'] else 'no'} |"
-        )
-    return rows
-
-
-def _verdict_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
     from paperflow.core import claims as claims_lib
 
     rows = [
         "| claim | statement | effect | per seed (effect) | estimate [CI] | claimed | verdict | control | gated |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in sorted(claims, key=lambda c: not c.get("central", False)):
-        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c["seeds"], c.get("effects") or c["values"], strict=True))
-        star = "★ " if c.get("central") else ""
+    for c in sorted(claims, key=lambda c: not c["central"]):
+        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c["seeds"], c["effects"], strict=True))
+        star = "★ " if c["central"] else ""
         rows.append(
             f'| <a id="{slug}-{c["id"]}"></a>{star}`{c["id"]}` | {_cell(c["statement"])} '
             f"| {_cell(claims_lib.effect_text(c))} ({c['metric']}) | {per_seed} | {claims_lib.interval_text(c)} "

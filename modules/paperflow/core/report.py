@@ -1,65 +1,28 @@
-"""Claims, `metrics.json` and the Markdown report of a paper.
+"""`metrics.json` and the Markdown report of a paper.
 
-The report contract: a paper's library builds a `Report` (claims, text sections, tables and figures,
+The report contract: a paper's library builds a `Report` (its long metrics table, text sections, tables and figures,
 each table and figure under the report rule's output key, `table_<name>` / `figure_<name>`), and
 `publish` writes every output of the rule from it: the figures and CSV tables, `report.md` with links
-relative to it, and `metrics.json`. An output the report does not fill, or a key the rule lacks,
+relative to it, `metrics.json` and `metrics.parquet`. An output the report does not fill, or a key the rule lacks,
 raises, so renaming an output cannot silently break a report.
 
-A claim compares an aggregate of measured values (one per seed; the mean by default, the worst seed
-for claims the spec states for every run) against a threshold; `held` is always computed here from
-the numbers, never set by hand. Every paper writes `metrics.json` with a top-level
-`claims` list in the same shape, so the cross-paper summary reads them all alike.
+The claims are not built here: a paper declares them in `config/<slug>.yaml` and its report carries the long
+metrics table they are judged on (`paperflow.core.claims`); `publish` judges them, so `held` is always computed
+from the numbers, never set by hand. Every paper writes `metrics.json` with a top-level `claims` list in the same
+shape, so the cross-paper summary reads them all alike.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import operator
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-COMPARATORS: dict[str, tuple[Callable[[float, float], bool], str]] = {
-    "<": (operator.lt, "<"),
-    "<=": (operator.le, "<="),
-    ">": (operator.gt, ">"),
-    ">=": (operator.ge, ">="),
-}
-
-AGGREGATES: dict[str, Callable[[np.ndarray], float]] = {
-    "mean": lambda arr: float(arr.mean()),
-    "max": lambda arr: float(arr.max()),
-    "min": lambda arr: float(arr.min()),
-}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One row of a paper's claims table."""
-
-    id: str
-    statement: str
-    value: float
-    threshold: float
-    comparison: str
-    held: bool
-    gated: bool
-    seeds: list[int]
-    values: list[float]
-    value_std: float
-    aggregate: str = "mean"
-    threshold_values: list[float] = field(default_factory=list)
-    paper_value: str | None = None
-    limitation: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: _finite_or_none(v) for k, v in asdict(self).items()}
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -68,13 +31,6 @@ def _finite_or_none(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite_or_none(v) for v in value]
     return value
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    arr = np.asarray(values, dtype=float)
-    if arr.size == 0 or np.isnan(arr).any():
-        return math.nan, math.nan
-    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
 
 
 def mean_std_text(values: Sequence[float], digits: int = 3) -> str:
@@ -87,99 +43,6 @@ def mean_std_text(values: Sequence[float], digits: int = 3) -> str:
     if arr.size == 1:
         return f"{arr[0]:.{digits}f}"
     return f"{arr.mean():.{digits}f} ± {arr.std(ddof=1):.{digits}f}"
-
-
-def compare_claim(
-    *,
-    id: str,
-    statement: str,
-    values: Sequence[float],
-    seeds: Sequence[int],
-    comparison: str,
-    threshold: float | None = None,
-    threshold_values: Sequence[float] | None = None,
-    gated: bool = True,
-    paper_value: str | None = None,
-    limitation: str | None = None,
-    aggregate: str = "mean",
-) -> Claim:
-    """A claim that `aggregate(values) <comparison> threshold`, the threshold being a number or the mean
-    of `threshold_values` (e.g. a baseline's per-seed results). `aggregate` is "mean" (over seeds),
-    or "max" / "min" to judge the worst seed of a claim stated for every run. Any NaN makes the claim
-    not held. `value_std` is the std over seeds whatever the aggregate."""
-    if comparison not in COMPARATORS:
-        raise ValueError(f"comparison {comparison!r} not in {sorted(COMPARATORS)}")
-    if aggregate not in AGGREGATES:
-        raise ValueError(f"aggregate {aggregate!r} not in {sorted(AGGREGATES)}")
-    if (threshold is None) == (threshold_values is None):
-        raise ValueError("give exactly one of threshold and threshold_values")
-    if len(values) != len(seeds):
-        raise ValueError(f"{len(values)} values for {len(seeds)} seeds")
-    arr = np.asarray(values, dtype=float)
-    value = math.nan if arr.size == 0 or np.isnan(arr).any() else AGGREGATES[aggregate](arr)
-    std = mean_std(values)[1]
-    limit = float(threshold) if threshold is not None else mean_std(threshold_values)[0]
-    fn, _ = COMPARATORS[comparison]
-    held = bool(math.isfinite(value) and math.isfinite(limit) and fn(value, limit))
-    return Claim(
-        id=id,
-        statement=statement,
-        value=value,
-        threshold=limit,
-        comparison=comparison,
-        held=held,
-        gated=gated,
-        seeds=list(seeds),
-        values=[float(v) for v in values],
-        value_std=std,
-        aggregate=aggregate,
-        threshold_values=[float(v) for v in (threshold_values or [])],
-        paper_value=paper_value,
-        limitation=limitation,
-    )
-
-
-def statistic_claim(
-    *,
-    id: str,
-    statement: str,
-    value: float,
-    label: str,
-    values: Sequence[float],
-    seeds: Sequence[int],
-    comparison: str,
-    threshold: float,
-    gated: bool = True,
-    paper_value: str | None = None,
-    limitation: str | None = None,
-) -> Claim:
-    """A claim judged on one statistic of the pooled data rather than on an aggregate of per-seed values (e.g. the
-    lower bound of a paired bootstrap interval over every seed's test users): `value <comparison> threshold`,
-    computed here; `label` names the statistic in the report ("95% CI low, paired bootstrap"), and `values` are
-    the per-seed values shown beside it."""
-    if comparison not in COMPARATORS:
-        raise ValueError(f"comparison {comparison!r} not in {sorted(COMPARATORS)}")
-    if len(values) != len(seeds):
-        raise ValueError(f"{len(values)} values for {len(seeds)} seeds")
-    if label in AGGREGATES:
-        raise ValueError(f"label {label!r} is an aggregate over seeds; use compare_claim")
-    value = float(value)
-    held = bool(math.isfinite(value) and COMPARATORS[comparison][0](value, float(threshold)))
-    return Claim(
-        id=id,
-        statement=statement,
-        value=value,
-        threshold=float(threshold),
-        comparison=comparison,
-        held=held,
-        gated=gated,
-        seeds=list(seeds),
-        values=[float(v) for v in values],
-        value_std=mean_std(values)[1],
-        aggregate=label,
-        paper_value=paper_value,
-        limitation=limitation,
-    )
 
 
 def write_metrics(path: str | Path, *, paper: str, scale: str, claims: Iterable[Any], **extra: Any) -> dict[str, Any]:
@@ -201,31 +64,6 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-def measured_cell(c: Claim) -> str:
-    """The measured value as judged: mean ± std, or e.g. "0.03 (max over seeds)" for a worst-seed claim."""
-    if c.aggregate == "mean":
-        return f"{fmt(c.value)} ± {fmt(c.value_std, 2)}"
-    if c.aggregate in AGGREGATES:
-        return f"{fmt(c.value)} ({c.aggregate} over seeds)"
-    return f"{fmt(c.value)} ({c.aggregate})"
-
-
-def claims_table(claims: Iterable[Claim]) -> str:
-    rows = [
-        "| claim | measured (mean ± std over seeds, unless marked) | per seed | threshold | held | gated | paper |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in claims:
-        verdict = "**yes**" if c.held else "**NO**"
-        per_seed = ", ".join(f"{s}: {fmt(v)}" for s, v in zip(c.seeds, c.values))
-        rows.append(
-            f"| `{c.id}`: {c.statement} | {measured_cell(c)} | {per_seed} "
-            f"| {c.comparison} {fmt(c.threshold)} | {verdict} | {'yes' if c.gated else 'no (reported)'} "
-            f"| {c.paper_value or '–'} |"
-        )
-    return "\n".join(rows)
-
-
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
     if not rows:
         return "_(no rows)_"
@@ -243,7 +81,7 @@ def render_report(
     title: str,
     scale: str,
     summary: str,
-    claims: Sequence[Claim],
+    claims: Sequence[Any],
     sections: Sequence[tuple[str, str]] = (),
     figures: Sequence[tuple[str, str]] = (),
     limitations: Sequence[str] = (),
@@ -253,25 +91,20 @@ def render_report(
     relative to the report). `claims` are Claim objects or judged claims (`paperflow.core.claims.Verdict`)."""
     from paperflow.core import claims as claims_lib
 
-    judged = [c.to_json() for c in claims if isinstance(c, claims_lib.Verdict)]
+    judged = [c.to_json() for c in claims]
     gated = [c for c in claims if c.gated]
     verdict = (
         f"{sum(c.held for c in gated)} of {len(gated)} gated claim(s) held at scale `{scale}`."
         if gated
         else f"No gated claims at scale `{scale}`."
     )
-    if judged:
-        verdict += f" Gated verdicts: {claims_lib.counts_text(c for c in judged if c['gated'])}."
-        table = claims_lib.claims_table(judged) + (
-            "\n\nIntervals: "
-            + "; ".join(claims_lib.interval_methods(judged))
-            + ". A claim is **held** when its interval "
-            "lies wholly on the claimed side of the threshold, **refuted** when wholly on the other side, "
-            "**inconclusive** otherwise (with the units the observed spread would need); **control also holds** when "
-            "the alternative in the method's place is held too. ★ marks the paper's central claims."
-        )
-    else:
-        table = claims_table(claims)
+    verdict += f" Gated verdicts: {claims_lib.counts_text(c for c in judged if c['gated'])}."
+    table = claims_lib.claims_table(judged) + (
+        "\n\nIntervals: " + "; ".join(claims_lib.interval_methods(judged)) + ". A claim is **held** when its interval "
+        "lies wholly on the claimed side of the threshold, **refuted** when wholly on the other side, "
+        "**inconclusive** otherwise (with the units the observed spread would need); **control also holds** when "
+        "the alternative in the method's place is held too. ★ marks the paper's central claims."
+    )
     parts = [
         f"# {title}",
         "",
@@ -331,8 +164,8 @@ class Report:
 
     title: str
     summary: str
-    claims: list[Claim] = field(default_factory=list)  # built by the paper (being replaced by `table` + config claims)
-    table: Any = None  # the long metrics table (scale, seed, unit, method, metric, value) the config's claims judge
+    table: Any  # the long metrics table (scale, seed, unit, method, metric, value) the config's claims are judged on
+    claims: list[Any] = field(default_factory=list)  # the judged claims (paperflow.core.claims.Verdict), set by publish
     sections: list[tuple[str, str]] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
@@ -340,14 +173,14 @@ class Report:
     metrics: dict[str, Any] = field(default_factory=dict)  # the paper's own keys of metrics.json
 
 
-def _check_outputs(report: Report, outputs: Mapping[str, Any], judged: bool = False) -> None:
+def _check_outputs(report: Report, outputs: Mapping[str, Any]) -> None:
     named = {**{f.key: FIGURE_PREFIX for f in report.figures}, **{t.key: TABLE_PREFIX for t in report.tables}}
     for key, prefix in named.items():
         if not key.startswith(prefix):
             raise ValueError(f"report output key {key!r} must start with {prefix!r}")
     if len(named) != len(report.figures) + len(report.tables):
         raise ValueError("two figures or tables of the report share an output key")
-    expected = {REPORT_KEY, METRICS_KEY, *named} | ({METRICS_TABLE_KEY} if judged else set())
+    expected = {REPORT_KEY, METRICS_KEY, METRICS_TABLE_KEY, *named}
     missing = sorted(expected - set(outputs))
     if missing:
         raise KeyError(
@@ -359,28 +192,24 @@ def _check_outputs(report: Report, outputs: Mapping[str, Any], judged: bool = Fa
 
 
 def publish(
-    report: Report, outputs: Mapping[str, Any], *, paper: str, scale: str, claims: Sequence[Any] | None = None
+    report: Report, outputs: Mapping[str, Any], *, paper: str, scale: str, claims: Sequence[Any]
 ) -> dict[str, Any]:
     """Write the figures, tables, `report.md` and `metrics.json` of `report` to the rule's `outputs`
     (output key -> path); links in the report are relative to it. Returns the metrics document.
 
-    With `claims` (the paper's `claims:` from its config), the claims are judged here on `report.table`, the long
-    metrics table, which is written to the output `metrics_table` (Parquet)."""
+    `claims` (the paper's `claims:` from its config, as measured at this scale) are judged here on `report.table`,
+    the long metrics table, which is written to the output `metrics_table` (Parquet)."""
     from paperflow.core import claims as claims_lib
     from paperflow.core import plots
 
     outputs = {k: str(v) for k, v in outputs.items()}
-    judged = claims is not None
-    _check_outputs(report, outputs, judged)
-    if judged:
-        if report.claims:
-            raise ValueError("a report judged from config claims must not build claims of its own")
-        if report.table is None:
-            raise ValueError("a report judged from config claims needs its long metrics table (Report.table)")
-        specs = claims_lib.specs_for(claims, f"config/{paper}.yaml")
-        report.claims = claims_lib.judge_all(specs, report.table, scale)
-        Path(outputs[METRICS_TABLE_KEY]).parent.mkdir(parents=True, exist_ok=True)
-        report.table.to_parquet(outputs[METRICS_TABLE_KEY], index=False)
+    _check_outputs(report, outputs)
+    if report.claims:
+        raise ValueError("a paper's report does not build claims: they are declared in its config and judged here")
+    specs = claims_lib.specs_for(claims, f"config/{paper}.yaml")
+    report.claims = claims_lib.judge_all(specs, report.table, scale)
+    Path(outputs[METRICS_TABLE_KEY]).parent.mkdir(parents=True, exist_ok=True)
+    report.table.to_parquet(outputs[METRICS_TABLE_KEY], index=False)
     here = Path(outputs[REPORT_KEY]).parent
     link = lambda key: os.path.relpath(outputs[key], here)
     for fig in report.figures:
@@ -406,12 +235,12 @@ def publish_job(job: Any, report: Report) -> dict[str, Any]:
     """`publish` into the outputs of a report rule's job (paperflow.core.job.Job), with the paper and
     scale the job runs; the provenance record notes which claims held."""
     params = dict(job.params.items())
-    not_measured = list(params.get("claims_not_measured") or [])
+    not_measured = list(params["claims_not_measured"])
     if not_measured:
         report.limitations.append(
             f"Claims declared in config/{job.paper}.yaml but not measured at scale `{job.scale}` (their data or "
             f"methods run at other scales only): {', '.join(f'`{c}`' for c in not_measured)}."
         )
-    doc = publish(report, dict(job.output.items()), paper=job.paper, scale=job.scale, claims=params.get("claims"))
+    doc = publish(report, dict(job.output.items()), paper=job.paper, scale=job.scale, claims=params["claims"])
     job.note(claims_held={c.id: c.held for c in report.claims})
     return doc

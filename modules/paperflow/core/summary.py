@@ -7,34 +7,19 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from paperflow.core import claims as claims_lib
-from paperflow.core.report import AGGREGATES, fmt
 
 
 def measured(claim: dict) -> str:
-    """The judged value with its interval where it has one; a worst-seed claim says so, a claim on a pooled
-    statistic names the statistic."""
-    if "verdict" in claim:
-        return claims_lib.interval_text(claim)
-    aggregate = claim.get("aggregate", "mean")
-    if aggregate == "mean":
-        return fmt(claim["value"])
-    return (
-        f"{fmt(claim['value'])} ({aggregate} over seeds)"
-        if aggregate in AGGREGATES
-        else f"{fmt(claim['value'])} ({aggregate})"
-    )
+    """The judged value with its interval (exact for a worst-seed claim)."""
+    return claims_lib.interval_text(claim)
 
 
 def verdict(claim: dict) -> str:
-    if "verdict" in claim:
-        return claims_lib.verdict_text(claim)
-    return "**yes**" if claim["held"] else "**NO**"
+    return claims_lib.verdict_text(claim)
 
 
 def threshold(claim: dict) -> str:
-    if "verdict" in claim:
-        return f"{claims_lib.effect_text(claim)} {claims_lib.condition_text(claim)}"
-    return f"{claim['comparison']} {fmt(claim['threshold'])}"
+    return f"{claims_lib.effect_text(claim)} {claims_lib.condition_text(claim)}"
 
 
 def summary_markdown(metrics_files: Iterable[str | Path], scale: str) -> str:
@@ -48,13 +33,13 @@ def summary_markdown(metrics_files: Iterable[str | Path], scale: str) -> str:
         papers.append(doc)
         for c in sorted(doc["claims"], key=lambda c: not c.get("central", False)):
             star = "★ " if c.get("central") else ""
-            control = claims_lib.control_text(c) if "verdict" in c else "–"
+            control = claims_lib.control_text(c)
             rows.append(
                 f"| {doc['paper']} | {star}`{c['id']}`: {c['statement']} | {measured(c)} | {threshold(c)} "
                 f"| {verdict(c)} | {control} | {'yes' if c['gated'] else 'no'} |"
             )
     held = sum(doc["all_gated_held"] for doc in papers)
-    judged = [c for doc in papers for c in doc["claims"] if c.get("gated") and "verdict" in c]
+    judged = [c for doc in papers for c in doc["claims"] if c["gated"]]
     head = [
         f"# paperflow summary — scale `{scale}`",
         "",
