@@ -56,7 +56,9 @@ def test_papers_all_composes_every_workflow(repo_root):
 
 
 def test_unknown_scale_lists_allowed(repo_root):
-    with pytest.raises(ConfigError, match=r"scale = 'huge' is not allowed; allowed values: 'tiny', 'smoke', 'cpu', 'paper'"):
+    with pytest.raises(
+        ConfigError, match=r"scale = 'huge' is not allowed; allowed values: 'tiny', 'smoke', 'cpu', 'paper'"
+    ):
         load_run_config(GOOD | {"scale": "huge"}, repo_root)
 
 
