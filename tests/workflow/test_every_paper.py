@@ -20,7 +20,9 @@ from paperflow.core.provenance import audit
 
 PAPERS = available_papers()
 STAGES = ("download", "preprocess", "train", "evaluate", "report")
-CLAIM_KEYS = {"id", "statement", "value", "threshold", "comparison", "held", "gated", "seeds", "values", "value_std"}
+CLAIM_KEYS = {"id", "statement", "value", "threshold", "comparison", "held", "gated", "seeds", "values", "value_std",
+              "verdict", "ci_low", "ci_high", "ci_level", "ci_method", "n_units", "n_needed", "central", "control",
+              "metric", "method", "baseline", "effects"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +177,7 @@ def assert_reordered_config_keeps_every_claim(repo: Path, slug: str, args: tuple
         path.write_text(saved)
     assert before.keys() == after.keys()
     for cid, claim in before.items():
-        for key in ("values", "threshold_values", "held"):
+        for key in ("values", "baseline_values", "effects", "verdict", "held"):
             assert claim[key] == after[cid][key], (slug, cid, key)
 
 

@@ -395,14 +395,12 @@ def write_record(
     papers_only: Sequence[str] | None = None,
 ) -> tuple[Path, Path]:
     """Write `<out>/<scale>.json` and `<out>/<scale>.md` from the audited `results/<scale>` tree. With
-    `papers_only`, the existing record at `out` keeps every other paper and those papers' entries are replaced or
-    added (one paper rerun, its record updated)."""
+    `papers_only`, the existing record at `out` (if any) keeps every other paper and those papers' entries are
+    replaced or added (one paper rerun, its record updated)."""
     record = build_results_record(results, scale, tolerance, papers_only)
     json_path, md_path = record_paths(out, scale)
     if papers_only is not None:
-        if not json_path.is_file():
-            raise RecordError(f"--papers updates an existing record; there is none at {json_path}")
-        old = json.loads(json_path.read_text())
+        old = json.loads(json_path.read_text()) if json_path.is_file() else {"papers": {}}  # the first papers on record
         merged = {**old["papers"], **record["papers"]}
         record = {
             **record,
@@ -567,14 +565,15 @@ def findings_table(findings: Sequence[Finding], tol: Tolerance) -> str:
 
 def hash_findings(recorded: Mapping[str, Any], root: Path, papers: Sequence[str]) -> list[Finding]:
     """The record of a scale CI does not rerun, against the checkout: a paper whose own files (workflow, config,
-    schema, package) changed since its record fails, as does a paper without a record; a moved core warns."""
+    schema, package) changed since its record fails; a moved core warns, and so does a paper without a record yet
+    (it names the command that records it): a stale record misleads a reader, a missing one says so."""
     scale = recorded["scale"]
     found = []
     for slug in papers:
         entry = recorded["papers"].get(slug)
         rerun = f"rerun `snakemake --cores 2 --config scale={scale} papers=[{slug}]`, then `paperflow record write --scale {scale} --papers {slug}`"
         if entry is None:
-            found.append(Finding("FAIL", slug, "*", "record", "absent", "workflow present", f"no record: {rerun}"))
+            found.append(Finding("WARN", slug, "*", "record", "absent", "workflow present", f"no record yet: {rerun}"))
             continue
         now = code_hashes(root, slug)
         was = entry.get("code_hashes", {})
