@@ -447,7 +447,8 @@ def test_paper_config_errors_name_the_key(tmp_path, edit, message):
 
     root = tmp_path / "repo"
     (root / "config" / "schemas").mkdir(parents=True)
-    shutil.copy(repo_root() / "config/schemas/enterpriseops_gym.schema.yaml", root / "config/schemas/")
+    for schema in ("enterpriseops_gym", "claims"):
+        shutil.copy(repo_root() / f"config/schemas/{schema}.schema.yaml", root / "config/schemas/")
     path = root / "config" / "enterpriseops_gym.yaml"
     text = (repo_root() / "config/enterpriseops_gym.yaml").read_text()
     assert edit[0] in text
