@@ -238,7 +238,7 @@ rule lozo_plus_report:
     log:
         lozo_plus_path("logs", "report.log"),
     conda:
-        env_file("base")
+        env_file("lm")
     threads: 1
     resources:
         **resources_of("cpu_light"),
@@ -253,6 +253,6 @@ rule lozo_plus_report:
         scale=RUN.scale,
         claims=LOZO_PLUS["claims"],
         claims_not_measured=LOZO_PLUS["claims_not_measured"],
-        code=code_param("base", "workflows/lozo_plus/scripts/report_paper.py"),
+        code=code_param("lm", "workflows/lozo_plus/scripts/report_paper.py"),
     script:
         "scripts/report_paper.py"

@@ -150,7 +150,7 @@ rule lozo_plus_report:
     log:
         lozo_plus_path("logs", "report.log"),
     conda:
-        env_file("base")
+        env_file("lm")
     threads: 1
     resources:
         **resources_of("cpu_light"),
@@ -166,6 +166,6 @@ rule lozo_plus_report:
         scale=RUN.scale,
         claims=LOZO_PLUS["claims"],
         claims_not_measured=LOZO_PLUS["claims_not_measured"],
-        code=code_param("base", "workflows/lozo_plus/scripts/report.py"),
+        code=code_param("lm", "workflows/lozo_plus/scripts/report.py"),
     script:
         "scripts/report.py"

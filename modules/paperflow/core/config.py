@@ -197,7 +197,7 @@ def _checked_claims(
     declares for this config (`paperflow.<slug>.settings.claim_metrics(cfg)` and `claim_methods(cfg)`), so a
     misspelt name fails when the DAG is built. A claim whose metric or methods this scale does not produce is
     an error where the claim is gated at this scale, and is listed as not measured elsewhere."""
-    from paperflow.core import claims as claims_lib
+    from paperflow.core import claimspec as claims_lib
 
     validate(raw, read_yaml(root / "config" / "schemas" / "claims.schema.yaml"), source, prefix="claims")
     specs = claims_lib.parse_claims(raw, source)
