@@ -538,13 +538,16 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
         assert fake.bodies[0]["top_k"] == cfg["llm_eval"]["top_k"]
     assert [e["avg_at_k"] for e in evals] == [50.0, 50.0, 50.0]  # every second sample is right
 
-    params = {"models": cfg["models"], "llm_em": em, "llm_eval": cfg["llm_eval"], "benchmarks": cfg["benchmarks"]}
+    params = {"models": cfg["models"], "llm_em": em, "llm_eval": cfg["llm_eval"], "benchmarks": cfg["benchmarks"],
+              "scale": "paper"}  # fmt: skip
     from paperflow.promptscale.paper_report import build_report
 
     outputs = {k: str(d / "report" / f"{k}.{ext}") for k, ext in
                [("report", "md"), ("metrics", "json"), ("table_em", "csv"), ("table_synthesis", "csv"),
-                ("table_benchmarks", "csv"), ("figure_em", "png")]}  # fmt: skip
-    doc = publish(build_report(bounds, synthesis, evals, params), outputs, paper="promptscale", scale="paper")
+                ("table_benchmarks", "csv"), ("figure_em", "png"), ("metrics_table", "parquet")]}  # fmt: skip
+    claims = [c for c in cfg["claims"] if c["id"] in ("paper_heldout_bound_rises", "paper_validity_em_minus_coldstart")]
+    doc = publish(build_report(bounds, synthesis, evals, params), outputs, paper="promptscale", scale="paper",
+                  claims=claims)  # fmt: skip
     claim = {c["id"]: c for c in doc["claims"]}
     assert claim["paper_heldout_bound_rises"]["value"] == pytest.approx(
         bounds[1]["heldout_bound"] - bounds[0]["heldout_bound"]
