@@ -9,17 +9,7 @@ import pandas as pd
 
 from paperflow.core import plots
 from paperflow.core.report import Figure
-
-GAME_METRICS = [
-    "optimal_argmax",
-    "optimal_sampled",
-    "win_rate_vs_random",
-    "draw_rate_vs_random",
-    "loss_rate_vs_random",
-    "win_rate_vs_minimax",
-    "draw_rate_vs_minimax",
-    "loss_rate_vs_minimax",
-]
+from paperflow.st_gfn.settings import GAME_METRICS  # noqa: F401  (re-exported for the report)
 
 
 def game_figure(histories: pd.DataFrame, env_methods: Mapping[str, Sequence[str]]) -> Figure:

@@ -132,6 +132,18 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: evaluate.loss_window exceeds train.iterations")
 
 
+# a game env's evaluation metrics (paperflow.st_gfn.game_evaluation), shown by game_report
+GAME_METRICS = (
+    "optimal_argmax",
+    "optimal_sampled",
+    "win_rate_vs_random",
+    "draw_rate_vs_random",
+    "loss_rate_vs_random",
+    "win_rate_vs_minimax",
+    "draw_rate_vs_minimax",
+    "loss_rate_vs_minimax",
+)
+
 # the metrics of the long table (paperflow.st_gfn.claims.metrics_table), per env kind, besides the identity gaps
 RUN_METRICS = {
     "enumerable": (
@@ -146,17 +158,7 @@ RUN_METRICS = {
         "logz_abs_err",
     ),
     "sequence": ("modes_found", "modes_total", "topk_reward", "topk_diversity", "loss_std_last"),
-    "game": (
-        "optimal_argmax",
-        "optimal_sampled",
-        "win_rate_vs_random",
-        "draw_rate_vs_random",
-        "loss_rate_vs_random",
-        "win_rate_vs_minimax",
-        "draw_rate_vs_minimax",
-        "loss_rate_vs_minimax",
-        "loss_std_last",
-    ),
+    "game": (*GAME_METRICS, "loss_std_last"),
 }
 IDENTITY_METRICS = ("lam0_db_gap", "dc_tb_gap", "db_sum", "tb_loss")
 NOISE_GAP_METRIC = "l1_gap_to_db_over_seed_noise"  # claims.seed_noise_gaps: |L1 - L1(db)| / seed noise, per seed
