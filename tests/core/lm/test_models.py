@@ -4,13 +4,16 @@ real SmolLM2-135M model from its GGUF file, and torch threads inside a job."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from paperflow.core.config import ConfigError
-from paperflow.core.lm import models
+from paperflow.core.lm import model_keys, models
 
 TINY = {
     "llama": {
@@ -96,11 +99,37 @@ def test_misspelt_key_is_named_with_a_suggestion():
         models.build_model(spec, seed=0)
 
 
+def test_the_kits_model_keys_are_the_installed_transformers_config_keys(tmp_path):
+    """MODEL_KEYS, what a config check reads instead of importing transformers, is what the installed transformers'
+    config classes take: a transformers upgrade that moves a key fails here until the list is regenerated."""
+    copy = tmp_path / "model_keys.py"
+    shutil.copy(model_keys.__file__, copy)
+    changed = model_keys.rewrite(copy)
+    assert not changed, (
+        "paperflow/core/lm/model_keys.py drifted from the installed transformers; regenerate it with "
+        "`python -m paperflow.core.lm.model_keys`:\n" + copy.read_text()
+    )
+    assert set(model_keys.MODEL_KEYS) == set(models.ARCHS)
+
+
+def test_checking_a_spec_imports_no_transformers():
+    code = (
+        "import sys; from paperflow.core.lm.models import model_config; "
+        "args = model_config({'arch': 'llama', 'hidden_size': 8}); "
+        "assert args == {'hidden_size': 8}, args; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_unknown_arch_and_missing_arch_are_refused():
     with pytest.raises(ConfigError, match="choose one of: llama, qwen2, clip_vision"):
         models.build_model({"arch": "gpt2"}, seed=0)
     with pytest.raises(ConfigError, match="needs 'arch'"):
         models.model_config({"hidden_size": 8})
+    with pytest.raises(ConfigError, match="choose one of"):
+        models.model_config({"arch": "gpt2"})
 
 
 @pytest.mark.parametrize("revision", [None, "main", "v1.0", "abc123", "A" * 40])

@@ -7,7 +7,8 @@ real pretrained model on hand (SmolLM2-135M-Instruct, a GGUF file in the `llm-sm
     same = load_model("ckpt/")            # identical logits
 
 A spec's keys are the transformers config class's own (LlamaConfig, Qwen2Config, CLIPVisionConfig),
-checked by name: a misspelt key is refused, not silently stored on the config as transformers would.
+checked by name: a misspelt key is refused, not silently stored on the config as transformers would. The check
+reads the kit's list of those keys (model_keys.MODEL_KEYS), so a config check imports no transformers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import ConfigError
+from paperflow.core.lm.model_keys import MODEL_KEYS
 
 # arch -> (transformers config class, model class); causal LMs for the text archs
 ARCHS = {
@@ -42,8 +44,9 @@ def _classes(arch: str):
     return getattr(transformers, config_name), getattr(transformers, model_name)
 
 
-def config_keys(arch: str) -> list[str]:
-    """The keys a model spec of `arch` may set: the arguments of its transformers config class."""
+def transformers_config_keys(arch: str) -> list[str]:
+    """The keys a model spec of `arch` may set, read from the installed transformers: the arguments of its config
+    class (what model_keys.MODEL_KEYS keeps)."""
     config_cls, _ = _classes(arch)
     keys = set()
     for cls in config_cls.__mro__:
@@ -58,19 +61,21 @@ def config_keys(arch: str) -> list[str]:
     return sorted(keys - {"attribute_map", "sub_configs", "sub_configs_defaults", "model_type"})
 
 
-def model_config(spec: Mapping[str, Any]):
-    """The transformers config of a model spec: {"arch": ..., <config class keys>}; unknown keys refused."""
+def model_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of a model spec's transformers config class: the spec less "arch", every key checked by name
+    against the kit's list (unknown keys refused, with the nearest known one); imports no transformers."""
     if "arch" not in spec:
         raise ConfigError(f"a model spec needs 'arch' (one of {', '.join(ARCHS)}); got keys {sorted(spec)}")
     arch = spec["arch"]
-    config_cls, _ = _classes(arch)
-    allowed = set(config_keys(arch))
+    if arch not in ARCHS:
+        raise ConfigError(f"model arch {arch!r} is not supported; choose one of: {', '.join(ARCHS)}")
+    allowed = set(MODEL_KEYS[arch])
     unknown = sorted(set(spec) - allowed - {"arch"})
     if unknown:
         hints = {k: difflib.get_close_matches(k, allowed, n=1) for k in unknown}
         named = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
-        raise ConfigError(f"model spec ({arch}): unknown key {named}; {config_cls.__name__} takes {sorted(allowed)}")
-    return config_cls(**{k: v for k, v in spec.items() if k != "arch"})
+        raise ConfigError(f"model spec ({arch}): unknown key {named}; {ARCHS[arch][0]} takes {sorted(allowed)}")
+    return {k: v for k, v in spec.items() if k != "arch"}
 
 
 @contextlib.contextmanager
@@ -86,10 +91,10 @@ def _seeded(seed: int):
 
 def build_model(spec: Mapping[str, Any], seed: int):
     """A randomly initialised model of the spec, the same weights for the same seed; float32, eval mode off."""
-    _, model_cls = _classes(spec.get("arch", ""))
     config = model_config(spec)
+    config_cls, model_cls = _classes(spec["arch"])
     with _seeded(seed):
-        model = model_cls(config)
+        model = model_cls(config_cls(**config))
     return model
 
 
