@@ -108,6 +108,11 @@ def test_a_missing_seed_or_nan_is_no_data():
     assert v.verdict == C.NO_DATA and not v.held
     t.loc[0, "value"] = np.nan
     assert C.judge(spec(), t, "smoke").verdict == C.NO_DATA
+    # against a constant too: a seed the method lacks (that another method has) is no data, not a smaller sample
+    t = table({"new": [0.02, 0.03, 0.025], "old": [1.0, 1.0, 1.0]})
+    assert C.judge(spec(baseline=None, threshold=0.05), t, "smoke").verdict == C.HELD
+    v = C.judge(spec(baseline=None, threshold=0.05), t[~((t.method == "new") & (t.seed == 2))], "smoke")
+    assert v.verdict == C.NO_DATA and v.seeds == [0, 1, 2]
 
 
 def test_worst_seed_is_exact():
@@ -115,6 +120,10 @@ def test_worst_seed_is_exact():
     v = C.judge(spec(aggregate="worst"), t, "smoke")
     assert v.verdict == C.REFUTED and v.value == pytest.approx(0.05) and v.ci_method.startswith("exact")
     assert C.judge(spec(aggregate="worst", comparison="<", threshold=0.1), t, "smoke").verdict == C.HELD
+    # a worst-seed claim over items counts seeds, and its table row says so
+    items = table({"new": [0.1, 0.1, 0.35], "old": [0.3, 0.3, 0.3]}, items=5)
+    w = C.judge(spec(aggregate="worst", unit="item"), items, "smoke")
+    assert w.n_units == 3 and "| 3 seeds |" in C.claims_table([w.to_json()])
 
 
 def test_constant_baseline_ratio_and_within():

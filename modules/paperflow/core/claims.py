@@ -300,6 +300,15 @@ def _paired(spec: ClaimSpec, frame, method: str):
             )
         m, b = joined.m, joined.b
     else:
+        # against a constant, a seed the method lacks would silently drop out of the interval: a method run on
+        # several seeds is expected on every seed any method has for this metric, and a missing one is a NaN row
+        # (no data). A method run on one seed only (a deterministic baseline) is judged on that seed.
+        expected = sorted(frame.loc[frame.metric == spec.metric, "seed"].unique())
+        present = set(mine.index.get_level_values(0))
+        lost = sorted(set(expected) - present) if len(present) > 1 else []
+        if lost:
+            gaps = pd.Series(math.nan, index=pd.MultiIndex.from_tuples([(s, "") for s in lost], names=mine.index.names))
+            mine = pd.concat([mine, gaps]).sort_index()
         m = mine
         b = pd.Series(float(spec.baseline or 0.0), index=mine.index)
     eff = m / b if spec.effect == "ratio" else m - b
@@ -473,7 +482,7 @@ def claims_table(verdicts: Iterable[Mapping[str, Any]]) -> str:
         star = "★ " if v.get("central") else ""
         rows.append(
             f"| {star}`{v['id']}`: {v['statement']} | {effect_text(v)} ({v['metric']}) | {condition_text(v)} "
-            f"| {interval_text(v)} | {v['n_units']} {v['unit']}s | {verdict_text(v)} | {control_text(v)} "
+            f"| {interval_text(v)} | {v['n_units']} {'seed' if v.get('aggregate') == 'worst' else v['unit']}s | {verdict_text(v)} | {control_text(v)} "
             f"| {'yes' if v['gated'] else 'no (reported)'} | {v.get('paper_value') or '–'} |"
         )
     return "\n".join(rows)
