@@ -5,15 +5,20 @@ therefore carries `code_hash(<script>)` as a param: the sha256 over every `paper
 script imports, transitively (found by reading the import statements, without importing anything,
 so the Snakefile stays fast and needs no torch).
 
-Each file's imports are parsed once per process and kept with the sha256 of the content they were
-parsed from: the many rules of a composed workflow share their library modules, and a file edited
-while the process lives (a long-running Snakemake API session, a test) is parsed again.
+Each file's imports are parsed once per content (kept with the sha256 they were parsed from), and each file is
+read and hashed once per process: its sha256 is kept with its stat signature (inode, size, mtime, ctime) and
+reused while that is unchanged, so a file edited while the process lives (a long-running Snakemake API session,
+a test) is read again. Git's "racily clean" rule keeps this exact: a file whose mtime or ctime is less than
+SETTLED_NS before the read could change again within the same timestamp tick, so its sha256 is not kept (it is
+read at each walk) until it has settled; any later write moves its ctime, which no tool sets back.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +28,12 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # fields of a statement (or except handler, match case) that hold a list of statements
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 
+# how long before a read a file's last change must lie for the read to be kept: wider than any file system's
+# timestamp tick (2 s on FAT, 1 s on ext3; nanoseconds, but a kernel clock tick of a few ms, on ext4 and tmpfs)
+SETTLED_NS = 2_000_000_000
+
+# file -> (stat signature, sha256 of the content): the settled files read in this process
+_DIGESTS: dict[Path, tuple[tuple[int, int, int, int], str]] = {}
 # (file, module name) -> (sha256 of the content parsed, names it imports)
 _IMPORTS: dict[tuple[Path, str], tuple[str, frozenset[str]]] = {}
 
@@ -31,10 +42,10 @@ def module_file(name: str) -> Path | None:
     """Source file of a `paperflow.*` module name, or None if it is not part of this package."""
     if name != PACKAGE and not name.startswith(PACKAGE + "."):
         return None
-    rel = Path(*name.split(".")[1:])
-    for candidate in (PACKAGE_DIR / rel / "__init__.py", (PACKAGE_DIR / rel).with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
+    base = os.path.join(PACKAGE_DIR, *name.split(".")[1:])  # strings, not Paths: the walk asks this very often
+    for candidate in (os.path.join(base, "__init__.py"), base + ".py"):
+        if os.path.isfile(candidate):
+            return Path(candidate)
     return None
 
 
@@ -68,14 +79,28 @@ def _parse_imports(source: bytes, path: Path, module: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _imported_names(path: Path, module: str) -> tuple[str, frozenset[str]]:
-    """(sha256 of `path`, the names it imports): parsed only when the content differs from the last parse."""
+def _digest(path: Path) -> tuple[str, bytes | None]:
+    """(sha256 of `path`, its content, or None where the sha256 is the one kept for its unchanged stat signature)."""
+    st = path.stat()
+    signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    kept = _DIGESTS.get(path)
+    if kept is not None and kept[0] == signature:
+        return kept[1], None
+    read_at = time.time_ns()
     source = path.read_bytes()
     digest = hashlib.sha256(source).hexdigest()
+    if max(st.st_mtime_ns, st.st_ctime_ns) < read_at - SETTLED_NS:
+        _DIGESTS[path] = (signature, digest)
+    return digest, source
+
+
+def _imported_names(path: Path, module: str) -> tuple[str, frozenset[str]]:
+    """(sha256 of `path`, the names it imports): parsed only when the content differs from the last parse."""
+    digest, source = _digest(path)
     cached = _IMPORTS.get((path, module))
     if cached is not None and cached[0] == digest:
         return cached
-    entry = (digest, _parse_imports(source, path, module))
+    entry = (digest, _parse_imports(path.read_bytes() if source is None else source, path, module))
     _IMPORTS[(path, module)] = entry
     return entry
 
