@@ -107,6 +107,30 @@ def test_the_paper_config_pins_the_test_split_and_the_backbone():
     assert "/f44dccdd43f335e5e5f372ab556cfd9f182f9c55/" in cfg["data"]["test"]["url"]
     assert re.fullmatch(r"[0-9a-f]{40}", cfg["pretrained"]["revision"])
     assert cfg["pretrained"]["device"] == "cuda" and cfg["resources"]["gpus"] >= 1
+    # issue 46: the judge is another model, pinned the same way; the permuted-ToM control runs at paper scale too
+    assert cfg["judge"]["hub"] != cfg["pretrained"]["hub"] and re.fullmatch(r"[0-9a-f]{40}", cfg["judge"]["revision"])
+    assert "uka_permuted_tom" in cfg["methods"]
+
+
+def test_the_judge_is_served_and_asked_as_its_own_model(tmp_path):
+    cfg = paper_cfg()
+    with FakeOpenAI(lambda path, body: chat_choices(["B"]), name=llm.JUDGE_NAME) as server:
+        cfg["server"] = {**cfg["server"], "base_url": "http://127.0.0.1:9/v1", "judge_base_url": server.url}
+        with pp.judge(str(tmp_path / "unused.json"), cfg, str(tmp_path / "judge.log")) as client:
+            roles = dl.Roles(client, cfg["llm"])
+            assert roles.judge({"emotion": "anxiety", "problem": "job crisis"}, [], [], seed=1) == "B"
+        assert [b["model"] for b in server.bodies] == [llm.JUDGE_NAME]
+    cmd = llm.vllm_command("/snap/llama", cfg["server"], gpus=1, dtype="bfloat16", name=llm.JUDGE_NAME)
+    assert cmd[cmd.index("--served-model-name") + 1] == llm.JUDGE_NAME
+
+
+def test_a_judge_that_is_the_backbone_is_refused(repo_copy):
+    path = repo_copy / "config" / "uka.yaml"
+    text = path.read_text()
+    assert "    hub: meta-llama/Llama-3.1-8B-Instruct" in text
+    path.write_text(text.replace("    hub: meta-llama/Llama-3.1-8B-Instruct", "    hub: Qwen/Qwen2.5-7B-Instruct"))
+    with pytest.raises(ConfigError, match="judge.hub"):
+        load_paper_config("uka", "paper", repo_copy)
 
 
 def test_the_chat_request_body_is_ukas_and_the_texts_come_back_in_choice_order(fake_llm):
@@ -283,8 +307,9 @@ def test_the_paper_path_runs_end_to_end_on_the_fake_llm(tmp_path, fake_llm):
 
             write_frame(mem_paths[method], memory)
         per_case, trans = [], {}
-        for method in ("standard", "principles", "uka"):
-            pc, pt, tr = pp.evaluate(client, method, cases, emb, tom_json, mem_paths.get(method), cfg, [0])
+        for method in ("standard", "principles", "uka", "uka_permuted_tom"):
+            memory = mem_paths.get("uka" if method == "uka_permuted_tom" else method)
+            pc, pt, tr = pp.evaluate(client, method, cases, emb, tom_json, memory, cfg, [0])
             assert len(pc) == len(pairs) and set(pt["turn"]) <= {0, 1, 2}
             assert all(t["history"][0]["role"] == "seeker" for t in tr)
             per_case.append(pc)
@@ -332,7 +357,13 @@ def test_the_paper_dag_puts_gpus_on_the_llm_rules_only(dry_repo):
         if job.rule.startswith("uka_"):
             gpus.setdefault(job.rule, set()).add(job.gpus)
     llm_rules = {"uka_tom", "uka_train", "uka_evaluate", "uka_win_rate"}
-    assert set(gpus) == llm_rules | {"uka_download", "uka_download_model", "uka_preprocess", "uka_report"}
+    assert set(gpus) == llm_rules | {
+        "uka_download",
+        "uka_download_model",
+        "uka_download_judge",
+        "uka_preprocess",
+        "uka_report",
+    }
     assert all(gpus[r] == {cfg["resources"]["gpus"]} for r in llm_rules)
     assert all(v == {0} for r, v in gpus.items() if r not in llm_rules)
     counts = dict(re.findall(r"^(uka_\w+)\s+(\d+)$", proc.stdout, re.M))
@@ -344,6 +375,6 @@ def test_a_paper_config_without_its_llm_keys_names_them(repo_copy):
     path = repo_copy / "config" / "uka.yaml"
     text = path.read_text()
     assert "  win_rate: {reference: principles}" in text
-    path.write_text(text.replace("  win_rate: {reference: principles}", "  win_rate: {reference: uka_permuted_tom}"))
+    path.write_text(text.replace("  win_rate: {reference: principles}", "  win_rate: {reference: uka_no_eig_train}"))
     with pytest.raises(ConfigError, match="win_rate.reference"):
         load_paper_config("uka", "paper", repo_copy)

@@ -7,7 +7,9 @@ UKA_CACHE = f"{RUN.resources}/uka"
 UKA_LOCK = read_lock_revisions("uka", PAPERFLOW_ROOT)  # a pin changes the params: the download reruns
 UKA_LOCKED_FILES = read_lock("uka", PAPERFLOW_ROOT)
 UKA_REFERENCE = UKA["win_rate"]["reference"]
-UKA_LLM = {k: UKA[k] for k in ("simulation", "training", "agent", "critic", "llm", "server", "pretrained", "resources")}
+UKA_LLM = {
+    k: UKA[k] for k in ("simulation", "training", "agent", "critic", "llm", "server", "pretrained", "judge", "resources")
+}
 UKA_WILDCARDS = {"method": "|".join(UKA["methods"])}
 
 
@@ -55,7 +57,28 @@ rule uka_download_model:
         **resources_of("cpu_medium", runtime=240),
     params:
         pretrained=UKA["pretrained"],
+        key="pretrained",
         locked=UKA_LOCK.get(f"model:{UKA['pretrained']['hub']}"),
+        cache=UKA_CACHE,
+        code=code_param("lm", "workflows/uka/scripts/download_model.py"),
+    script:
+        "scripts/download_model.py"
+
+
+rule uka_download_judge:
+    output:
+        uka_path("models", "judge.json"),
+    log:
+        uka_path("logs", "download_judge.log"),
+    conda:
+        env_file("lm")
+    threads: 1
+    resources:
+        **resources_of("cpu_medium", runtime=240),
+    params:
+        pretrained=UKA["judge"],
+        key="judge",
+        locked=UKA_LOCK.get(f"model:{UKA['judge']['hub']}"),
         cache=UKA_CACHE,
         code=code_param("lm", "workflows/uka/scripts/download_model.py"),
     script:
@@ -168,7 +191,7 @@ rule uka_evaluate:
 
 rule uka_win_rate:
     input:
-        pretrained=uka_path("models", "pretrained.json"),
+        judge=uka_path("models", "judge.json"),
         cases=uka_path("data", "cases.parquet"),
         mine=uka_path("eval", "{method}", "transcripts.jsonl"),
         theirs=uka_path("eval", UKA_REFERENCE, "transcripts.jsonl"),

@@ -108,6 +108,7 @@ rule uka_report:
     input:
         unpack(uka_report_inputs),
         world=uka_path("raw", "needworld.json"),
+        users=uka_path("raw", "users.parquet"),
     output:
         report=uka_path("report.md"),
         metrics=uka_path("metrics.json"),

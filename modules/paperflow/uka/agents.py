@@ -3,23 +3,29 @@
 Methods (spec sections 3 and 7; the names are the config's):
   standard            the LLM's biased strategy prior (70% Providing Suggestions), no memory
   uniform_prior       control: the strategy prior without its bias (uniform), no memory
-  principles          PRINCIPLES-like: the prior reweighted by retrieved principles, p(s) ∝ prior(s) exp(beta votes(s));
+  principles          PRINCIPLES-like: the prior reweighted by retrieved principles, score log prior(s) + beta votes(s);
                       principles written on success and on a successful revision ("rather than" the failed ones)
-  uka                 UKA: training picks argmax EIG(s) + lambda E_b[R(s, z)]; test picks argmax E_b[R] - kappa Std_b[R];
+  uka                 UKA: training scores EIG(s) + lambda E_b[R(s, z)]; test scores E_b[R] - kappa Std_b[R];
                       knowledge entries (situation, argmax b, strategy, reward) on success and, after a successful
                       revision, also the failed attempts (the contrastive part)
-  uka_no_eig_train    ablation "EIG only at test": UKA without the EIG term in training (argmax E_b[R])
+  uka_no_eig_train    ablation "EIG only at test": UKA without the EIG term in training (E_b[R] only)
   uka_no_belief_test  ablation "EIG only in training": UKA's memory, but the test choice uses the uniform belief
-  uka_permuted_tom    control: UKA whose ToM likelihood confuses every need with the next one (train and test)
+  uka_permuted_tom    control: UKA's memory and rule, but at test it decides with another user's belief (the beliefs
+                      of the seed's test users shuffled by a fixed derangement): a belief, not about this user
 
-Every agent's dialogue is followed by the same Bayes filter with the agent's approximate likelihood L~, so that
-the posterior entropy and the need accuracy of section 8 are measured alike for all methods.
+The decision rule is the same for every agent, in training and at test (`greedy`): the strategy of largest score,
+exact ties broken uniformly with the turn's pre-drawn uniform. Only the score differs between methods.
+
+The ToM likelihood L~ is estimated, never given: counts of (need, strategy, feedback) in the seed's labelled corpus
+of logged training dialogues (`tom_corpus`) with a Dirichlet prior (`belief.estimate_likelihood`). One estimate per
+seed serves every method, and the same Bayes filter with it follows every agent's dialogue, so that the posterior
+entropy and the need accuracy of section 8 are measured alike for all methods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,12 +51,13 @@ TRAINED = {  # the methods with a training stage, and whose memory a method eval
     "uka": "uka",
     "uka_no_eig_train": "uka_no_eig_train",
     "uka_no_belief_test": "uka",
-    "uka_permuted_tom": "uka_permuted_tom",
+    "uka_permuted_tom": "uka",
 }
 R_START = 0.0  # r_0: the reward a first turn is compared with (status = r_t > r_{t-1})
 
 # seeded streams: one generator per purpose, so that a method never shifts another's draws
-STREAMS = {"test_users": 1, "train_users": 2, "tom": 3, "test_noise": 4, "train_noise": 5}
+STREAMS = {"test_users": 1, "train_users": 2, "tom": 3, "test_noise": 4, "train_noise": 5, "shuffle": 6}
+TIE = 0.0  # only exact ties are ties (a score within float rounding of the best loses, as argmax)
 
 
 def stream(seed: int, name: str) -> np.random.Generator:
@@ -65,7 +72,7 @@ class Settings:
     budget_turns: int
     max_revisions: int
     prior_suggestions: float
-    tom_alpha: float
+    tom_prior: float
     top_k: int
     lam: float
     kappa: float
@@ -82,7 +89,7 @@ class Settings:
             budget_turns=int(tr["budget_turns"]),
             max_revisions=int(tr["max_revisions"]),
             prior_suggestions=float(ag["prior_suggestions"]),
-            tom_alpha=float(ag["tom_alpha"]),
+            tom_prior=float(ag["tom_prior"]),
             top_k=int(ag["top_k"]),
             lam=float(ag["lam"]),
             kappa=float(ag["kappa"]),
@@ -98,11 +105,49 @@ def strategy_prior(suggestions: float) -> np.ndarray:
     return p
 
 
-def agent_likelihood(world: nw.World, method: str, seed: int, settings: Settings) -> np.ndarray:
-    """The agent's ToM likelihood for this seed: L~ (one Dirichlet draw per seed, the same for every method),
-    need-permuted for the permuted-ToM control."""
-    approx = bf.approximate_likelihood(world.L, stream(seed, "tom"), settings.tom_alpha)
-    return bf.permute_needs(approx) if method == "uka_permuted_tom" else approx
+def greedy(scores: np.ndarray, u: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:
+    """Every agent's decision rule: per row, the strategy of largest score among those not excluded; exact ties
+    broken uniformly by the row's uniform u in [0, 1)."""
+    s = np.where(exclude, -np.inf, scores) if exclude is not None else np.asarray(scores, float)
+    top = s >= s.max(axis=1, keepdims=True) - TIE
+    k = top.sum(axis=1)
+    pick = np.minimum((np.asarray(u) * k).astype(int), k - 1)
+    return np.argmax(top & (np.cumsum(top, axis=1) - 1 == pick[:, None]), axis=1)
+
+
+def tom_corpus(world: nw.World, users: nw.Users, seed: int, settings: Settings) -> np.ndarray:
+    """The labelled corpus the agent's ToM is estimated from: each training user in one logged dialogue of `turns`
+    turns whose supporter draws every strategy uniformly (as ESConv's human supporters use all eight), the user's
+    need known in hindsight (a training label). Returns the counts n[need, strategy, feedback]."""
+    rng = stream(seed, "tom")
+    n, d = len(users), users.d0.copy()
+    need, strategy, feedback = [], [], []
+    for t in range(settings.turns):
+        s = rng.integers(0, len(nw.STRATEGIES), n)
+        out = world.step(users.need, d, t, s, nw.TurnNoise.draw(rng, n, settings.critic_samples))
+        d = out.distress
+        need.append(users.need), strategy.append(s), feedback.append(out.feedback)
+    shape = (len(nw.NEEDS), len(nw.STRATEGIES), len(nw.FEEDBACK))
+    return bf.feedback_counts(np.concatenate(need), np.concatenate(strategy), np.concatenate(feedback), shape)
+
+
+def agent_likelihood(world: nw.World, seed: int, settings: Settings, train_users: nw.Users) -> np.ndarray:
+    """The seed's ToM likelihood L~ (the same for every method): the corpus counts with the Dirichlet prior
+    `agent.tom_prior`. The simulator's own table L only generates the corpus."""
+    return bf.estimate_likelihood(tom_corpus(world, train_users, seed, settings), settings.tom_prior)
+
+
+def belief_shuffle(method: str, seed: int, n: int) -> np.ndarray | None:
+    """The permuted-ToM control's derangement of the seed's n test users (user i decides with the belief of user
+    shuffle[i] != i; one cycle through a random order), None for every other method."""
+    if method != "uka_permuted_tom":
+        return None
+    if n < 2:
+        raise ValueError("the permuted-ToM control needs at least 2 test users")
+    order = stream(seed, "shuffle").permutation(n)
+    out = np.empty(n, int)
+    out[order] = np.roll(order, -1)
+    return out
 
 
 @dataclass
@@ -112,6 +157,14 @@ class Agent:
     likelihood: np.ndarray  # the agent's L~ [Z, S, U]
     emb: Embeddings
     memory: PrincipleMemory | KnowledgeMemory | None
+    shuffle: np.ndarray | None = None  # uka_permuted_tom: whose belief each test user's choice reads
+    _table: tuple[int, np.ndarray] | None = field(default=None, repr=False)  # test: predictions of every situation
+
+    def decision_belief(self, belief: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """The beliefs the test choice of users `idx` reads: their own, or (permuted-ToM) those of the users the
+        fixed derangement assigns them (`belief` holds every test user's)."""
+        idx = np.asarray(idx)
+        return belief[idx] if self.shuffle is None else belief[self.shuffle[idx]]
 
     @property
     def kind(self) -> str:
@@ -122,24 +175,28 @@ class Agent:
             return np.full(len(nw.STRATEGIES), 1 / len(nw.STRATEGIES))
         return strategy_prior(self.settings.prior_suggestions)
 
-    def _stochastic(self, situation: np.ndarray, u: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:
-        """standard / principles: draw from prior(s) exp(beta votes(s)) with the pre-drawn uniforms `u`."""
+    def prior_scores(self, situation: np.ndarray) -> np.ndarray:
+        """standard / uniform_prior / principles: log prior(s) (+ beta votes(s) of the retrieved principles)."""
         logits = np.log(self._prior())[None].repeat(len(situation), axis=0)
         if self.kind == "principles" and self.memory is not None:
             logits = logits + self.settings.beta * self.memory.votes(self.emb, situation, self.settings.top_k)
-        if exclude is not None:
-            logits = np.where(exclude, -np.inf, logits)
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return nw.inverse_cdf(p / p.sum(axis=1, keepdims=True), u)
+        return logits
 
     def _tie_break(self) -> np.ndarray:
         return 1e-9 * np.log(self._prior())  # equal scores: the LLM's preferred strategy first
 
-    def predicted(self, situation: np.ndarray) -> np.ndarray:
+    def predicted(self, situation: np.ndarray, table: bool = False) -> np.ndarray:
+        """R(s, z) per situation row, [n, Z, S]. `table`: read it from the predictions of every situation, computed
+        once per memory size (the test: the memory no longer changes); training asks the memory row by row."""
         s = self.settings
         if self.memory is None:
             return np.full((len(situation), len(nw.NEEDS), len(nw.STRATEGIES)), s.unknown_reward)
-        return self.memory.predicted(self.emb, situation, s.top_k, s.unknown_reward)
+        if not table:
+            return self.memory.predicted(self.emb, situation, s.top_k, s.unknown_reward)
+        if self._table is None or self._table[0] != len(self.memory):
+            every = np.arange(len(self.emb.situation))
+            self._table = (len(self.memory), self.memory.predicted(self.emb, every, s.top_k, s.unknown_reward))
+        return self._table[1][np.asarray(situation)]
 
     def train_scores(self, belief: np.ndarray, situation: np.ndarray) -> np.ndarray:
         """UKA in training: EIG(s) + lambda E_b[R(s, z)] (EIG dropped for uka_no_eig_train)."""
@@ -151,22 +208,22 @@ class Agent:
         """UKA at test: E_b[R(s, z)] - kappa Std_b[R(s, z)] (the uniform belief for uka_no_belief_test)."""
         if self.method == "uka_no_belief_test":
             belief = bf.uniform(len(belief), belief.shape[1])
-        r = self.predicted(situation)
+        r = self.predicted(situation, table=True)
         mean = np.einsum("nz,nzs->ns", belief, r)
         var = np.einsum("nz,nzs->ns", belief, (r - mean[:, None]) ** 2)
         return mean - self.settings.kappa * np.sqrt(np.maximum(var, 0.0)) + self._tie_break()
 
     def choose_test(self, belief: np.ndarray, situation: np.ndarray, u: np.ndarray) -> np.ndarray:
-        if self.kind == "uka":
-            return np.argmax(self.test_scores(belief, situation), axis=1)
-        return self._stochastic(situation, u)
+        """The test choice of each row: `greedy` on the method's test score (`belief`: the decision beliefs)."""
+        scores = self.test_scores(belief, situation) if self.kind == "uka" else self.prior_scores(situation)
+        return greedy(scores, u)
 
     def choose_train(self, belief: np.ndarray, situation: np.ndarray, tried: list[int], u: float) -> int:
+        """The training choice: `greedy` on the method's training score, the strategies already tried excluded."""
         exclude = np.zeros((1, len(nw.STRATEGIES)), bool)
         exclude[0, tried] = True
-        if self.kind == "uka":
-            return int(np.argmax(np.where(exclude, -np.inf, self.train_scores(belief, situation))))
-        return int(self._stochastic(situation, np.array([u]), exclude)[0])
+        scores = self.train_scores(belief, situation) if self.kind == "uka" else self.prior_scores(situation)
+        return int(greedy(scores, np.array([u]), exclude)[0])
 
 
 def new_memory(method: str) -> PrincipleMemory | KnowledgeMemory | None:
@@ -182,9 +239,9 @@ def acquire(
     is revised (backtrack: the user never saw it) up to `max_revisions` times; the last attempt stands if none wins.
     `users`: the training users (default: the seed's own draw). Returns the agent with its memory and one row per
     simulated attempt."""
-    agent = Agent(method, settings, agent_likelihood(world, method, seed, settings), emb, new_memory(method))
     if users is None:
         users = nw.sample_users(stream(seed, "train_users"), settings.dialogues)
+    agent = Agent(method, settings, agent_likelihood(world, seed, settings, users), emb, new_memory(method))
     if len(users) < settings.dialogues:
         raise ValueError(f"{len(users)} training users for training.dialogues = {settings.dialogues}")
     rng = stream(seed, "train_noise")
@@ -246,7 +303,8 @@ def run_episodes(
     world: nw.World, agent: Agent, users: nw.Users, noise: list[nw.TurnNoise], settings: Settings
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Test episodes, all users at once, no backtracking: each user's dialogue ends on success (distress <= 0.3)
-    or after `turns` turns. Returns (one row per user, one row per user and turn)."""
+    or after `turns` turns. Returns (one row per user, one row per user and turn; `uniform_choice`: the strategy UKA's
+    rule would have played there under the uniform belief, -1 for the other methods)."""
     n, Z = len(users), len(nw.NEEDS)
     d, b = users.d0.copy(), bf.uniform(n, Z)
     last = np.full(n, nw.NO_FEEDBACK)
@@ -257,7 +315,13 @@ def run_episodes(
         idx = np.flatnonzero(active)
         if idx.size:
             sit = nw.situation_index(nw.phase_of(t), users.emotion[idx], users.problem[idx], last[idx])
-            s = agent.choose_test(b[idx], sit, noise[t].agent[idx])
+            s = agent.choose_test(agent.decision_belief(b, idx), sit, noise[t].agent[idx])
+            # what the same rule would play here under the uniform belief (UKA's arms): how often the belief matters
+            flat = (
+                agent.choose_test(bf.uniform(idx.size, Z), sit, noise[t].agent[idx])
+                if agent.kind == "uka"
+                else np.full(idx.size, -1)
+            )
             out = world.step(users.need[idx], d[idx], t, s, noise[t].take(idx))
             b[idx] = bf.update(b[idx], agent.likelihood, s, out.feedback)
             d[idx], last[idx] = out.distress, out.feedback
@@ -270,6 +334,7 @@ def run_episodes(
                         "user": idx,
                         "turn": t,
                         "strategy": s,
+                        "uniform_choice": flat,
                         "feedback": out.feedback,
                         "reward": out.reward,
                         "distress": out.distress,

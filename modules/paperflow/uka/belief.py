@@ -1,4 +1,4 @@
-"""The theory-of-mind belief over the user's need: an exact Bayes filter with the agent's (approximate) feedback
+"""The theory-of-mind belief over the user's need: an exact Bayes filter with the agent's estimated feedback
 likelihood, its entropy, and the expected information gain of a candidate strategy (spec section 2.3).
 
     b = uniform(n)                                   # [n, Z]
@@ -46,17 +46,19 @@ def eig(belief: np.ndarray, likelihood: np.ndarray) -> np.ndarray:
     return entropy(belief)[:, None] - (marginal * h_post).sum(axis=-1)
 
 
-def approximate_likelihood(likelihood: np.ndarray, rng: np.random.Generator, alpha: float) -> np.ndarray:
-    """The agent's L~ = normalise(L + Dirichlet(alpha, ..., alpha) noise), one draw per (need, strategy) row
-    (spec section 7); alpha = inf returns L itself."""
-    if np.isinf(alpha):
-        return likelihood.copy()
-    noise = rng.dirichlet(np.full(likelihood.shape[-1], alpha), size=likelihood.shape[:-1])
-    raw = likelihood + noise
-    return raw / raw.sum(axis=-1, keepdims=True)
+def feedback_counts(need, strategy, feedback, shape: tuple[int, int, int]) -> np.ndarray:
+    """n[z, s, u]: how often a user of need z answered strategy s with feedback u in a labelled corpus."""
+    counts = np.zeros(shape)
+    np.add.at(counts, (np.asarray(need), np.asarray(strategy), np.asarray(feedback)), 1.0)
+    return counts
 
 
-def permute_needs(likelihood: np.ndarray, shift: int = 1) -> np.ndarray:
-    """The likelihood of need z read as that of need z + shift (a ToM model that confuses every need with
-    another): the permuted-ToM control."""
-    return np.roll(likelihood, shift, axis=0)
+def estimate_likelihood(counts: np.ndarray, prior: float) -> np.ndarray:
+    """The agent's ToM likelihood from counts with a symmetric Dirichlet prior (the posterior mean):
+    L~[z, s, u] = (n[z, s, u] + prior) / (n[z, s] + U prior). A cell with no data is uniform; with many it
+    converges to the observed frequencies. The smoke scale counts a labelled corpus, the paper scale the LLM's
+    answers (prior 1: add-one)."""
+    counts = np.asarray(counts, float)
+    if prior <= 0 or np.any(counts < 0):
+        raise ValueError(f"estimate_likelihood: prior {prior} must be > 0 and counts >= 0")
+    return (counts + prior) / (counts.sum(axis=-1, keepdims=True) + counts.shape[-1] * prior)

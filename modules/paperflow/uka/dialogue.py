@@ -3,9 +3,11 @@
 the feedback reader (the seeker's reply as one of NeedWorld's feedback classes, which the ToM belief observes), the
 theory-of-mind model (the likelihood L~[need, strategy, feedback] elicited from the LLM) and the pairwise judge.
 
-The planners are the smoke scale's (`agents.Agent`): PRINCIPLES-like draws from the strategy prior reweighted by
-retrieved principles, UKA scores strategies by EIG and retrieved rewards under its belief; `standard` is the LLM
-with no strategy instruction at all. Every request carries a seed derived from (seed, case, turn, attempt, role),
+The planners are the smoke scale's (`agents.Agent`, the same greedy decision rule): PRINCIPLES-like scores the
+strategy prior reweighted by retrieved principles, UKA scores strategies by EIG and retrieved rewards under its belief,
+the permuted-ToM control reads another test case's belief (`agents.belief_shuffle`); `standard` is the LLM with no
+strategy instruction at all. The test dialogues advance turn by turn over all cases (`run_test`), as at smoke scale,
+so that a turn's choices read every case's belief of that turn. Every request carries a seed derived from (seed, case, turn, attempt, role),
 so a rerun against the same server asks the same questions.
 """
 
@@ -172,14 +174,13 @@ def elicit_tom(roles: Roles, samples: int, seed: int) -> dict[str, Any]:
                     unparsed += 1
                 else:
                     counts[z, s, u] += 1
-    likelihood = (counts + 1) / (counts + 1).sum(axis=-1, keepdims=True)
+    likelihood = bf.estimate_likelihood(counts, 1.0)
     return {"likelihood": likelihood.tolist(), "counts": counts.tolist(), "unparsed": unparsed, "samples": samples}
 
 
-def paper_likelihood(tom: Mapping[str, Any], method: str) -> np.ndarray:
-    """The agent's L~ at paper scale: the elicited table, need-permuted for the permuted-ToM arm."""
-    table = np.asarray(tom["likelihood"], dtype=float)
-    return bf.permute_needs(table) if method == "uka_permuted_tom" else table
+def paper_likelihood(tom: Mapping[str, Any]) -> np.ndarray:
+    """The agent's L~ at paper scale: the elicited table (the same for every method)."""
+    return np.asarray(tom["likelihood"], dtype=float)
 
 
 @dataclass(frozen=True)
@@ -202,11 +203,13 @@ class Axes:
         )
 
 
-def make_agent(method: str, settings: ag.Settings, tom: Mapping[str, Any], emb: Embeddings, memory=None):
-    """The planner of `method` (None for standard: the LLM alone)."""
+def make_agent(method: str, settings: ag.Settings, tom: Mapping[str, Any], emb: Embeddings, memory=None,
+               shuffle: np.ndarray | None = None):  # fmt: skip
+    """The planner of `method` (None for standard: the LLM alone); `shuffle`: the permuted-ToM control's
+    derangement of the test cases (agents.belief_shuffle)."""
     if method == "standard":
         return None
-    return ag.Agent(method, settings, paper_likelihood(tom, method), emb, memory)
+    return ag.Agent(method, settings, paper_likelihood(tom), emb, memory, shuffle)
 
 
 def _turn(roles: Roles, case, history, strategy: int, critic_samples: int, seeds: Sequence[int]):
@@ -220,47 +223,62 @@ def _turn(roles: Roles, case, history, strategy: int, critic_samples: int, seeds
     return said, reply, verdicts, reward, feedback
 
 
-def run_case(roles: Roles, agent, axes: Axes, case: Mapping[str, Any], settings: ag.Settings, success: float,
-             seed: int) -> tuple[dict, list[dict], dict]:  # fmt: skip
-    """One test dialogue (no backtracking): ends when r_t >= `success` or after `settings.turns` turns. Returns
-    (the case's row, its turn rows, its transcript)."""
-    rng = np.random.default_rng([int(seed), int(case["case"]), 7])
-    history = [{"role": "seeker", "content": case["first_user"]}]
-    b, last, done, rows = bf.uniform(1, len(nw.NEEDS)), nw.NO_FEEDBACK, False, []
-    entropy_t3 = np.nan
-    for t in range(settings.turns):
-        u = rng.random(1)
-        s = -1 if agent is None else int(agent.choose_test(b, axes.index(t, case, last), u)[0])
-        said, reply, verdicts, reward, fb = _turn(roles, case, history, s, settings.critic_samples,
-                                                  (seed, case["case"], t, 0))  # fmt: skip
-        history += [{"role": "supporter", "content": said, "strategy": s}, {"role": "seeker", "content": reply}]
-        if agent is not None and fb >= 0:
-            b = bf.update(b, agent.likelihood, [s], [fb])
-        last = fb if fb >= 0 else nw.NO_FEEDBACK
-        done = reward >= success
-        rows.append({"case": int(case["case"]), "turn": t, "strategy": s, "feedback": fb, "reward": reward,
-                     "entropy": float(bf.entropy(b)[0]) if agent is not None else np.nan, "verdicts": verdicts})  # fmt: skip
-        if t == 2:
-            entropy_t3 = rows[-1]["entropy"]
-        if done:
-            break
-    if agent is not None and np.isnan(entropy_t3):
-        entropy_t3 = float(bf.entropy(b)[0])
-    summary = {"case": int(case["case"]), "success": bool(done), "turns": len(rows) if done else settings.turns,
-               "final_reward": rows[-1]["reward"], "entropy_t3": entropy_t3}  # fmt: skip
-    return summary, rows, {"case": int(case["case"]), "history": history}
-
-
 def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float, seed: int,
              concurrency: int) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
-    """Every test case's dialogue, `concurrency` at a time (the planner is read-only at test): (per case, per
-    turn, transcripts), in case order."""
+    """Every test case's dialogue (no backtracking), turn by turn over all cases as `agents.run_episodes` does at
+    smoke scale: each turn the planner chooses for every running case from the beliefs of that turn (its own, or
+    the permuted-ToM control's other case's), then the cases' turns run `concurrency` at a time. A dialogue ends
+    when r_t >= `success` or after `settings.turns` turns. Returns (per case, per turn, transcripts), in case order."""
     records = cases.to_dict("records")
+    n = len(records)
+    history = [[{"role": "seeker", "content": c["first_user"]}] for c in records]
+    b = bf.uniform(n, len(nw.NEEDS))
+    last, done = np.full(n, nw.NO_FEEDBACK), np.zeros(n, bool)
+    entropy_t3, rows = np.full(n, np.nan), [[] for _ in range(n)]
+    rngs = [np.random.default_rng([int(seed), int(c["case"]), 7]) for c in records]
     with ThreadPoolExecutor(max_workers=max(int(concurrency), 1)) as pool:
-        results = list(pool.map(lambda c: run_case(roles, agent, axes, c, settings, success, seed), records))
-    per_case = pd.DataFrame([r[0] for r in results])
-    per_turn = pd.DataFrame([row for r in results for row in r[1]])
-    return per_case, per_turn, [r[2] for r in results]
+        for t in range(settings.turns):
+            idx = np.flatnonzero(~done)
+            if not idx.size:
+                break
+            u = np.array([rngs[i].random() for i in idx])
+            if agent is None:
+                strategies = np.full(idx.size, -1)
+            else:
+                sit = np.concatenate([axes.index(t, records[i], last[i]) for i in idx])
+                strategies = agent.choose_test(agent.decision_belief(b, idx), sit, u)
+            jobs = [(records[i], history[i], int(strategies[k]), (seed, records[i]["case"], t, 0))
+                    for k, i in enumerate(idx)]  # fmt: skip
+            turns = list(pool.map(lambda j: _turn(roles, j[0], j[1], j[2], settings.critic_samples, j[3]), jobs))
+            for k, i in enumerate(idx):
+                s, (said, reply, verdicts, reward, fb) = int(strategies[k]), turns[k]
+                history[i] += [
+                    {"role": "supporter", "content": said, "strategy": s},
+                    {"role": "seeker", "content": reply},
+                ]
+                if agent is not None and fb >= 0:
+                    b[i] = bf.update(b[i : i + 1], agent.likelihood, [s], [fb])[0]
+                last[i] = fb if fb >= 0 else nw.NO_FEEDBACK
+                done[i] = reward >= success
+                rows[i].append({"case": int(records[i]["case"]), "turn": t, "strategy": s, "feedback": fb,
+                                "reward": reward, "entropy": float(bf.entropy(b[i])) if agent is not None else np.nan,
+                                "verdicts": verdicts})  # fmt: skip
+                if t == 2:
+                    entropy_t3[i] = rows[i][-1]["entropy"]
+    summaries = []
+    for i, c in enumerate(records):
+        e3 = entropy_t3[i]
+        if agent is not None and np.isnan(e3):
+            e3 = float(bf.entropy(b[i]))  # a dialogue shorter than three turns: its last belief
+        summaries.append({"case": int(c["case"]), "success": bool(done[i]),
+                          "turns": len(rows[i]) if done[i] else settings.turns, "final_reward": rows[i][-1]["reward"],
+                          "entropy_t3": e3})  # fmt: skip
+    per_turn = pd.DataFrame([r for case_rows in rows for r in case_rows])
+    return (
+        pd.DataFrame(summaries),
+        per_turn,
+        [{"case": int(c["case"]), "history": history[i]} for i, c in enumerate(records)],
+    )
 
 
 def acquire(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float,

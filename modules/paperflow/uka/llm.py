@@ -18,14 +18,17 @@ from paperflow.core.lm import serve
 from paperflow.core.lm.serve import Client, ServerError
 
 SERVED_NAME = "uka-backbone"  # the model name the agent, simulator and critic requests use
+JUDGE_NAME = "uka-judge"  # the judge's model (another model: issue 46)
 
 
-def vllm_command(model_folder: str, server: Mapping[str, Any], gpus: int, dtype: str) -> list[str]:
-    """The `vllm serve` command line of the job's server: the downloaded snapshot under the name SERVED_NAME, on
-    127.0.0.1:`server.port`, over the job's `gpus` (tensor parallel)."""
+def vllm_command(
+    model_folder: str, server: Mapping[str, Any], gpus: int, dtype: str, name: str = SERVED_NAME
+) -> list[str]:
+    """The `vllm serve` command line of the job's server: the downloaded snapshot under `name` (SERVED_NAME, or
+    JUDGE_NAME for the judge), on 127.0.0.1:`server.port`, over the job's `gpus` (tensor parallel)."""
     return serve.vllm_command(
         model_folder,
-        SERVED_NAME,
+        name,
         port=int(server["port"]),
         tensor_parallel_size=max(int(gpus), 1),
         dtype=str(dtype),
@@ -38,8 +41,8 @@ def local_url(server: Mapping[str, Any]) -> str:
     return f"http://127.0.0.1:{int(server['port'])}/v1"
 
 
-def client_for(base_url: str, server: Mapping[str, Any]) -> Client:
-    return Client(base_url, SERVED_NAME, timeout_s=server["timeout_s"], retries=server["retries"])
+def client_for(base_url: str, server: Mapping[str, Any], name: str = SERVED_NAME) -> Client:
+    return Client(base_url, name, timeout_s=server["timeout_s"], retries=server["retries"])
 
 
 def chat_texts(
@@ -64,12 +67,18 @@ def chat_texts(
 
 
 @contextmanager
-def served(command: Sequence[str] | None, server: Mapping[str, Any], log_path: str | Path) -> Iterator[Client]:
-    """A client of the job's LLM server: `server.base_url` when the config names one (nothing is started),
-    else `command` started here (its output to `log_path`), waited for, and terminated on exit."""
-    external = server.get("base_url")
+def served(
+    command: Sequence[str] | None,
+    server: Mapping[str, Any],
+    log_path: str | Path,
+    name: str = SERVED_NAME,
+    url_key: str = "base_url",
+) -> Iterator[Client]:
+    """A client of the job's LLM server (model `name`): `server[url_key]` when the config names one (nothing is
+    started), else `command` started here (its output to `log_path`), waited for, and terminated on exit."""
+    external = server.get(url_key)
     if not external and not command:
         raise ServerError("no server.base_url in the config and no server command to start")
     base_url = external or local_url(server)
     with serve.served(None if external else command, base_url, timeout_s=server["ready_timeout_s"], log_path=log_path):
-        yield client_for(base_url, server)
+        yield client_for(base_url, server, name)

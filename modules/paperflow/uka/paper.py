@@ -1,14 +1,17 @@
 """UKA's paper-scale stages with their files (source.kind esconv), one function per rule of workflows/uka/paper.smk.
 
 download_data(data, outputs)          ESConv, PPDPP's train / test split files, each by its pinned sha256
-download_model(pretrained, cache, out) the backbone's Hub snapshot at its pinned commit (JSON: hub, revision, folder)
+download_model(pretrained, cache, out) a model's Hub snapshot at its pinned commit (JSON: hub, revision, folder): the
+                                      backbone (`pretrained`) and the judge (`judge`, another model)
 preprocess(raw, embedding, outs)      the cases of both splits, and the situation vocabulary embedded (MiniLM)
 tom(...)                              the LLM's theory-of-mind likelihood L~[need, strategy, feedback]
 train(method, ...)                    self-play knowledge acquisition on the training cases -> memory + attempts
 evaluate(method, ...)                 the test dialogues -> per case, per turn, transcripts
 win_rate(method, ...)                 the LLM judge on the paired test transcripts of `method` and the reference
 
-Every LLM stage runs inside `backbone(...)`: the job's own vLLM server on its GPU (or `server.base_url`).
+Every LLM stage but the judge runs inside `backbone(...)`: the job's own vLLM server on its GPU (or
+`server.base_url`); the win-rate stage runs inside `judge(...)`: the judge's model, served the same way (or
+`server.judge_base_url`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from paperflow.core.lm.serve import Client
 from paperflow.uka import agents as ag
 from paperflow.uka import dialogue as dl
 from paperflow.uka import esconv
-from paperflow.uka.llm import served, vllm_command
+from paperflow.uka.llm import JUDGE_NAME, SERVED_NAME, served, vllm_command
 from paperflow.uka.memory import memory_from_frame
 
 log = logging.getLogger(__name__)
@@ -47,14 +50,14 @@ def download_data(data: Mapping[str, Any], outputs: Mapping[str, str]) -> dict[s
     return counts
 
 
-def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
-    """The backbone's files (`pretrained.files`) at its pinned commit into the cache; `out` (JSON) names the commit
-    and the folder, which the server of every LLM job loads."""
+def download_model(pretrained: Mapping[str, Any], cache: str, out: str, key: str = "pretrained") -> dict[str, str]:
+    """A model's files (`<key>.files`) at its pinned commit into the cache; `out` (JSON) names the commit and the
+    folder, which the server of the LLM jobs loads (`key`: pretrained, the backbone, or judge)."""
     from paperflow.core.hub import pinned_revision
     from paperflow.core.lm.models import download_pretrained
 
     hub = pretrained["hub"]
-    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
+    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key=f"{key}.revision", repo_type="model")
     folder = Path(cache) / "models" / hub / revision
     download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
     doc = {"hub": hub, "revision": revision, "folder": str(folder)}
@@ -73,18 +76,32 @@ def preprocess(raw: Mapping[str, str], embedding: Mapping[str, Any], out_cases: 
 
 
 @contextmanager
+def _model_server(model_json: str, cfg: Mapping[str, Any], log_path: str, key: str, name: str, url_key: str):
+    server, model = cfg["server"], cfg[key]
+    command = None
+    if not server.get(url_key):
+        from paperflow.core.device import pick
+
+        pick(model["device"], key=f"uka {key}.device")
+        folder = json.loads(Path(model_json).read_text())["folder"]
+        command = vllm_command(folder, server, cfg["resources"]["gpus"], model["dtype"], name)
+    with served(command, server, log_path, name, url_key) as client:
+        yield client
+
+
+@contextmanager
 def backbone(pretrained_json: str, cfg: Mapping[str, Any], log_path: str) -> Iterator[Client]:
     """The job's LLM client: the config's `server.base_url`, else a vLLM server on this job's GPUs started here.
     `pretrained.device: cuda` makes a job that sees no GPU fail naming that key before anything starts."""
-    server, pretrained = cfg["server"], cfg["pretrained"]
-    command = None
-    if not server.get("base_url"):
-        from paperflow.core.device import pick
+    with _model_server(pretrained_json, cfg, log_path, "pretrained", SERVED_NAME, "base_url") as client:
+        yield client
 
-        pick(pretrained["device"], key="uka pretrained.device")
-        folder = json.loads(Path(pretrained_json).read_text())["folder"]
-        command = vllm_command(folder, server, cfg["resources"]["gpus"], pretrained["dtype"])
-    with served(command, server, log_path) as client:
+
+@contextmanager
+def judge(judge_json: str, cfg: Mapping[str, Any], log_path: str) -> Iterator[Client]:
+    """The judge's client: `server.judge_base_url`, else a vLLM server of the judge's model (`judge`, not the
+    backbone: the backbone would grade its own dialogues) started here."""
+    with _model_server(judge_json, cfg, log_path, "judge", JUDGE_NAME, "judge_base_url") as client:
         yield client
 
 
@@ -141,7 +158,7 @@ def evaluate(client: Client, method: str, cases: str, embeddings: str, tom_json:
             mem = memory_from_frame(mem_frame[mem_frame["seed"] == seed]) or ag.new_memory(method)
             if not len(mem):
                 log.warning("%s: the memory of seed %d is empty (no turn won in self-play)", memory, seed)
-        agent = dl.make_agent(method, settings, tom_doc, emb, mem)
+        agent = dl.make_agent(method, settings, tom_doc, emb, mem, ag.belief_shuffle(method, seed, len(test_cases)))
         pc, pt, tr = dl.run_test(roles, agent, axes, test_cases, settings, float(cfg["critic"]["success_reward"]),
                                  seed, int(cfg["server"]["concurrency"]))  # fmt: skip
         per_case.append(pc.assign(seed=seed, method=method))

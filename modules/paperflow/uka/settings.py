@@ -7,8 +7,8 @@ from typing import Any
 from paperflow.core.config import ConfigError, require_choices
 
 GATED = ("standard", "principles", "uka")  # the methods the gated claims compare, in both worlds
-TRAINED_BY = {"uka_no_belief_test": "uka"}  # a method evaluated with another method's memory
-PAPER_KEYS = ("data", "pretrained", "server", "llm", "critic", "tom", "win_rate")  # source.kind esconv
+TRAINED_BY = {"uka_no_belief_test": "uka", "uka_permuted_tom": "uka"}  # a method evaluated with another method's memory
+PAPER_KEYS = ("data", "pretrained", "judge", "server", "llm", "critic", "tom", "win_rate")  # source.kind esconv
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -25,6 +25,11 @@ def check(cfg: dict[str, Any], source: str) -> None:
         missing = [k for k in PAPER_KEYS if k not in cfg]
         if missing:
             raise ConfigError(f"{source}: source.kind esconv (paper scale) needs the keys {missing}")
+        if cfg["judge"]["hub"] == cfg["pretrained"]["hub"]:
+            raise ConfigError(
+                f"{source}: judge.hub {cfg['judge']['hub']!r} is the backbone (pretrained.hub): the model would grade "
+                "its own dialogues; pin another model"
+            )
         if cfg["win_rate"]["reference"] not in cfg["methods"]:
             raise ConfigError(
                 f"{source}: win_rate.reference {cfg['win_rate']['reference']!r} is not one of methods {cfg['methods']}"

@@ -80,13 +80,22 @@ def make_world(source: Mapping[str, Any], cfg: Mapping[str, Any], out_world: str
     return frame
 
 
-def read_users(path: str, seed: int, split: str) -> nw.Users:
+def read_user_table(path: str) -> pd.DataFrame:
     frame, meta = read_frame(path)
     if meta.get("version") != nw.VERSION:
         raise ValueError(f"{path}: users of {meta.get('version')!r}, this code is {nw.VERSION!r}; rerun download")
+    return frame
+
+
+def read_users(path: str, seed: int, split: str) -> nw.Users:
+    return users_of(read_user_table(path), seed, split)
+
+
+def users_of(frame: pd.DataFrame, seed: int, split: str) -> nw.Users:
+    """The `split` users of `seed` in the download's user table."""
     f = frame[(frame["seed"] == seed) & (frame["split"] == split)].sort_values("user")
     if f.empty:
-        raise ValueError(f"{path}: no {split} users for seed {seed}; rerun download")
+        raise ValueError(f"no {split} users for seed {seed} in the user table; rerun download")
     return nw.Users(
         need=f["need"].to_numpy(int),
         d0=f["d0"].to_numpy(float),
@@ -107,9 +116,9 @@ def train(
     column. The training users are read from the download's table."""
     settings = ag.Settings.from_config(cfg)
     w, emb = nw.World.build(world), read_embeddings(embeddings)
-    memories, attempts = [], []
+    memories, attempts, table = [], [], read_user_table(users)
     for seed in tqdm(seeds, desc=f"uka train {world}/{method}", mininterval=5):
-        train_users = read_users(users, seed, "train")
+        train_users = users_of(table, seed, "train")
         agent, rows = ag.acquire(w, method, seed, settings, emb, users=train_users)
         memories.append(agent.memory.frame().assign(seed=seed))
         attempts.append(rows.assign(seed=seed))
@@ -131,15 +140,16 @@ def evaluate(
     settings = ag.Settings.from_config(cfg)
     w, emb = nw.World.build(world), read_embeddings(embeddings)
     mem_frame = read_frame(memory)[0] if memory else None
-    per_user, per_turn = [], []
+    per_user, per_turn, table = [], [], read_user_table(users)
     for seed in seeds:
         mem = None
         if mem_frame is not None:
             mem = memory_from_frame(mem_frame[mem_frame["seed"] == seed])
             if mem is None:
                 raise ValueError(f"{memory}: no memory for seed {seed}; rerun the training stage")
-        agent = ag.Agent(method, settings, ag.agent_likelihood(w, method, seed, settings), emb, mem)
-        test = read_users(users, seed, "test")
+        test = users_of(table, seed, "test")
+        likelihood = ag.agent_likelihood(w, seed, settings, users_of(table, seed, "train"))
+        agent = ag.Agent(method, settings, likelihood, emb, mem, ag.belief_shuffle(method, seed, len(test)))
         pu, pt = ag.run_episodes(w, agent, test, ag.evaluation_noise(seed, len(test), settings), settings)
         tags = {"world": world, "method": method, "seed": seed}
         per_user.append(pu.assign(**tags))

@@ -6,6 +6,7 @@ from paperflow.core.io import read_frame
 from paperflow.core.job import snakemake_job
 from paperflow.core.report import publish_job
 from paperflow.uka.claims import build_report
+from paperflow.uka.stages import read_user_table
 
 with snakemake_job(snakemake) as job:
     with open(job.input.world) as fh:
@@ -16,6 +17,7 @@ with snakemake_job(snakemake) as job:
         attempts=pd.concat([pd.read_csv(p) for p in job.keyed("attempts").values()], ignore_index=True),
         world_meta=world,
         params=dict(job.params.items()),
+        users=read_user_table(job.input.users),
     )
     publish_job(job, report)
     job.note(seeds=job.params.seeds)
