@@ -15,6 +15,7 @@ import pytest
 import test_promptscale_paper as base
 from fake_openai import FakeOpenAI, chat_choices
 
+from paperflow.core import sandbox
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.promptscale import code_selfplay as cs
 from paperflow.promptscale import llm_text as lt
@@ -23,7 +24,8 @@ from paperflow.promptscale import selfplay as sp
 vllm_cfg, SELFPLAY = base.vllm_cfg, base.SELFPLAY
 cfg, tiny_model_folder = base.cfg, base.tiny_model_folder  # the fixtures of the paper-scale tests
 
-LIMITS = {"timeout_s": 1, "memory_mb": 1024, "network": "none"}
+# bubblewrap where it runs (CI installs it); the rlimits fallback elsewhere (tests/core/test_sandbox.py needs it)
+LIMITS = {"timeout_s": 1, "memory_mb": 1024, "isolation": "rlimits" if sandbox.unavailable("bwrap") else "bwrap"}
 SETTINGS = {
     "max_problems": None,
     "tester_gpus": 2,
@@ -150,7 +152,9 @@ def test_programs_are_verified_against_every_test_in_the_real_sandbox(tmp_path):
         "status_pass": 2,
         "status_timeout": 1,
         "status_wrong": 1,
+        "isolation": LIMITS["isolation"],
     }  # the repeated program ran once
+    assert not (tmp_path / "v.jsonl.partial").exists()  # the per-problem progress is removed once the output is written
     # pass = every test: a program right on the first test only fails
     first_only = "a, b = map(int, input().split())\nprint(3)"
     lt.write_jsonl(
@@ -164,6 +168,45 @@ def test_programs_are_verified_against_every_test_in_the_real_sandbox(tmp_path):
     with pytest.raises(RuntimeError, match="cannot run a correct program"):  # the preflight (negative control)
         cs.verify(str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"), {**LIMITS, "memory_mb": 1}, 1,
                   str(tmp_path / "v4.jsonl"))  # fmt: skip
+
+
+def test_verification_appends_per_problem_and_a_rerun_after_a_crash_grades_only_the_rest(tmp_path, monkeypatch):
+    from paperflow.promptscale import code_eval
+
+    lt.write_jsonl(
+        tmp_path / "tests.jsonl", [{"id": i, "problem": "sum", "tests": [stdin("1 2\n", "3")]} for i in (1, 2)]
+    )
+    rollouts = [{"id": i, "problem": "sum", "message": "m", "completions": [fenced(RIGHT), fenced(f"print({i})")]}
+                for i in (1, 2)]  # fmt: skip
+    lt.write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    args = (str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"))
+    whole = cs.verify(*args, LIMITS, 1, str(tmp_path / "whole.jsonl"))
+    real, graded = code_eval.grade, []
+
+    def crashing(completion, row, limits):
+        if graded and "print(2)" in completion:
+            raise KeyboardInterrupt  # the job killed while problem 2 is graded
+        graded.append(completion)
+        return real(completion, row, limits)
+
+    monkeypatch.setattr(code_eval, "grade", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        cs.verify(*args, LIMITS, 1, str(tmp_path / "v.jsonl"))
+    kept = (tmp_path / "v.jsonl.partial").read_text().splitlines()
+    assert len(kept) == 2 and json.loads(kept[1])["id"] == 1  # the key, then problem 1
+    (tmp_path / "v.jsonl.partial").write_text("\n".join(kept) + '\n{"id": 2, "passed": [tr')  # a torn last line
+    graded.clear()
+    monkeypatch.setattr(code_eval, "grade", lambda c, r, lim: graded.append(c) or real(c, r, lim))
+    assert cs.verify(*args, LIMITS, 1, str(tmp_path / "v.jsonl")) == whole
+    graded = [c for c in graded if "</think>" in c]  # the preflight's program aside
+    assert len(graded) == 2 and all(c in rollouts[1]["completions"] for c in graded)  # problem 2 only
+    assert (tmp_path / "v.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
+    # changed inputs do not resume: the partial file of other rollouts is discarded
+    (tmp_path / "v.jsonl.partial").write_text("\n".join(kept) + "\n")
+    lt.write_jsonl(tmp_path / "rollouts.jsonl", rollouts[::-1])
+    graded.clear()
+    cs.verify(*args, LIMITS, 1, str(tmp_path / "v.jsonl"))
+    assert len([c for c in graded if "</think>" in c]) == 4
 
 
 def verified(i, passed, texts=None):

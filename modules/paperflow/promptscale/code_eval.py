@@ -9,38 +9,41 @@ lcb_rows      the release files of livecodebench/code_generation_lite (JSON line
 lcb_prompt    the user message: the statement, then the starter code to complete (LeetCode, functional tests) or
               the instruction to read stdin and write stdout (AtCoder / Codeforces), the code in a ```python block
 extract_code  the last fenced code block after the reasoning (`</think>`), '' when there is none
-run_test      one test in a child process: `python -I` in an empty temporary folder, a minimal environment, CPU
-              seconds, address space, file size and core dumps limited by resource.setrlimit, a wall-clock timeout
-              that kills the process group, and with `network: unshare` a fresh network namespace (no interface
-              but loopback) from `unshare --user --map-root-user --net`
+run_test      one test in the core sandbox (paperflow.core.sandbox: `python -I` in a fresh folder holding only the
+              program; `isolation` bwrap, or rlimits where the config accepts less), `timeout_s` of wall clock and
+              `memory_mb` of address space per process; a status other than ok is the test's failure
 grade         a completion passes when every test passes (stopping at the first failure), as LiveCodeBench grades
 pass_at_1     LiveCodeBench's pass@1 from n samples per problem: the mean over problems of c / n, in percent
 
 Stdin tests compare outputs line by line after stripping, a line matching when equal or when its tokens are equal
-numbers; functional tests call `Solution().<func_name>(*args)` with the JSON arguments (one per input line) and
-compare the JSON value returned (tuples as lists) with the expected one.
+numbers (NaN and sNaN tokens match only as equal text); functional tests call `Solution().<func_name>(*args)` with
+the JSON arguments (one per input line) and compare the JSON value returned (tuples as lists) with the expected one,
+the program's own prints discarded. Whatever a program writes, comparing it never raises into the grader: output
+that cannot be compared is that test's failure ("wrong").
+
+evaluate_code and code_selfplay.verify append each problem's result to `<out>.partial` (after a first line holding the
+key of the job's inputs) as soon as the problem is graded; a rerun of the same job keeps those and grades only the
+rest, so a crash or a kill loses at most the problems in flight. The file is removed when `out` is written.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
 import pickle
-import signal
-import subprocess
 import sys
-import tempfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-NETWORK = ("none", "unshare")
-LIMIT_KEYS = ("timeout_s", "memory_mb", "network")
-UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--"]
+from paperflow.core import sandbox
+
+LIMIT_KEYS = ("timeout_s", "memory_mb", "isolation")
 
 # What a solution may use without importing it (LiveCodeBench runs the code after a header of the same intent).
 HEADER = """import sys, os, math, re, string, heapq, bisect, itertools, functools, collections, random, copy, operator
@@ -54,13 +57,17 @@ from math import *
 sys.setrecursionlimit(1 << 16)
 """
 
-FUNCTIONAL_RUNNER = """import json, sys
+# The value returned goes to the real stdout; the program's own prints (fd 1) go to /dev/null.
+FUNCTIONAL_RUNNER = """import json, os, sys
+result = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 namespace = {"__name__": "solution"}
 exec(compile(open("header.py").read() + open("solution.py").read(), "solution.py", "exec"), namespace)
 args = [json.loads(line) for line in sys.stdin.read().split("\\n") if line.strip()]
-result = getattr(namespace["Solution"](), sys.argv[1])(*args)
-with open("result.json", "w") as out:
-    json.dump(result, out)
+value = getattr(namespace["Solution"](), sys.argv[1])(*args)
+sys.stdout.flush()
+json.dump(value, result)
+result.close()
 """
 
 
@@ -161,64 +168,41 @@ def check_limits(limits: Mapping[str, Any], where: str = "code_eval") -> dict[st
     unknown = [k for k in limits if k not in LIMIT_KEYS]
     if missing or unknown:
         raise ValueError(f"{where}: keys {list(LIMIT_KEYS)} needed; missing {missing}, unknown {unknown}")
-    if limits["network"] not in NETWORK:
-        raise ValueError(f"{where}.network = {limits['network']!r}: allowed {NETWORK}")
+    if limits["isolation"] not in sandbox.ISOLATIONS:
+        raise ValueError(f"{where}.isolation = {limits['isolation']!r}: allowed {sandbox.ISOLATIONS}")
     return dict(limits)
 
 
-def _set_limits(cpu_s: int, memory_bytes: int):
-    def apply():  # in the child, before exec
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
-def sandbox_command(argv: Sequence[str], network: str) -> list[str]:
-    """The child's command line: `argv`, inside a fresh network namespace when `network` is unshare."""
-    return [*UNSHARE, *argv] if network == "unshare" else list(argv)
-
-
-def _run(argv: list[str], stdin: str, folder: Path, limits: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(status, stdout, stderr tail): status ok, error (non-zero exit), timeout or memory."""
-    timeout = float(limits["timeout_s"])
-    proc = subprocess.Popen(
-        sandbox_command(argv, limits["network"]),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=folder,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
-        preexec_fn=_set_limits(int(timeout) + 1, int(limits["memory_mb"]) << 20),
-        start_new_session=True,  # its own process group: a timeout kills what it started too
-        text=True,
+def _run(argv: list[str], files: Mapping[str, str], stdin: str, limits: Mapping[str, Any]) -> tuple[str, str]:
+    """(status, stdout): status ok, error (non-zero exit), timeout, memory or output_limit."""
+    got = sandbox.run(
+        argv,
+        files,
+        stdin,
+        sandbox.Limits(timeout_s=float(limits["timeout_s"]), memory_mb=int(limits["memory_mb"])),
+        limits["isolation"],
     )
-    try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return "timeout", "", ""
-    if proc.returncode == -signal.SIGXCPU or proc.returncode == -signal.SIGKILL:
-        return "timeout", out, err[-500:]
-    if proc.returncode != 0:
-        return ("memory" if "MemoryError" in err else "error"), out, err[-500:]
-    return "ok", out, err[-500:]
+    return got.status, got.text
 
 
 def _number(token: str) -> Decimal | None:
     try:
-        return Decimal(token)
-    except InvalidOperation:
+        value = Decimal(token)
+    except (InvalidOperation, ValueError, ArithmeticError):
         return None
+    return None if value.is_nan() else value  # NaN and sNaN compare as text only (sNaN would raise)
 
 
 def same_stdout(got: str, expected: str) -> bool:
-    """LiveCodeBench's stdio comparison: stripped lines equal, or equal as numbers token by token."""
+    """LiveCodeBench's stdio comparison: stripped lines equal, or equal as numbers token by token. Never raises:
+    output that cannot be compared does not match."""
+    try:
+        return _same_stdout(got, expected)
+    except Exception:  # a program's output must not reach the grader as an exception
+        return False
+
+
+def _same_stdout(got: str, expected: str) -> bool:
     a = [line.strip() for line in got.strip().split("\n")]
     b = [line.strip() for line in expected.strip().split("\n")]
     if len(a) != len(b):
@@ -236,27 +220,28 @@ def same_stdout(got: str, expected: str) -> bool:
     return True
 
 
+def same_value(got_json: str, expected_json: str) -> bool:
+    """A functional test's comparison: the JSON returned equals the expected JSON. Never raises (deep nesting, huge
+    integers, text that is not JSON: no match)."""
+    try:
+        return json.loads(got_json) == json.loads(expected_json)
+    except Exception:  # the returned text is the program's: anything it holds is that test's failure
+        return False
+
+
 def run_test(code: str, test: Mapping[str, str], fn_name: str | None, limits: Mapping[str, Any]) -> str:
-    """One test: "pass", "wrong", "error", "timeout" or "memory"."""
-    with tempfile.TemporaryDirectory(prefix="lcb-") as tmp:
-        folder = Path(tmp)
-        (folder / "header.py").write_text(HEADER)
-        if test["testtype"] == "functional":
-            (folder / "solution.py").write_text(code)
-            (folder / "runner.py").write_text(FUNCTIONAL_RUNNER)
-            status, _, _ = _run([sys.executable, "-I", "runner.py", str(fn_name)], test["input"], folder, limits)
-            if status != "ok":
-                return status
-            try:
-                got = json.loads((folder / "result.json").read_text())
-                return "pass" if got == json.loads(test["output"]) else "wrong"
-            except (OSError, json.JSONDecodeError):
-                return "wrong"
-        (folder / "solution.py").write_text(HEADER + code)
-        status, out, _ = _run([sys.executable, "-I", "solution.py"], test["input"], folder, limits)
+    """One test: "pass", "wrong", "error", "timeout", "memory" or "output_limit"."""
+    if test["testtype"] == "functional":
+        files = {"header.py": HEADER, "solution.py": code, "runner.py": FUNCTIONAL_RUNNER}
+        status, out = _run([sys.executable, "-I", "runner.py", str(fn_name)], files, test["input"], limits)
         if status != "ok":
             return status
-        return "pass" if same_stdout(out, test["output"]) else "wrong"
+        return "pass" if same_value(out, test["output"]) else "wrong"
+    files = {"solution.py": HEADER + code}
+    status, out = _run([sys.executable, "-I", "solution.py"], files, test["input"], limits)
+    if status != "ok":
+        return status
+    return "pass" if same_stdout(out, test["output"]) else "wrong"
 
 
 def grade(completion: str, row: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, Any]:
@@ -316,15 +301,104 @@ def download_lcb(name: str, spec: Mapping[str, Any], folder: str | Path, out: st
 
 
 def preflight(limits: Mapping[str, Any]) -> None:
-    """A known-good program through the sandbox before any grading, so that a node without `unshare` (or with user
-    namespaces off) fails the job naming the key instead of scoring every completion 0."""
+    """The isolation the config names, checked (bwrap where bubblewrap is missing or cannot build its namespaces is
+    refused naming code_eval.isolation), then a known-good program through the sandbox before any grading, so that a
+    broken sandbox fails the job instead of scoring every completion 0."""
+    sandbox.require(limits["isolation"], "code_eval.isolation")
     row = {"id": "preflight", "fn_name": None, "tests": [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]}
     got = grade("```python\na, b = map(int, input().split())\nprint(a + b)\n```", row, limits)
     if not got["passed"]:
         raise RuntimeError(
-            f"the code sandbox cannot run a correct program (status {got['status']}) with code_eval = {dict(limits)}; "
-            "with network: unshare the node needs util-linux's unshare and unprivileged user namespaces"
+            f"the code sandbox cannot run a correct program (status {got['status']}) with code_eval = {dict(limits)}"
         )
+
+
+class Progress:
+    """Per-problem results of a grading job appended to `<out>.partial` as they finish: the first line is {"key":
+    the job's inputs' digest}; a rerun with the same key keeps the rows there (a torn last line dropped), another key
+    starts afresh. `finish` writes `out` and removes the partial file."""
+
+    def __init__(self, out: str | os.PathLike, key: Mapping[str, Any]):
+        self.out = Path(out)
+        self.path = Path(f"{out}.partial")
+        self.key = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        self.done: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            lines = self.path.read_bytes().split(b"\n")
+            try:
+                same = json.loads(lines[0]).get("key") == self.key
+            except (ValueError, AttributeError):
+                same = False
+            for line in lines[1:] if same else []:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    break  # a line torn by the crash, and nothing after it
+                self.done[str(row["id"])] = row
+        with open(self.path, "w", encoding="utf-8") as handle:  # rewritten clean: the key, then the rows kept
+            handle.write(json.dumps({"key": self.key}) + "\n")
+            for row in self.done.values():
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.done[str(row["id"])] = dict(row)
+        self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def finish(self, order: Sequence[Any]) -> list[dict[str, Any]]:
+        """The rows in `order` (ids), written to `out`; the partial file removed."""
+        self._handle.close()
+        rows = [self.done[str(i)] for i in order]
+        with open(self.out, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.path.unlink()
+        return rows
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_stamp(folder: str | os.PathLike) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime ns) of every file under `folder`: a retrained model changes it ([] if absent)."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    return sorted(
+        (p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()
+    )
+
+
+def grade_by_problem(jobs: Sequence[tuple[Any, str, Mapping[str, Any]]], limits: Mapping[str, Any], workers: int,
+                     on_problem) -> None:  # fmt: skip
+    """Grade (problem id, completion, row) jobs `workers` at a time; `on_problem(id, [grade, ...])` (in job order)
+    as soon as the last job of a problem is graded."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    by_problem: dict[Any, list[int]] = {}
+    for i, (ident, _, _) in enumerate(jobs):
+        by_problem.setdefault(ident, []).append(i)
+    left = {ident: len(ix) for ident, ix in by_problem.items()}
+    results: dict[int, dict[str, Any]] = {}
+    with ThreadPoolExecutor(max_workers=max(int(workers), 1)) as pool:
+        futures = {pool.submit(grade, text, row, limits): i for i, (_, text, row) in enumerate(jobs)}
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            ident = jobs[i][0]
+            left[ident] -= 1
+            if not left[ident]:
+                on_problem(ident, [results.pop(j) for j in by_problem[ident]])
 
 
 def evaluate_code(
@@ -341,43 +415,44 @@ def evaluate_code(
     workers: int,
 ) -> dict[str, Any]:
     """The code evaluate rule: `llm_eval.samples` chat completions of the policy per problem, each graded in the
-    sandbox (`workers` at a time); rows {"id", "status": [...], "correct": [...]}. Returns pass@1 (as `avg_at_k`,
-    the benchmark table's column, and `pass_at_1`) and the share cut at max_tokens."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from paperflow.promptscale.llm_text import read_jsonl, write_jsonl
+    sandbox (`workers` at a time); rows {"id", "status": [...], "correct": [...], "truncated": [...]}, appended per
+    problem as graded (Progress: a rerun samples and grades only the problems not yet done). Returns pass@1 (as
+    `avg_at_k`, the benchmark table's column, and `pass_at_1`), the share cut at max_tokens and the isolation used."""
+    from paperflow.promptscale.llm_text import read_jsonl
     from paperflow.promptscale.vllm_server import chat_each, served
 
     limits = check_limits(limits, "code_eval")
     preflight(limits)
     rows = read_jsonl(benchmark_rows)
     k = int(settings["samples"])
-    with served(policy_folder, policy, vllm, server_log, dtype) as client:
-        samples = chat_each(
-            client,
-            [lcb_prompt(r) for r in rows],
-            n=k,
-            temperature=float(settings["temperature"]),
-            top_p=float(settings["top_p"]),
-            top_k=int(settings.get("top_k", -1)),
-            max_tokens=int(settings["max_tokens"]),
-            seed=int(settings["seed"]),
-        )
-    jobs = [(r, c["text"]) for r, choices in zip(rows, samples) for c in choices]
-    with ThreadPoolExecutor(max_workers=max(int(workers), 1)) as pool:
-        results = list(pool.map(lambda job: grade(job[1], job[0], limits), jobs))
-    graded = []
-    for i, (r, choices) in enumerate(zip(rows, samples)):
-        mine = results[i * k : (i + 1) * k]
-        graded.append(
-            {
-                "id": r["id"],
-                "status": [g["status"] for g in mine],
-                "correct": [g["passed"] for g in mine],
-                "truncated": [c["finish_reason"] == "length" for c in choices],
-            }
-        )
-    write_jsonl(out, graded)
+    key = {"rows": file_digest(benchmark_rows), "policy": policy, "model": folder_stamp(policy_folder),
+           "settings": dict(settings), "limits": limits}  # fmt: skip
+    progress = Progress(out, key)
+    try:
+        todo = [r for r in rows if str(r["id"]) not in progress.done]
+        if todo:
+            with served(policy_folder, policy, vllm, server_log, dtype) as client:
+                samples = chat_each(
+                    client,
+                    [lcb_prompt(r) for r in todo],
+                    n=k,
+                    temperature=float(settings["temperature"]),
+                    top_p=float(settings["top_p"]),
+                    top_k=int(settings.get("top_k", -1)),
+                    max_tokens=int(settings["max_tokens"]),
+                    seed=int(settings["seed"]),
+                )
+            truncated = {str(r["id"]): [c["finish_reason"] == "length" for c in ch] for r, ch in zip(todo, samples)}
+
+            def record(ident, graded):
+                progress.add({"id": ident, "status": [g["status"] for g in graded],
+                              "correct": [g["passed"] for g in graded], "truncated": truncated[ident]})  # fmt: skip
+
+            jobs = [(str(r["id"]), c["text"], r) for r, choices in zip(todo, samples) for c in choices]
+            grade_by_problem(jobs, limits, workers, record)
+        graded = progress.finish([r["id"] for r in rows])
+    finally:
+        progress.close()
     score = pass_at_1([g["correct"] for g in graded])
     return {
         "policy": policy,
@@ -388,4 +463,5 @@ def evaluate_code(
         "pass_at_1": score,
         "avg_at_k": score,
         "truncated": sum(sum(g["truncated"]) for g in graded) / (k * len(graded)),
+        "isolation": limits["isolation"],
     }

@@ -12,7 +12,8 @@ code_rollouts   the policy's `selfplay.seeds` x `selfplay.completions_per_seed` 
                 temperature (the math rollouts' sampling, selfplay.sample_passes), the user message in
                 LiveCodeBench's stdin/stdout style (code_eval.lcb_prompt)
 verify          each rollout's program (code_eval.extract_code) against every test of its problem in the sandbox
-                (code_eval.grade with the `code_eval` limits, after code_eval.preflight); pass = every test passes
+                (code_eval.grade with the `code_eval` limits, after code_eval.preflight); pass = every test passes;
+                results appended per problem as graded (a rerun grades only the rest)
 code_pairs      selfplay.problem_pairs with the code notion of well-formed: drop problems no rollout passes or with
                 pass rate > selfplay.max_pass_rate; distinct well-formed passing (chosen) / failing (rejected)
                 programs, i-th with i-th, at most selfplay.max_pairs_per_problem; shuffled with selfplay.seed
@@ -283,9 +284,8 @@ def code_rollouts(
 def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], workers: int, out: str) -> dict[str, Any]:
     """The verify rule: every rollout's program against every test of its problem in the sandbox (`workers` at a
     time; a program repeated within a problem runs once), after the sandbox's preflight. Rows: the rollout rows
-    plus "passed" and "status" per completion (code_eval.grade: pass, no_code, wrong, error, timeout, memory)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    plus "passed" and "status" per completion (code_eval.grade: pass, no_code, wrong, error, timeout, memory,
+    output_limit), appended per problem as graded (code_eval.Progress: a rerun grades only the problems not done)."""
     limits = code_eval.check_limits(limits, "code_eval")
     code_eval.preflight(limits)
     tests = {r["id"]: r["tests"] for r in lt.read_jsonl(tests_jsonl)}
@@ -294,31 +294,43 @@ def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], wor
     if missing:
         raise ValueError(f"{rollouts_jsonl}: problems {missing[:5]} have no tests in {tests_jsonl}")
     programs = [[code_eval.extract_code(text) for text in r["completions"]] for r in rows]
-    jobs: dict[tuple[Any, str], str] = {}  # (problem id, program) -> a completion holding it
-    for r, codes in zip(rows, programs):
-        for text, code in zip(r["completions"], codes):
-            jobs.setdefault((r["id"], code), text)
-    keys = list(jobs)
+    key = {"tests": code_eval.file_digest(tests_jsonl), "rollouts": code_eval.file_digest(rollouts_jsonl),
+           "limits": limits}  # fmt: skip
+    progress = code_eval.Progress(out, key)
+    try:
+        pending: dict[str, tuple[Mapping[str, Any], list[str], list[str]]] = {}
+        jobs = []
+        for r, codes in zip(rows, programs):
+            if str(r["id"]) in progress.done:
+                continue
+            first: dict[str, str] = {}  # program -> a completion holding it
+            for text, code in zip(r["completions"], codes):
+                first.setdefault(code, text)
+            pending[str(r["id"])] = (r, codes, list(first))
+            if not first:
+                progress.add({**r, "passed": [], "status": []})
+            row = {"tests": tests[r["id"]], "fn_name": None}
+            jobs += [(str(r["id"]), text, row) for text in first.values()]
 
-    def run(key):
-        return code_eval.grade(jobs[key], {"tests": tests[key[0]], "fn_name": None}, limits)
+        def record(ident, graded):
+            r, codes, distinct = pending[ident]
+            by_code = dict(zip(distinct, graded))
+            got = [by_code[code] for code in codes]
+            progress.add({**r, "passed": [g["passed"] for g in got], "status": [g["status"] for g in got]})
 
-    with ThreadPoolExecutor(max_workers=max(int(workers), 1)) as pool:
-        results = dict(zip(keys, pool.map(run, keys)))
-    statuses: Counter[str] = Counter()
-    graded = []
-    for r, codes in zip(rows, programs):
-        got = [results[(r["id"], code)] for code in codes]
-        statuses.update(g["status"] for g in got)
-        graded.append({**r, "passed": [g["passed"] for g in got], "status": [g["status"] for g in got]})
-    lt.write_jsonl(out, graded)
+        code_eval.grade_by_problem(jobs, limits, workers, record)
+        graded = progress.finish([r["id"] for r in rows])
+    finally:
+        progress.close()
+    statuses: Counter[str] = Counter(s for g in graded for s in g["status"])
     n = sum(len(r["completions"]) for r in rows)
     return {
         "problems": len(graded),
         "completions": n,
-        "programs_run": len(keys),
+        "programs_run": sum(len(set(codes)) for codes in programs),
         "pass_rate": statuses.get("pass", 0) / n if n else 0.0,
         "problems_solved": sum(any(g["passed"]) for g in graded),
+        "isolation": limits["isolation"],
         **{f"status_{s}": c for s, c in sorted(statuses.items())},
     }
 
