@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
 import sys
 import time
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import job_counts, run_snakemake
 
@@ -29,6 +33,39 @@ def test_dry_run_of_every_paper_is_fast(dry_repo):
         assert counts.get(f"{slug}_report") == 1, (slug, counts)
     assert counts["summary"] == 1 and counts["all"] == 1
     assert elapsed < 60, f"dry run took {elapsed:.1f} s"
+
+
+# the libraries a job needs and the DAG must not: any of them in the Snakemake process costs every command seconds
+HEAVY = ("torch", "transformers", "lightning", "pytorch_lightning", "matplotlib", "scipy", "sklearn")
+# runs Snakemake's CLI in this process, then names the heavy libraries the DAG build left in sys.modules
+DAG_IMPORTS = """
+import json, sys
+from snakemake.cli import main
+out, heavy, args = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+try:
+    main(args)
+except SystemExit as stop:
+    code = stop.code
+open(out, "w").write(json.dumps({"exit": code, "heavy": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("scale", ["tiny", "smoke", "cpu"])
+def test_building_the_dag_imports_no_heavy_library(dry_repo, tmp_path, scale):
+    """`snakemake -n` of every paper loads the configs and runs their checks, the input functions and the code
+    hashes, and none of it imports torch, transformers or another heavy library (issue 56: they cost every
+    Snakemake command, and every job a cluster starts, seconds). Paper scale still does (lozo_plus's task table)."""
+    out = tmp_path / "imports.json"
+    env = dict(os.environ, WANDB_MODE="disabled")
+    env.pop("PYTHONPATH", None)
+    args = [str(out), ",".join(HEAVY), "-n", "--quiet", "--config", f"scale={scale}"]
+    proc = subprocess.run(
+        [sys.executable, "-c", DAG_IMPORTS, *args], cwd=dry_repo, capture_output=True, text=True, env=env, timeout=600
+    )
+    assert out.is_file(), proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["exit"] == 0, proc.stderr[-4000:]
+    assert result["heavy"] == [], f"building the {scale} DAG imported {result['heavy']}"
 
 
 def test_config_narrows_to_one_paper_and_target_file_runs_one_report(dry_repo):

@@ -29,7 +29,7 @@ def eapo_report_inputs(wildcards):
 
 def eapo_prior_input(wildcards):
     """pi_E for the methods that inject it, replay it or start from it; the others start before it exists."""
-    from paperflow.eapo.rl import method
+    from paperflow.eapo.methods import method
 
     m = method(wildcards.method)
     return (

@@ -43,7 +43,7 @@ def eapo_locked(repo_type, hub):
 def eapo_paper_start(wildcards):
     """The model a run starts from and the experience model it injects (spec section 3: from_prior starts from
     pi_E; eapo_baseprior injects the base model, the negative control)."""
-    from paperflow.eapo.rl import method
+    from paperflow.eapo.methods import method
 
     m = method(wildcards.method)
     models = {"base": eapo_path("models", "pretrained.json"), "prior": eapo_path("models", "prior.json")}

@@ -21,6 +21,7 @@ from paperflow.core import plots
 from paperflow.core.claims import long_table
 from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
 from paperflow.itpo.analysis import auroc, bootstrap_aurocs
+from paperflow.itpo.settings import CONTROL_PRM
 
 LABELS = {
     "outcome": "outcome-RLOO",
@@ -69,9 +70,6 @@ def interval(turns: pd.DataFrame, method: str, seed: int, score: str, reps: int,
 def ci_miss(lo: float, hi: float, at: float = 0.5) -> float:
     """How far `at` lies outside [lo, hi] (<= 0 when inside; NaN propagates)."""
     return max(lo - at, at - hi)
-
-
-CONTROL_PRM = "itponorm_permuted_prm"  # ITPO-norm's permuted-outcome PRM (section 11), a method of the table
 
 
 def metrics_table(

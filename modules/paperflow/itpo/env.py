@@ -21,19 +21,15 @@ import numpy as np
 import torch
 
 from paperflow.core.lm.sampling import repack_left, sample
+from paperflow.itpo.budget import MAX_FILLERS, MAX_TURNS, TURN_TOKENS
 
 DIGITS = tuple(str(d) for d in range(10))
 USER_FILLERS = ("F1", "F2", "F3")
 FILLER = "um"
 ACTIONS = ("ASK_A", "ASK_B", "ASK_C", "ANS")
 WORDS = (*DIGITS, "a=", "b=", "c=", "USER", "GOAL", "AST", *ACTIONS, "DUNNO", "EOT", *USER_FILLERS, FILLER)
-MAX_TURNS = 3
-MAX_FILLERS = 4
-TURN_TOKENS = MAX_FILLERS + 3  # fillers, ANS, digit, EOT
 P_REVEAL = 0.75
 TOKEN_COST = 0.01  # length-cost weight per assistant token (spec section 4: token_amount weight)
-PROMPT_LENGTH = 8  # BOS USER GOAL a= <a> F F AST
-MAX_LENGTH = PROMPT_LENGTH + MAX_TURNS * TURN_TOKENS + (MAX_TURNS - 1) * 4
 
 
 @lru_cache(maxsize=1)

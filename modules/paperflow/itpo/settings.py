@@ -6,16 +6,16 @@ from typing import Any
 
 from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
+from paperflow.itpo.budget import MAX_LENGTH
 
 GATED = ("outcome", "prime", "itponorm")  # the methods the gated claims compare
 PRM_METHODS = ("prime", "itpo", "itponorm", "itponorm_grpo")
+CONTROL_PRM = "itponorm_permuted_prm"  # ITPO-norm's permuted-outcome PRM (section 11), a method of the table
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
     """Cross-key rules: the model spec is one the kit builds and holds the longest episode; the claims' methods are
     all there; the control rides on a method that trains a PRM."""
-    from paperflow.itpo.env import MAX_LENGTH
-
     if cfg["source"]["kind"] == "collabllm":
         check_paper(cfg, source)
         return
@@ -66,8 +66,6 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:
     """The trained methods, and at synthetic scales ITPO-norm's permuted-outcome PRM (section 11's control)."""
-    from paperflow.itpo.claims import CONTROL_PRM
-
     if cfg["source"]["kind"] == "collabllm":
         return list(cfg["methods"])
     return [*cfg["methods"], CONTROL_PRM]

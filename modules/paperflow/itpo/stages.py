@@ -17,6 +17,7 @@ from paperflow.core.io import read_frame, write_frame
 from paperflow.core.lm.models import checkpoint_spec, load_checkpoint, save_checkpoint
 from paperflow.core.seeding import seed_all
 from paperflow.itpo import analysis, env, rl, sft
+from paperflow.itpo.budget import MAX_LENGTH
 from paperflow.itpo.checkpoints import load_models, save_models
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ def sft_init(vocabulary: str, eval_tasks: str, model: Mapping[str, Any], setting
     _check_vocabulary(vocabulary)
     seed_all(int(settings["seed"]))
     spec = sft.model_spec(model)
-    if spec["max_position_embeddings"] < env.MAX_LENGTH:
-        raise ConfigError(f"model.max_position_embeddings must be >= {env.MAX_LENGTH} (the longest episode)")
+    if spec["max_position_embeddings"] < MAX_LENGTH:
+        raise ConfigError(f"model.max_position_embeddings must be >= {MAX_LENGTH} (the longest episode)")
     policy, rows = sft.train_init(spec, settings, read_tasks(eval_tasks))
     save_checkpoint(policy, out, spec)
     return pd.DataFrame(rows)
