@@ -1,13 +1,21 @@
 """`paperflow audit <file|dir>`, `paperflow lineage <file>`, `paperflow record write|check|readme` and
-`paperflow pin <slug>`."""
+`paperflow pin <slug>`.
+
+Every error is one line on stderr naming the file or argument, the problem and what to do, with a non-zero exit
+code; an error nobody foresaw is one line too (set PAPERFLOW_TRACEBACK=1 to see its traceback)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 import sys
+from pathlib import Path
+from typing import NoReturn
 
-from paperflow.core.config import available_papers, repo_root
-from paperflow.core.provenance import audit, lineage
+from paperflow.core.config import SCALES, available_papers, repo_root
+from paperflow.core.provenance import UnreadableRecord, audit, lineage, read_record, record_path
 from paperflow.core.record import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -19,41 +27,84 @@ from paperflow.core.record import (
     write_record,
 )
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # every character str.splitlines breaks at, and more
+
+
+def _err(message: str) -> None:
+    """One line on stderr: a control character in it (a newline in a file's name) is written escaped."""
+    print(_CONTROL.sub(lambda m: repr(m.group())[1:-1], message), file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage itself is in `--help`); subparsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        _err(f"{self.prog}: {message}; see `{self.prog} --help`")
+        self.exit(2)
+
+
+def _scale(value: str) -> str:
+    if value not in SCALES:
+        raise argparse.ArgumentTypeError(f"no scale {value!r}; the scales are {', '.join(SCALES)}")
+    return value
+
+
+def _tolerance(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a tolerance; give a finite number >= 0, such as 1e-6")
+    return number
+
+
+def _file(value: str) -> str:
+    if "\0" in value:
+        raise argparse.ArgumentTypeError(f"{value!r} holds a NUL byte, which no file name can; check the path")
+    return value
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paperflow", description="Inspect the provenance and record the results.")
+    parser = _Parser(prog="paperflow", description="Inspect the provenance and record the results.")
     sub = parser.add_subparsers(dest="command", required=True)
     p_audit = sub.add_parser(
         "audit",
         help="verify FILE's job and every hash back to its sources, or every record and file under a "
         "directory; exit 1 on any problem",
     )
-    p_audit.add_argument("file")
+    p_audit.add_argument("file", type=_file)
     p_lineage = sub.add_parser("lineage", help="print the tree of jobs and files behind FILE")
-    p_lineage.add_argument("file")
+    p_lineage.add_argument("file", type=_file)
     p_record = sub.add_parser("record", help="the results on record, docs/results/<scale>.{json,md}")
     actions = p_record.add_subparsers(dest="action", required=True)
     p_write = actions.add_parser("write", help="write the record from the audited results/<scale> tree")
     p_check = actions.add_parser("check", help="compare a fresh results/<scale> tree with the committed record")
     p_readme = actions.add_parser("readme", help="rewrite README.md's status table from docs/results/<scale>.json")
-    p_readme.add_argument("--record", default="docs/results", help="the committed record (default: docs/results)")
-    p_readme.add_argument("--readme", default="README.md")
+    p_readme.add_argument(
+        "--record", type=_file, default="docs/results", help="the committed record (default: docs/results)"
+    )
+    p_readme.add_argument("--readme", type=_file, default="README.md")
     for p in (p_write, p_check):
-        p.add_argument("--scale", required=True)
-        p.add_argument("--results", default="results", help="the results root (default: results)")
-    p_write.add_argument("--out", default="docs/results", help="where the record goes (default: docs/results)")
+        p.add_argument("--scale", required=True, type=_scale, help=f"one of {', '.join(SCALES)}")
+        p.add_argument("--results", type=_file, default="results", help="the results root (default: results)")
+    p_write.add_argument(
+        "--out", type=_file, default="docs/results", help="where the record goes (default: docs/results)"
+    )
     p_write.add_argument(
         "--papers",
         nargs="+",
         default=None,
         help="update only these papers' entries of the existing record (the others are kept as recorded)",
     )
-    p_check.add_argument("--record", default="docs/results", help="the committed record (default: docs/results)")
     p_check.add_argument(
-        "--rtol", type=float, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL:g})"
+        "--record", type=_file, default="docs/results", help="the committed record (default: docs/results)"
     )
     p_check.add_argument(
-        "--atol", type=float, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL:g})"
+        "--rtol", type=_tolerance, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL:g})"
+    )
+    p_check.add_argument(
+        "--atol", type=_tolerance, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL:g})"
     )
     p_pin = sub.add_parser(
         "pin",
@@ -61,7 +112,9 @@ def _parser() -> argparse.ArgumentParser:
         "write config/locks/<slug>.json, which its download rules then verify against",
     )
     p_pin.add_argument("slug")
-    p_pin.add_argument("--scale", default="paper", help="the scale whose downloads are pinned (default: paper)")
+    p_pin.add_argument(
+        "--scale", default="paper", type=_scale, help="the scale whose downloads are pinned (default: paper)"
+    )
     p_pin.add_argument("--cores", type=int, default=2)
     p_plan = sub.add_parser(
         "plan",
@@ -69,9 +122,10 @@ def _parser() -> argparse.ArgumentParser:
         "memory) from Snakemake's dry run, and the downloads still without a checksum",
     )
     p_plan.add_argument("papers", nargs="*", help="slugs (default: every paper)")
-    p_plan.add_argument("--scale", default="paper")
+    p_plan.add_argument("--scale", default="paper", type=_scale, help=f"one of {', '.join(SCALES)} (default: paper)")
     p_plan.add_argument(
         "--readme",
+        type=_file,
         default=None,
         help="also write the table into this file's plan block (given papers: only their rows change)",
     )
@@ -102,7 +156,7 @@ def _profiles(args: argparse.Namespace) -> int:
             continue
         if link.exists() or link.is_symlink():
             if not args.force:
-                print(f"profiles: {link} exists and is not this checkout's; --force replaces it", file=sys.stderr)
+                _err(f"profiles: {link} exists and is not this checkout's; --force replaces it")
                 code = 1
                 continue
             if link.is_symlink() or link.is_file():
@@ -116,6 +170,7 @@ def _profiles(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from paperflow.core.plan import (
+        PlanError,
         dry_run,
         merge_rows,
         parse_dry_run,
@@ -130,10 +185,15 @@ def _plan(args: argparse.Namespace) -> int:
     papers = args.papers or known
     unknown = [p for p in papers if p not in known]
     if unknown:
-        print(f"plan: unknown paper(s) {unknown}; papers: {', '.join(known)}", file=sys.stderr)
+        _err(f"plan: unknown paper(s) {unknown}; papers: {', '.join(known)}")
         return 2
     root = repo_root()
-    rows = plan_rows(parse_dry_run(dry_run(root, args.scale, papers)), papers, args.scale, root)
+    try:
+        text = dry_run(root, args.scale, papers)
+    except PlanError as exc:
+        _err(f"plan: {exc}")
+        return 1
+    rows = plan_rows(parse_dry_run(text), papers, args.scale, root)
     if args.readme and args.papers:  # a subset: the README keeps the other papers' rows as they are
         rows = merge_rows(readme_rows(args.readme), rows, known)
     table = render(rows, args.scale, unpinned_reasons(root))
@@ -147,15 +207,14 @@ def _plan(args: argparse.Namespace) -> int:
 def _pin(args: argparse.Namespace) -> int:
     """Run the paper's download rules at `scale` with PAPERFLOW_PIN naming it: every file without a checksum is
     fetched once and its sha256 written to the lock file; files already pinned are verified as usual."""
-    import os
-    import re
     import subprocess
 
     from paperflow.core.download import PIN_ENV, lock_path
+    from paperflow.core.plan import last_message
 
     papers = available_papers()
     if args.slug not in papers:
-        print(f"pin: no paper {args.slug!r}; papers: {', '.join(papers)}", file=sys.stderr)
+        _err(f"pin: no paper {args.slug!r}; papers: {', '.join(papers)}")
         return 2
     root = repo_root()
     snakemake = [sys.executable, "-m", "snakemake"]
@@ -165,7 +224,8 @@ def _pin(args: argparse.Namespace) -> int:
         r for r in re.findall(r"^\s*(\S+)", listed.stdout, re.M) if r.startswith(f"{args.slug}_") and "download" in r
     ]
     if listed.returncode or not rules:
-        print(f"pin: no download rule of {args.slug} found\n{listed.stderr[-2000:]}", file=sys.stderr)
+        why = last_message(listed.stderr) if listed.returncode else "Snakemake lists none"
+        _err(f"pin: no download rule of {args.slug} found ({why}); see `snakemake --list-rules {' '.join(config)}`")
         return 1
     env = {**os.environ, PIN_ENV: args.slug}
     cmd = [*snakemake, "--cores", str(args.cores), *config, "--until", *rules]
@@ -181,7 +241,7 @@ def _pin(args: argparse.Namespace) -> int:
 def _audit(target: str) -> int:
     report = audit(target)
     for problem in report.problems:
-        print(f"FAIL {problem}", file=sys.stderr)
+        _err(f"FAIL {problem}")
     status = "OK" if report.ok else "FAILED"
     print(
         f"audit {status}: {report.target}: {report.jobs} job(s) and {len(report.checked)} record(s) checked across "
@@ -204,7 +264,9 @@ def _record(args: argparse.Namespace) -> int:
         tolerance = Tolerance(rtol=args.rtol, atol=args.atol)
         findings = check_record(args.results, args.scale, args.record, tolerance)
     except RecordError as exc:
-        print(f"record {args.action} refused: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            _err(f"FAIL {problem}")
+        _err(f"record {args.action} refused: {exc}")
         return 1
     failures = sum(f.level == "FAIL" for f in findings)
     print(f"record check of {args.results}/{args.scale} against {args.record}/{args.scale}.json")
@@ -217,11 +279,54 @@ def _record(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _lineage(target: str) -> int:
+    path = Path(target)
+    if path.is_dir():
+        _err(f"lineage: {target} is a directory; give one file (`paperflow audit` takes a directory)")
+        return 2
+    if not path.exists() and not record_path(path).exists():
+        _err(f"lineage: no such file {target}; check the path")
+        return 1
+    try:
+        read_record(path)
+    except FileNotFoundError:
+        _err(
+            f"lineage: no provenance record {record_path(target)} for {target}: a file no job of the workflow wrote, "
+            "or whose record was deleted; rerun the job that writes it"
+        )
+        return 1
+    except UnreadableRecord as exc:
+        _err(f"lineage: unreadable record {exc}")
+        return 1
+    problems: list[str] = []
+    print("\n".join(lineage(target, problems)))
+    for problem in problems:
+        _err(f"lineage: unreadable record {problem}")
+    return 1 if problems else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return " ".join(lines)[:500] or repr(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as exc:  # the safety net: every error that reaches the user is one line
+        if os.environ.get("PAPERFLOW_TRACEBACK"):
+            raise
+        _err(
+            f"paperflow {args.command}: unexpected {type(exc).__name__}: {_one_line(exc)}; a bug of paperflow: rerun "
+            "with PAPERFLOW_TRACEBACK=1 and report the traceback"
+        )
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "lineage":
-        print("\n".join(lineage(args.file)))
-        return 0
+        return _lineage(args.file)
     if args.command == "record":
         return _record(args)
     if args.command == "pin":

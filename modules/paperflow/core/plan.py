@@ -65,8 +65,21 @@ def dry_run(root: str | Path, scale: str, papers: Sequence[str]) -> str:
            f"papers=[{','.join(papers)}]"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode:
-        raise RuntimeError(f"the dry run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise PlanError(
+            f"Snakemake's dry run at scale {scale} failed (exit {proc.returncode}): "
+            f"{last_message(proc.stderr or proc.stdout)}; run `snakemake {' '.join(cmd[3:])}` to see its whole output"
+        )
     return proc.stdout
+
+
+class PlanError(RuntimeError):
+    """The dry run behind a plan failed; the message is one line."""
+
+
+def last_message(text: str) -> str:
+    """The last line of Snakemake's error output that says something (not a traceback's `File ...` line)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("File ")]
+    return lines[-1] if lines else "no output"
 
 
 def unpinned_downloads(

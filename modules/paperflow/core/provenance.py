@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -230,11 +231,87 @@ def write_record(record: Mapping[str, Any]) -> list[Path]:
     return paths
 
 
+class UnreadableRecord(ValueError):
+    """A provenance record that is there but cannot be used: not UTF-8, not JSON (say truncated), or not the
+    shape `build_record` writes (no `rule`, `outputs` or `inputs`, a file entry without a path or sha256)."""
+
+
+REMEDY = "rerun the job that writes it (or delete the record and its outputs so Snakemake does)"
+
+
+def _check_entries(rec: Path, record: Mapping[str, Any], key: str) -> None:
+    entries = record.get(key)
+    if not isinstance(entries, list):
+        have = "lacks" if key not in record else f"has a {type(entries).__name__} for"
+        raise UnreadableRecord(f"{rec}: {have} {key!r}, not a list of files; {REMEDY}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise UnreadableRecord(f"{rec}: {key}[{i}] is a {type(entry).__name__}, not a file entry; {REMEDY}")
+        for field_, ok in (("path", _plain_text), ("sha256", _SHA256.fullmatch)):
+            value = entry.get(field_)
+            if not isinstance(value, str) or not ok(value):
+                raise UnreadableRecord(
+                    f"{rec}: {key}[{i}].{field_} is {json.dumps(value)[:40]}, not a {field_}; {REMEDY}"
+                )
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _plain_text(value: str) -> bool:
+    """Non-empty, without control characters (no path or rule this project writes has one; a newline in a
+    problem's line would break the one-line form of the CLI's messages)."""
+    return bool(value) and not any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+def check_record_shape(rec: Path, record: Any) -> dict[str, Any]:
+    """`record` (parsed from `rec`) if it has what `audit`, `lineage` and the results record read; raises
+    UnreadableRecord naming the first thing missing."""
+    if not isinstance(record, dict):
+        raise UnreadableRecord(f"{rec}: a JSON {type(record).__name__}, not a provenance record (an object); {REMEDY}")
+    if not isinstance(record.get("rule"), str) or not _plain_text(record["rule"]):
+        raise UnreadableRecord(f"{rec}: {'lacks' if 'rule' not in record else 'has no rule name in'} 'rule'; {REMEDY}")
+    for key in ("outputs", "inputs"):
+        _check_entries(rec, record, key)
+    for key in ("wildcards", "params", "code"):
+        if key in record and not isinstance(record[key], dict):
+            raise UnreadableRecord(f"{rec}: {key!r} is a {type(record[key]).__name__}, not an object; {REMEDY}")
+    return record
+
+
+def load_record_file(rec: str | Path) -> dict[str, Any]:
+    """The provenance record stored in the file `rec` (a `.prov.json`); raises UnreadableRecord when it is
+    not UTF-8, not JSON or not a record, FileNotFoundError when it is absent."""
+    rec = Path(rec)
+    try:
+        text = rec.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableRecord(f"{rec}: not UTF-8 text (byte {exc.start}); {REMEDY}") from None
+    except IsADirectoryError:
+        raise UnreadableRecord(f"{rec}: a directory, not a record file; remove it") from None
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise UnreadableRecord(f"{rec}: cannot be read ({exc.strerror}); check its permissions") from None
+    if not text.strip():
+        raise UnreadableRecord(f"{rec}: empty, not a record; {REMEDY}")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        cut = " (truncated?)" if exc.pos >= len(text.rstrip()) else ""
+        raise UnreadableRecord(f"{rec}: not valid JSON{cut}: {exc}; {REMEDY}") from None
+    except RecursionError:
+        raise UnreadableRecord(f"{rec}: JSON nested too deeply to read; {REMEDY}") from None
+    return check_record_shape(rec, record)
+
+
 def read_record(path: str | Path) -> dict[str, Any]:
+    """The record of the file `path`. Raises FileNotFoundError when `path` has no record beside it and
+    UnreadableRecord when the record is there but unusable (see `load_record_file`)."""
     rec = record_path(path)
-    if not rec.is_file():
+    if not rec.exists():
         raise FileNotFoundError(f"no provenance record for {path} (expected {rec})")
-    return json.loads(rec.read_text())
+    return load_record_file(rec)
 
 
 @dataclass
@@ -299,10 +376,21 @@ class _Auditor:
     def start(self, target: Path) -> None:
         """Audit `target`: its job (every output it recorded) and every job upstream of it."""
         target_abs = target.resolve()
+        if not target_abs.exists() and not record_path(target_abs).exists():
+            self.report.problems.append(
+                f"NO SUCH FILE {target}: nothing at this path nor a record of it; check the path"
+            )
+            return
         try:
             first = read_record(target_abs)
-        except (FileNotFoundError, json.JSONDecodeError) as exc:
-            self.report.problems.append(f"NO RECORD {target}: {exc}")
+        except FileNotFoundError:
+            self.report.problems.append(
+                f"NO RECORD {target}: no provenance record {record_path(target)} beside it; a file no job of the "
+                "workflow wrote, or whose record was deleted: rerun the job that writes it"
+            )
+            return
+        except UnreadableRecord as exc:
+            self.report.problems.append(f"UNREADABLE RECORD {exc}")
             return
         located = _base_dir(target_abs, first)
         if located is None:
@@ -322,8 +410,8 @@ class _Auditor:
             except FileNotFoundError as exc:
                 self.report.problems.append(f"NO RECORD {path}: {exc}")
                 continue
-            except json.JSONDecodeError as exc:
-                self.report.problems.append(f"BROKEN RECORD {record_path(path)}: {exc}")
+            except UnreadableRecord as exc:
+                self.report.problems.append(f"UNREADABLE RECORD {exc}")
                 continue
             self.report.checked.append(path)
             self.report.rules[path] = record["rule"]
@@ -415,13 +503,15 @@ def job_records(root: str | Path) -> list[dict[str, Any]]:
     """Each job recorded under `root` once (a job's record stands beside each of its outputs)."""
     jobs: dict[str, dict[str, Any]] = {}
     for rec in tree_files(root)[0]:
-        record = json.loads(rec.read_text())
+        record = load_record_file(rec)
         jobs.setdefault(_job_key(record), record)
     return list(jobs.values())
 
 
-def lineage(target: str | Path) -> list[str]:
-    """Human-readable tree of the jobs behind `target`, one line per file."""
+def lineage(target: str | Path, problems: list[str] | None = None) -> list[str]:
+    """Human-readable tree of the jobs behind `target`, one line per file. A file without a record is marked
+    `[no record]`, one whose record is unreadable `[unreadable record]`, and that record's problem is appended to
+    `problems` when given."""
     lines: list[str] = []
 
     def walk(path: str, depth: int, seen: set[str]) -> None:
@@ -431,11 +521,16 @@ def lineage(target: str | Path) -> list[str]:
         except FileNotFoundError:
             lines.append(f"{pad}{path}  [no record]")
             return
+        except UnreadableRecord as exc:
+            lines.append(f"{pad}{path}  [unreadable record]")
+            if problems is not None:
+                problems.append(str(exc))
+            return
         sha = next((o["sha256"] for o in record["outputs"] if o["path"] == path), "?")
-        wc = ",".join(f"{k}={v}" for k, v in record["wildcards"].items())
+        wc = ",".join(f"{k}={v}" for k, v in (record.get("wildcards") or {}).items())
         lines.append(
             f"{pad}{path}  sha256:{sha[:12]}  rule {record['rule']}{'[' + wc + ']' if wc else ''}"
-            f"  commit {str(record['code'].get('git_commit'))[:10]}  {record['ended']}"
+            f"  commit {str((record.get('code') or {}).get('git_commit'))[:10]}  {record.get('ended', '?')}"
         )
         if path in seen:
             return

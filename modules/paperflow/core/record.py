@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from paperflow.core.download import sha256_file
-from paperflow.core.provenance import audit_tree, cpu_label, job_records, read_record
+from paperflow.core.provenance import UnreadableRecord, audit_tree, cpu_label, job_records, read_record
 from paperflow.core.report import fmt
 
 SCHEMA = "paperflow.results/1"
@@ -101,7 +102,37 @@ HASH_CHECKED_SCALES = ("cpu",)  # scales CI does not rerun: their record is chec
 
 
 class RecordError(RuntimeError):
-    """The record cannot be written or checked (a failed audit, a malformed metrics.json, ...)."""
+    """The record cannot be written or checked (a failed audit, a malformed metrics.json, ...). The message is
+    one line; `problems` lists what a failed audit found."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+# what a malformed document raises when read as if it were well formed
+SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def read_json(path: str | Path, remedy: str) -> Any:
+    """The JSON document at `path`; raises RecordError (one line: the file, the problem and `remedy`) when it
+    cannot be read, is not UTF-8 or is not JSON."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 text (byte {exc.start}); {remedy}") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}: not valid JSON ({exc}); {remedy}") from None
+    except RecursionError:
+        raise RecordError(f"{path}: JSON nested too deeply to read; {remedy}") from None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot be read ({exc.strerror or exc}); {remedy}") from None
+
+
+def _shape_error(path: str | Path, exc: Exception, remedy: str) -> RecordError:
+    detail = " ".join(str(exc).split())[:200]
+    return RecordError(f"{path}: not in the form this version reads ({type(exc).__name__}: {detail}); {remedy}")
 
 
 @dataclass(frozen=True)
@@ -229,7 +260,22 @@ def code_hashes(root: Path, slug: str) -> dict[str, str]:
 
 def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
     """The slug and the record entry of one paper, from its metrics.json and the records beside it."""
-    doc = json.loads(metrics_path.read_text())
+    remedy = "rerun the paper's report rule that writes it"
+    doc = read_json(metrics_path, remedy)
+    try:
+        return _paper_entry(metrics_path, doc)
+    except UnreadableRecord as exc:
+        raise RecordError(str(exc)) from None
+    except SHAPE_ERRORS as exc:
+        raise _shape_error(metrics_path, exc, remedy) from None
+
+
+def _paper_entry(metrics_path: Path, doc: Any) -> tuple[str, dict[str, Any]]:
+    slug = doc["paper"]
+    if not isinstance(slug, str) or not re.fullmatch(r"[a-z0-9_]+", slug):
+        raise RecordError(
+            f"{metrics_path}: 'paper' is {json.dumps(slug)[:40]}, not a paper's slug; rerun its report rule"
+        )
     claims = [_claim_entry(c, metrics_path) for c in doc["claims"]]
     ids = [c["id"] for c in claims]
     if len(set(ids)) != len(ids):
@@ -252,7 +298,7 @@ def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
         "cpus": sorted({cpu_label(r.get("host", {}).get("cpu")) for r in jobs}),
         "claims": claims,
     }
-    return doc["paper"], entry
+    return slug, entry
 
 
 def build_results_record(
@@ -267,7 +313,11 @@ def build_results_record(
             raise RecordError(f"no results folder {sub} to record")
         report = audit_tree(sub)
         if not report.ok:
-            raise RecordError(f"the audit of {sub} failed:\n" + "\n".join(report.problems))
+            raise RecordError(
+                f"the audit of {sub} found {len(report.problems)} problem(s) (listed above); fix them or rerun "
+                "the jobs behind them, then try again",
+                report.problems,
+            )
     metrics = sorted(
         p for sub in trees for p in (sub.glob("*/metrics.json") if sub == tree else sub.glob("metrics.json"))
     )
@@ -399,8 +449,11 @@ def write_record(
     replaced or added (one paper rerun, its record updated)."""
     record = build_results_record(results, scale, tolerance, papers_only)
     json_path, md_path = record_paths(out, scale)
+    rewrite = f"write the whole record again with `paperflow record write --scale {scale}` (no --papers)"
     if papers_only is not None:
-        old = json.loads(json_path.read_text()) if json_path.is_file() else {"papers": {}}  # the first papers on record
+        old = read_json(json_path, rewrite) if json_path.is_file() else {"papers": {}}  # the first papers on record
+        if not isinstance(old, dict) or not isinstance(old.get("papers"), dict):
+            raise RecordError(f"{json_path}: has no 'papers' object; {rewrite}")
         merged = {**old["papers"], **record["papers"]}
         record = {
             **record,
@@ -408,9 +461,16 @@ def write_record(
             "git_commits": sorted({str(p["git_commit"]) for p in merged.values()}),
             "git_dirty": any(bool(p["git_dirty"]) for p in merged.values()),
         }
+    try:  # both are made before either is written: a metrics.json the record cannot hold changes neither file
+        text = json.dumps(record, indent=2, allow_nan=False) + "\n"
+        markdown = render_markdown(json.loads(text))
+    except SHAPE_ERRORS as exc:
+        raise _shape_error(
+            f"the record of {Path(results) / scale}", exc, "rerun the report rules whose metrics.json hold it"
+        ) from None
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
-    md_path.write_text(render_markdown(json.loads(json_path.read_text())))
+    json_path.write_text(text)
+    md_path.write_text(markdown)
     return json_path, md_path
 
 
@@ -532,8 +592,17 @@ def read_committed(record_dir: str | Path, scale: str) -> dict[str, Any]:
         raise RecordError(
             f"no record {json_path} and {md_path}; write it with `paperflow record write --scale {scale}`"
         )
-    record = json.loads(json_path.read_text())
-    if md_path.read_text() != render_markdown(record):
+    rewrite = f"restore it from git or rewrite it with `paperflow record write --scale {scale}`"
+    record = read_json(json_path, rewrite)
+    try:
+        rendered = render_markdown(record)
+    except SHAPE_ERRORS as exc:
+        raise _shape_error(json_path, exc, rewrite) from None
+    try:
+        committed_md = md_path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{md_path}: cannot be read as UTF-8 text ({exc}); {rewrite}") from None
+    if committed_md != rendered:
         raise RecordError(f"{md_path} is not the rendering of {json_path}; regenerate it with `paperflow record write`")
     return record
 
@@ -608,12 +677,20 @@ def check_record(
 
     recorded = read_committed(record_dir, scale)
     found: list[Finding] = []
+    json_path = record_paths(record_dir, scale)[0]
+    rewrite = f"restore it from git or rewrite it with `paperflow record write --scale {scale}`"
     if scale in HASH_CHECKED_SCALES:
-        found += hash_findings(recorded, repo_root(), available_papers())
+        try:
+            found += hash_findings(recorded, repo_root(), available_papers())
+        except SHAPE_ERRORS as exc:
+            raise _shape_error(json_path, exc, rewrite) from None
         if not (Path(results) / scale).is_dir():
             return found
     fresh = build_results_record(results, scale, tolerance)
-    return found + compare_records(recorded, fresh, tolerance)
+    try:
+        return found + compare_records(recorded, fresh, tolerance)
+    except SHAPE_ERRORS as exc:
+        raise _shape_error(json_path, exc, rewrite) from None
 
 
 README_BEGIN = "<!-- status: generated by `paperflow record readme` from docs/results; do not edit -->"
