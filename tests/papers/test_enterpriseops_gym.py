@@ -190,6 +190,35 @@ def test_tools_enforce_permissions_state_machines_schemas_and_audit(world):
     assert "salary" not in T.call(staff, "hr_get_profile", {"user_id": employee})["result"]
 
 
+def test_an_argument_that_cannot_be_encoded_is_a_failed_call_of_its_episode(world):
+    """A lone surrogate (JSON's "\\ud800", which json.loads accepts) in a tool argument is refused as an invalid
+    call, the database untouched; in an episode it is one failed call on record, not a UnicodeEncodeError."""
+    _, template, by_mode = world
+    inc = template.conn.execute("SELECT id FROM incidents WHERE state = 'in_progress'").fetchone()[0]
+    ep = template.episode("usr0002", salt="t")
+    before = ep.hash()
+    for args in (
+        {"incident_id": inc, "state": "resolved", "close_notes": "\ud800"},
+        json.loads('{"incident_id": "\\udfff", "state": "resolved", "close_notes": "x"}'),
+    ):
+        out = T.call(ep, "itsm_update_incident_state", args)
+        assert not out["ok"] and out["error"]["kind"] == "invalid" and "lone surrogate" in out["error"]["message"]
+    assert ep.hash() == before and ep.minted == []
+
+    class Surrogate:
+        name = "surrogate"
+
+        def act(self, task, session):
+            args = {"incident_id": "\ud800", "state": "resolved", "close_notes": "x"}
+            result = session.call("itsm_update_incident_state", args)
+            return "done", [{"role": "tool", "content": result["content"][0]["text"]}]
+
+    task = next(t for t in by_mode["oracle"] if "itsm_update_incident_state" in tasks.visible_tools(t))
+    row = harness.run_episode(task, Surrogate(), local(template))
+    assert row["errored"] is None and row["tool_calls"] == row["failed_calls"] == 1
+    assert "lone surrogate" in row["conversation_flow"][0]["content"]
+
+
 def test_symbolic_references_survive_new_ids_and_literal_replay_does_not(world):
     _, template, by_mode = world
     minted = [t for t in by_mode["oracle"] if t["eog"]["template"] == "problem_from_incident"]

@@ -11,6 +11,7 @@ but without the mandatory audit/notification side effects, plus read tools that 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -846,6 +847,12 @@ def call(ep: Episode, name: str, args: Any) -> dict[str, Any]:
     errors = sorted(_VALIDATORS[name].iter_errors(args), key=lambda e: list(e.path))
     if errors:
         return {"ok": False, "error": {"kind": "invalid", "message": "; ".join(e.message for e in errors)}}
+    try:  # a lone surrogate ("\\ud800" in the model's JSON) would escape from SQLite as UnicodeEncodeError
+        json.dumps(args, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        message = f"arguments hold text that is not valid Unicode ({bad}, a lone surrogate); send UTF-8 text"
+        return {"ok": False, "error": {"kind": "invalid", "message": message}}
     ticks, minted = ep.ticks, list(ep.minted)
     try:
         result = tool.fn(ep, dict(args))
