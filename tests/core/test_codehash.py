@@ -21,8 +21,8 @@ def rule_scripts() -> list[Path]:
 
 
 @pytest.fixture
-def parses(monkeypatch) -> Counter[str]:
-    """Counts `ast.parse` calls per file name, starting from an empty parse cache."""
+def parses(monkeypatch, tmp_path) -> Counter[str]:
+    """Counts `ast.parse` calls per file name, starting from an empty parse cache and an empty store."""
     counts: Counter[str] = Counter()
     parse = ast.parse
 
@@ -30,6 +30,8 @@ def parses(monkeypatch) -> Counter[str]:
         counts[str(filename)] += 1
         return parse(source, filename, *args, **kwargs)
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(codehash, "_STORE", None)
     monkeypatch.setattr(codehash, "_IMPORTS", {})
     monkeypatch.setattr(ast, "parse", counting)
     return counts
@@ -52,6 +54,27 @@ def test_a_second_walk_parses_nothing(parses):
     parsed = sum(parses.values())
     assert [codehash.code_hash(script) for script in scripts] == first
     assert sum(parses.values()) == parsed
+
+
+def test_a_fresh_process_parses_nothing_its_store_holds(parses, monkeypatch):
+    scripts = rule_scripts()
+    first = [codehash.code_hash(script) for script in scripts]
+    assert codehash.store_path().is_file() and sum(parses.values()) > len(scripts)
+    parsed = sum(parses.values())
+    monkeypatch.setattr(codehash, "_STORE", None)  # what a new process starts from
+    monkeypatch.setattr(codehash, "_IMPORTS", {})
+    assert [codehash.code_hash(script) for script in scripts] == first
+    assert sum(parses.values()) == parsed
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"x": "not a list of names"}'])
+def test_a_broken_store_is_ignored(parses, content):
+    script = ROOT / "rules" / "scripts" / "summary.py"
+    expected = codehash.code_hash(script)
+    codehash.store_path().write_text(content)
+    codehash._STORE = None
+    codehash._IMPORTS.clear()
+    assert codehash.code_hash(script) == expected
 
 
 def package(root: Path, files: dict[str, str]) -> Path:

@@ -11,13 +11,21 @@ reused while that is unchanged, so a file edited while the process lives (a long
 a test) is read again. Git's "racily clean" rule keeps this exact: a file whose mtime or ctime is less than
 SETTLED_NS before the read could change again within the same timestamp tick, so its sha256 is not kept (it is
 read at each walk) until it has settled; any later write moves its ctime, which no tool sets back.
+
+Parsing is most of a fresh process's walk (a Snakemake command parses some 400 files), so the names parsed from a
+content are also kept across processes, addressed by the content's sha256 (with the module name, and the Python
+version that parsed them), in the user's cache folder (`$XDG_CACHE_HOME/paperflow`, else `~/.cache/paperflow`):
+a content maps to one set of names, so a kept entry is never stale. An unreadable or unwritable store is ignored.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +44,12 @@ SETTLED_NS = 2_000_000_000
 _DIGESTS: dict[Path, tuple[tuple[int, int, int, int], str]] = {}
 # (file, module name) -> (sha256 of the content parsed, names it imports)
 _IMPORTS: dict[tuple[Path, str], tuple[str, frozenset[str]]] = {}
+# the store kept across processes: "<sha256> <module> <package?>" -> names; loaded at the first parse it may save
+STORE_FORMAT = 1  # raise it whenever _parse_imports changes what it finds in a content
+STORE_LIMIT = 5000  # entries; past it a save keeps only the ones this process used
+_STORE: dict[str, list[str]] | None = None
+_STORE_USED: set[str] = set()
+_STORE_DIRTY = False
 
 
 def module_file(name: str) -> Path | None:
@@ -94,13 +108,62 @@ def _digest(path: Path) -> tuple[str, bytes | None]:
     return digest, source
 
 
+def store_path() -> Path:
+    """The file of the imports kept across processes (one per Python version and store format)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    version = f"{sys.version_info[0]}{sys.version_info[1]}"
+    return Path(root, "paperflow", f"imports-v{STORE_FORMAT}-py{version}.json")
+
+
+def _store() -> dict[str, list[str]]:
+    global _STORE
+    if _STORE is None:
+        try:
+            kept = json.loads(store_path().read_text())
+        except (OSError, ValueError):
+            kept = {}
+        if not isinstance(kept, dict):
+            kept = {}
+        _STORE = {k: v for k, v in kept.items() if isinstance(v, list) and all(isinstance(n, str) for n in v)}
+    return _STORE
+
+
+def _save_store() -> None:
+    """Write the store if this process added to it (atomically: a concurrent writer's entries may be lost, never
+    mixed in)."""
+    global _STORE_DIRTY
+    if not _STORE_DIRTY:
+        return
+    _STORE_DIRTY = False
+    store = _store()
+    if len(store) > STORE_LIMIT:
+        store = {key: names for key, names in store.items() if key in _STORE_USED}
+    path = store_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as fh:
+            json.dump(store, fh)
+        os.replace(fh.name, path)
+    except OSError:
+        pass
+
+
 def _imported_names(path: Path, module: str) -> tuple[str, frozenset[str]]:
-    """(sha256 of `path`, the names it imports): parsed only when the content differs from the last parse."""
+    """(sha256 of `path`, the names it imports): parsed only when neither this process nor the store has the names
+    of this content."""
+    global _STORE_DIRTY
     digest, source = _digest(path)
     cached = _IMPORTS.get((path, module))
     if cached is not None and cached[0] == digest:
         return cached
-    entry = (digest, _parse_imports(path.read_bytes() if source is None else source, path, module))
+    key = f"{digest} {module} {int(path.name == '__init__.py')}"
+    kept = _store().get(key)
+    if kept is None:
+        kept = sorted(_parse_imports(path.read_bytes() if source is None else source, path, module))
+        _store()[key] = kept
+        _STORE_DIRTY = True
+    _STORE_USED.add(key)
+    entry = (digest, frozenset(kept))
     _IMPORTS[(path, module)] = entry
     return entry
 
@@ -125,6 +188,7 @@ def _closure(script: Path) -> dict[str, tuple[Path, str]]:
         parts = name.split(".")
         todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run too
         todo.extend(names)
+    _save_store()
     return seen
 
 
