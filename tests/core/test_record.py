@@ -351,3 +351,15 @@ def test_on_another_cpu_a_verdict_one_step_away_warns_and_held_to_refuted_fails(
     assert levels(held, unsure, "y")["verdict"] == "WARN" and levels(held, unsure, "y")["held"] == "WARN"
     assert levels(held, unsure, "x")["verdict"] == "FAIL"  # the recording CPU: strict
     assert levels(held, refuted, "y")["verdict"] == "FAIL"
+
+
+def test_wall_clock_is_the_union_of_the_jobs_intervals():
+    from paperflow.core.record import _wall_clock
+
+    def job(a: int, b: int) -> dict:
+        return {"started": f"2026-01-01T00:{a:02d}:00", "ended": f"2026-01-01T00:{b:02d}:00"}
+
+    # two overlapping jobs (0-10, 5-12 min), then a report rerun 30 minutes later (42-43): 12 + 1 minutes
+    assert _wall_clock([job(0, 10), job(5, 12), job(42, 43)]) == 13 * 60.0
+    assert _wall_clock([job(3, 4)]) == 60.0
+    assert _wall_clock([]) is None and _wall_clock([{"started": "x"}]) is None

@@ -194,15 +194,24 @@ def _benchmarks(paper_dir: Path) -> dict[str, Any]:
 
 
 def _wall_clock(jobs: Sequence[Mapping[str, Any]]) -> float | None:
-    """Seconds from the first job's start to the last job's end (the paper's run as a user waits for it)."""
+    """Seconds during which at least one of the paper's jobs ran: the union of the jobs' intervals. A report
+    rerun hours later adds its own seconds, not the idle gap before it (first start to last end would)."""
     from datetime import datetime
 
     try:
-        starts = [datetime.fromisoformat(r["started"]) for r in jobs]
-        ends = [datetime.fromisoformat(r["ended"]) for r in jobs]
+        spans = sorted((datetime.fromisoformat(r["started"]), datetime.fromisoformat(r["ended"])) for r in jobs)
     except (KeyError, TypeError, ValueError):
         return None
-    return round((max(ends) - min(starts)).total_seconds(), 1) if jobs else None
+    if not spans:
+        return None
+    total, (start, end) = 0.0, spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            total += (end - start).total_seconds()
+            start, end = s, e
+        else:
+            end = max(end, e)
+    return round(total + (end - start).total_seconds(), 1)
 
 
 PAPER_EXCLUDED_SUFFIXES = (".md", ".pyc")
