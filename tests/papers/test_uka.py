@@ -330,12 +330,14 @@ def test_the_permuted_tom_agent_decides_with_a_derangement_of_the_users_beliefs(
     world = nw.World.build("main")
     uka, _ = ag.acquire(world, "uka", 4, SETTINGS, emb)
     agent = ag.Agent("uka_permuted_tom", SETTINGS, uka.likelihood, emb, uka.memory, shuffle)
-    seen = []
-    agent.choose_test = lambda b, sit, u: seen.append(b.copy()) or ag.Agent.choose_test(agent, b, sit, u)
+    seen = []  # every (all users' beliefs, the users choosing) that run_episodes asks the agent to decide from
+    agent.decision_belief = lambda b, idx: seen.append((b.copy(), idx)) or ag.Agent.decision_belief(agent, b, idx)
     own = ag.Agent("uka", SETTINGS, uka.likelihood, emb, uka.memory)
     users, noise = ag.evaluation_users(4, 300), ag.evaluation_noise(4, 300, SETTINGS)
     per_user, _ = ag.run_episodes(world, agent, users, noise, SETTINGS)
-    assert len(seen) == SETTINGS.turns
+    assert len(seen) == SETTINGS.turns  # once per turn
+    late, idx = seen[-1]
+    assert not np.allclose(late[idx], late[shuffle[idx]])  # by then the beliefs differ, and it reads the others'
     b = np.random.default_rng(13).dirichlet(np.ones(4), size=300)
     idx = np.arange(0, 300, 3)
     np.testing.assert_array_equal(agent.decision_belief(b, idx), b[shuffle[idx]])
