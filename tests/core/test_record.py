@@ -12,7 +12,15 @@ import pytest
 from paperflow.core import claims as claims_lib
 from paperflow.core.cli import main as cli_main
 from paperflow.core.provenance import build_record, cpu_label, cpu_state, utc_now, write_record
-from paperflow.core.record import DEFAULT_RTOL, Tolerance, compare_records, readme_status, render_markdown
+from paperflow.core.record import (
+    DEFAULT_RTOL,
+    Tolerance,
+    compare_records,
+    readme_status,
+    readme_times,
+    refresh_readme,
+    render_markdown,
+)
 from paperflow.core.report import fmt, write_metrics
 
 SCALE = "smoke"
@@ -248,6 +256,39 @@ def test_readme_status_counts_gated_claims_and_marks_scales_not_run():
         "| a | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a): 1 held, 1 inconclusive "
         "| [1 of 2](docs/results/cpu.md#a): 1 held, 1 inconclusive | not run | `h` held |"
     )
+
+
+def test_readme_times_give_each_papers_wall_and_jobs_time_and_sum_the_papers_on_record():
+    smoke = {
+        "papers": {"a": {"wall_clock_s": 90.0, "jobs_wall_s": 150.4}, "b": {"wall_clock_s": 600, "jobs_wall_s": 9000}}
+    }
+    cpu = {"papers": {"a": {"wall_clock_s": None, "jobs_wall_s": 30.0}}}
+    table = readme_times({"smoke": smoke, "cpu": cpu}, ["a", "b"]).splitlines()
+    assert table[0] == "| paper | `tiny`: wall (jobs' time) | `smoke`: wall (jobs' time) | `cpu`: wall (jobs' time) |"
+    assert table[2] == "| [`a`](workflows/a/README.md) | no record | 90 s (2.5 min of jobs) | wall n/a (30 s of jobs) |"
+    assert table[3] == "| [`b`](workflows/b/README.md) | no record | 10.0 min (2.5 h of jobs) | no record |"
+    assert table[4] == (
+        "| all papers on record | no record | 2 papers: 11.5 min (2.5 h of jobs) | 1 papers: wall n/a (30 s of jobs) |"
+    )
+
+
+def test_refresh_readme_rewrites_both_generated_blocks_and_refuses_a_readme_without_them(tmp_path):
+    from paperflow.core.record import README_BEGIN, README_END, README_TIMES_BEGIN, README_TIMES_END, RecordError
+
+    (tmp_path / "smoke.json").write_text(
+        json.dumps({"papers": {"a": {"claims": [], "wall_clock_s": 5, "jobs_wall_s": 7}}})
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"top\n{README_BEGIN}\nold\n{README_END}\nmiddle\n{README_TIMES_BEGIN}\nold\n{README_TIMES_END}\nend\n"
+    )
+    assert refresh_readme(readme, tmp_path, ["a"], tmp_path)
+    text = readme.read_text()
+    assert "old" not in text and "| [`a`](workflows/a/README.md) | no record | 5 s (7 s of jobs) | no record |" in text
+    assert not refresh_readme(readme, tmp_path, ["a"], tmp_path)
+    readme.write_text(f"{README_BEGIN}\n{README_END}\n")
+    with pytest.raises(RecordError, match="times: end"):
+        refresh_readme(readme, tmp_path, ["a"], tmp_path)
 
 
 def test_write_with_papers_updates_those_entries_and_keeps_the_others(recorded, capsys):

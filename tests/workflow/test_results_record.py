@@ -1,5 +1,5 @@
 """The committed results record: docs/results/smoke.{json,md} cover every paper with a workflow, the
-Markdown is the rendering of the JSON, and the README's status table is derived from the record."""
+Markdown is the rendering of the JSON, and the README's status and times tables are derived from the records."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import json
 from pathlib import Path
 
 from paperflow.core.config import available_papers
-from paperflow.core.record import README_BEGIN, README_END, paper_titles, readme_status, render_markdown
+from paperflow.core.record import (
+    README_BEGIN,
+    README_END,
+    README_TIMES_BEGIN,
+    README_TIMES_END,
+    TIME_SCALES,
+    paper_titles,
+    readme_status,
+    readme_times,
+    render_markdown,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "docs" / "results" / "smoke.json"
@@ -72,4 +82,15 @@ def test_the_readme_status_table_is_derived_from_the_record():
     records = {"smoke": json.loads(RECORD.read_text()), "cpu": json.loads(CPU_RECORD.read_text())}
     assert block == readme_status(records, available_papers(ROOT), paper_titles(ROOT)), (
         "README status table is stale: run `paperflow record readme`"
+    )
+
+
+def test_the_readmes_times_are_the_records():
+    """Issue 56: the README states no typed time; its times table is the records' wall clocks and jobs' times."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(README_TIMES_BEGIN) + len(README_TIMES_BEGIN) : text.index(README_TIMES_END)].strip()
+    paths = {scale: ROOT / "docs" / "results" / f"{scale}.json" for scale in TIME_SCALES}
+    records = {scale: json.loads(path.read_text()) for scale, path in paths.items() if path.is_file()}
+    assert block == readme_times(records, available_papers(ROOT)), (
+        "README times table is stale: run `paperflow record readme`"
     )
