@@ -1,9 +1,12 @@
-# The cross-paper summary: one table of every claim of every enabled paper, from their metrics.json.
+# The cross-paper summary of a scale: one table of every claim of every paper with results at that scale (the
+# enabled papers' metrics.json and any other paper's already there), so a run narrowed to some papers rewrites the
+# same summary that a plain run after it wants, from the same set of inputs.
+from paperflow.core.config import summarised_papers
 
 
 rule summary:
     input:
-        [RUN.out(slug, "metrics.json") for slug in RUN.papers],
+        [RUN.out(slug, "metrics.json") for slug in summarised_papers(RUN, PAPERFLOW_ROOT)],
     output:
         report(RUN.out_root("summary.md"), category="Summary"),
     log:

@@ -8,7 +8,15 @@ import pytest
 import yaml
 from conftest import copy_repo, run_snakemake
 
-from paperflow.core.config import ConfigError, deep_merge, load_paper_config, load_run_config
+from paperflow.core.config import (
+    ConfigError,
+    RunConfig,
+    available_papers,
+    deep_merge,
+    load_paper_config,
+    load_run_config,
+    summarised_papers,
+)
 
 GOOD = {
     "scale": "smoke",
@@ -131,3 +139,16 @@ def test_require_choices_names_the_key_the_unknown_entry_and_what_is_missing():
         ConfigError, match=r"cfg: agents lacks \['c'\], which S1 compares; it must include \['a', 'c'\]"
     ):
         require_choices(["a", "b"], source="cfg", key="agents", required=["a", "c"], why="S1 compares")
+
+
+def test_the_summary_covers_the_enabled_papers_and_every_other_with_results(repo_root, tmp_path, monkeypatch):
+    """A run narrowed to ph_vae summarises dro_flow too where dro_flow has results at that scale (issue 56)."""
+    monkeypatch.chdir(tmp_path)
+    run = RunConfig("tiny", ("ph_vae",), "results", "resources", {}, {})
+    assert summarised_papers(run, repo_root) == ["ph_vae"]
+    for slug, scale in (("dro_flow", "tiny"), ("spaef", "smoke")):
+        (tmp_path / "results" / scale / slug).mkdir(parents=True)
+        (tmp_path / "results" / scale / slug / "metrics.json").write_text("{}")
+    assert summarised_papers(run, repo_root) == ["dro_flow", "ph_vae"]
+    every = available_papers(repo_root)
+    assert summarised_papers(RunConfig("tiny", tuple(every), "results", "resources", {}, {}), repo_root) == every

@@ -135,3 +135,19 @@ def test_snakemake_html_report_holds_the_figures_and_table(tiny_run):
     names = zipfile.ZipFile(target).namelist()
     for item in ("tail_survival.png", "qq.png", "training_loss.png", "tail_metrics.csv", "summary.md"):
         assert any(n.endswith(item) for n in names), (item, names[:20])
+
+
+def test_a_narrowed_run_summarises_every_paper_with_results_and_leaves_a_plain_run_nothing(tiny_run, tmp_path):
+    """A run of two papers, then runs narrowed to one of them: the narrowed run plans nothing while the results are
+    current, and after a change to its paper it rewrites the summary of both (the scale's summary, not one of its
+    own papers alone), so that the plain run after it plans no job (no "set of input files has changed")."""
+    repo = copy_state(tiny_run, tmp_path)
+    both = ("--config", "scale=tiny", "papers=[ph_vae,decfus]")
+    run_snakemake(repo, "--cores", "2", *both)
+    assert dry_counts(repo) == {}
+    claims = repo / "modules" / "paperflow" / "ph_vae" / "claims.py"
+    claims.write_text(claims.read_text() + "\n# edited\n")
+    assert set(dry_counts(repo)) == {"ph_vae_report", "summary", "all"}
+    run_snakemake(repo, "--cores", "2", *TINY)
+    assert "of 2 paper(s)" in (repo / "results" / "tiny" / "summary.md").read_text()
+    assert job_counts(run_snakemake(repo, "-n", "--cores", "2", *both).stdout) == {}

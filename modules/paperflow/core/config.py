@@ -292,6 +292,16 @@ def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunC
     )
 
 
+def summarised_papers(run: RunConfig, root: Path | None = None) -> list[str]:
+    """The papers the summary of `run`'s scale covers, in the paper list's order: the ones the run composes and every
+    other paper with results at that scale (its metrics.json, relative to the working directory as the run's paths
+    are). A run narrowed to some papers thus summarises what a plain run after it does: Snakemake sees the same set
+    of inputs, and plans no summary job where every paper's results are current."""
+    return [
+        slug for slug in available_papers(root) if slug in run.papers or Path(run.out(slug, "metrics.json")).is_file()
+    ]
+
+
 def require_keys(mapping: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
     """Raise naming `where` and every key of `keys` that `mapping` lacks (cross-key checks in a paper's
     `settings.check`, e.g. the keys a dataset kind needs)."""
