@@ -152,7 +152,7 @@ def encode(tokenizer, task: str, texts: Sequence[str], max_length: int) -> tuple
 
 
 def check_tasks(tasks: Mapping[str, Any], source: str) -> None:
-    from paperflow.lozo_plus.lmtasks import LM_TASKS
+    from paperflow.lozo_plus.lmtask_formats import LM_TASKS
 
     known = set(TEMPLATES) | set(LM_TASKS)
     unknown = sorted(set(tasks) - known)
