@@ -50,11 +50,11 @@ open(out, "w").write(json.dumps({"exit": code, "heavy": [m for m in heavy if m i
 """
 
 
-@pytest.mark.parametrize("scale", ["tiny", "smoke", "cpu"])
+@pytest.mark.parametrize("scale", ["tiny", "smoke", "cpu", "paper"])
 def test_building_the_dag_imports_no_heavy_library(dry_repo, tmp_path, scale):
     """`snakemake -n` of every paper loads the configs and runs their checks, the input functions and the code
     hashes, and none of it imports torch, transformers or another heavy library (issue 56: they cost every
-    Snakemake command, and every job a cluster starts, seconds). Paper scale still does (lozo_plus's task table)."""
+    Snakemake command, and every job a cluster starts, seconds)."""
     out = tmp_path / "imports.json"
     env = dict(os.environ, WANDB_MODE="disabled")
     env.pop("PYTHONPATH", None)

@@ -25,7 +25,7 @@ from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.eapo import math_data, recipes
-from paperflow.eapo.rl import method as method_spec
+from paperflow.eapo.methods import method as method_spec
 
 log = logging.getLogger(__name__)
 SLUG = "eapo"
