@@ -591,3 +591,25 @@ def test_mmbench_and_fastv_run_download_evaluate_score_on_a_tiny_llava(hub, tmp_
     assert list(scores.method) == ["fastv", "full"] and list(scores.questions) == [6, 6]
     expected = [100 * float(bm.circular_hits(read_frame(answers[key])[0]).mean()) for key in sorted(answers)]
     assert list(scores.score) == expected
+
+
+def test_paper_scale_condenses_with_the_function_smoke_and_cpu_call(tiny_llava, monkeypatch):
+    """One implementation: the condensation LLaVA's hook runs between its projector and its language model is
+    paperflow.specflow.stages.condense, the function the smoke and cpu evaluation (stages._evaluate_split) calls,
+    on the projector's tokens."""
+    import inspect
+
+    from paperflow.specflow import llava, stages
+
+    assert "condense(method, toks, budget, cfg, seed, e)" in inspect.getsource(stages._evaluate_split)
+    model = llava.load(str(tiny_llava), "float32", torch.device("cpu"))
+    seen = []
+    real = stages.condense
+
+    def spy(method, toks, budget, cfg, seed, e=None):
+        seen.append((method, toks.z.shape, budget))
+        return real(method, toks, budget, cfg, seed, e)
+
+    monkeypatch.setattr(stages, "condense", spy)
+    out = llava.answer(model, png(3), "is there a cat", "specflow", 8, {"specflow": SPECFLOW}, 0, 2)
+    assert seen == [("specflow", (1, N, model.model.config.text_config.hidden_size), 8)] and out["k_fed"] == 10

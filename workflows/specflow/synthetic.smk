@@ -68,6 +68,7 @@ rule specflow_train:
         encoder=SPECFLOW["encoder"],
         reader=SPECFLOW["reader"],
         train=SPECFLOW["train"],
+        ratios=SPECFLOW["ratios"],
         code=code_param("lm", "workflows/specflow/scripts/train.py"),
     script:
         "scripts/train.py"
@@ -164,6 +165,8 @@ rule specflow_report:
         seeds=SPECFLOW_SEEDS,
         ratios=SPECFLOW["ratios"],
         report_ratio=SPECFLOW["report_ratio"],
+        reader_layers=SPECFLOW["reader"]["layers"],
+        fastv_layer=SPECFLOW["reader"].get("fastv_layer", 1),
         scale=RUN.scale,
         claims=SPECFLOW["claims"],
         claims_not_measured=SPECFLOW["claims_not_measured"],

@@ -8,7 +8,7 @@ is written here: pre-LN blocks with an explicit causal attention that can return
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,25 +48,39 @@ class Block(nn.Module):
 
 class Reader(nn.Module):
     """[visual tokens; query] -> logits from the query position. `fastv_keep=K` prunes the visual tokens after
-    block `fastv_layer` to the K with the largest query attention (heads averaged), the FastV analogue."""
+    block `fastv_layer` (1-based: blocks 1..fastv_layer see every token) to the K with the largest query attention
+    in block `fastv_layer` (heads averaged), the FastV analogue (LLaVA: K = 2 of 32 layers)."""
 
-    def __init__(self, d: int, heads: int, layers: int, n_classes: int):
+    def __init__(self, d: int, heads: int, layers: int, n_classes: int, fastv_layer: int = 1):
         super().__init__()
+        if not 1 <= fastv_layer < layers:
+            raise ValueError(f"fastv_layer {fastv_layer} must leave at least one of the {layers} blocks after the cut")
+        self.fastv_layer = fastv_layer
         self.query = nn.Parameter(torch.randn(1, 1, d) * 0.02)
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, n_classes)
 
-    def forward(self, tokens: torch.Tensor, fastv_keep: int | None = None, fastv_layer: int = 1) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, fastv_keep: int | None = None) -> torch.Tensor:
         x = torch.cat([tokens, self.query.expand(len(tokens), -1, -1)], dim=1)
         attn = None  # the previous block's attention
         for i, block in enumerate(self.blocks):
-            if fastv_keep is not None and i == fastv_layer and attn is not None:
+            if fastv_keep is not None and i == self.fastv_layer and attn is not None:
                 received = attn[:, :, -1, :-1].mean(1)  # the query's attention to each visual token
                 keep = received.topk(fastv_keep, dim=1).indices.sort(dim=1).values
                 visual = x[:, :-1].gather(1, keep[..., None].expand(-1, -1, x.shape[-1]))
                 x = torch.cat([visual, x[:, -1:]], dim=1)
             x, attn = block(x)
         return self.head(self.ln(x[:, -1]))
+
+
+def build_reader(rd: Mapping[str, Any], n_classes: int) -> Reader:
+    return Reader(rd["hidden_size"], rd["heads"], rd["layers"], n_classes, int(rd.get("fastv_layer", 1)))
+
+
+def random_subsets(gen: torch.Generator, batch: int, n: int, budget: int) -> torch.Tensor:
+    """(batch, budget) sorted indices of `budget` tokens drawn without replacement per row (the original order kept,
+    as every selection method keeps it)."""
+    return torch.rand(batch, n, generator=gen).argsort(dim=1)[:, :budget].sort(dim=1).values
 
 
 class StandIn(nn.Module):
@@ -86,7 +100,7 @@ class StandIn(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 10_000)
             self.projector = nn.Linear(enc["hidden_size"], rd["hidden_size"])
-            self.reader = Reader(rd["hidden_size"], rd["heads"], rd["layers"], n_classes)
+            self.reader = build_reader(rd, n_classes)
             self.cls_head = nn.Linear(enc["hidden_size"], n_classes)
 
     def features(self, pixels: torch.Tensor, attentions: bool = False):
@@ -107,10 +121,19 @@ def to_pixels(images: np.ndarray) -> torch.Tensor:
 
 
 def train_standin(
-    cfg: Mapping[str, Any], images: np.ndarray, labels: np.ndarray, n_classes: int, seed: int, train: Mapping[str, Any]
+    cfg: Mapping[str, Any],
+    images: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    seed: int,
+    train: Mapping[str, Any],
+    budgets: Sequence[int] = (),
 ) -> tuple[StandIn, list[dict[str, float]]]:
     """End-to-end training on full 64-token inputs (AdamW; cross-entropy of the reader + of the [CLS] head), epochs
-    over shuffled batches, one-cycle learning rate."""
+    over shuffled batches, one-cycle learning rate. With `budgets`, the reader also reads, every step, a random
+    subset of each budget K of every scene's tokens (one cross-entropy per budget, averaged with the full-token
+    one), so that it can read K tokens; the encoder's features are detached there (the encoder is trained by the
+    full-token and [CLS] losses only, as a vision tower that never saw pruning)."""
     from paperflow.core.loop import run_loop
     from paperflow.core.seeding import seed_all
 
@@ -120,14 +143,24 @@ def train_standin(
     bs = int(train["batch_size"])
     per_epoch = int(np.ceil(len(x) / bs))
     gen = np.random.default_rng(seed)
+    tgen = torch.Generator().manual_seed(seed + 20_000)
     order: list[np.ndarray] = []
 
     def step(i: int):
         if i % per_epoch == 0:
             order[:] = np.array_split(gen.permutation(len(x)), per_epoch)
         idx = torch.from_numpy(order[i % per_epoch])
-        logits, cls_logits = model(x[idx])
+        z, out = model.features(x[idx])
+        logits = model.reader(z)
+        cls_logits = model.cls_head(model.encoder.post_layernorm(out.hidden_states[-1][:, 0]))
         reader_loss = nn.functional.cross_entropy(logits, y[idx])
+        if budgets:
+            zd = z.detach()
+            for k in budgets:
+                keep = random_subsets(tgen, len(idx), zd.shape[1], int(k))
+                sub = zd.gather(1, keep[..., None].expand(-1, -1, zd.shape[-1]))
+                reader_loss = reader_loss + nn.functional.cross_entropy(model.reader(sub), y[idx])
+            reader_loss = reader_loss / (1 + len(budgets))
         cls_loss = nn.functional.cross_entropy(cls_logits, y[idx])
         acc = float((logits.argmax(1) == y[idx]).float().mean())
         return reader_loss + cls_loss, {

@@ -22,7 +22,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 BASELINE_METHODS = ("full", "random", "uniform_pool", "topk", "hired", "visionzip", "prumerge", "tome", "divprune")
 METHODS = (*BASELINE_METHODS, "fastv", *VARIANTS)
 # the gated claims compare these (spec sections 7 and 11)
-GATED = ("full", "topk", "fastv", "specflow", "specflow_noheat", "specflow_topk")
+GATED = ("full", "random", "topk", "fastv", "specflow", "specflow_noheat", "specflow_topk")
 # at paper scale (source.kind llava) the claims compare these (FastV runs there too, inside the LLM: llava.py)
 PAPER_GATED = ("full", "topk", "visionzip", "specflow")
 
@@ -69,6 +69,12 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(
             f"{source}: encoder.image_size/patch_size ({enc['image_size']}/{enc['patch_size']}) must equal the "
             f"rendered image side {side} and data.image.patch {image['patch']}"
+        )
+    rd = cfg["reader"]
+    if not 1 <= rd.get("fastv_layer", 1) < rd["layers"]:
+        raise ConfigError(
+            f"{source}: reader.fastv_layer {rd.get('fastv_layer', 1)} must leave at least one of the reader's "
+            f"{rd['layers']} blocks after FastV's cut"
         )
     if -enc["seed_layer"] > enc["num_hidden_layers"]:
         raise ConfigError(f"{source}: encoder.seed_layer {enc['seed_layer']} is deeper than num_hidden_layers")

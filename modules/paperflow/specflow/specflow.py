@@ -176,13 +176,15 @@ def specflow(
     budget: int,
     cfg: SpecFlowConfig,
     attn: np.ndarray | None = None,
+    e: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The condensed tokens of a batch: (B, K_fed, d) with K_fed = K + 2 (sinks on), K (off) or K (matched:
-    K - 2 selected + 2 sinks), and the selected indices (B, K_selected)."""
+    K - 2 selected + 2 sinks), and the selected indices (B, K_selected). `e`: the energy E of these tokens under
+    this cfg, when already computed (it does not depend on the budget); computed here otherwise."""
     n_sel = budget - 2 if (cfg.matched and cfg.sinks) else budget
     if n_sel < 1:
         raise ValueError(f"budget {budget} leaves no selected token")
-    e = energy(z, cls_attn, cfg, attn)
+    e = energy(z, cls_attn, cfg, attn) if e is None else e
     kept = np.stack([allocate(e[b], grid, n_sel, cfg) for b in range(len(z))])
     out = []
     for b in range(len(z)):

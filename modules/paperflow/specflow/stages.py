@@ -88,7 +88,9 @@ def train_seeds(
     histories = []
     for seed in seeds:
         t0 = time.perf_counter()
-        model, rows = train_standin(cfg, data["images"][tr], data["labels"][tr], N_CLASSES, seed, cfg["train"])
+        model, rows = train_standin(
+            cfg, data["images"][tr], data["labels"][tr], N_CLASSES, seed, cfg["train"], subset_budgets(cfg)
+        )
         save_model(model, checkpoints[seed])
         toks = extract(model, data["images"][te], grid_of(cfg["data"]["image"]))
         with torch.no_grad():
@@ -101,6 +103,15 @@ def train_seeds(
     return pd.concat(histories, ignore_index=True)
 
 
+def subset_budgets(cfg: Mapping[str, Any]) -> list[int]:
+    """The budgets K the reader is trained to read (random subsets of each): every ratio's K, when
+    `reader.subsets` is on (the claims read these budgets); none otherwise (full tokens only)."""
+    if not cfg["reader"].get("subsets", False):
+        return []
+    n = grid_of(cfg["data"]["image"])
+    return sorted({budget_of(r, n[0] * n[1]) for r in cfg["ratios"]})
+
+
 def read_tokens(path: str, grid: tuple[int, int]) -> Tokens:
     with np.load(path) as fh:
         return Tokens(**{k: fh[k] for k in ("z", "cls", "cls_heads", "keys", "attn")}, grid=grid)
@@ -110,35 +121,54 @@ def load_reader(path: str, cfg: Mapping[str, Any]):
     """The reader of a saved stand-in, without building the encoder (no transformers import)."""
     from safetensors.torch import load_file
 
-    from paperflow.specflow.model import Reader
+    from paperflow.specflow.model import build_reader
 
-    rd = cfg["reader"]
-    reader = Reader(rd["hidden_size"], rd["heads"], rd["layers"], N_CLASSES)
+    reader = build_reader(cfg["reader"], N_CLASSES)
     state = {k.removeprefix("reader."): v for k, v in load_file(path).items() if k.startswith("reader.")}
     reader.load_state_dict(state, strict=True)
     return reader.eval()
 
 
-def condense(method: str, toks: Tokens, budget: int, cfg: Mapping[str, Any], seed: int):
-    """(tokens fed, kept indices or None, FastV's budget or None) of `method` at `budget` selected tokens."""
+def condense(method: str, toks: Tokens, budget: int, cfg: Mapping[str, Any], seed: int, e: np.ndarray | None = None):
+    """(tokens fed, kept indices or None, FastV's budget or None) of `method` at `budget` selected tokens (`e`:
+    SpecFlow's energy of these tokens, when already computed)."""
     from paperflow.specflow.specflow import specflow
 
     kind = method_kind(method)
     if kind == "fastv":
         return toks.z, None, budget
     if kind == "specflow":
-        fed, kept = specflow(toks.z, toks.cls, toks.grid, budget, specflow_config(method, cfg), attn=toks.attn)
+        fed, kept = specflow(toks.z, toks.cls, toks.grid, budget, specflow_config(method, cfg), attn=toks.attn, e=e)
         return fed, kept, None
     fed, kept = BASELINES[method](toks, budget, np.random.default_rng(seed))
     return fed, kept, None
 
 
-def coverage(kept: np.ndarray | None, covers: np.ndarray, count: np.ndarray) -> float:
-    """Object coverage (spec section 11): the share of all scene objects with at least one kept token."""
+def coverage(kept: np.ndarray | None, covers: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Object coverage (spec section 11) per scene: the share of its objects with at least one kept token (NaN for
+    a method that keeps no token of the input, a pooling or merging one). Its mean over scenes weighs every scene
+    alike."""
     if kept is None:
-        return float("nan")
+        return np.full(len(count), np.nan)
     hit = np.take_along_axis(covers, kept[..., None], axis=1).any(axis=1)  # (B, max_objects)
-    return float(hit.sum() / count.sum())
+    return hit.sum(axis=1) / count
+
+
+def quadtree_stats(
+    method: str, toks: Tokens, cfg: Mapping[str, Any], e: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per scene, for a SpecFlow variant with the quadtree (its energy `e`): the number of quadtree leaves and
+    std(E) / delta (the root splits only where this exceeds 1); NaN for every other method."""
+    from paperflow.specflow.specflow import quadtree_leaves
+
+    n = len(toks.z)
+    if e is None or specflow_config(method, cfg).allocation != "quadtree":
+        return np.full(n, np.nan), np.full(n, np.nan)
+    sc = specflow_config(method, cfg)
+    delta = 1.0 / e.shape[1] if sc.delta is None else sc.delta
+    h, w = toks.grid
+    leaves = np.array([len(quadtree_leaves(x.reshape(h, w), sc.m, delta)) for x in e], dtype=float)
+    return leaves, e.std(axis=1) / delta
 
 
 def evaluate_method(
@@ -148,37 +178,46 @@ def evaluate_method(
     checkpoints: Mapping[int, str],
     token_paths: Mapping[int, str],
 ) -> pd.DataFrame:
-    """Accuracy, object coverage, tokens fed and pruning time of `method` at every ratio and seed, on the counting
-    test split (task `count`) and the single-object control (task `control`); the full-token accuracy of the same
-    reader beside it (relative accuracy = pruned / full)."""
+    """Per scene (item), ratio and seed: whether `method`'s reading is right, whether the full-token reading of the
+    same reader is, object coverage, tokens fed and pruning time, on the counting test split (task `count`) and
+    the single-object control (task `control`)."""
     grid = grid_of(cfg["data"]["image"])
-    rows = []
+    parts = []
     data = read_task(data_path, ("labels", "covers", "count", "split"))
     split = data["split"][data["split"] != SPLITS["train"]]  # the order of the extracted tokens
     for seed, ckpt in sorted(checkpoints.items()):
         reader = load_reader(ckpt, cfg)
         all_toks = read_tokens(token_paths[seed], grid)
         for task, code in (("count", SPLITS["test"]), ("control", SPLITS["control"])):
-            rows += _evaluate_split(method, cfg, reader, all_toks[split == code], data, code, task, seed)
-    return pd.DataFrame(rows)
+            parts += _evaluate_split(method, cfg, reader, all_toks[split == code], data, code, task, seed)
+    return pd.concat(parts, ignore_index=True)
 
 
-def _evaluate_split(method, cfg, reader, toks: Tokens, data, code: int, task: str, seed: int) -> list[dict]:
+def _evaluate_split(method, cfg, reader, toks: Tokens, data, code: int, task: str, seed: int) -> list[pd.DataFrame]:
     from paperflow.specflow.model import read
 
     sel = data["split"] == code
     labels, covers, count = data["labels"][sel], data["covers"][sel], data["count"][sel]
-    full_acc = float((read(reader, toks.z) == labels).mean())
-    rows = []
+    full_correct = (read(reader, toks.z) == labels).astype(np.int8)
+    e, e_ms = None, 0.0  # SpecFlow's energy: it does not depend on the budget, so it is computed (and timed) once
+    if method_kind(method) == "specflow":
+        from paperflow.specflow.specflow import energy
+
+        t0 = time.perf_counter()
+        e = energy(toks.z, toks.cls, specflow_config(method, cfg), toks.attn)
+        e_ms = 1000 * (time.perf_counter() - t0) / len(labels)
+    leaves, spread = quadtree_stats(method, toks, cfg, e)
+    parts = []
     for ratio in cfg["ratios"]:
         budget = budget_of(ratio, toks.z.shape[1])
         t0 = time.perf_counter()
-        fed, kept, fastv = condense(method, toks, budget, cfg, seed)
-        ms = 1000 * (time.perf_counter() - t0) / len(labels)
-        acc = float((read(reader, fed, fastv_keep=fastv) == labels).mean())
-        rows.append({
+        fed, kept, fastv = condense(method, toks, budget, cfg, seed, e)
+        ms = e_ms + 1000 * (time.perf_counter() - t0) / len(labels)
+        correct = (read(reader, fed, fastv_keep=fastv) == labels).astype(np.int8)
+        parts.append(pd.DataFrame({
             "method": method, "task": task, "seed": seed, "ratio": ratio, "budget": budget,
-            "k_fed": int(fed.shape[1]) if fastv is None else budget, "accuracy": acc, "full_accuracy": full_acc,
-            "relative": acc / full_acc if full_acc > 0 else float("nan"), "coverage": coverage(kept, covers, count), "prune_ms": ms,
-        })  # fmt: skip
-    return rows
+            "k_fed": int(fed.shape[1]) if fastv is None else budget, "item": np.arange(len(labels)),
+            "correct": correct, "full_correct": full_correct, "coverage": coverage(kept, covers, count),
+            "prune_ms": ms, "leaves": leaves, "energy_std_over_delta": spread,
+        }))  # fmt: skip
+    return parts

@@ -16,6 +16,6 @@ with snakemake_job(snakemake) as job:
     for method, out in zip(methods, job.output):
         frame = evaluate_method(method, cfg, job.input.data, by_seed(job.input.checkpoints), by_seed(job.input.tokens))
         frame.to_csv(out, index=False)
-        rel = frame.groupby(["task", "ratio"])["relative"].mean()
-        relative[method] = {f"{t}@{r}": float(v) for (t, r), v in rel.items()}
+        acc = frame.groupby(["task", "ratio"])[["correct", "full_correct"]].mean()
+        relative[method] = {f"{t}@{r}": float(v.correct / v.full_correct) for (t, r), v in acc.iterrows()}
     job.note(seeds=p.seeds, relative=relative)
