@@ -8,7 +8,8 @@ UKA_LOCK = read_lock_revisions("uka", PAPERFLOW_ROOT)  # a pin changes the param
 UKA_LOCKED_FILES = read_lock("uka", PAPERFLOW_ROOT)
 UKA_REFERENCE = UKA["win_rate"]["reference"]
 UKA_LLM = {
-    k: UKA[k] for k in ("simulation", "training", "agent", "critic", "llm", "server", "pretrained", "judge", "resources")
+    k: UKA[k]
+    for k in ("simulation", "training", "agent", "critic", "llm", "server", "pretrained", "judge", "resources")
 }
 UKA_WILDCARDS = {"method": "|".join(UKA["methods"])}
 
