@@ -203,7 +203,13 @@ def _ref_advantages(method, mask, scores, outcome, token_amount, n, temperature,
         for s in ss:
             length_stream[i][s[-1]] += token_amount[i] * len(s) / total
     streams = []
-    if method == "itponorm":
+    if method == "outcome":  # reward_dpo_coef = 0: the whole weighted score at the last token of the last turn
+        x, pos = zeros(), [[False] * length for _ in range(rows)]
+        for i, ss in enumerate(segs):
+            x[i][ss[-1][-1]] = outcome[i] + token_amount[i]
+            pos[i][ss[-1][-1]] = True
+        streams.append((x, pos, gt_coef))
+    elif method == "itponorm":
         x = zeros()
         for i, ss in enumerate(segs):
             logits = [sum(scores[i][t] for t in s) / len(s) * n_bar / temperature for s in ss]
@@ -265,7 +271,7 @@ def test_golden_fixture_turn_proportions_by_hand():
     assert torch.allclose(w[0], torch.softmax(logits, 0), atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["itponorm", "itpo", "prime"])
+@pytest.mark.parametrize("method", ["itponorm", "itpo", "prime", "outcome"])
 def test_golden_fixture_matches_the_official_semantics(method):
     mask = torch.tensor(GOLDEN_MASK)
     scores = torch.tensor(GOLDEN_SCORES) * mask
@@ -281,6 +287,65 @@ def test_golden_fixture_matches_the_official_semantics(method):
     # the baseline is subtracted at every reward position: the first turn's return carries every later turn's
     if method == "itpo":
         assert not torch.allclose(returns[:, 0], returns[:, -1])
+
+
+def _ref_turn_scores(mask, scores):
+    """S_k / n_k of every turn of every row, loop by loop (the analysis' turn score)."""
+    return [[sum(scores[i][t] for t in seg) / len(seg) for seg in _segments(mask[i])] for i in range(len(mask))]
+
+
+def _ref_volatility(adv, mask):
+    """Spec section 8: per row the sample std of A_t over its assistant tokens, the mean over rows."""
+    stds = []
+    for i, row in enumerate(mask):
+        vals = [adv[i][t] for t in range(len(row)) if row[t]]
+        mean = sum(vals) / len(vals)
+        stds.append(math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)))
+    return sum(stds) / len(stds)
+
+
+@pytest.mark.parametrize("method", ["itponorm", "itpo", "prime", "outcome"])
+def test_golden_fixture_every_quantity_the_claims_use(method):
+    """Issue 45: beside the advantages, every quantity the claims read is traced by hand on the golden fixture: the
+    batch-normed PRM rewards, the turn scores S_k / n_k of the turn AUROC (`analysis.turn_scores` aggregates with
+    `rewards.turn_stats`), the within-trajectory advantage std of the robustness claim, and the advantages from
+    the batch-normed scores the RL step feeds them (not raw scores)."""
+    mask = torch.tensor(GOLDEN_MASK)
+    raw = torch.tensor(GOLDEN_SCORES) * mask
+    largest = max(abs(sum(raw[i, t:].tolist())) for i in range(8) for t in range(12))
+    normed = rewards.batch_norm_scores(raw, mask)
+    ref_normed = [[v / (largest + 1e-6) for v in row] for row in raw.tolist()]
+    assert torch.allclose(normed, torch.tensor(ref_normed), atol=1e-7)
+    t = rewards.turn_stats(raw, mask)
+    per_turn = (t.sums / t.counts.clamp(min=1)).tolist()
+    for i, ref in enumerate(_ref_turn_scores(GOLDEN_MASK, raw.tolist())):
+        assert per_turn[i][: len(ref)] == pytest.approx(ref, abs=1e-6)
+    outcome, tokens = torch.tensor(GOLDEN_OUTCOME), torch.tensor(GOLDEN_TOKENS)
+    streams = rewards.reward_streams(method, mask, outcome, tokens, normed, temperature=0.4, dpo_coef=5.0, gt_coef=5.0)
+    adv, _, _ = rewards.advantages(streams, mask, group_size=4)
+    ref_adv, _ = _ref_advantages(method, GOLDEN_MASK, ref_normed, GOLDEN_OUTCOME, GOLDEN_TOKENS, 4, 0.4, 5.0, 5.0)
+    m = mask.bool()
+    assert torch.allclose(adv[m], torch.tensor(ref_adv)[m], atol=1e-5)
+    assert rewards.advantage_volatility(adv, mask) == pytest.approx(_ref_volatility(ref_adv, GOLDEN_MASK), abs=1e-5)
+
+
+def test_a_reask_after_dunno_is_preferred_less_under_itponorm_than_under_outcome_only():
+    """The README's reading of the central claim: one group of n = 8 after a DUNNO on turn 1, four rows guess
+    (ASK_B, wrong ANS: outcome 0) and four re-ask (ASK_B, ASK_B, right ANS: outcome 1), the PRM's turn weights
+    uniform. Both methods give the re-ask the higher advantage at turn 2, but ITPO-norm by a smaller margin (it
+    credits only the later turns' shares of the outcome to turn 2, outcome-only the whole outcome)."""
+    turn = [1, 1, 1, 0]
+    mask = torch.tensor([turn * 2 + [0] * 4] * 4 + [turn * 3] * 4)
+    outcome = torch.tensor([0.0] * 4 + [1.0] * 4)
+    length = torch.tensor([-0.06] * 4 + [-0.09] * 4)
+    gap = {}
+    for method in ("outcome", "itponorm"):
+        streams = rewards.reward_streams(
+            method, mask, outcome, length, torch.zeros(8, 12), temperature=0.4, dpo_coef=5.0, gt_coef=5.0
+        )
+        adv, _, _ = rewards.advantages(streams, mask, 8)
+        gap[method] = float(adv[4, 4] - adv[0, 4])  # turn 2's first token: re-ask minus guess
+    assert 0 < gap["itponorm"] < gap["outcome"]
 
 
 def test_batch_norm_divides_by_the_largest_reverse_cumsum():
@@ -412,6 +477,40 @@ def test_rl_iteration_runs_every_method_and_leaves_the_init_unchanged():
     assert all(torch.equal(before[k], v) for k, v in init.state_dict().items())
 
 
+def test_every_arm_of_a_seed_trains_on_the_same_task_stream(monkeypatch):
+    """Issue 45: the control's outcome permutation has a generator of its own, so ITPO-norm (which trains the
+    permuted-outcome PRM alongside) draws the same training tasks, user draws included, as every other arm."""
+    s = rl.Settings(
+        steps=3, prompts_per_step=2, group_size=4, lr=1e-3, prm_lr=1e-3, beta=0.05, turn_temperature=0.4,
+        rollout_temperature=1.0, dpo_coef=5, gt_coef=5, clip=0.2, kl_coef=0.001, grad_clip=1.0, prm_grad_clip=10,
+        prm_minibatches=2, ppo_minibatches=2, ppo_epochs=1, eval_every=3,
+    )  # fmt: skip
+    eval_tasks = env.draw_tasks(4, np.random.default_rng(0), "b")
+    seen: list[pd.DataFrame] = []
+    rollout = env.rollout
+
+    def recording(policy, tasks, temperature, gen):
+        if temperature > 0:  # the training rollouts (greedy evaluation runs at 0)
+            seen.append(tasks.to_frame())
+        return rollout(policy, tasks, temperature, gen)
+
+    monkeypatch.setattr(env, "rollout", recording)
+    streams = {}
+    for method in ("outcome", "prime", "itponorm"):
+        seen.clear()
+        out = rl.train(tiny_model(), method, s, 7, eval_tasks)
+        assert ("control_prm_loss" in out.records[-1]) == (method == "itponorm")
+        streams[method] = list(seen)
+    assert len(streams["outcome"]) == s.steps
+    for method in ("prime", "itponorm"):
+        for a, b in zip(streams["outcome"], streams[method], strict=True):
+            pd.testing.assert_frame_equal(a, b)
+    seen.clear()
+    other = rl.train(tiny_model(), "outcome", s, 8, eval_tasks)
+    assert other.records  # another seed, another stream
+    assert not seen[0].equals(streams["outcome"][0])
+
+
 def test_sft_model_spec_takes_the_environment_vocabulary():
     spec = sft.model_spec({**MODEL, "vocab_size": 8})
     assert spec["vocab_size"] == len(env.ids())
@@ -447,6 +546,7 @@ def _turns(signal, control_signal, seeds=(0, 1, 2), n=300):
                     "useful_after_reply": useful,
                     "score_prm": signal * useful + rng.normal(0, 1, n),
                     "score_control": control_signal * useful + rng.normal(0, 1, n),
+                    "score_init": 0.0,
                 }
             )
         )
@@ -478,6 +578,8 @@ def test_claims_hold_on_a_clear_signal():
         "prime_advantages_most_volatile": "held",
     }
     assert found["turn_auroc_itponorm"].control["verdict"] != "held"
+    # the untrained PRM (AUROC 0.5) does not beat the permuted one: the gain is the trained PRM's
+    assert found["turn_auroc_gain_over_control"].control["verdict"] != "held"
     # ITPO's turn sums as good as ITPO-norm against PRIME: the claim over PRIME is voided
     voided = judged(_curves(0.05, -0.1, SEEDS, itpo_gain=0.05), _turns(3.0, 0.0, SEEDS))
     assert voided["success_auc_itponorm_gt_prime"].verdict == "control also holds"
@@ -489,6 +591,8 @@ def test_a_control_prm_that_separates_as_well_voids_the_auroc_claim():
     found = judged(_curves(0.05, -0.1, SEEDS), _turns(3.0, 3.0, SEEDS))
     assert found["control_permuted_prm_at_chance"].verdict == "refuted"
     assert found["turn_auroc_itponorm"].verdict == "control also holds" and not found["turn_auroc_itponorm"].held
+    # and the paired gain over the control is nil
+    assert not found["turn_auroc_gain_over_control"].held
 
 
 def test_claims_fail_on_the_baselines_in_the_methods_place():

@@ -1,12 +1,12 @@
 """ITPO's claims, tables, figures and report (spec sections 7, 8 and 11).
 
-Gated: (1) the turn-alignment AUROC of ITPO-norm's PRM (S_k / n_k against the ex-ante usefulness labels) >= 0.75,
-mean of the seeds; (2) greedy success-rate AUC, ITPO-norm >= outcome-RLOO - 0.02 and ITPO-norm > PRIME; and the
-negative control of section 11: a PRM trained on permuted outcomes has an AUROC whose 95% bootstrap interval
-includes 0.5 in every seed. Each is judged on its own numbers; read (1) beside the control: a PRM that separates
-the turns as well without the outcome measures the policy's habits, not credit. Reported: the std of per-token advantages
-per method (PRIME expected the most volatile), AUROCs of the other PRMs and with spec section 4's reply-based
-labels, the ITPO-norm weights' variance.
+Gated (config/itpo.yaml, issue 45): greedy success-rate AUC, ITPO-norm > outcome-RLOO and ITPO-norm > PRIME
+(central, paired by seed); turn credit, the turn AUROC of ITPO-norm's PRM (S_k / n_k against the ex-ante usefulness
+labels) on held-out episodes of the SFT initial policy, as a paired gain over a PRM trained on permuted outcomes and
+as spec section 7's >= 0.75; section 11's check that the permuted PRM's bootstrap interval includes 0.5 in every
+seed; robustness, PRIME's within-trajectory advantage std above both ITPO variants'. Reported: AUROCs of the other
+PRMs and with spec section 4's reply-based labels, the ITPO-norm weights' variance, and the per-turn returns and
+advantages of every method during RL.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pandas as pd
 from paperflow.core import plots
 from paperflow.core.claims import long_table
 from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
+from paperflow.itpo import rl
 from paperflow.itpo.analysis import auroc, bootstrap_aurocs
 from paperflow.itpo.settings import CONTROL_PRM
 
@@ -81,9 +82,12 @@ def metrics_table(
     scale: str,
 ) -> pd.DataFrame:
     """The long metrics table the config's claims are judged on, per seed: each method's success AUC and advantage
-    volatility, ITPO-norm's PRM turn AUROC and the permuted-outcome PRM's (method `itponorm_permuted_prm`), how far
+    volatility, ITPO-norm's PRM turn AUROC, the permuted-outcome PRM's (method `itponorm_permuted_prm`) and the
+    untrained initial PRM's (method `outcome`, whose PRM is never trained), all on the same episodes of the SFT
+    initial policy, how far
     0.5 lies outside each PRM's bootstrap AUROC interval (`auroc_ci_miss`, <= 0 inside), and PRIME's volatility
-    minus the larger of ITPO's and ITPO-norm's (`adv_volatility_excess`)."""
+    minus the larger of ITPO's and ITPO-norm's (`adv_volatility_excess`; outcome-RLOO's minus the same, the
+    control)."""
     reps, boot_seed = int(ci["bootstrap"]), int(ci["bootstrap_seed"])
     rows = []
     for s in seeds:
@@ -96,16 +100,20 @@ def metrics_table(
                 {"seed": s, "method": method, "metric": "turn_auroc", "value": turn_auroc(turns, "itponorm", s, score)}
             )
             rows.append({"seed": s, "method": method, "metric": "auroc_ci_miss", "value": ci_miss(lo, hi)})
+        if "score_init" in turns:  # the outcome arm's PRM: the initial copy, never trained (the gain claim's control)
+            value = turn_auroc(turns, "itponorm", s, "score_init")
+            rows.append({"seed": s, "method": "outcome", "metric": "turn_auroc", "value": value})
         if {"prime", "itpo", "itponorm"} <= set(methods):
             others = max(volatility(curves, "itpo", s), volatility(curves, "itponorm", s))
-            rows.append(
-                {
-                    "seed": s,
-                    "method": "prime",
-                    "metric": "adv_volatility_excess",
-                    "value": volatility(curves, "prime", s) - others,
-                }
-            )
+            for m in ("prime", "outcome"):  # outcome: the robustness claim's control
+                rows.append(
+                    {
+                        "seed": s,
+                        "method": m,
+                        "metric": "adv_volatility_excess",
+                        "value": volatility(curves, m, s) - others,
+                    }
+                )
     return long_table(rows, scale)
 
 
@@ -125,6 +133,10 @@ def per_seed_table(curves, turns, final, methods, seeds, control_methods=("itpon
                     "final_greedy_tokens": float(f["greedy_tokens"].iloc[0]) if len(f) else float("nan"),
                     "final_greedy_turns": float(f["greedy_turns"].iloc[0]) if len(f) else float("nan"),
                     "adv_volatility": volatility(curves, m, s),
+                    **{
+                        f"{k}_mean": float(c[k].mean()) if k in c else float("nan")
+                        for k in [f"{v}_{kind}" for v in ("return", "adv") for kind in rl.TURN_KINDS]
+                    },
                     "proportion_variance": float(c["proportion_variance"].mean())
                     if "proportion_variance" in c
                     else float("nan"),
@@ -204,6 +216,25 @@ def build_report(
         }
         for m in methods
     ]
+    returns = [
+        {
+            "method": LABELS[m],
+            **{
+                label: mean_std_text(table[table["method"] == m][f"{key}_mean"])
+                for key, label in (
+                    ("return_reask", "return: re-ask B after DUNNO"),
+                    ("return_guess", "return: guess (b unknown)"),
+                    ("return_answer", "return: answer (b known)"),
+                    ("return_ask_b", "return: first ASK_B"),
+                    ("adv_reask", "advantage: re-ask"),
+                    ("adv_guess", "advantage: guess"),
+                    ("adv_answer", "advantage: answer"),
+                    ("adv_ask_b", "advantage: first ASK_B"),
+                )
+            },
+        }
+        for m in methods
+    ]
     init_success = float(init_history["greedy_success"].dropna().iloc[-1])
     t = turns[turns["method"] == "itponorm"]
     by_action = (
@@ -219,9 +250,19 @@ def build_report(
     sections = [
         ("Per method (mean ± std over seeds)", markdown_table(lines)),
         (
-            "ITPO-norm's turns by action (pooled over seeds)",
+            "Per-turn returns and advantages during RL (mean over iterations, then mean ± std over seeds)",
+            markdown_table(returns)
+            + "\n\nThe return and the whitened advantage at the first token of each turn of the training batches, "
+            "by what the turn did (rl.turn_kind). A policy that asks once and then answers (or guesses after the "
+            "user's DUNNO) is capped below one that asks again after a DUNNO: the re-ask turn is the decision "
+            "that separates them.",
+        ),
+        (
+            "ITPO-norm's PRM on the initial policy's episodes, turns by action (pooled over seeds)",
             markdown_table(by_action.round(4).to_dict("records"))
-            + "\n\nThe control PRM is trained on the same batches as ITPO-norm's PRM with the outcomes permuted "
+            + "\n\nThe turns are those of 512 held-out episodes of the SFT initial policy (the same for every "
+            "method of a seed), not of the trained policy. "
+            "The control PRM is trained on the same batches as ITPO-norm's PRM with the outcomes permuted "
             "within each batch; it never feeds the policy. Labels are ex ante (section 11): a turn is useful iff "
             "its exact Q-value beats a stalling turn's in the same state.",
         ),

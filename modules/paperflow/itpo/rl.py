@@ -63,6 +63,36 @@ def greedy_eval(policy, tasks: env.Tasks) -> dict[str, float]:
     }
 
 
+TURN_KINDS = ("answer", "guess", "ask_b", "reask")
+
+
+def turn_kind(turn: Mapping[str, Any]) -> str | None:
+    """What a turn did, for the per-turn returns: `answer` (ANS with b known), `guess` (ANS with b unknown),
+    `ask_b` (ASK_B on the first turn), `reask` (ASK_B after the user said DUNNO); None otherwise."""
+    if turn["action"] == "ANS":
+        return "answer" if turn["knows_b"] else "guess"
+    if turn["action"] == "ASK_B" and not turn["knows_b"]:
+        return "ask_b" if turn["turn"] == 0 else "reask"
+    return None
+
+
+def turn_values(
+    values: torch.Tensor, resp: torch.Tensor, turns: Sequence[Sequence[Mapping]], name: str
+) -> dict[str, float]:
+    """`values` [N, L] (returns or advantages) at the first token of each turn, averaged by what the turn did
+    (`turn_kind`; the README's measurement of why ITPO-norm and outcome-only differ): `<name>_<kind>`, NaN where
+    the batch has no turn of that kind."""
+    ids = rewards.turn_ids(resp)
+    first = (ids > 0) & (torch.nn.functional.pad(ids, (1, 0))[:, :-1] != ids)
+    out: dict[str, list[float]] = {kind: [] for kind in TURN_KINDS}
+    for i, row in enumerate(turns):
+        for turn, v in zip([t for t in row if t["tokens"] > 0], values[i][first[i]].tolist()):
+            kind = turn_kind(turn)
+            if kind is not None:
+                out[kind].append(v)
+    return {f"{name}_{k}": float(np.mean(v)) if v else float("nan") for k, v in out.items()}
+
+
 @dataclass
 class Trained:
     policy: Any
@@ -76,7 +106,10 @@ def train(init, method: str, s: Settings, seed: int, eval_tasks: env.Tasks) -> T
     if method not in rewards.METHODS:
         raise ValueError(f"method {method!r} is not one of {rewards.METHODS}")
     torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # the task stream: the same for every arm of a seed
+    # the control's outcome permutations draw from a generator of their own, so the control never moves the task
+    # stream of the arm it rides on (issue 45)
+    perm_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))
     gen = torch.Generator().manual_seed(seed)
     policy, ref = copy.deepcopy(init).train(), copy.deepcopy(init).eval()
     implicit, control = copy.deepcopy(init).train(), copy.deepcopy(init).train()
@@ -107,7 +140,7 @@ def train(init, method: str, s: Settings, seed: int, eval_tasks: env.Tasks) -> T
                 implicit, prm_opt, *args, outcome, s.beta, s.prm_minibatches, s.prm_grad_clip
             )
             if with_control:
-                permuted = outcome[torch.as_tensor(rng.permutation(len(outcome)))]
+                permuted = outcome[torch.as_tensor(perm_rng.permutation(len(outcome)))]
                 logs["control_prm_loss"] = prm.update_prm(
                     control, control_opt, *args, permuted, s.beta, s.prm_minibatches, s.prm_grad_clip
                 )
@@ -123,7 +156,7 @@ def train(init, method: str, s: Settings, seed: int, eval_tasks: env.Tasks) -> T
             dpo_coef=s.dpo_coef,
             gt_coef=s.gt_coef,
         )
-        adv, _, _ = rewards.advantages(streams, resp, s.group_size, baseline)
+        adv, returns, _ = rewards.advantages(streams, resp, s.group_size, baseline)
         losses = []
         for _ in range(s.ppo_epochs):
             for rows in torch.randperm(len(ids), generator=gen).chunk(s.ppo_minibatches):
@@ -149,6 +182,8 @@ def train(init, method: str, s: Settings, seed: int, eval_tasks: env.Tasks) -> T
             assistant_tokens=float(ep.assistant_tokens.mean()),
             turns=float(np.mean([len(t) for t in ep.turns])),
             adv_volatility=rewards.advantage_volatility(adv, resp),
+            **turn_values(returns, resp, ep.turns, "return"),
+            **turn_values(adv, resp, ep.turns, "adv"),
         )
         return sum(losses) / len(losses), logs
 

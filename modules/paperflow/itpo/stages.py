@@ -112,19 +112,30 @@ def evaluate(checkpoints: Mapping[tuple[str, str], str], eval_tasks: str) -> pd.
 def turn_analysis(
     checkpoints: Mapping[tuple[str, str], str], init: str, analysis_tasks: str, settings: Mapping[str, Any], beta
 ) -> pd.DataFrame:
-    """Held-out episodes sampled from each (method, seed) final policy, every turn scored by that run's PRM and
-    by its control PRM (trained on permuted outcomes), with the ex-ante labels: one row per turn."""
+    """Held-out episodes of a fixed policy, the SFT initial policy (one sample per seed, the same episodes for every
+    method of that seed), every turn scored by each (method, seed) run's PRM, by its control PRM (trained on
+    permuted outcomes) and by the untrained initial PRM (`score_init`), with the ex-ante labels: one row per turn.
+    Scoring the trained policy's own episodes would let a PRM that only follows the policy's habits look like
+    credit (issue 45: the final policy's frequent turns are its useful ones)."""
     tasks = read_tasks(analysis_tasks)
     ref = load_checkpoint(init)
-    frames = []
+    loaded: dict[str, dict] = {}
     for (method, _), path in sorted(checkpoints.items()):
-        models = load_models(path)
-        for seed in sorted({s for _, s in models}):
-            gen = torch.Generator().manual_seed(int(settings["seed"]) + seed)
-            episodes = env.rollout(models[("policy", seed)], tasks, float(settings["rollout_temperature"]), gen)
+        loaded.setdefault(method, {}).update(load_models(path))
+    seeds = sorted({s for models in loaded.values() for _, s in models})
+    frames = []
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(int(settings["seed"]) + seed)
+        episodes = env.rollout(ref, tasks, float(settings["rollout_temperature"]), gen)
+        # the initial PRM (pi_phi = pi_ref, never trained: the outcome arm's), scored as the others are: all zeros
+        untrained = analysis.turn_scores(ref, ref, episodes, float(beta))
+        for method, models in loaded.items():
+            if ("prm", seed) not in models:
+                continue
             scores = {
                 name: analysis.turn_scores(models[(name, seed)], ref, episodes, float(beta))
                 for name in ("prm", "control")
             }
+            scores["init"] = untrained
             frames.append(analysis.turn_frame(episodes, scores).assign(method=method, seed=seed))
     return pd.concat(frames, ignore_index=True)
