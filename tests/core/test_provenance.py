@@ -169,3 +169,39 @@ def test_code_hash_changes_with_an_imported_module(tmp_path, monkeypatch):
     before = codehash.code_hash(script)
     (pkg / "sub" / "b.py").write_text("X = 2\n")
     assert codehash.code_hash(script) != before
+
+
+DOC = '{"rule": "train", "params": {"lr": 0.001, "name": "a \\"quoted\\" word"}, "outputs": [1, 2.5, null]}'
+
+
+@pytest.mark.parametrize("cut", range(1, len(DOC)))
+def test_every_prefix_of_a_json_document_reads_as_truncated(tmp_path, cut):
+    """Wherever a write stopped (inside a key, a string, a number, between items), the one-line error says
+    "(truncated?)": CI once cut a record inside a string, where the parser points at the opening quote."""
+    from paperflow.core.provenance import read_json_file
+
+    path = tmp_path / "r.json"
+    path.write_text(DOC[:cut])
+    with pytest.raises(ValueError, match=r"^\S+r\.json: (not valid JSON \(truncated\?\): .+|empty); fix$") as err:
+        read_json_file(path, "fix")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ['{"a": 1,, "b": 2}', '{"a": 1} x', "[1, 2] ]", '{"a" 1}'])
+def test_json_broken_in_the_middle_is_not_called_truncated(tmp_path, bad):
+    from paperflow.core.provenance import read_json_file
+
+    path = tmp_path / "r.json"
+    path.write_text(bad)
+    with pytest.raises(ValueError, match="not valid JSON: ") as err:
+        read_json_file(path, "fix")
+    assert "truncated" not in str(err.value)
+
+
+def test_a_missing_json_file_is_an_error_or_passes_through(tmp_path):
+    from paperflow.core.provenance import read_json_file
+
+    with pytest.raises(ValueError, match="missing; fix"):
+        read_json_file(tmp_path / "none.json", "fix")
+    with pytest.raises(FileNotFoundError):
+        read_json_file(tmp_path / "none.json", "fix", missing_raises=True)

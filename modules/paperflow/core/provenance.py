@@ -239,6 +239,47 @@ class UnreadableRecord(ValueError):
 REMEDY = "rerun the job that writes it (or delete the record and its outputs so Snakemake does)"
 
 
+def read_json_file(
+    path: str | Path, remedy: str, error: type[Exception] = ValueError, *, missing_raises: bool = False
+) -> Any:
+    """The JSON document in the file `path`. Every way it can be unusable raises `error` with one line: the
+    file, the problem and `remedy` (not UTF-8, empty, not JSON, with "(truncated?)" where the text stops
+    inside a value, nested too deeply, a directory, unreadable). A missing file raises `error` too, unless
+    `missing_raises`, when FileNotFoundError passes through for the caller to word."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}); {remedy}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: a directory, not a file; remove it") from None
+    except FileNotFoundError:
+        if missing_raises:
+            raise
+        raise error(f"{path}: missing; {remedy}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from None
+    if not text.strip():
+        raise error(f"{path}: empty; {remedy}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON{_truncation_hint(text, exc)}: {exc}; {remedy}") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to read; {remedy}") from None
+
+
+def _truncation_hint(text: str, exc: json.JSONDecodeError) -> str:
+    """ " (truncated?)" where the text stops inside a JSON value: the parser failed at the end of the text, a
+    string opened before the end never closed (the parser then points at the opening quote), or what is left
+    from where it failed is the start of a literal or the tail of a number (`nu`, `tr`, `2.`, `1e-`)."""
+    rest = text[exc.pos :].rstrip()
+    open_string = exc.msg.startswith("Unterminated string")
+    return " (truncated?)" if not rest or open_string or _CUT_TOKEN.fullmatch(rest) else ""
+
+
+_CUT_TOKEN = re.compile(r"n(u(l)?)?|t(r(u)?)?|f(a(l(s)?)?)?|[-+.eE0-9]+")
+
+
 def _check_entries(rec: Path, record: Mapping[str, Any], key: str) -> None:
     entries = record.get(key)
     if not isinstance(entries, list):
@@ -283,25 +324,7 @@ def load_record_file(rec: str | Path) -> dict[str, Any]:
     """The provenance record stored in the file `rec` (a `.prov.json`); raises UnreadableRecord when it is
     not UTF-8, not JSON or not a record, FileNotFoundError when it is absent."""
     rec = Path(rec)
-    try:
-        text = rec.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UnreadableRecord(f"{rec}: not UTF-8 text (byte {exc.start}); {REMEDY}") from None
-    except IsADirectoryError:
-        raise UnreadableRecord(f"{rec}: a directory, not a record file; remove it") from None
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise UnreadableRecord(f"{rec}: cannot be read ({exc.strerror}); check its permissions") from None
-    if not text.strip():
-        raise UnreadableRecord(f"{rec}: empty, not a record; {REMEDY}")
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        cut = " (truncated?)" if exc.pos >= len(text.rstrip()) else ""
-        raise UnreadableRecord(f"{rec}: not valid JSON{cut}: {exc}; {REMEDY}") from None
-    except RecursionError:
-        raise UnreadableRecord(f"{rec}: JSON nested too deeply to read; {REMEDY}") from None
+    record = read_json_file(rec, REMEDY, UnreadableRecord, missing_raises=True)
     return check_record_shape(rec, record)
 
 

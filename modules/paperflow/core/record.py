@@ -50,7 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.download import sha256_file
-from paperflow.core.provenance import UnreadableRecord, audit_tree, cpu_label, job_records, read_record
+from paperflow.core.provenance import (
+    UnreadableRecord,
+    audit_tree,
+    cpu_label,
+    job_records,
+    read_json_file,
+    read_record,
+)
 from paperflow.core.report import fmt
 
 SCHEMA = "paperflow.results/1"
@@ -116,18 +123,8 @@ SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 def read_json(path: str | Path, remedy: str) -> Any:
     """The JSON document at `path`; raises RecordError (one line: the file, the problem and `remedy`) when it
-    cannot be read, is not UTF-8 or is not JSON."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-        return json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{path}: not UTF-8 text (byte {exc.start}); {remedy}") from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{path}: not valid JSON ({exc}); {remedy}") from None
-    except RecursionError:
-        raise RecordError(f"{path}: JSON nested too deeply to read; {remedy}") from None
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot be read ({exc.strerror or exc}); {remedy}") from None
+    is missing, cannot be read, is not UTF-8 or is not JSON (`provenance.read_json_file`)."""
+    return read_json_file(path, remedy, RecordError)
 
 
 def _shape_error(path: str | Path, exc: Exception, remedy: str) -> RecordError:
