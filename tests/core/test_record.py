@@ -404,3 +404,36 @@ def test_wall_clock_is_the_union_of_the_jobs_intervals():
     assert _wall_clock([job(0, 10), job(5, 12), job(42, 43)]) == 13 * 60.0
     assert _wall_clock([job(3, 4)]) == 60.0
     assert _wall_clock([]) is None and _wall_clock([{"started": "x"}]) is None
+
+
+def test_record_refuses_results_made_by_other_paper_code(tmp_path):
+    """A job whose script or imported module of the paper differs from the checkout is named (the record's
+    code hash is the checkout's, so such results would pass `record check` while coming from other code);
+    core modules and other papers' files are not the paper's and do not count."""
+    from paperflow.core.download import sha256_file
+    from paperflow.core.record import paper_code_drift
+
+    mod = tmp_path / "modules/paperflow/px/method.py"
+    script = tmp_path / "workflows/px/scripts/train.py"
+    for path in (mod, script):
+        path.parent.mkdir(parents=True)
+        path.write_text("x = 1\n")
+    sha_mod, sha_script = sha256_file(mod), sha256_file(script)
+    job = {
+        "rule": "px_train",
+        "code": {
+            "script": {"path": "workflows/px/scripts/train.py", "sha256": sha_script},
+            "modules": {"paperflow/px/method.py": sha_mod, "paperflow/core/io.py": "0" * 64, "paperflow/py/a.py": "1"},
+        },
+    }
+    assert paper_code_drift(tmp_path, "px", [job]) == []
+    mod.write_text("x = 2\n")
+    (drift,) = paper_code_drift(tmp_path, "px", [job])
+    assert drift.startswith("rule px_train: modules/paperflow/px/method.py (recorded ") and sha_mod[:12] in drift
+    mod.unlink()
+    assert paper_code_drift(tmp_path, "px", [job]) == [
+        f"rule px_train: modules/paperflow/px/method.py (recorded {sha_mod[:12]}, now absent)"
+    ]
+    mod.write_text("x = 1\n")
+    script.write_text("y = 1\n")
+    assert paper_code_drift(tmp_path, "px", [job])[0].startswith("rule px_train: workflows/px/scripts/train.py")

@@ -264,6 +264,26 @@ def code_hashes(root: Path, slug: str) -> dict[str, str]:
     return {"paper": files_hash(root, paper_code_files(root, slug)), "core": files_hash(root, core_code_files(root))}
 
 
+def paper_code_drift(root: Path, slug: str, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each job whose recorded script or imported module of paper `slug` differs from (or is absent in) the
+    checkout at `root`, as "rule <name>: <file> (recorded <sha12>, now <sha12>)". The record's code hash is
+    the checkout's, so results made by other paper code must not be recorded under it."""
+    own = f"paperflow/{slug}/"
+    found: list[str] = []
+    for job in jobs:
+        code = job.get("code") or {}
+        files = {f"modules/{rel}": sha for rel, sha in (code.get("modules") or {}).items() if rel.startswith(own)}
+        script = code.get("script") or {}
+        if str(script.get("path", "")).startswith(f"workflows/{slug}/"):
+            files[script["path"]] = script.get("sha256")
+        for rel, sha in sorted(files.items()):
+            now = sha256_file(root / rel) if (root / rel).is_file() else "absent"
+            if now != sha:
+                found.append(f"rule {job.get('rule')}: {rel} (recorded {str(sha)[:12]}, now {now[:12]})")
+                break
+    return found
+
+
 def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
     """The slug and the record entry of one paper, from its metrics.json and the records beside it."""
     remedy = "rerun the paper's report rule that writes it"
@@ -334,6 +354,12 @@ def build_results_record(
     papers: dict[str, dict[str, Any]] = {}
     for path in metrics:
         slug, entry = paper_entry(path)
+        drift = paper_code_drift(repo_root(), slug, job_records(path.parent))
+        if drift:
+            raise RecordError(
+                f"{path.parent}: {len(drift)} job(s) ran {slug}'s code as it is not in this checkout, e.g. "
+                f"{drift[0]}; rerun them (snakemake reruns a job whose code changed) and record again"
+            )
         entry["code_hashes"] = code_hashes(repo_root(), slug)
         if slug in papers:
             raise RecordError(f"{path}: paper {slug!r} is also {papers[slug]['metrics']}")
