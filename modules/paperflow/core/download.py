@@ -14,6 +14,13 @@ A checksum is a sha256 (64 hex digits, optionally written `sha256:<hex>`), or, w
 nothing stronger and labelled as such in the value: `md5:<32 hex>` (a publisher's md5, e.g. torchvision's or a
 dataset host's checksum list) or `sha256-prefix:<8-63 hex>` (the sha256 prefix a torch.hub weight file name
 carries). The log line of every verified download names the kind it was checked with.
+
+Weak pins get strong: `pinned_fetch` records the sha256 of a file pinned only by an md5 or a sha256 prefix in the
+paper's lock file (its `files` section, beside the pins `paperflow pin` writes) when it first downloads it, and
+from then on checks both the weak checksum and the recorded sha256; a file that matches the md5 (or prefix) but
+not the recorded sha256 is refused. `require_sha256` is the guard before unpickling a downloaded file: it passes
+only a file whose sha256 is pinned in the config or recorded in the paper's lock file, never one checked by an md5
+or a prefix alone.
 """
 
 from __future__ import annotations
@@ -74,6 +81,41 @@ class UnpinnedDownload(DownloadError, ConfigError):
     """A paper-scale file with no sha256 in the config or the paper's lock file."""
 
 
+class RecordedSha256Mismatch(ChecksumMismatch):
+    """A file pinned by an md5 or a sha256 prefix whose sha256 is not the one recorded on its first download."""
+
+    def __init__(
+        self, url: str, dest: Path, pin: str, weak_actual: str | None, recorded: str, actual: str, lock: str
+    ) -> None:
+        self.url, self.dest, self.expected, self.actual = url, dest, recorded, actual
+        kind, digest = parse_checksum(pin)
+        label = CHECKSUM_KINDS[kind][1]
+        weak = (
+            f"matches its {label} {digest}"
+            if weak_actual is None
+            else f"does not match its {label} {digest} either (it has {weak_actual})"
+        )
+        DownloadError.__init__(
+            self,
+            f"{dest}: the file from {url} {weak} but its sha256 is {actual}, not the sha256 {recorded} recorded in "
+            f"{lock} when it was first downloaded, so it was refused and deleted. If the publisher replaced the "
+            f"file on purpose, check the new one, delete the entry for {url} from {lock} and download again (the new "
+            "sha256 is then recorded); otherwise the copy was corrupted or tampered with: do not use it",
+        )
+
+
+class WeakPinError(DownloadError, ConfigError):
+    """A pickle (or anything that runs code when loaded) from a file whose sha256 is neither pinned nor recorded."""
+
+
+class _AlreadyRecorded(Exception):
+    """The lock file already records another sha256 for a URL whose first download is being recorded."""
+
+    def __init__(self, sha256: str) -> None:
+        self.sha256 = sha256
+        super().__init__(sha256)
+
+
 class _TransientError(Exception):
     """One attempt failed in a way that a later attempt may not."""
 
@@ -103,7 +145,33 @@ def parse_checksum(value: str) -> tuple[str, str]:
 def _matches(path: Path, kind: str, digest: str) -> tuple[bool, str]:
     """(whether the file at `path` has the checksum, the digest it has: the full sha256 for a prefix)."""
     actual = sha256_file(path, algorithm="md5" if kind == "md5" else "sha256")
-    return (actual.startswith(digest) if kind == "sha256-prefix" else actual == digest), actual
+    return _digest_matches(kind, digest, actual), actual
+
+
+def _digest_matches(kind: str, expected: str, actual: str) -> bool:
+    return actual.startswith(expected) if kind == "sha256-prefix" else actual == expected
+
+
+def _digests(path: Path, chunk: int = 1 << 20) -> dict[str, str]:
+    """{"md5", "sha256"} hex digests of the file at `path`, in one read."""
+    digests = {"md5": hashlib.md5(usedforsecurity=False), "sha256": hashlib.sha256()}
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            for digest in digests.values():
+                digest.update(block)
+    return {name: digest.hexdigest() for name, digest in digests.items()}
+
+
+def _check_both(path: Path, kind: str, expected: str, recorded: str) -> tuple[str | None, str | None, str]:
+    """A weakly pinned file against its weak checksum and its recorded sha256: (the weak digest it has where that
+    does not match, else None; its sha256 where that is not the recorded one, else None; its sha256)."""
+    have = _digests(path)
+    weak = have["md5" if kind == "md5" else "sha256"]
+    return (
+        None if _digest_matches(kind, expected, weak) else weak,
+        None if have["sha256"] == recorded else have["sha256"],
+        have["sha256"],
+    )
 
 
 def fetch(
@@ -115,21 +183,32 @@ def fetch(
     backoff_s: float = 1.0,
     timeout_s: float = 60.0,
     progress: bool | None = None,
+    recorded_sha256: str | None = None,
+    lock: str = "the lock file",
 ) -> Path:
     """Download `url` to `dest` unless `dest` already has the checksum `sha256` (a sha256, or a labelled md5 or
     sha256 prefix: see `parse_checksum`); return `dest`.
 
     `retries` is the number of attempts after the first one; after failed attempt `k` (from 0)
     the wait is `backoff_s * 2**k`. `timeout_s` bounds each socket operation. The progress bar
-    goes to stderr when it is a terminal, or as `progress` says when given.
+    goes to stderr when it is a terminal, or as `progress` says when given. `recorded_sha256` (with the
+    `lock` file it comes from, for the message) is the sha256 recorded on the first download of a file pinned by an
+    md5 or a prefix: the file must match both, or RecordedSha256Mismatch names both hashes.
     """
     kind, expected = parse_checksum(sha256)
     label = CHECKSUM_KINDS[kind][1]
+    if recorded_sha256 is not None:
+        recorded_sha256 = parse_checksum(recorded_sha256)[1]
+        label = f"{label} and recorded sha256"
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     dest = Path(dest)
     if dest.is_file():
-        if _matches(dest, kind, expected)[0]:
+        if recorded_sha256 is None:
+            present = _matches(dest, kind, expected)[0]
+        else:
+            present = _check_both(dest, kind, expected, recorded_sha256)[:2] == (None, None)
+        if present:
             log.info("%s already present with the expected %s", dest, label)
             return dest
         log.warning("%s exists with a different %s; downloading it again", dest, label)
@@ -156,10 +235,18 @@ def fetch(
     else:
         raise DownloadError(f"could not download {url} after {attempts} attempts; last error: {last_error}")
 
-    ok, actual = _matches(part, kind, expected)
+    if recorded_sha256 is not None:
+        weak_wrong, sha_wrong, actual = _check_both(part, kind, expected, recorded_sha256)
+        if sha_wrong is not None:
+            part.unlink()
+            dest.unlink(missing_ok=True)  # a copy already there failed the same check
+            raise RecordedSha256Mismatch(url, dest, sha256, weak_wrong, recorded_sha256, actual, lock)
+        ok, weak_actual = weak_wrong is None, weak_wrong  # the sha256 is the recorded one; the config's pin moved?
+    else:
+        ok, weak_actual = _matches(part, kind, expected)
     if not ok:
         part.unlink()
-        raise ChecksumMismatch(url, dest, expected, actual, kind)
+        raise ChecksumMismatch(url, dest, expected, weak_actual, kind)
     os.replace(part, dest)
     log.info("downloaded %s to %s (%s verified)", url, dest, label)
     return dest
@@ -266,26 +353,47 @@ def read_lock_revisions(slug: str, root: str | Path | None = None) -> dict[str, 
     return _read_lock_doc(slug, root).get("revisions", {})
 
 
-def _write_lock(slug: str, root: str | Path | None, files: dict | None = None, revisions: dict | None = None) -> None:
+def _write_lock(
+    slug: str,
+    root: str | Path | None,
+    files: dict | None = None,
+    revisions: dict | None = None,
+    keep: set[str] | None = None,
+) -> None:
     """Merge entries into the lock file under an exclusive flock of a sidecar file: two download jobs of one
-    `paperflow pin` run write it at once, and each read-modify-write must see the other's entries."""
+    `paperflow pin` run write it at once, and each read-modify-write must see the other's entries. A file entry
+    whose URL is in `keep` and is already there is kept as it is, and with another sha256 raises _AlreadyRecorded."""
     import fcntl
 
     path = lock_path(slug, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".flock"), "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
-        _merge_lock(slug, root, path, files, revisions)
+        _merge_lock(slug, root, path, files, revisions, keep or set())
 
 
-def _merge_lock(slug: str, root: str | Path | None, path: Path, files: dict | None, revisions: dict | None) -> None:
+def _merge_lock(
+    slug: str,
+    root: str | Path | None,
+    path: Path,
+    files: dict | None,
+    revisions: dict | None,
+    keep: set[str] = frozenset(),
+) -> None:
     import json
 
     doc = _read_lock_doc(slug, root)
+    for url in keep & set(files or {}):
+        there = doc.get("files", {}).get(url, {}).get("sha256")
+        if there and there != files[url]["sha256"]:
+            raise _AlreadyRecorded(there)
+        if there:
+            files = {**files, url: doc["files"][url]}
     doc["comment"] = (
         f"sha256 of {slug}'s paper-scale files without a published checksum, and the Hub commits of its models and "
-        f"datasets named without one, written by `paperflow pin {slug}`; the download rules verify against it. "
-        "Commit this file."
+        f"datasets named without one, written by `paperflow pin {slug}`; and the sha256 of its files pinned only by "
+        "a publisher's md5 or a sha256 prefix, recorded on their first download (`first_checked_with`). The download "
+        "rules verify against it. Commit this file."
     )
     for section, new in (("files", files), ("revisions", revisions)):
         merged = {**doc.get(section, {}), **(new or {})}
@@ -313,8 +421,14 @@ def pinned_fetch(
     """`fetch` with the sha256 from the config (`sha256`, named `key` there) or else from the paper's lock file.
     Neither: under `paperflow pin` (PAPERFLOW_PIN naming the slug) the file is downloaded, its sha256 written to
     the lock file and the file kept; otherwise UnpinnedDownload names the command. An existing pin is never
-    rewritten: a file that changed on the server after pinning is refused as a ChecksumMismatch."""
+    rewritten: a file that changed on the server after pinning is refused as a ChecksumMismatch.
+
+    A config checksum that is only an md5 or a sha256 prefix is made strong: the first download (checked against
+    it) records the file's sha256 in the lock file, and every later one must match both (RecordedSha256Mismatch
+    names the file, both hashes and what to do)."""
     if sha256:
+        if parse_checksum(sha256)[0] != "sha256":
+            return _strengthened_fetch(url, dest, sha256, slug=slug, root=root, **fetch_kw)
         return fetch(url, dest, sha256, **fetch_kw)
     locked = read_lock(slug, root).get(url)
     if locked:
@@ -338,6 +452,58 @@ def pinned_fetch(
         f"`paperflow pin {slug}` once (it downloads the paper's unpinned files, computes their sha256 and writes "
         f"config/locks/{slug}.json; commit that file), or set "
         f"{key} in config/{slug}.yaml to the checksum its publisher gives (`sha256sum` of a trusted copy)"
+    )
+
+
+def _strengthened_fetch(
+    url: str, dest: str | Path, pin: str, *, slug: str, root: str | Path | None, **fetch_kw
+) -> Path:
+    """`fetch` of a file the config pins by an md5 or a sha256 prefix: against that and the sha256 the lock file
+    records for `url`, or, on the first download, against that alone, its sha256 then recorded."""
+    from datetime import datetime
+
+    lock = str(lock_path(slug, root))
+    recorded = read_lock(slug, root).get(url, {}).get("sha256")
+    if recorded:
+        return fetch(url, dest, pin, recorded_sha256=recorded, lock=lock, **fetch_kw)
+    path = fetch(url, dest, pin, **fetch_kw)
+    digest = sha256_file(path)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entry = {"sha256": digest, "bytes": path.stat().st_size, "pinned_utc": stamp, "first_checked_with": pin}
+    try:
+        _write_lock(slug, root, files={url: entry}, keep={url})
+    except _AlreadyRecorded as error:  # another job recorded other bytes for `url` meanwhile
+        path.unlink(missing_ok=True)
+        raise RecordedSha256Mismatch(url, path, pin, None, error.sha256, digest, lock) from None
+    log.info("recorded the sha256 %s of %s (first checked by %s) in %s", digest, url, pin, lock)
+    return path
+
+
+def require_sha256(
+    path: str | Path, *, slug: str, sha256: str | None = None, key: str | None = None, root: str | Path | None = None
+) -> str:
+    """The guard before loading a pickle (or a `torch.load` without `weights_only=True`, an `np.load` with
+    `allow_pickle=True`) from a downloaded file: its sha256, when that is `sha256` (the config's checksum, where it is
+    a full sha256) or one the paper's lock file holds (pinned by `paperflow pin`, or recorded by `pinned_fetch` on
+    the first download of a file pinned by an md5 or a prefix); otherwise WeakPinError, one line naming the file and
+    what to do. An md5 or a prefix alone never passes: unpickling runs whatever code the file holds."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeakPinError(f"{path}: no such file, so it cannot be checked before unpickling; download it again")
+    actual = sha256_file(path)
+    if sha256:
+        kind, digest = parse_checksum(sha256)
+        if kind == "sha256" and digest == actual:
+            return actual
+    if any(entry.get("sha256") == actual for entry in read_lock(slug, root).values()):
+        return actual
+    setting = f"set {key} to its sha256, or " if key else ""
+    raise WeakPinError(
+        f"{path}: refusing to unpickle a file whose sha256 ({actual}) is neither pinned in the config nor recorded in "
+        f"{lock_path(slug, root)} (an md5 or a sha256 prefix alone does not guard code that runs on loading): "
+        f"{setting}download it through paperflow's pinned download (`paperflow pin {slug}` on a machine with "
+        "network), which records its sha256; if it is recorded there with another sha256, the file changed since: "
+        "delete it and download it again"
     )
 
 
