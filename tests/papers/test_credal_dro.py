@@ -4,6 +4,7 @@ to end in tests/workflow/test_every_paper.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -274,10 +275,22 @@ def test_california_rmse_rows_fail_when_a_rival_has_lower_rmse():
     assert claims["reg_lv_mae_lt_erm_lad"].held
 
 
-def test_synthetic_regression_claims_are_reported_only():
+def test_synthetic_regression_claims_are_reported_at_smoke_and_gated_at_cpu():
     claims = _reg_claims(_regression_frame({}), "synthetic", "smoke")
     assert "reg_lv_mae_near_paper" not in claims and "reg_lv_rmse_lt_ridge" in claims
     assert not any(c.gated for c in claims.values())
+    claims = _reg_claims(_regression_frame({}), "synthetic", "cpu")
+    four = ("erm_lad", "ridge", "cvar", "wass")
+    gated = {f"reg_lv_{m}_lt_{r}" for m in ("mae", "rmse", "p98", "cvar2") for r in four}
+    assert {i for i, c in claims.items() if c.gated} == gated and "reg_lv_mae_near_paper" not in claims
+    assert all(claims[i].verdict == HELD and claims[i].control["verdict"] == REFUTED for i in gated)
+
+
+def test_cpu_regression_claims_are_refuted_when_lv_loses_to_every_rival():
+    """What the cpu run measures (tools/diagnose/credal_dro_regression.py): LV above every rival on every metric."""
+    claims = _reg_claims(_regression_frame({"mae": 14.0, "rmse": 17.0, "p98": 30.0, "cvar2": 33.0}), "synthetic", "cpu")
+    gated = [i for i, c in claims.items() if c.gated]
+    assert len(gated) == 16 and all(claims[i].verdict == REFUTED and not claims[i].held for i in gated)
 
 
 def test_text_claims_compare_worst_slices():
@@ -334,3 +347,24 @@ def test_geo_split_is_disjoint_and_ordered_along_u():
     assert len(sp["fit"]) + len(sp["select"]) == 500 and len(sp["test"]) == 200
     assert sp["u_select"].max() < sp["u_test"].min()
     np.testing.assert_allclose(sp["fit"][:, :-1].mean(axis=0), 0.0, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_regression_diagnostic_measures_every_eps_and_solve_at_tiny():
+    spec = importlib.util.spec_from_file_location(
+        "credal_dro_regression", repo_root() / "tools" / "diagnose" / "credal_dro_regression.py"
+    )
+    diag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diag)
+    res = diag.measure("tiny", [0.01])
+    cfg = load_paper_config("credal_dro", "tiny")["regression"]
+    grid = sorted({*cfg["methods"]["lv"], 0.01})
+    assert list(res["sweep"]) == grid and res["seeds"] == 2
+    assert sum(s["picked"] for s in res["sweep"].values()) == 2 == sum(s["oracle"] for s in res["sweep"].values())
+    assert sum(res["status"].values()) == 2 * len(grid)
+    assert all(len(s["test"]) == 2 for s in res["sweep"].values())
+    assert all(0.0 <= c <= 1.0 for cov in res["coverage"].values() for v in cov.values() for c in v)
+    # eps = 1 would predict mu_y; at the top of tiny's grid (0.6) the sup term already flattens the slope
+    assert np.mean(res["sweep"][max(grid)]["norm"]) < np.mean(res["sweep"][0.0]["norm"])
+    text = diag.render(res)
+    assert "| 0.01 | no |" in text and "LV solves (CLARABEL)" in text

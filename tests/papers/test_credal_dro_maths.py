@@ -333,3 +333,36 @@ def test_central_laws_match_the_data_moments():
         draws = sample_central(kind, data, 20000, rng)
         np.testing.assert_allclose(draws.mean(axis=0), data.mean(axis=0), atol=0.06)
         assert np.corrcoef(draws.T)[0, 1] == pytest.approx(np.corrcoef(data.T)[0, 1], abs=0.05)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.05, 0.3])
+def test_lv_lad_optimum_is_the_mean_plus_sup_value_of_its_decision(eps):
+    """The SOCP's optimal value is Thm 2.1's (1 - eps) in-bulk mean + eps sup_{Xi0} |y - theta^T x - theta0| of the
+    decision it returns (sup in closed form, `sup_abs` with a = (-theta, 1), b = -theta0)."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((400, 3))
+    xy = np.column_stack([x, x @ np.array([1.0, -0.5, 0.2]) + 0.3 + rng.standard_t(3, 400)])
+    bulk = calibrate(xy[:200], xy[200:], [("ellipsoid", range(3)), ("box", [3])], 0.3, 0.1, box_quantile=0.75)
+    central = sample_central("gcopula", xy[:200], 600, rng)
+    problem, theta, theta0 = rg.lv_lad_problem(central, bulk, eps)
+    value = solve(problem, "CLARABEL")
+    th, th0 = np.asarray(theta.value), float(theta0.value)
+    inside = central[bulk.contains(central)]
+    closed = lv_value(rg.abs_errors(th, th0, inside), sup_abs(bulk, np.append(-th, 1.0), -th0), eps)
+    assert value == pytest.approx(closed, rel=1e-5)  # Clarabel's default tolerances
+    assert problem.status == cp.OPTIMAL
+
+
+def test_truncating_the_outcome_to_the_bulk_attenuates_the_lad_slope():
+    """Why LV at eps = 0 loses the regression (workflows/credal_dro/README.md): the Y interval of the block bulk cuts
+    the outcome, which pulls the LAD slope towards 0, while the X ellipsoid alone leaves it unbiased."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((20000, 2))
+    xy = np.column_stack([x, x @ np.array([2.0, 1.0]) + rng.standard_t(3, 20000)])
+    bulk = calibrate(xy[:10000], xy[10000:], [("ellipsoid", range(2)), ("box", [2])], 0.2, 0.1, box_quantile=0.75)
+    x_block, y_block = bulk.blocks
+    full = np.linalg.norm(rg.erm_lad(xy, "CLARABEL")[0])
+    only_x = np.linalg.norm(rg.erm_lad(xy[x_block.score(xy) <= x_block.t], "CLARABEL")[0])
+    only_y = np.linalg.norm(rg.erm_lad(xy[y_block.score(xy) <= y_block.t], "CLARABEL")[0])
+    assert only_x == pytest.approx(full, rel=0.03)
+    assert only_y < 0.95 * full

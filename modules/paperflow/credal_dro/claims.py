@@ -246,7 +246,8 @@ def build_report(
         summary=(
             f"Experiments: {', '.join(exps)}. The claims (config/credal_dro.yaml) gate the spec §7 newsvendor claims "
             "against SAA (eps = 0), the truncated SAA that LV is at eps = 0 (the same comparisons against plain SAA are "
-            "reported), and at paper scale the spec §10.6 California check; the others are reported. "
+            "reported), and the spec §10.6 regression comparisons at cpu scale (the synthetic geographic shift at the "
+            "paper's California size) and paper scale (California); the others are reported. "
             "LV = (1 - eps) mean over central samples inside the DKW-calibrated bulk + eps sup over the bulk."
         ),
         table=metrics_table(frames, cfg, params["scale"]),

@@ -80,8 +80,9 @@ def abs_errors(theta: np.ndarray, theta0: float, xy: np.ndarray) -> np.ndarray:
     return np.abs(xy[:, -1] - xy[:, :-1] @ theta - theta0)
 
 
-def lv_lad(central: np.ndarray, bulk: Bulk, eps: float, solver: str) -> tuple[np.ndarray, float]:
-    """argmin (1 - eps) mean_{central in Xi0} |y - theta^T x - theta0| + eps sup_{Xi0} |...| (an SOCP)."""
+def lv_lad_problem(central: np.ndarray, bulk: Bulk, eps: float) -> tuple[cp.Problem, cp.Variable, cp.Variable]:
+    """The LV LAD problem (an SOCP) and its (theta, theta0) variables:
+    min (1 - eps) mean_{central in Xi0} |y - theta^T x - theta0| + eps sup_{Xi0} |...|."""
     inside = central[bulk.contains(central)]
     d = central.shape[1] - 1
     theta, theta0 = cp.Variable(d), cp.Variable()
@@ -93,7 +94,13 @@ def lv_lad(central: np.ndarray, bulk: Bulk, eps: float, solver: str) -> tuple[np
     centre = mu[-1] - mu[:-1] @ theta - theta0
     sup = c + support_expr(bulk, a)
     cons = [r >= resid, r >= -resid, c >= centre, c >= -centre]
-    solve(cp.Problem(cp.Minimize((1 - eps) * cp.sum(r) / len(inside) + eps * sup), cons), solver)
+    return cp.Problem(cp.Minimize((1 - eps) * cp.sum(r) / len(inside) + eps * sup), cons), theta, theta0
+
+
+def lv_lad(central: np.ndarray, bulk: Bulk, eps: float, solver: str) -> tuple[np.ndarray, float]:
+    """The LV decision: `lv_lad_problem` solved by `solver`."""
+    problem, theta, theta0 = lv_lad_problem(central, bulk, eps)
+    solve(problem, solver)
     return np.asarray(theta.value), float(theta0.value)
 
 
