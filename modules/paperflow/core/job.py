@@ -6,7 +6,8 @@
         job.note(seeds=[0, 1, 2])  # anything worth keeping in the provenance record
 
 On entry the job's stdout, stderr and `logging` go to its `log:` file, and the thread count is
-applied; on a clean exit a provenance record is written beside every output. Every rule passes a
+applied; on a clean exit a provenance record is written beside every output, and the job's checkpoint
+folder (`job.checkpoint_dir()`, see paperflow.core.resume), if it asked for one, is removed. Every rule passes a
 `code` param (see rules/common.smk) that names its script, the hash of the library code that script
 imports, and its conda env.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from paperflow.core.keys import unkey
 from paperflow.core.provenance import build_record, utc_now, write_record
+from paperflow.core.resume import checkpoint_dir, remove_checkpoints
 
 log = logging.getLogger("paperflow")
 
@@ -43,6 +45,7 @@ class Job:
     code: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
+    checkpoints: Path | None = None
 
     @property
     def paper(self) -> str:
@@ -59,6 +62,13 @@ class Job:
     def keyed(self, name: str, types: Any = None) -> dict[Any, str]:
         """The inputs of group `name` keyed by label (see paperflow.core.keys)."""
         return unkey(_named(self.input), name, types)
+
+    def checkpoint_dir(self) -> Path:
+        """This job's checkpoint folder under the run's resources, outside its outputs (so Snakemake's cleanup of
+        an interrupted job leaves it), keyed by its rule, outputs, params and inputs; removed when the job succeeds."""
+        if self.checkpoints is None:
+            self.checkpoints = checkpoint_dir(self)
+        return self.checkpoints
 
     def note(self, seeds: list[int] | None = None, **values: Any) -> None:
         if seeds is not None:
@@ -147,6 +157,9 @@ def snakemake_job(smk: Any) -> Iterator[Job]:
         )
         write_record(record)
         log.info("wrote provenance for %d output(s) in %.1f s", len(record["outputs"]), record["wall_s"])
+        if job.checkpoints is not None:
+            remove_checkpoints(job.checkpoints)
+            log.info("removed the finished job's checkpoints %s", job.checkpoints)
 
 
 def _limit_threads(threads: int) -> None:

@@ -6,23 +6,37 @@ the job's own folder), `accelerator="auto"` with whatever devices the job was gi
 bar only on a terminal. With `devices > 1` training is data-parallel (DDP): the job's process spawns
 one worker per device on its node (gloo on CPU, NCCL on GPUs) and gets rank 0's weights back, so a
 Snakemake script stays one process from Snakemake's and SLURM's point of view.
+
+A long job resumes: `make_trainer(..., checkpoint_dir=job.checkpoint_dir())` adds a `ResumeCheckpoint` that saves
+`last.ckpt` there at least every 30 minutes, and `fit(trainer, module, datamodule)` resumes from it when it exists.
+Saves fall on epoch ends where the epochs are short enough (the next save would come too late otherwise), and a
+resumed run then equals an uninterrupted one bit for bit, its CSV log included: the checkpoint carries the random
+number generators' states, and a copy of the CSV log is kept beside it. An epoch longer than the interval is saved mid-epoch; resuming there is exact only
+for a dataloader with `state_dict`/`load_state_dict` (Lightning warns otherwise).
 """
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytorch_lightning as pl
 from lightning_fabric.plugins.environments import LightningEnvironment
+from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
+from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.strategies import DDPStrategy
+
+from paperflow.core.ranks import agree
+from paperflow.core.resume import EVERY_S, Timer
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +82,136 @@ class SpawnDDPStrategy(DDPStrategy):
             dist.destroy_process_group()
 
 
+class ResumeCheckpoint(Callback):
+    """Saves the whole training state to `<folder>/last.ckpt` (written aside, then renamed: a kill mid-save keeps
+    the previous one) at an epoch's end when the next epoch's end would come more than `every_s` seconds after the
+    last save, and after a batch when `every_s` has passed (an epoch longer than that). The checkpoint also holds
+    the random number generators' states (restored on load, before the next epoch draws its shuffle), which
+    Lightning's own lacks. The CSV logger's file is copied beside it at every save and again at the next epoch's
+    start (an epoch's row reaches the logger after its end's hooks); a resumed run starts its log with the copy's rows of the steps the
+    checkpoint had done."""
+
+    LAST = "last.ckpt"
+
+    def __init__(self, folder: str | Path, every_s: float = EVERY_S, clock: Callable[[], float] = time.monotonic):
+        self.folder = Path(folder)
+        self.every_s = every_s
+        self.clock = clock
+        self.timer = Timer(every_s, clock)
+        self._epoch_started = 0.0
+        self._saved_at_epoch_end = False
+        self._resumed = False
+
+    @property
+    def last(self) -> Path:
+        return self.folder / self.LAST
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": _rng_states()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _set_rng_states(_numpy_state_back(state_dict["rng"]))
+        self._resumed = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.timer = Timer(self.every_s, self.clock)
+        if self._resumed and trainer.is_global_zero:
+            for logger in _csv_loggers(trainer):
+                _restore_csv(logger, self._csv_copy(logger), trainer.global_step)
+        self._resumed = False
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_started = self.timer.clock()
+        if self._saved_at_epoch_end:  # that epoch's row is in the log now
+            self._copy_csv(trainer)
+            self._saved_at_epoch_end = False
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if agree(self.timer.due()):
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch_s = self.timer.clock() - self._epoch_started
+        if agree(self.timer.due(ahead_s=epoch_s)):
+            self._save(trainer)
+            self._saved_at_epoch_end = True
+
+    def _csv_copy(self, logger: CSVLogger) -> Path:
+        return self.folder / "csv" / f"{logger.version}.csv"
+
+    def _copy_csv(self, trainer: pl.Trainer) -> None:
+        if not trainer.is_global_zero:
+            return
+        for logger in _csv_loggers(trainer):
+            logger.save()
+            source = Path(logger.experiment.metrics_file_path)
+            if source.exists():
+                copy = self._csv_copy(logger)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, copy.with_suffix(".tmp"))
+                os.replace(copy.with_suffix(".tmp"), copy)
+
+    def _save(self, trainer: pl.Trainer) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._copy_csv(trainer)
+        tmp = self.folder / (self.LAST + ".tmp")
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, self.last)
+        trainer.strategy.barrier("resume_checkpoint")
+        self.timer.saved()
+        log.info("checkpoint %s at epoch %d, step %d", self.last, trainer.current_epoch, trainer.global_step)
+
+
+def _restore_csv(logger: CSVLogger, copy: Path, steps_done: int) -> None:
+    """Start `logger`'s file with the rows of `copy` logged before step `steps_done`."""
+    if not copy.exists():
+        return
+    with open(copy, newline="") as fh:
+        reader = csv.DictReader(fh)
+        keys = list(reader.fieldnames or [])
+        rows = [row for row in reader if int(float(row["step"])) < steps_done]
+    writer = logger.experiment
+    with open(writer.metrics_file_path, "w", newline="") as fh:
+        out = csv.DictWriter(fh, fieldnames=keys)
+        out.writeheader()
+        out.writerows(rows)
+    writer.metrics_keys = keys
+
+
+def _rng_states() -> dict[str, Any]:
+    """Lightning's RNG states with numpy's as plain values and a tensor, so that the checkpoint loads with torch's
+    weights_only (no pickled numpy objects)."""
+    import torch
+
+    states = _collect_rng_states(include_cuda=True)
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    states["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}  # fmt: skip
+    return states
+
+
+def _numpy_state_back(states: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    n = states["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    return {**states, "numpy": (n["kind"], keys, n["pos"], n["has_gauss"], n["gauss"])}
+
+
+def _csv_loggers(trainer: pl.Trainer) -> list[CSVLogger]:
+    return [l for l in trainer.loggers if isinstance(l, CSVLogger)]
+
+
+def fit(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any = None, **fit_kwargs: Any) -> None:
+    """`trainer.fit`, resuming from the trainer's `ResumeCheckpoint` folder when a checkpoint is there."""
+    resume = [c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)]
+    ckpt_path = str(resume[0].last) if resume and resume[0].last.exists() else None
+    if ckpt_path:
+        log.info("resuming from %s", ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, **fit_kwargs)
+
+
 def make_trainer(
     *,
     max_epochs: int,
@@ -78,14 +222,21 @@ def make_trainer(
     gradient_clip_val: float | None = None,
     deterministic: bool = True,
     devices: int = 1,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float = EVERY_S,
     **trainer_kwargs: Any,
 ) -> pl.Trainer:
+    """A seeded Trainer (module docstring); with `checkpoint_dir`, one that saves there every `checkpoint_every_s`
+    seconds at most (`ResumeCheckpoint`; train it with `fit` to resume)."""
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
     strategy: Any = "auto"
     if devices > 1:
         # spawn: the script is not re-executed; LightningEnvironment: the workers are ours, not srun's
         strategy = SpawnDDPStrategy(start_method="spawn", cluster_environment=LightningEnvironment())
+    if checkpoint_dir is not None:
+        callbacks = list(trainer_kwargs.pop("callbacks", None) or [])
+        trainer_kwargs["callbacks"] = [*callbacks, ResumeCheckpoint(checkpoint_dir, checkpoint_every_s)]
     return pl.Trainer(
         max_epochs=max_epochs,
         accelerator="auto",
