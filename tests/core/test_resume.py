@@ -160,6 +160,7 @@ def _same_weights(a: Path, b: Path) -> None:
         assert torch.equal(left[name], right[name]), name
 
 
+@pytest.mark.slow  # three child processes, each importing torch and its engine
 def test_lightning_fit_killed_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path):
     clean, resumed, folder = _killed_then_rerun(LIGHTNING, tmp_path, kill_at=10)  # in epoch 3 of 5
     _same_weights(clean, resumed)
@@ -208,6 +209,7 @@ def test_lightning_saves_at_epoch_ends_when_epochs_are_short_and_mid_epoch_when_
     assert saves == [("batch", 26.0), ("batch", 36.0)]
 
 
+@pytest.mark.slow  # three child processes, each importing torch and its engine
 def test_trl_sft_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
     clean, resumed, folder = _killed_then_rerun(TRL, tmp_path, kill_at=3)
     _same_weights(clean, resumed)
@@ -228,6 +230,7 @@ def test_trl_resume_skips_an_incomplete_checkpoint(tmp_path):
     assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")  # checkpoint-4: killed mid-save
 
 
+@pytest.mark.slow  # three child processes, each importing torch and its engine
 def test_generation_killed_after_some_rows_resumes_to_the_same_file(tmp_path):
     clean, resumed, folder = _killed_then_rerun(GENERATE, tmp_path, kill_at=5)
     assert resumed.read_bytes() == clean.read_bytes()
@@ -302,6 +305,12 @@ def test_checkpoint_folder_is_keyed_by_params_and_inputs_and_removed_on_success(
         assert not first.exists() and not first.parent.exists()  # removed with the job's success
     finally:
         torch.set_num_threads(before)
+
+
+def test_ranks_agree_is_the_flag_itself_in_one_process():
+    from paperflow.core.ranks import agree
+
+    assert agree(True) is True and agree(False) is False
 
 
 def test_timer_is_due_after_its_interval():
