@@ -103,6 +103,29 @@ json.dump([{k: v for k, v in r.items() if k == "loss"} for r in trainer.state.lo
           open(out + ".json", "w"))
 """
 
+LOOP = """
+from paperflow.core.loop import LoopCheckpoint, run_loop
+from paperflow.core.seeding import seed_all
+
+seed_all(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+
+def step(i):
+    x = torch.randn(8, 4)  # the global generator: a resumed run must draw what the uninterrupted one drew
+    return ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+
+def on_step(record):
+    if record["step"] == kill_at:
+        os._exit(3)
+
+saver = LoopCheckpoint(folder, {"model": model, "optimizer": opt, "scheduler": sched}, every_s=0)
+records = run_loop(step, opt, 12, scheduler=sched, on_step=on_step, checkpoint=saver)
+torch.save(model.state_dict(), out)
+json.dump(records, open(out + ".json", "w"))
+"""
+
 GENERATE = """
 from paperflow.core.lm.models import build_model
 from paperflow.core.lm.sampling import sample
@@ -218,6 +241,15 @@ def test_trl_sft_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
     assert [step for step, _ in checkpoints(folder)] == [6]  # older checkpoints removed once a newer is complete
     losses = json.loads(Path(str(resumed) + ".json").read_text())  # steps 1-3 from the checkpoint's state
     assert len(losses) == 6 and losses == json.loads(Path(str(clean) + ".json").read_text())
+
+
+@pytest.mark.slow  # three child processes, each importing torch
+def test_plain_loop_killed_mid_run_resumes_to_the_uninterrupted_weights(tmp_path):
+    clean, resumed, folder = _killed_then_rerun(LOOP, tmp_path, kill_at=6)
+    _same_weights(clean, resumed)
+    records = json.loads(Path(str(resumed) + ".json").read_text())
+    assert records == json.loads(Path(str(clean) + ".json").read_text()) and len(records) == 12
+    assert (folder / "loop.pt").exists() and not (folder / "loop.tmp").exists()
 
 
 def test_trl_resume_skips_an_incomplete_checkpoint(tmp_path):

@@ -19,16 +19,26 @@ backpropagated here); the loop keeps the records, the progress bar and `on_step`
 belong to such a step, and are refused here.
 
 The progress bar (tqdm) shows on a terminal only, unless `progress` says otherwise.
+
+A long loop resumes: `run_loop(..., checkpoint=LoopCheckpoint(job.checkpoint_dir(), {"model": model,
+"optimizer": optimizer}))` saves the objects' state dicts, the records so far and the random generators' states
+at least every 30 minutes, and a rerun continues from the saved step, ending where an uninterrupted run ends.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
+
+from paperflow.core.resume import EVERY_S, Timer
+from paperflow.core.seeding import rng_states, set_rng_states
 
 StepOutput = torch.Tensor | tuple[torch.Tensor, Mapping[str, Any]]
 
@@ -40,6 +50,53 @@ def _as_float(value: Any) -> float:
 def optimizer_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Every parameter the optimizer updates, group by group (what Lightning's gradient clipping clips)."""
     return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+class LoopCheckpoint:
+    """The state of a `run_loop` in `<folder>/loop.pt`: the next step, the records so far, the state dicts of
+    `objects` (model, optimizer, scheduler, anything with state_dict/load_state_dict) and the random generators'
+    states, saved after a step when `every_s` seconds have passed (written aside, then renamed)."""
+
+    FILE = "loop.pt"
+
+    def __init__(
+        self,
+        folder: str | Path,
+        objects: Mapping[str, Any],
+        every_s: float = EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(folder) / self.FILE
+        self.objects = dict(objects)
+        self.timer = Timer(every_s, clock)
+
+    def restore(self) -> tuple[int, list[dict[str, float]]]:
+        """(first step to run, records so far), with the objects and generators set as saved; (0, []) if none."""
+        if not self.path.exists():
+            return 0, []
+        state = torch.load(self.path, map_location="cpu", weights_only=True)
+        for name, obj in self.objects.items():
+            obj.load_state_dict(state["objects"][name])
+        set_rng_states(state["rng"])
+        self.timer.saved()
+        return int(state["next_step"]), list(state["records"])
+
+    def step_done(self, step: int, records: list[dict[str, float]]) -> None:
+        if self.timer.due():
+            self.save(step + 1, records)
+
+    def save(self, next_step: int, records: list[dict[str, float]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "next_step": next_step,
+            "records": records,
+            "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
+            "rng": rng_states(),
+        }
+        tmp = self.path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.path)
+        self.timer.saved()
 
 
 def run_loop(
@@ -54,6 +111,7 @@ def run_loop(
     desc: str = "train",
     progress: bool | None = None,
     on_step: Callable[[dict[str, float]], None] | None = None,
+    checkpoint: LoopCheckpoint | None = None,
 ) -> list[dict[str, float]]:
     """Minimise `step(i)` for i = 0 .. steps-1; returns one record per iteration: `step`, `loss` and the
     step's logs as floats (a log named `loss` is recorded in the loss's place).
@@ -66,6 +124,7 @@ def run_loop(
     progress: show the bar (True), hide it (False), or show it when stderr is a terminal (None).
     on_step: called with each iteration's record once it is taken (evaluation, checkpoints, early logs).
     optimizer None: manual mode (see the module's docstring).
+    checkpoint: resume from it and save into it (see LoopCheckpoint).
     """
     manual = optimizer is None
     if manual and (grad_clip is not None or scheduler is not None):
@@ -82,8 +141,8 @@ def run_loop(
     if grad_clip is not None:
         clipped = list(clip_parameters) if clip_parameters is not None else optimizer_parameters(optimizer)
     show = sys.stderr.isatty() if progress is None else progress
-    records = []
-    for it in tqdm(range(int(steps)), desc=desc, disable=not show, mininterval=5):
+    start, records = checkpoint.restore() if checkpoint is not None else (0, [])
+    for it in tqdm(range(start, int(steps)), desc=desc, disable=not show, mininterval=5, initial=start):
         out = step(it)
         loss, logs = out if isinstance(out, tuple) else (out, {})
         if not manual:
@@ -98,4 +157,6 @@ def run_loop(
         records.append(record)
         if on_step is not None:
             on_step(record)
+        if checkpoint is not None:
+            checkpoint.step_done(it, records)
     return records

@@ -30,13 +30,13 @@ from typing import Any
 import pandas as pd
 import pytorch_lightning as pl
 from lightning_fabric.plugins.environments import LightningEnvironment
-from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.strategies import DDPStrategy
 
 from paperflow.core.ranks import agree
 from paperflow.core.resume import EVERY_S, Timer
+from paperflow.core.seeding import rng_states, set_rng_states
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +107,10 @@ class ResumeCheckpoint(Callback):
         return self.folder / self.LAST
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": _rng_states()}
+        return {"rng": rng_states()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _set_rng_states(_numpy_state_back(state_dict["rng"]))
+        set_rng_states(state_dict["rng"])
         self._resumed = True
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -177,26 +177,6 @@ def _restore_csv(logger: CSVLogger, copy: Path, steps_done: int) -> None:
         out.writeheader()
         out.writerows(rows)
     writer.metrics_keys = keys
-
-
-def _rng_states() -> dict[str, Any]:
-    """Lightning's RNG states with numpy's as plain values and a tensor, so that the checkpoint loads with torch's
-    weights_only (no pickled numpy objects)."""
-    import torch
-
-    states = _collect_rng_states(include_cuda=True)
-    kind, keys, pos, has_gauss, gauss = states["numpy"]
-    states["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "gauss": float(gauss)}  # fmt: skip
-    return states
-
-
-def _numpy_state_back(states: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
-
-    n = states["numpy"]
-    keys = n["keys"].numpy().astype(np.uint32)
-    return {**states, "numpy": (n["kind"], keys, n["pos"], n["has_gauss"], n["gauss"])}
 
 
 def _csv_loggers(trainer: pl.Trainer) -> list[CSVLogger]:
