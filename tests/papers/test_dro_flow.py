@@ -259,6 +259,21 @@ def test_birth_death_moves_dead_particles_and_conserves_mass():
     assert torch.allclose(new_w.sum(1), torch.ones(2))
 
 
+def test_birth_death_without_dead_particles_returns_its_inputs():
+    """The early return (no particle below the threshold) gives what the general update gives: the same
+    locations, weights and gradients, bit for bit."""
+    z = torch.arange(8.0, dtype=torch.float64).reshape(2, 4, 1)
+    w = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    grad = -z
+    new_z, new_w, n_dead, new_grad = birth_death(z, w, 1e-4, grad)
+    assert n_dead == 0
+    assert torch.equal(new_z, z) and torch.equal(new_w, w) and torch.equal(new_grad, grad)
+    dead_one = w.clone()
+    dead_one[1] = torch.tensor([0.25, 0.25, 0.49995, 0.00005], dtype=torch.float64)
+    _, mixed_w, _, _ = birth_death(z, dead_one, 1e-4, grad)
+    assert torch.equal(mixed_w[0], w[0])  # a row without dead particles keeps its weights in the general update too
+
+
 def test_wfr_weights_sum_to_one_and_favour_high_loss():
     problem, model = classifier_problem(1)
     cfg = sampler(lam=1.0, eps=0.5, particles=6, steps=30, lr=0.05, weight_lr=0.5)

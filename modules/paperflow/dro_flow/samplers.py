@@ -119,6 +119,9 @@ def birth_death(
     heaviest and the dead ones is shared equally among them. Rows without dead particles are unchanged.
     `grad` (the loss gradient at z) is moved along: a copied particle has its source's gradient."""
     dead = w < threshold
+    n_dead = int(dead.sum())
+    if not n_dead:  # nothing moves and no weight changes (the caller keeps its log-weights)
+        return z, w, 0, grad
     best = w.argmax(dim=1)
     rows = torch.arange(z.shape[0])
     z = torch.where(dead[..., None], z[rows, best][:, None, :], z)
@@ -128,7 +131,7 @@ def birth_death(
     group[rows, best] = True
     total = (w * group).sum(1, keepdim=True)
     w = torch.where(group, total / group.sum(1, keepdim=True), w)
-    return z, w, int(dead.sum()), grad
+    return z, w, n_dead, grad
 
 
 def wfr(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None = None) -> Particles:
