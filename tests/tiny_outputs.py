@@ -50,10 +50,12 @@ def itpo(out: Path) -> None:
 
 def doubt(out: Path) -> None:
     ids = {c["id"] for c in json.loads((out / "metrics.json").read_text())["claims"]}
-    assert {"c1_auroc_n3", "c1_stability_n3", "doubt_detects", "shuffled_control_chance"} <= ids
-    assert {"c2_doubt_vs_vmf_plain", "c3_consistent_but_wrong"} <= ids
+    assert {"doubt_beats_se", "stability_n3", "c1_auroc_n3", "c2_doubt_vs_vmf_plain", "c3_consistent_but_wrong"} <= ids
     items = pd.read_parquet(out / "eval" / "items.parquet")
-    assert {"wrong", "flag_doubt", "score_doubt"} <= set(items.columns)
+    assert {"wrong", "flag_doubt", "score_doubt", "variety_off_A", "variety_counted_A"} <= set(items.columns)
+    table = pd.read_parquet(out / "metrics.parquet")
+    paired = table[table["metric"] == "auroc_item/n10"]
+    assert len(paired) == len(items) * paired["method"].nunique()  # one AUROC pseudo-value per seed, item, method
 
 
 def confu(out: Path) -> None:

@@ -1,9 +1,11 @@
 """doubt's acceptance checks (spec sections 10 and 11): Rbar's closed forms (centred: |n_A - n_B| / n; uncentred:
 sqrt(p^2 + q^2 + 2pq cos theta); a symmetric 3-way split ~0), the degenerate set = 1 in float32 and float64, Rbar
 equal to the spec's definition written independently in torch, SE's formula with cluster -1, AUROC against sklearn and
-detection accuracy at 0.48, why categorical answers make C1 trivial (section 11), the clusterer's dev threshold,
-the embedding-prefix sampler against full forwards, the config's claims judged on constructed metrics (held, refuted,
-voided by their controls, no data; the shuffled check reported only), config errors by name; the tiny pipeline's outputs are checked on the workflow tests' run
+detection accuracy at 0.48, the AUROC pseudo-values (their mean is sklearn's AUROC, the variance of their mean
+DeLong's), why categorical answers make C1 trivial (section 11), the clusterer's dev threshold, the surface variety
+statistic and the template weights that give it at the sampling temperature (issue 50), the embedding-prefix sampler
+against full forwards, the config's claims judged on constructed metrics (held, refuted, voided by their controls, no
+data), config errors by name; the tiny pipeline's outputs are checked on the workflow tests' run
 (tests/tiny_outputs.py)."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.doubt import claims, metrics, scores
+from paperflow.doubt import claims, metrics, scores, surfaces
 from paperflow.doubt.methods import METHODS, Scorer, score, subsets
 from paperflow.doubt.scenes import USUAL_COLOUR, draw_items
 from paperflow.doubt.surfaces import canonical, dev_surfaces
@@ -155,11 +157,10 @@ def test_categorical_answers_make_c1_trivial():
     np.testing.assert_allclose(aucs["vmf_plain"], aucs["se_plain"], atol=1e-12)
     assert np.std(aucs["vmf_plain"]) == pytest.approx(np.std(aucs["se_plain"]), abs=1e-12)
     frame = pd.concat([_frame(aucs, n=3, seed=s) for s in (0, 1)])  # two seeds alike: a zero-width interval
-    c1 = _judge(frame, ids={"c1_auroc_n3", "c1_stability_n3"})
-    assert {k: v.value for k, v in c1.items()} == pytest.approx({"c1_auroc_n3": 0.0, "c1_stability_n3": 0.0}, abs=1e-12)
-    assert c1["c1_stability_n3"].verdict == "refuted"  # equal spreads: "more stable" fails
-    # entropy over exact strings is SE here (the clusterer sees 3 distinct answers): the control holds C1 as well
-    assert c1["c1_auroc_n3"].verdict == "control also holds" and not c1["c1_auroc_n3"].held
+    c1 = _judge(frame, ids={"c1_auroc_n3", "stability_n3"})
+    assert {k: v.value for k, v in c1.items()} == pytest.approx({"c1_auroc_n3": 0.0, "stability_n3": 0.0}, abs=1e-12)
+    assert c1["stability_n3"].verdict == "refuted"  # equal spreads: "more stable" fails
+    assert c1["c1_auroc_n3"].verdict == "held"  # equal AUROCs: ">= 0" holds by construction, hence not gated
 
 
 def _frame(aucs_by_method: dict[str, list[float]], n: int, seed: int = 0) -> pd.DataFrame:
@@ -172,7 +173,6 @@ def _frame(aucs_by_method: dict[str, list[float]], n: int, seed: int = 0) -> pd.
                 "auroc": float(np.mean(a)),
                 "auroc_std_subsamples": float(np.std(a)),
                 "detection_accuracy": np.nan,
-                "auroc_shuffled": 0.5,
             }
             for m, a in aucs_by_method.items()
         ]
@@ -180,14 +180,19 @@ def _frame(aucs_by_method: dict[str, list[float]], n: int, seed: int = 0) -> pd.
 
 
 def _judge(frame: pd.DataFrame, items: pd.DataFrame | None = None, ids=None) -> dict:
-    """The config's smoke claims (those named in `ids`, else those whose metric the table has) judged on the metrics
-    table of `frame` and `items`."""
+    """The config's smoke claims (those named in `ids`, else those whose method and baseline the table has) judged on
+    the metrics table of `frame` and `items`."""
     from paperflow.core.claims import judge_all, parse_claims
 
     items = pd.DataFrame() if items is None else items
     table = claims.metrics_table(frame, items, {"sampling": {"n_max": 10}, "scale": "smoke"})
     specs = parse_claims(load_paper_config("doubt", "smoke")["claims"], "x")
-    specs = [s for s in specs if (s.id in ids if ids else s.metric in set(table["metric"]))]
+    present = set(zip(table["method"], table["metric"]))
+
+    def measured(s) -> bool:
+        return all((m, s.metric) in present for m in (s.method, s.baseline) if isinstance(m, str))
+
+    specs = [s for s in specs if (s.id in ids if ids else measured(s))]
     return {v.id: v for v in judge_all(specs, table, "smoke")}
 
 
@@ -226,6 +231,47 @@ def test_surfaces_parse_back_and_scenes_carry_the_language_prior():
         if it["kind"] == "colour_of_shape":
             shape = it["question"].split()[4]
             assert f"{it['answer']} {shape}" in it["objects"]
+
+
+def test_surface_variety_counts_answers_off_their_meanings_modal_surface():
+    answers = ["red", "red .", "it is red", "red", "blue", "the colour is blue", "it is", "green"]
+    # red: 4 answers, 3 "red" (punctuation dropped) and 1 paraphrase; blue: 2 answers, 1 off its mode;
+    # green alone and "it is" without a meaning are not counted
+    assert surfaces.surface_variety(answers, canonical) == (2, 6)
+    assert surfaces.surface_variety(["red"] * 10, canonical) == (0, 10)
+    assert surfaces.surface_variety(["red", "blue", "green"], canonical) == (0, 0)
+
+
+@pytest.mark.parametrize("kind", sorted(surfaces.TEMPLATES))
+@pytest.mark.parametrize("variety", [0.0, 0.05, 0.2, 0.5, 0.8])
+def test_template_weights_give_the_configured_variety_at_the_sampling_temperature(kind, variety):
+    weights = surfaces.template_weights(variety, kind, 0.5)
+    assert weights.sum() == pytest.approx(1.0) and len(set(weights[1:].round(12))) == 1
+    sampled = surfaces.sampled_template_probs(weights, kind, 0.5)
+    assert sampled.sum() == pytest.approx(1.0) and sampled[0] == pytest.approx(sampled.max())  # bare answer modal
+    _, cap = surfaces.variety_ceiling(kind, 0.5)
+    assert 1 - sampled.max() == pytest.approx(min(variety, cap), abs=1e-6)
+    if 0 < variety < cap:  # sampling at T = 0.5 sharpens: the training data must paraphrase more often than the samples
+        assert 1 - weights[0] > variety
+
+
+def test_the_variety_ceiling_is_uniform_training_and_lower_where_templates_share_a_first_word():
+    # "red" and "red colour" share their first word: at T = 0.5 the first word's law (1/2, 1/4, 1/4) becomes
+    # (2/3, 1/6, 1/6), split evenly between the two: the modal surface has 1/3 and the ceiling is 2/3
+    assert surfaces.variety_ceiling("colour_of_shape", 0.5) == pytest.approx((0.25, 2 / 3), abs=1e-6)
+    assert surfaces.variety_ceiling("shape_of_colour", 0.5) == pytest.approx((0.25, 0.75), abs=1e-6)
+
+
+def test_sampling_at_temperature_one_reproduces_the_training_weights_and_sharpens_below_it():
+    w = np.array([0.4, 0.3, 0.2, 0.1])
+    for kind in surfaces.TEMPLATES:
+        np.testing.assert_allclose(surfaces.sampled_template_probs(w, kind, 1.0), w, atol=1e-12)
+    # colour_of_shape: "red" and "red colour" share their first word; at T = 0.5 the first word's law (0.5 for the
+    # bare answer's word, 0.3 "it", 0.2 "the") is squared and renormalised, then "red" ends with 0.4 / 0.5 vs 0.1 / 0.5
+    first = np.array([0.5, 0.3, 0.2]) ** 2 / (np.array([0.5, 0.3, 0.2]) ** 2).sum()
+    end = 0.8**2 / (0.8**2 + 0.2**2)
+    expected = [first[0] * end, first[1], first[2], first[0] * (1 - end)]
+    np.testing.assert_allclose(surfaces.sampled_template_probs(w, "colour_of_shape", 0.5), expected, atol=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -298,61 +344,94 @@ def test_prefix_sampler_is_seeded_and_top_k_one_is_greedy(tiny_vlm):
 
 SEEDS = (0, 1, 2, 3, 4)
 JITTER = (0.01, -0.02, 0.015, 0.0, -0.005)
-C1 = {"c1_auroc_n3", "c1_stability_n3", "c1_auroc_n5", "c1_stability_n5"}
+STABILITY = {"stability_n3", "stability_n5"}
 
 
-def _claims_frame(vmf=0.71, se=0.60, exact=0.55, doubt=0.70, vmf_n10=0.56, seeds=SEEDS) -> pd.DataFrame:
-    """Per seed: vMF, SE and exact-string entropy at n = 3 and 5 (AUROC, and a spread over sub-samplings that
-    shrinks as the AUROC rises), DOUBT and vMF at n = 10."""
-    rows = []
+def _stability_frame(vmf=0.02, se=0.03, exact=0.035, seeds=SEEDS) -> pd.DataFrame:
+    """Per seed: the spread of AUROC over sub-samplings of vMF, SE and exact-string entropy at n = 3 and 5."""
+    rows = [
+        {"method": m, "seed": s, "n": n, "auroc": 0.6, "auroc_std_subsamples": v + 0.002 * JITTER[(s + k) % 5] / 0.02}
+        for s in seeds
+        for n in (3, 5)
+        for k, (m, v) in enumerate((("vmf_plain", vmf), ("se_plain", se), ("se_exact", exact)))
+    ]
+    return pd.DataFrame(rows).assign(detection_accuracy=np.nan)
+
+
+def _items(gain: dict[str, float], seeds=SEEDS, n: int = 400) -> pd.DataFrame:
+    """Per seed and item: a label and each detector's score, the score tracking the label by `gain[method]` (0: noise,
+    the same noise for every detector, so that paired differences reflect the gains)."""
+    frames = []
     for s in seeds:
-        for n in (3, 5):
-            for k, (m, auc) in enumerate((("vmf_plain", vmf), ("se_plain", se), ("se_exact", exact))):
-                a = auc + JITTER[(s + k) % len(JITTER)]
-                rows.append({"method": m, "seed": s, "n": n, "auroc": a, "auroc_std_subsamples": 0.1 - 0.1 * a})
-        for m, auc in (("doubt", doubt), ("vmf_plain", vmf_n10)):
-            rows.append({"method": m, "seed": s, "n": 10, "auroc": auc + JITTER[s], "auroc_std_subsamples": 0.0})
-    frame = pd.DataFrame(rows).assign(detection_accuracy=np.nan)
-    return frame.assign(auroc_shuffled=0.5 + 0.01 * frame["seed"] / 4)
+        rng = np.random.default_rng(s)
+        wrong = rng.random(n) < 0.35
+        noise = rng.normal(size=n)
+        own = rng.normal(size=(len(gain), n))
+        scores_ = {f"score_{m}": g * wrong + noise + 0.3 * own[k] for k, (m, g) in enumerate(gain.items())}
+        frames.append(pd.DataFrame({"seed": s, "item": np.arange(n), "wrong": wrong, **scores_}))
+    return pd.concat(frames, ignore_index=True)
 
 
-def test_claims_hold_on_a_signal_and_fail_on_their_negative_controls():
-    out = {k: v.verdict for k, v in _judge(_claims_frame()).items() if v.gated}
-    assert out == dict.fromkeys([*C1, "doubt_detects"], "held")
-    # the baseline's results in the method's place (vMF worse and noisier than SE): C1 refuted
-    out = {k: v.verdict for k, v in _judge(_claims_frame(vmf=0.55, se=0.71, exact=0.5)).items()}
-    assert all(out[k] == "refuted" for k in C1), out
-    # DOUBT at chance: refuted
-    assert _judge(_claims_frame(doubt=0.45))["doubt_detects"].verdict == "refuted"
+def test_auroc_pseudo_values_average_to_the_auroc_with_delongs_variance():
+    rng = np.random.default_rng(8)
+    wrong = rng.random(300) < 0.3
+    score_ = np.round(wrong + rng.normal(0, 1, 300), 1)  # ties
+    values = metrics.auroc_pseudo_values(wrong, score_)
+    assert values.mean() == pytest.approx(roc_auc_score(wrong, score_), abs=1e-12)
+    pos, neg = score_[wrong], score_[~wrong]
+    v10 = np.array([np.mean((neg < x) + 0.5 * (neg == x)) for x in pos])  # DeLong's structural components
+    v01 = np.array([np.mean((pos > x) + 0.5 * (pos == x)) for x in neg])
+    delong = v10.var() / len(pos) + v01.var() / len(neg)
+    assert values.var() / len(values) == pytest.approx(delong, rel=1e-9)
+    assert np.isnan(metrics.auroc_pseudo_values(np.zeros(5, bool), np.arange(5.0))).all()
 
 
-def test_a_control_as_good_as_the_method_voids_the_claims():
-    """Entropy over exact strings as good as vMF (C1's control), vMF without the object-first set as good as DOUBT
-    (doubt_detects' control): each claim holds for the method and its control alike, so it counts as not held."""
-    out = _judge(_claims_frame(exact=0.71, vmf_n10=0.70))
-    assert {k: out[k].verdict for k in [*C1, "doubt_detects"]} == dict.fromkeys(
-        [*C1, "doubt_detects"], "control also holds"
-    )
-    assert not any(out[k].held for k in out if out[k].gated)
-    assert out["doubt_detects"].control["method"] == "vmf_plain" and out["c1_auroc_n3"].control["method"] == "se_exact"
+def test_the_central_claim_is_judged_paired_by_item_and_voided_by_vmf_on_the_plain_set():
+    """DOUBT ahead of SE with vMF on A at SE's level: held; vMF on A as good as DOUBT: control also holds; DOUBT
+    behind SE: refuted. The pooled estimate is the mean over seeds of the per-seed AUROC differences."""
+    held = _judge(_stability_frame(), _items({"doubt": 1.2, "se_plain": 0.6, "vmf_plain": 0.6}))["doubt_beats_se"]
+    assert held.verdict == "held" and held.unit == "item" and held.n_units == len(SEEDS) * 400
+    items = _items({"doubt": 1.2, "se_plain": 0.6, "vmf_plain": 0.6})
+    per_seed = [
+        metrics.auroc(g["wrong"], g["score_doubt"]) - metrics.auroc(g["wrong"], g["score_se_plain"])
+        for _, g in items.groupby("seed")
+    ]
+    assert held.value == pytest.approx(np.mean(per_seed), abs=1e-9)
+    voided = _judge(_stability_frame(), _items({"doubt": 1.2, "se_plain": 0.6, "vmf_plain": 1.2}))["doubt_beats_se"]
+    assert voided.verdict == "control also holds" and not voided.held
+    assert voided.control["method"] == "vmf_plain"
+    refuted = _judge(_stability_frame(), _items({"doubt": 0.3, "se_plain": 1.0, "vmf_plain": 0.3}))["doubt_beats_se"]
+    assert refuted.verdict == "refuted"
 
 
-def test_a_missing_seed_is_no_data_and_the_shuffled_check_is_reported_only():
-    frame = _claims_frame()
-    frame.loc[(frame["method"] == "doubt") & (frame["seed"] == 3), "auroc"] = np.nan
-    out = _judge(frame)
-    assert out["doubt_detects"].verdict == "no data" and out["c1_auroc_n3"].verdict == "held"
-    shuffled = out["shuffled_control_chance"]
-    assert not shuffled.gated and shuffled.verdict == "held"
-    assert shuffled.values == pytest.approx([0.01 * s / 4 for s in SEEDS])  # |AUROC(shuffled) - 0.5| per seed
+def test_stability_claims_hold_fail_and_are_voided_by_exact_string_entropy():
+    out = _judge(_stability_frame())
+    assert {k: out[k].verdict for k in STABILITY} == dict.fromkeys(STABILITY, "held")
+    out = _judge(_stability_frame(vmf=0.04))
+    assert {k: out[k].verdict for k in STABILITY} == dict.fromkeys(STABILITY, "refuted")
+    out = _judge(_stability_frame(exact=0.02))  # counting strings is as stable: not evidence for vMF's geometry
+    assert {k: out[k].verdict for k in STABILITY} == dict.fromkeys(STABILITY, "control also holds")
+    assert out["stability_n3"].control["method"] == "se_exact"
 
 
-def test_shuffling_answer_sets_across_items_brings_auroc_to_chance():
-    rng = np.random.default_rng(9)
-    wrong = rng.random(4000) < 0.3
-    score_ = wrong + rng.normal(0, 0.7, 4000)
-    assert metrics.auroc(wrong, score_) > 0.8
-    assert abs(metrics.auroc(wrong, score_[rng.permutation(4000)]) - 0.5) < 0.03
+def test_every_claim_is_judged_with_debias_on_gated_and_off_reported():
+    from paperflow.core.claims import parse_claims
+
+    specs = {s.id: s for s in parse_claims(load_paper_config("doubt", "cpu")["claims"], "x")}
+    gated = {k for k, s in specs.items() if s.gated}
+    assert gated == {"doubt_beats_se", "stability_n3", "stability_n5"}
+    assert specs["doubt_beats_se"].central
+    for k in gated:
+        off = specs[f"{k.replace('_beats', '_nodebias_beats') if 'beats' in k else k + '_nodebias'}"]
+        assert not off.gated and off.metric == specs[k].metric and off.baseline == specs[k].baseline
+        assert off.method.endswith("_nodebias") and off.method.removesuffix("_nodebias") == specs[k].method
+    assert not any("shuffle" in k for k in specs)
+
+
+def test_a_missing_seed_is_no_data():
+    items = _items({"doubt": 1.2, "se_plain": 0.6, "vmf_plain": 0.6})
+    items.loc[items["seed"] == 3, "score_doubt"] = np.nan
+    assert _judge(_stability_frame(), items)["doubt_beats_se"].verdict == "no data"
 
 
 def test_c3_counts_consistent_wrong_items_and_compares_flags():
@@ -367,13 +446,13 @@ def test_c3_counts_consistent_wrong_items_and_compares_flags():
     assert cw.iloc[0]["consistent_wrong"] == 3
     assert cw.iloc[0]["doubt_flags"] == pytest.approx(2 / 3) and cw.iloc[0]["se_flags"] == 0.0
     assert cw.iloc[0]["doubt_flags_all_items"] == pytest.approx(3 / 5)
-    c3 = _judge(_claims_frame(seeds=(0, 1)), items, ids={"c3_consistent_but_wrong"})["c3_consistent_but_wrong"]
+    c3 = _judge(_stability_frame(seeds=(0, 1)), items, ids={"c3_consistent_but_wrong"})["c3_consistent_but_wrong"]
     assert c3.verdict == "held" and c3.value == pytest.approx(2 / 3) and not c3.gated
     assert claims.flag_rate_summary(items, 10)["se_plain"] == {"all": pytest.approx(1 / 5), "consistent_wrong": 0.0}
     # a seed without any consistent-but-wrong answer has no C3 value: no data
     none = items.assign(largest_plain_cluster=5)
     assert (
-        _judge(_claims_frame(seeds=(0, 1)), none, ids={"c3_consistent_but_wrong"})["c3_consistent_but_wrong"].verdict
+        _judge(_stability_frame(seeds=(0, 1)), none, ids={"c3_consistent_but_wrong"})["c3_consistent_but_wrong"].verdict
         == "no data"
     )
 
@@ -382,6 +461,7 @@ def test_c3_counts_consistent_wrong_items_and_compares_flags():
     "edit, message",
     [
         (("methods: [doubt, vmf_plain,", "methods: [doubtt, vmf_plain,"), "doubtt"),
+        (("    surface_variety: ", "    surface_varietyy: "), "surface_variety"),
         (("    hidden_size: 64\n", "    hiden_size: 64\n"), "did you mean 'hidden_size'"),
         (("  methods: [doubt, vmf_plain, vmf_oub,", "  methods: [vmf_plain, vmf_oub,"), "gated claims"),
         (("    ns: [3, 5, 10]", "    ns: [3, 5, 12]"), "n_max"),

@@ -62,6 +62,7 @@ rule doubt_train:
     params:
         model=DOUBT["model"],
         train=DOUBT["train"],
+        temperature=DOUBT["sampling"]["temperature"],
         code=code_param("lm", "workflows/doubt/scripts/train.py"),
     script:
         "scripts/train.py"
@@ -153,7 +154,6 @@ rule doubt_evaluate:
     resources:
         **resources_of("cpu_light"),
     params:
-        evaluation=DOUBT["evaluation"],
         code=code_param("lm", "workflows/doubt/scripts/evaluate.py"),
     script:
         "scripts/evaluate.py"
@@ -181,7 +181,7 @@ rule doubt_report:
         seeds=DOUBT["seeds"],
         sampling=DOUBT["sampling"],
         scoring=DOUBT["scoring"],
-        evaluation=DOUBT["evaluation"],
+        train=DOUBT["train"],
         scale=RUN.scale,
         claims=DOUBT["claims"],
         claims_not_measured=DOUBT["claims_not_measured"],

@@ -1,12 +1,11 @@
-"""DOUBT's metrics table, tables, figure and report (spec sections 7, 8, 10 and 11).
+"""DOUBT's metrics table, tables, figure and report (spec sections 7, 8, 10 and 11; issue 50).
 
-The claims are declared in config/doubt.yaml and judged by paperflow.core.claims on `metrics_table` (per method,
-seed and n: AUROC, its spread over sub-samplings, detection accuracy; at n_max the shuffled check and the flag
-rates). Gated there: C1 as amended (spec 11: paraphrased answers, a semantic clusterer for SE): at n = 3 and 5, the
-vMF Rbar on the plain set has an AUROC at least SE's and a smaller spread over random sub-samplings of the 10
-samples; DOUBT detects above chance (AUROC > 0.55, set before any run). Reported: the shuffled check, C2 (DOUBT vs
-vMF on A; the pooled paired bootstrap CI in metrics.json) and C3 (share of "consistent but wrong" answers DOUBT
-flags vs SE)."""
+The claims are declared in config/doubt.yaml and judged by paperflow.core.claims on `metrics_table`: per method, seed
+and n the AUROC (mean over sub-samplings), its spread over sub-samplings and the detection accuracy; at n_max, per
+(seed, item), the AUROC pseudo-values (`metrics.auroc_pseudo_values`: their item mean is the AUROC) that pair two
+detectors' AUROCs item by item, and per seed every thresholded detector's flag rates. Gated there: DOUBT's AUROC above
+semantic entropy's at n = 10 (central; control: vMF on the plain set only), and vMF's smaller spread than SE's at
+n = 3 and 5 (control: entropy over exact strings); each also judged, reported, with the debias centring off."""
 
 from __future__ import annotations
 
@@ -27,24 +26,28 @@ FLAGGED = tuple(m for m, method in METHODS.items() if method.statistic.startswit
 
 
 def metrics_table(frame: pd.DataFrame, items: pd.DataFrame, params: Mapping[str, Any]) -> pd.DataFrame:
-    """The long metrics table the claims of config/doubt.yaml are judged on, one value per (method, seed): at every n
-    of `scoring.ns` the AUROC (mean over sub-samplings), its std over sub-samplings and the detection accuracy at
-    the official threshold (methods that have one); at n_max the shuffled check |AUROC(shuffled) - 0.5|, and for the
-    methods with an official threshold the share of all items flagged and of the consistent-but-wrong ones (C3; NaN
-    on a seed without any: no data)."""
+    """The long metrics table the claims of config/doubt.yaml are judged on: per (method, seed), at every n of
+    `scoring.ns`, the AUROC (mean over sub-samplings), its std over sub-samplings and the detection accuracy at the
+    official threshold (methods that have one); at n_max, per (seed, item), `auroc_item` (the AUROC pseudo-values of
+    every method whose scores `items` holds), and per seed, for the methods with an official threshold, the share of
+    all items flagged and of the consistent-but-wrong ones (C3; NaN on a seed without any: no data)."""
     n_max = int(params["sampling"]["n_max"])
     rows = []
 
-    def add(method, seed, metric, value):
-        rows.append({"seed": int(seed), "method": method, "metric": metric, "value": float(value)})
+    def add(method, seed, metric, value, unit=None):
+        rows.append({"seed": int(seed), "unit": unit, "method": method, "metric": metric, "value": float(value)})
 
     for r in frame.itertuples():
         for column in ("auroc", "auroc_std_subsamples", "detection_accuracy"):
             value = getattr(r, column)
             if column != "detection_accuracy" or np.isfinite(value):
                 add(r.method, r.seed, f"{column}/n{r.n}", value)
-        if r.n == n_max:
-            add(r.method, r.seed, f"auroc_shuffled_dev/n{n_max}", abs(r.auroc_shuffled - 0.5))
+    scored = [c.removeprefix("score_") for c in items.columns if c.startswith("score_")]
+    for seed, g in items.groupby("seed") if len(items) else []:
+        for m in scored:
+            values = metrics.auroc_pseudo_values(g["wrong"].to_numpy(), g[f"score_{m}"].to_numpy())
+            for item, v in zip(g["item"], values):
+                add(m, seed, f"auroc_item/n{n_max}", v, unit=str(int(item)))
     for m in FLAGGED:
         if f"flag_{m}" in items and items[f"flag_{m}"].notna().any():
             for seed, rates in flag_rates(items, m, n_max).iterrows():
@@ -96,12 +99,15 @@ def flag_rate_summary(items: pd.DataFrame, n_max: int) -> dict[str, dict[str, fl
     return out
 
 
-def pooled_bootstrap(items: pd.DataFrame, reps: int, seed: int) -> tuple[float, float, float]:
-    """AUROC(DOUBT) - AUROC(vMF on A) at n_max over all seeds' items, with a paired bootstrap CI."""
-    wrong = items["wrong"].to_numpy()
-    return metrics.bootstrap_auroc_diff(
-        wrong, items["score_doubt"].to_numpy(), items["score_vmf_plain"].to_numpy(), reps, seed
-    )
+def surface_variety_by_seed(items: pd.DataFrame) -> pd.DataFrame:
+    """Per seed and set (A, B): the share of answers phrased otherwise than their meaning's modal surface, of the
+    answers that share a meaning with another of their set (`surfaces.surface_variety`, pooled over the items)."""
+    out = {}
+    for seed, g in items.groupby("seed"):
+        out[int(seed)] = {
+            s: float(g[f"variety_off_{s}"].sum() / max(g[f"variety_counted_{s}"].sum(), 1)) for s in ("A", "B")
+        }
+    return pd.DataFrame.from_dict(out, orient="index")
 
 
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -112,7 +118,6 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
             "auroc_std_seeds": g["auroc"].std(ddof=1),
             "auroc_std_subsamples": g["auroc_std_subsamples"].mean(),
             "detection_accuracy": g["detection_accuracy"].mean(),
-            "auroc_shuffled": g["auroc_shuffled"].mean(),
             "distinct_values": g["distinct_values"].mean(),
         }
     ).reset_index()
@@ -134,8 +139,8 @@ def build_report(
     frame: pd.DataFrame, items: pd.DataFrame, clusterer: Mapping[str, Any], params: Mapping[str, Any]
 ) -> Report:
     n_max = int(params["sampling"]["n_max"])
-    ci = pooled_bootstrap(items, int(params["evaluation"]["bootstrap"]), int(params["evaluation"]["seed"]))
     cw = consistent_wrong(items, n_max)
+    variety = surface_variety_by_seed(items)
     flags = flag_rate_summary(items, n_max)
     table = summary_table(frame)
     wrong = items.groupby("seed")["wrong"].mean()
@@ -159,7 +164,23 @@ def build_report(
             + " (spec target 0.20-0.40). By scene noise sigma: "
             + ", ".join(f"{s}: {v:.3f}" for s, v in by_sigma.items())
             + f". Semantic clusterer: MiniLM cosine > {clusterer['threshold']:.3f}, chosen on the dev paraphrase set "
-            f"({clusterer['dev_surfaces']} surfaces; pair accuracy {clusterer['dev_pair_accuracy']:.3f}).",
+            f"({clusterer['dev_surfaces']} surfaces; pair accuracy {clusterer['dev_pair_accuracy']:.3f}).\n\n"
+            f"Surface variety of the sampled sets (answers phrased otherwise than their meaning's most common surface, "
+            f"of those sharing a meaning with another answer of their set; configured `train.surface_variety` = "
+            f"{fmt(params['train']['surface_variety'])}, the measurement of tools/measure/doubt_surface_variety.py):\n\n"
+            + markdown_table(
+                [
+                    {"seed": s, "plain set A": fmt(r["A"]), "object-first set B": fmt(r["B"])}
+                    for s, r in variety.iterrows()
+                ]
+                + [
+                    {
+                        "seed": "mean",
+                        "plain set A": fmt(variety["A"].mean()),
+                        "object-first set B": fmt(variety["B"].mean()),
+                    }
+                ]
+            ),
         ),
         (
             "C1 in detail: vMF vs SE on the plain set below n_max (mean over seeds)",
@@ -167,7 +188,7 @@ def build_report(
                 [
                     {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()}
                     for r in table[table["method"].isin(["vmf_plain", "se_plain"]) & (table["n"] < n_max)]
-                    .drop(columns=["detection_accuracy", "auroc_shuffled"])
+                    .drop(columns=["detection_accuracy"])
                     .to_dict("records")
                 ]
             )
@@ -183,14 +204,16 @@ def build_report(
                     for m, r in flags.items()
                 ]
             )
-            + f"\n\nC2 pooled over every seed's items: AUROC(DOUBT) - AUROC(vMF on A) at n = {n_max} = {fmt(ci[0])}, "
-            f"paired bootstrap 95% CI [{fmt(ci[1])}, {fmt(ci[2])}].",
+            + "\n\nDOUBT and vMF flag iff the trust score <= 0.48, the entropies iff U >= 1.0 (official thresholds); "
+            + ", ".join(f"`{m}`" for m in sorted(set(table["method"]) - set(flags)))
+            + " have no official threshold. Per seed in `metrics.parquet` (`flag_rate/n<n_max>`).",
         ),
     ]
     return Report(
         title="DOUBT: object-first prompting and a vMF trust score (grid scenes, tiny LLaVA-style VLM)",
         summary="A tiny VLM (16 noisy cell vectors -> prefix embeddings -> 2-layer Llama) answers questions about "
-        "grid scenes in paraphrased surfaces, with a built-in language prior. For each test item it samples a plain "
+        "grid scenes, now and then in a paraphrase (as often as SmolLM2-135M-Instruct was measured to), with a "
+        "built-in language prior. For each test item it samples a plain "
         "answer set A and, after listing the objects, an object-first set B; detectors score the sets without the "
         "ground truth, and the AUROC of detecting a wrong ans0 is measured per seed.",
         table=metrics_table(frame, items, params),
@@ -207,7 +230,10 @@ def build_report(
         metrics={
             "summary": table.astype(object).where(table.notna(), None).to_dict("records"),
             "clusterer": dict(clusterer),
-            "c2_pooled_ci": [v if np.isfinite(v) else None for v in ci],
             "flag_rates": flags,
+            "surface_variety": {
+                "configured": float(params["train"]["surface_variety"]),
+                "sampled_by_seed": {str(k): v for k, v in variety.to_dict("index").items()},
+            },
         },
     )

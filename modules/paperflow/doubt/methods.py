@@ -31,6 +31,7 @@ METHODS = {
         Method("doubt", ("A", "B"), "rbar", "DOUBT: 0.5 Rbar(A) + 0.5 Rbar(B), centred MiniLM embeddings"),
         Method("vmf_plain", ("A",), "rbar", "vMF Rbar on the plain set only (no OUB)"),
         Method("vmf_oub", ("B",), "rbar", "vMF Rbar on the OUB set only"),
+        Method("vmf_plain_nodebias", ("A",), "rbar_nodebias", "vMF Rbar on the plain set only, debias (centring) off"),
         Method("doubt_nodebias", ("A", "B"), "rbar_nodebias", "DOUBT with debias (centring) off"),
         Method("se_plain", ("A",), "se", "semantic entropy, MiniLM-cosine clusterer, plain set"),
         Method("se_exact", ("A",), "se_exact", "entropy over exact answer strings (categorical clusters)"),

@@ -7,7 +7,7 @@ from typing import Any
 from paperflow.core.config import ConfigError, require_choices
 from paperflow.core.lm.models import model_config
 
-NEEDED = ("doubt", "vmf_plain", "se_plain")  # the methods the gated claims compare
+NEEDED = ("doubt", "vmf_plain", "se_plain", "se_exact")  # the methods the gated claims and their controls compare
 PAPER_KEYS = ("vlms", "benchmarks", "judge", "encoder")
 
 
@@ -44,7 +44,7 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
     if cfg["source"]["kind"] == "benchmarks":
         return ["auroc_official/full_set"]
     per_n = [f"{m}/n{n}" for n in cfg["scoring"]["ns"] for m in ("auroc", "auroc_std_subsamples", "detection_accuracy")]
-    return per_n + [f"{m}/n{n_max}" for m in ("auroc_shuffled_dev", "flag_rate", "flag_rate_consistent_wrong")]
+    return per_n + [f"{m}/n{n_max}" for m in ("auroc_item", "flag_rate", "flag_rate_consistent_wrong")]
 
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ from paperflow.core.seeding import seed_all
 from paperflow.doubt import methods as M
 from paperflow.doubt import metrics, scores
 from paperflow.doubt.scenes import FEATURE_DIM, N_CELLS, draw_items
-from paperflow.doubt.surfaces import WRAP, canonical, dev_surfaces, vocabulary_words
+from paperflow.doubt.surfaces import WRAP, canonical, dev_surfaces, surface_variety, vocabulary_words
 
 log = logging.getLogger(__name__)
 SETS = ("A", "B")
@@ -64,12 +64,12 @@ def preprocess(vocabulary_out: str, clusterer_out: str, batch_size: int) -> dict
     return doc
 
 
-def train(scenes: str, model_cfg, train_cfg, seed: int, out: str) -> pd.DataFrame:
+def train(scenes: str, model_cfg, train_cfg, seed: int, temperature: float, out: str) -> pd.DataFrame:
     from paperflow.doubt import vlm
 
     items, cells = read_split(scenes, "train")
     seed_all(seed)
-    model, records = vlm.train(items, cells, model_cfg, train_cfg, seed)
+    model, records = vlm.train(items, cells, model_cfg, train_cfg, seed, temperature)
     vlm.save(model, out)
     return pd.DataFrame(records).assign(seed=seed)
 
@@ -155,12 +155,12 @@ def label(scenes: str, samples: pd.DataFrame) -> np.ndarray:
 
 
 def evaluate(
-    scenes: str, samples: Mapping[int, str], score_files: Mapping[str, str], embeddings: str, clusterer: str, ev
+    scenes: str, samples: Mapping[int, str], score_files: Mapping[str, str], embeddings: str, clusterer: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(metrics, items): per (method, seed, n) the AUROC (mean and std over sub-samplings), the detection accuracy
-    at the official threshold, the shuffled control's AUROC (mean over `ev.shuffles` permutations of the items'
-    answer sets); per (seed, item) the label, noise, question kind,
-    the plain set's largest semantic cluster and the DOUBT / SE flags at n_max (C3)."""
+    """(metrics, items): per (method, seed, n) the AUROC (mean and std over sub-samplings) and the detection accuracy
+    at the official threshold; per (seed, item) the label, noise, question kind, the plain set's largest semantic
+    cluster, the surface variety of each set (`surfaces.surface_variety`: answers off their meaning's modal surface,
+    of those counted) and every method's score and flag at n_max (the item-paired claims, C3, the flag rates)."""
     scorer, index = _scorer(embeddings, clusterer)
     items = pd.DataFrame(read_split(scenes, "test")[0])
     table = pd.concat([pd.read_parquet(p) for p in score_files.values()], ignore_index=True)
@@ -170,6 +170,7 @@ def evaluate(
         wrong = label(scenes, frame)
         n_max = len(frame["A"].iloc[0])
         largest = scorer.largest_cluster(_set_ids(frame, index)["A"])
+        variety = {s: np.array([surface_variety(list(row), canonical) for row in frame[s]]) for s in SETS}
         full = table[(table["seed"] == seed) & (table["n"] == n_max)]
         flags = {m: g.sort_values("item")["flag"].to_numpy() for m, g in full.groupby("method")}
         values = {m: g.sort_values("item")["score"].to_numpy() for m, g in full.groupby("method")}
@@ -178,19 +179,16 @@ def evaluate(
                 seed=seed,
                 wrong=wrong,
                 largest_plain_cluster=largest,
+                **{f"variety_{k}_{s}": v[:, j] for s, v in variety.items() for j, k in enumerate(("off", "counted"))},
                 **{f"flag_{m}": f for m, f in flags.items()},
                 **{f"score_{m}": v for m, v in values.items()},
             )
         )
-        rng = np.random.default_rng([seed, int(ev["seed"]), 11])
-        perms = [rng.permutation(len(wrong)) for _ in range(int(ev["shuffles"]))]
         for (method, n), g in table[table["seed"] == seed].groupby(["method", "n"]):
             reps = [r.sort_values("item") for _, r in g.groupby("rep")]
             aucs = [metrics.auroc(wrong, r["score"].to_numpy()) for r in reps]
             accs = [metrics.detection_accuracy(wrong, r["flag"].to_numpy() == 1) for r in reps]
             has_flag = not reps[0]["flag"].isna().all()
-            # shuffled control (spec 11): answer sets moved to other items, labels kept; mean over permutations
-            shuffled = float(np.mean([metrics.auroc(wrong, reps[0]["score"].to_numpy()[p]) for p in perms]))
             rows.append(
                 {
                     "method": method,
@@ -199,7 +197,6 @@ def evaluate(
                     "auroc": float(np.mean(aucs)),
                     "auroc_std_subsamples": float(np.std(aucs)),
                     "detection_accuracy": float(np.mean(accs)) if has_flag else np.nan,
-                    "auroc_shuffled": shuffled,
                     "distinct_values": int(reps[0]["score"].round(9).nunique()),
                     "wrong_rate": float(wrong.mean()),
                 }

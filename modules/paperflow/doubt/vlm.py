@@ -1,7 +1,9 @@
 """A tiny LLaVA-style VLM (spec section 7): 16 cell vectors -> Linear (+ a learned cell embedding) -> prefix
 embeddings in the places of 16 `<img>` tokens -> a tiny Llama from the kit's `build_model`. Trained on three
 formats (spec section 4): (i) [img] Q -> answer, (ii) [img] list -> objects, (iii) [img] Q desc objects ans ->
-answer, with 20% of the description's entries corrupted; answers in paraphrased surfaces (spec section 11)."""
+answer, with 20% of the description's entries corrupted; answers in paraphrased surfaces (spec section 11), the bare
+answer or a paraphrase drawn with the weights that give the measured surface variety at the sampling temperature
+(`surfaces.template_weights`, config `train.surface_variety`; issue 50)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from paperflow.core.lm.sampling import position_ids_from_mask, sample
 from paperflow.core.lm.tokenizer import encode_pairs, encode_words, word_level_tokenizer
 from paperflow.core.loop import run_loop
 from paperflow.doubt.scenes import COLOURS, FEATURE_DIM, N_CELLS, SHAPES
-from paperflow.doubt.surfaces import TEMPLATES, surface, vocabulary_words
+from paperflow.doubt.surfaces import TEMPLATES, surface, template_weights, vocabulary_words
 
 IMG = ["<img>"] * N_CELLS
 
@@ -65,13 +67,20 @@ def _corrupt(objects: str, rng: np.random.Generator, rate: float) -> list[str]:
     return " , ".join(" ".join(e) for e in entries).split()
 
 
-def training_pairs(items: Sequence[Mapping[str, Any]], rng: np.random.Generator, corrupt: float, mix):
+def template_law(variety: float, temperature: float) -> dict[str, np.ndarray]:
+    """Per question kind, the training weights of its answer templates (`surfaces.template_weights`)."""
+    return {kind: template_weights(variety, kind, temperature) for kind in TEMPLATES}
+
+
+def training_pairs(
+    items: Sequence[Mapping[str, Any]], rng: np.random.Generator, corrupt: float, mix, templates: Mapping[str, Any]
+):
     """(prompt words, completion words) per item, the format drawn with probabilities `mix` = (i, ii, iii) and the
-    answer template uniformly."""
+    answer template with the weights `templates[kind]`."""
     prompts, completions = [], []
     for it in items:
         fmt = int(rng.choice(3, p=mix))
-        answer = surface(it["kind"], it["answer"], int(rng.integers(len(TEMPLATES[it["kind"]]))))
+        answer = surface(it["kind"], it["answer"], int(rng.choice(len(TEMPLATES[it["kind"]]), p=templates[it["kind"]])))
         q = it["question"].split()
         if fmt == 0:
             prompts.append(IMG + q)
@@ -85,8 +94,9 @@ def training_pairs(items: Sequence[Mapping[str, Any]], rng: np.random.Generator,
     return prompts, completions
 
 
-def train(items: Sequence[Mapping[str, Any]], cells: np.ndarray, model_cfg, train_cfg, seed: int):
-    """AdamW on the completion tokens' cross-entropy; returns (model, loss history)."""
+def train(items: Sequence[Mapping[str, Any]], cells: np.ndarray, model_cfg, train_cfg, seed: int, temperature: float):
+    """AdamW on the completion tokens' cross-entropy, answers' templates drawn so that sampling at `temperature`
+    paraphrases with probability `train_cfg.surface_variety`; returns (model, loss history)."""
     tok = tokenizer()
     img_id = tok.convert_tokens_to_ids("<img>")
     model = TinyVLM(lm_spec(model_cfg, len(tok)), seed).train()
@@ -95,10 +105,11 @@ def train(items: Sequence[Mapping[str, Any]], cells: np.ndarray, model_cfg, trai
     opt = torch.optim.AdamW(model.parameters(), lr=float(train_cfg["lr"]), weight_decay=0.0)
     feats = torch.as_tensor(cells, dtype=torch.float32)
     batch_size, mix = int(train_cfg["batch_size"]), tuple(train_cfg["format_mix"])
+    templates = template_law(float(train_cfg["surface_variety"]), temperature)
 
     def step(i: int) -> torch.Tensor:
         idx = rng.integers(len(items), size=batch_size)
-        prompts, completions = training_pairs([items[j] for j in idx], rng, float(train_cfg["corrupt"]), mix)
+        prompts, completions = training_pairs([items[j] for j in idx], rng, float(train_cfg["corrupt"]), mix, templates)
         batch = encode_pairs(tok, prompts, completions)
         ids, mask = batch["input_ids"], batch["attention_mask"]
         logits = model.lm(
