@@ -596,7 +596,11 @@ def test_every_scale_resolves():
     for scale in ("tiny", "smoke", "cpu", "paper"):
         cfg = load_paper_config("decfus", scale)
         assert cfg["clients"] == M
-    assert load_paper_config("decfus", "cpu")["seeds"] == list(range(10))
+    cpu = load_paper_config("decfus", "cpu")
+    assert cpu["seeds"] == list(range(10))
+    # the spec's round budget and evaluation step (§2.3) on smoke's digits MLP
+    assert (cpu["train"]["rounds"], cpu["train"]["test_round"]) == (500, 5)
+    assert cpu["train"]["lr"] == load_paper_config("decfus", "smoke")["train"]["lr"]
     assert load_paper_config("decfus", "paper")["resources"]["gpus"] >= 1
     assert load_paper_config("decfus", "smoke")["resources"]["gpus"] == 0
 
