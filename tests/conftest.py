@@ -146,22 +146,24 @@ def dry_repo(tmp_path_factory) -> Path:
 @pytest.fixture
 def serve_bytes():
     """A loopback HTTP server for download tests: `serve_bytes(payload)` serves `payload` at every path and
-    returns (base URL, list of requested paths); the servers stop when the test ends."""
+    returns (base URL, list of requested paths); the servers stop when the test ends. `payload` may be a dict
+    whose "payload" the test changes between requests (a publisher replacing a file)."""
     import http.server
     import threading
 
     servers = []
 
-    def start(payload: bytes) -> tuple[str, list[str]]:
+    def start(payload: bytes | dict) -> tuple[str, list[str]]:
         hits: list[str] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 hits.append(self.path)
+                body = payload["payload"] if isinstance(payload, dict) else payload
                 self.send_response(200)
-                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(body)
 
             def log_message(self, *args):
                 pass

@@ -6,13 +6,11 @@ paper (mtbl_wc's MNIST) against a loopback server."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -24,25 +22,11 @@ from paperflow.core.download import PIN_ENV, ChecksumMismatch, UnpinnedDownload,
 
 
 @pytest.fixture
-def server():
+def server(serve_bytes):
     """A loopback server whose payload the test may change: returns (url, state dict with 'payload')."""
     state = {"payload": b"first version\n"}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = state["payload"]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/data/file.bin", state
-    httpd.shutdown()
+    base, _ = serve_bytes(state)
+    return f"{base}/data/file.bin", state
 
 
 def test_unpinned_is_refused_with_the_pin_command_named(server, tmp_path, monkeypatch):

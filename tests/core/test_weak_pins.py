@@ -7,10 +7,8 @@ or recorded. Against a loopback HTTP server whose payload a test may swap."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import pickle
-import threading
 
 import pytest
 
@@ -32,27 +30,11 @@ FAST = {"backoff_s": 0.01, "timeout_s": 5.0, "progress": False}
 
 
 @pytest.fixture
-def server():
-    """A loopback server whose payload the test may change: (url, state with 'payload' and 'requests')."""
-    state = {"payload": b"first version\n", "requests": 0}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
-            state["requests"] += 1
-            body = state["payload"]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/data/file.bin", state
-    httpd.shutdown()
-    httpd.server_close()
+def server(serve_bytes):
+    """A loopback server whose payload the test may change: (url, state with 'payload' and 'hits')."""
+    state = {"payload": b"first version\n"}
+    base, state["hits"] = serve_bytes(state)
+    return f"{base}/data/file.bin", state
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +72,7 @@ def test_first_download_records_the_sha256_and_later_ones_verify_it(server, tmp_
     url, state = server
     pin = "md5:" + _md5(state["payload"])
     dest = _get(url, tmp_path / "a" / "f.bin", pin, tmp_path)
-    assert dest.read_bytes() == state["payload"] and state["requests"] == 1
+    assert dest.read_bytes() == state["payload"] and len(state["hits"]) == 1
     entry = read_lock("demo", tmp_path)[url]
     assert entry["sha256"] == _sha(state["payload"]) and entry["bytes"] == len(state["payload"])
     assert entry["first_checked_with"] == pin
@@ -99,10 +81,10 @@ def test_first_download_records_the_sha256_and_later_ones_verify_it(server, tmp_
     # the file on disk: checked against both, no request
     with caplog.at_level("INFO", logger="paperflow.download"):
         assert _get(url, dest, pin, tmp_path) == dest
-    assert state["requests"] == 1 and "publisher's md5 and recorded sha256" in caplog.text
+    assert len(state["hits"]) == 1 and "publisher's md5 and recorded sha256" in caplog.text
     # a fresh download: checked against both, and the record is not rewritten
     assert _get(url, tmp_path / "b" / "f.bin", pin, tmp_path).read_bytes() == state["payload"]
-    assert state["requests"] == 2 and read_lock("demo", tmp_path)[url] == entry
+    assert len(state["hits"]) == 2 and read_lock("demo", tmp_path)[url] == entry
 
 
 def test_a_full_sha256_pin_writes_no_lock(server, tmp_path):
@@ -137,7 +119,7 @@ def test_a_local_copy_swapped_for_a_prefix_twin_is_downloaded_again(server, tmp_
     state["payload"] = first
     dest = _get(url, tmp_path / "f.bin", pin, tmp_path)
     dest.write_bytes(twin)
-    assert _get(url, dest, pin, tmp_path).read_bytes() == first and state["requests"] == 2
+    assert _get(url, dest, pin, tmp_path).read_bytes() == first and len(state["hits"]) == 2
 
 
 def test_an_md5_collision_is_refused(server, tmp_path):
