@@ -284,19 +284,20 @@ def paper_code_drift(root: Path, slug: str, jobs: Sequence[Mapping[str, Any]]) -
     return found
 
 
-def paper_entry(metrics_path: Path) -> tuple[str, dict[str, Any]]:
-    """The slug and the record entry of one paper, from its metrics.json and the records beside it."""
+def paper_entry(metrics_path: Path, jobs: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The slug and the record entry of one paper, from its metrics.json and `jobs`, the job records beside it
+    (`job_records(metrics_path.parent)`, read once by the caller)."""
     remedy = "rerun the paper's report rule that writes it"
     doc = read_json(metrics_path, remedy)
     try:
-        return _paper_entry(metrics_path, doc)
+        return _paper_entry(metrics_path, doc, jobs)
     except UnreadableRecord as exc:
         raise RecordError(str(exc)) from None
     except SHAPE_ERRORS as exc:
         raise _shape_error(metrics_path, exc, remedy) from None
 
 
-def _paper_entry(metrics_path: Path, doc: Any) -> tuple[str, dict[str, Any]]:
+def _paper_entry(metrics_path: Path, doc: Any, jobs: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
     slug = doc["paper"]
     if not isinstance(slug, str) or not re.fullmatch(r"[a-z0-9_]+", slug):
         raise RecordError(
@@ -308,7 +309,6 @@ def _paper_entry(metrics_path: Path, doc: Any) -> tuple[str, dict[str, Any]]:
         raise RecordError(f"{metrics_path}: claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
     code = read_record(metrics_path)["code"]
     paper_dir = metrics_path.parent
-    jobs = job_records(paper_dir)
     times = [_job_time(r, paper_dir) for r in jobs]
     entry = {
         "metrics": str(metrics_path),
@@ -353,8 +353,9 @@ def build_results_record(
 
     papers: dict[str, dict[str, Any]] = {}
     for path in metrics:
-        slug, entry = paper_entry(path)
-        drift = paper_code_drift(repo_root(), slug, job_records(path.parent))
+        jobs = job_records(path.parent)
+        slug, entry = paper_entry(path, jobs)
+        drift = paper_code_drift(repo_root(), slug, jobs)
         if drift:
             raise RecordError(
                 f"{path.parent}: {len(drift)} job(s) ran {slug}'s code as it is not in this checkout, e.g. "
