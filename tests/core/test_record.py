@@ -99,7 +99,7 @@ def recorded(tmp_path, monkeypatch) -> Path:
         run_paper(slug, values)
     bench = Path("results") / SCALE / "ph_x" / "benchmarks"
     bench.mkdir()
-    (bench / "train.tsv").write_text("s\th:m:s\tmax_rss\n3.25\t0:00:03\t100.0\n")
+    (bench / "train.tsv").write_text("s\th:m:s\tmax_rss\tmean_load\tcpu_time\n3.25\t0:00:03\t100.0\t61.5\t2.0\n")
     assert cli_main(["record", "write", "--scale", SCALE]) == 0
     return tmp_path
 
@@ -123,7 +123,7 @@ def test_write_records_claims_times_and_commit_and_renders_from_the_json(recorde
     assert claim["held"] is True and claim["gated"] is True and claim["threshold"] == THRESHOLD
     assert paper["jobs"] == 2 and paper["jobs_wall_s"] == 2.5 + 0.5
     assert [j["rule"] for j in paper["slowest_jobs"]] == ["ph_x_train", "ph_x_report"]
-    assert paper["benchmarks"] == {"jobs": 1, "total_s": 3.25}
+    assert paper["benchmarks"] == {"jobs": 1, "total_s": 3.25, "cpu_s": 2.0}
     md = (recorded / "docs" / "results" / f"{SCALE}.md").read_text()
     assert md == render_markdown(doc)
     assert "| [ph_x](#ph_x) | 1/1 |" in md and fmt(claim["value"]) in md and "error \\| below" in md
@@ -258,18 +258,45 @@ def test_readme_status_counts_gated_claims_and_marks_scales_not_run():
     )
 
 
-def test_readme_times_give_each_papers_wall_and_jobs_time_and_sum_the_papers_on_record():
+def test_readme_times_give_each_papers_wall_jobs_time_and_cpu_and_sum_the_papers_on_record():
     smoke = {
-        "papers": {"a": {"wall_clock_s": 90.0, "jobs_wall_s": 150.4}, "b": {"wall_clock_s": 600, "jobs_wall_s": 9000}}
+        "papers": {
+            "a": {"wall_clock_s": 90.0, "jobs_wall_s": 150.4, "benchmarks": {"cpu_s": 40.0}},
+            "b": {"wall_clock_s": 600, "jobs_wall_s": 9000, "benchmarks": {"cpu_s": 300.0}},
+        }
     }
-    cpu = {"papers": {"a": {"wall_clock_s": None, "jobs_wall_s": 30.0}}}
+    cpu = {"papers": {"a": {"wall_clock_s": None, "jobs_wall_s": 30.0}}}  # a record from before the CPU field
     table = readme_times({"smoke": smoke, "cpu": cpu}, ["a", "b"]).splitlines()
-    assert table[0] == "| paper | `tiny`: wall (jobs' time) | `smoke`: wall (jobs' time) | `cpu`: wall (jobs' time) |"
-    assert table[2] == "| [`a`](workflows/a/README.md) | no record | 90 s (2.5 min of jobs) | wall n/a (30 s of jobs) |"
-    assert table[3] == "| [`b`](workflows/b/README.md) | no record | 10.0 min (2.5 h of jobs) | no record |"
-    assert table[4] == (
-        "| all papers on record | no record | 2 papers: 11.5 min (2.5 h of jobs) | 1 papers: wall n/a (30 s of jobs) |"
+    assert table[0] == (
+        "| paper | `tiny`: wall (jobs' time; CPU) | `smoke`: wall (jobs' time; CPU) | `cpu`: wall (jobs' time; CPU) |"
     )
+    assert table[2] == (
+        "| [`a`](workflows/a/README.md) | no record | 90 s (2.5 min of jobs; ≥ 40 s of CPU) | wall n/a (30 s of jobs) |"
+    )
+    assert (
+        table[3]
+        == "| [`b`](workflows/b/README.md) | no record | 10.0 min (2.5 h of jobs; ≥ 5.0 min of CPU) | no record |"
+    )
+    assert table[4] == (
+        "| all papers on record | no record | 2 papers: 11.5 min (2.5 h of jobs; ≥ 5.7 min of CPU) "
+        "| 1 papers: wall n/a (30 s of jobs) |"
+    )
+
+
+def test_benchmark_cpu_is_summed_per_job_as_snakemake_writes_it_and_a_foreign_table_is_refused(tmp_path):
+    from paperflow.core.record import RecordError, _benchmarks
+
+    bench = tmp_path / "benchmarks"
+    (bench / "nested").mkdir(parents=True)
+    head = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    (bench / "a.tsv").write_text(head + "730.72\t0:12:10\t222.32\t1631.60\t152.02\t153.94\t0.01\t32.31\t3.27\t23.97\n")
+    (bench / "nested" / "b.tsv").write_text(
+        head + "2.0\t0:00:02\t1\t1\t1\t1\t0\t0\t50\t1.0\n4.0\t0:00:04\t1\t1\t1\t1\t0\t0\t50\t3.0\n"
+    )
+    assert _benchmarks(tmp_path) == {"jobs": 2, "total_s": 733.72, "cpu_s": 25.97}  # repeats averaged: 3.0 s, 2.0 s
+    (bench / "c.tsv").write_text("s\th:m:s\n1.0\t0:00:01\n")
+    with pytest.raises(RecordError, match=r"c\.tsv is not a Snakemake benchmark table \(KeyError"):
+        _benchmarks(tmp_path)
 
 
 def test_refresh_readme_rewrites_both_generated_blocks_and_refuses_a_readme_without_them(tmp_path):

@@ -179,15 +179,24 @@ def _job_time(record: Mapping[str, Any], paper_dir: Path) -> dict[str, Any]:
 
 
 def _benchmarks(paper_dir: Path) -> dict[str, Any]:
-    """The benchmarked jobs of a paper and the sum of their `s` (the mean over a TSV's repeats)."""
-    seconds = []
+    """The benchmarked jobs of a paper, the sum of their `s` (the mean over a TSV's repeats) and of their
+    `cpu_time`: the CPU seconds of each job's process tree as Snakemake's benchmark last sampled it (every 30 s
+    after a short start, so up to one interval of a job's end is missed: a lower bound). Unlike wall times it does
+    not grow while a job waits for a core, so it tells a slow paper from a loaded machine."""
+    seconds, cpu = [], []
     for tsv in sorted((paper_dir / "benchmarks").rglob("*.tsv")):
         with tsv.open(newline="") as fh:
-            rows = [float(row["s"]) for row in csv.DictReader(fh, delimiter="\t")]
+            rows = list(csv.DictReader(fh, delimiter="\t"))
         if not rows:
             raise RecordError(f"benchmark {tsv} has no rows")
-        seconds.append(sum(rows) / len(rows))
-    return {"jobs": len(seconds), "total_s": round(float(sum(seconds)), 3)}
+        try:
+            seconds.append(sum(float(row["s"]) for row in rows) / len(rows))
+            cpu.append(sum(float(row["cpu_time"]) for row in rows) / len(rows))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(
+                f"benchmark {tsv} is not a Snakemake benchmark table ({type(exc).__name__}: {exc}); rerun its job"
+            ) from None
+    return {"jobs": len(seconds), "total_s": round(float(sum(seconds)), 3), "cpu_s": round(float(sum(cpu)), 3)}
 
 
 def _wall_clock(jobs: Sequence[Mapping[str, Any]]) -> float | None:
@@ -788,14 +797,17 @@ def _duration(seconds: float) -> str:
 def _time_cell(entries: Sequence[Mapping[str, Any]]) -> str:
     walls = [e.get("wall_clock_s") for e in entries]
     wall = "wall n/a" if None in walls else _duration(sum(walls))
-    return f"{wall} ({_duration(sum(e['jobs_wall_s'] for e in entries))} of jobs)"
+    cpus = [e.get("benchmarks", {}).get("cpu_s") for e in entries]
+    cpu = "" if None in cpus else f"; ≥ {_duration(sum(cpus))} of CPU"
+    return f"{wall} ({_duration(sum(e['jobs_wall_s'] for e in entries))} of jobs{cpu})"
 
 
 def readme_times(records: Mapping[str, Mapping[str, Any]], papers: Sequence[str]) -> str:
     """The README's table of measured times: for every paper with a workflow and every scale a laptop runs, the
-    record's wall clock (seconds with at least one of the paper's jobs running) and its jobs' summed wall time, or
-    "no record"; the last row sums the papers that the scale's record holds."""
-    head = "| paper | " + " | ".join(f"`{s}`: wall (jobs' time)" for s in TIME_SCALES) + " |"
+    record's wall clock (seconds with at least one of the paper's jobs running), its jobs' summed wall time and the
+    CPU time its benchmarked jobs used (a lower bound; omitted where a record predates it), or "no record"; the last
+    row sums the papers that the scale's record holds."""
+    head = "| paper | " + " | ".join(f"`{s}`: wall (jobs' time; CPU)" for s in TIME_SCALES) + " |"
     rows = [head, "|---|" + "---|" * len(TIME_SCALES)]
     for slug in papers:
         cells = []
