@@ -10,14 +10,25 @@ import asyncio
 import itertools
 import json
 import random
+import re
 
 import pandas as pd
 import pytest
 
-from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, REFUTED, judge_all, parse_claims
+from paperflow.core.claims import HELD, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.enterpriseops_gym import agents as A
-from paperflow.enterpriseops_gym import claims, endpoint, harness, metrics, mutation, stages, tasks, verifiers
+from paperflow.enterpriseops_gym import (
+    alternatives,
+    claims,
+    endpoint,
+    harness,
+    metrics,
+    mutation,
+    stages,
+    tasks,
+    verifiers,
+)
 from paperflow.enterpriseops_gym import tools as T
 from paperflow.enterpriseops_gym.sandbox import TABLES, Template, WorldSize, world_sql
 
@@ -348,37 +359,108 @@ def test_mcp_server_with_the_official_client_and_the_database_api(world):
             )
 
 
+# ---- what holds by construction: tests, each with the near miss it must reject ---------------------------------------
+
+
+def feasible_success(ep, agent):
+    g = ep[(ep["agent"] == agent) & ep["feasible"]]
+    return g.groupby("mode")["overall_success"].min()
+
+
+def test_golden_replay_solves_every_feasible_task_in_every_mode_and_literal_replay_does_not(episodes):
+    """Formerly claim S1: the verifiers are satisfiable; the recorded trajectory replayed with its ids literally is a
+    near miss that they reject."""
+    assert feasible_success(episodes, "golden").to_dict() == dict.fromkeys(MODES, True)
+    assert not feasible_success(episodes, "golden_literal").any()
+
+
+def test_the_noop_agent_fails_every_feasible_task_declines_every_infeasible_one_and_changes_nothing(episodes, world):
+    """Formerly claims S2: the verifiers reject doing nothing; refusal needs a decline; a side effect is seen."""
+    _, template, by_mode = world
+    noop = episodes[episodes["agent"] == "noop"]
+    assert not noop[noop["feasible"]]["overall_success"].any()
+    assert noop[~noop["feasible"]]["refused_correctly"].all() and not noop["side_effect"].any()
+    # near misses: trivially true (empty) verifier sets let the no-op "succeed"; random never declines; a no-op that
+    # notifies the user leaves a side effect
+    trivial = {m: [dict(t, verifiers=[]) for t in by_mode[m]] for m in MODES}
+    assert frame(run_all(template, trivial, A.Noop())).query("feasible")["overall_success"].all()
+    rnd = episodes[(episodes["agent"] == "random") & ~episodes["feasible"]]
+    assert not rnd["refused_correctly"].any()
+
+    @dataclass_agent
+    def chatty(task, session):
+        session.call("send_notification", {"recipient_id": "usr0001", "subject": "x", "body": "I cannot help"})
+        return "I cannot help.", []
+
+    allowed = {
+        m: [dict(t, selected_tools=t["selected_tools"] + ["send_notification"]) for t in by_mode[m]] for m in MODES
+    }
+    chatty_rows = frame(run_all(template, allowed, chatty))
+    assert chatty_rows.query("not feasible")["side_effect"].all()
+
+
+def test_verifier_pass_rate_is_at_least_success_for_every_agent(episodes):
+    """Formerly claim S5 (an identity of the scoring): success needs every verifier to pass. Scoring success as "any
+    verifier passes" breaks it."""
+    rates = episodes.groupby("agent")[["verifier_pass_rate", "overall_success"]].mean()
+    assert (rates["verifier_pass_rate"] >= rates["overall_success"]).all()
+    broken = episodes.assign(overall_success=episodes["verifiers_passed"] > 0)
+    rates = broken.groupby("agent")[["verifier_pass_rate", "overall_success"]].mean()
+    assert (rates["verifier_pass_rate"] < rates["overall_success"]).any()
+
+
+def test_the_scripted_model_over_http_ends_in_golden_replays_database_and_a_stubborn_one_does_not(episodes, world):
+    """Formerly claim S6: the HTTP endpoint and the harness replay golden exactly (after the injected 503 and the
+    injected bad call); a model that does not recover from its bad call ends elsewhere."""
+    _, template, by_mode = world
+    key = ["mode", "task_id"]
+    golden = episodes[episodes["agent"] == "golden"].set_index(key)["final_db_hash"]
+    mock = episodes[episodes["agent"] == "mock_llm"].set_index(key)["final_db_hash"]
+    assert len(mock) == len(golden) and (mock == golden.loc[mock.index]).all()
+
+    class Stubborn(endpoint.ScriptedModel):
+        def reply(self, body):
+            if any(m["role"] == "tool" for m in body["messages"]):
+                return self._message({"role": "assistant", "content": "Done."})
+            return super().reply(body)
+
+    all_tasks = [t for m in MODES for t in by_mode[m]]
+    stubborn = frame(mock_run(template, all_tasks, Stubborn(all_tasks, http_errors=0))).set_index(key)
+    assert (stubborn["final_db_hash"] != golden.loc[stubborn.index]).any()
+
+
 # ---- claims and their negative controls ---------------------------------------------------------------------------
 
 
-def claim_map(ep, mutants=None, seeds=(0, 1)):
+def claim_map(ep, mutants=None, seeds=(0, 1), alternatives=None):
     """The config's claims judged on the metrics table of these episodes and mutants (world seed 0)."""
     if mutants is None:
         mutants = pd.DataFrame({"task_id": ["a"], "caught": [True], "caught_row_count_only": [False]})
-    table = claims.metrics_table(ep, mutants, 0, list(seeds), MODES, "smoke")
+    if alternatives is None:
+        alternatives = pd.DataFrame({"task_id": ["a"], "accepted": [True], "trajectory_match": [False]})
+    table = claims.metrics_table(ep, mutants, 0, list(seeds), MODES, "smoke", alternatives)
     specs = parse_claims(load_paper_config("enterpriseops_gym", "smoke")["claims"], "config/enterpriseops_gym.yaml")
     return {v.id: v for v in judge_all(specs, table, "smoke")}
 
 
-def test_the_gated_claims_on_the_real_runs_and_the_controls_that_void_three(episodes, world):
+def test_the_gated_claims_on_the_real_runs_and_their_controls(episodes, world):
     _, template, by_mode = world
     mutants = mutation.mutation_test(by_mode["oracle"], template, 0)
-    got = claim_map(episodes, mutants)
+    alts = alternatives.check_alternatives(by_mode["oracle"], template)
+    got = claim_map(episodes, mutants, alternatives=alts)
     gated = {k: v.verdict for k, v in got.items() if v.gated}
-    assert len(gated) == 10 and got["mutation_test_catches_plan_errors"].central
-    held = [
-        "S1_golden_solves_every_feasible_task",
-        "S2_noop_fails_feasible",
-        "S2_noop_refuses_infeasible",
+    assert set(gated) == {
         "S3_random_at_most_10pct",
         "S3_heuristic_between_random_and_golden",
-        "S6_mock_llm_http_equals_golden",
-    ]
+        "S4_distractors_cost_heuristic",
+        "mutation_test_catches_plan_errors",
+        "alternative_plans_accepted",
+    }
+    assert got["mutation_test_catches_plan_errors"].central and got["alternative_plans_accepted"].central
+    held = ["S3_random_at_most_10pct", "S3_heuristic_between_random_and_golden", "alternative_plans_accepted"]
     assert {k: gated[k] for k in held} == dict.fromkeys(held, HELD)
     for k in held:  # each control is judged beside its claim and fails it
         assert got[k].control["verdict"] == REFUTED, k
-    # no agent here leaves a side effect, and pass rate >= success holds for any agent by construction
-    assert gated["S2_noop_no_side_effects"] == gated["S5_pass_rate_at_least_success"] == CONTROL_HOLDS
     assert got["mutation_test_catches_plan_errors"].control["verdict"] == REFUTED  # row counts alone miss values
 
 
@@ -387,34 +469,7 @@ def _swap(ep, agent, replacement):
     return pd.concat([ep[ep["agent"] != agent], other], ignore_index=True)
 
 
-def test_negative_controls_fail_their_claims(episodes, world):
-    _, template, by_mode = world
-    # S1: literal replay of the recorded trajectory in golden's place (minted ids not rewritten)
-    literal = frame(run_all(template, by_mode, A.GoldenGuided(rewrite=False)))
-    assert not claim_map(_swap(pd.concat([episodes, literal.assign(agent="literal")]), "golden", "literal"))[
-        "S1_golden_solves_every_feasible_task"
-    ].held
-    # S2: trivially true (empty) verifier sets make the no-op agent "succeed"
-    trivial = {m: [dict(t, verifiers=[]) for t in by_mode[m]] for m in MODES}
-    noop_trivial = frame(run_all(template, trivial, A.Noop()))
-    assert not claim_map(pd.concat([episodes[episodes["agent"] != "noop"], noop_trivial]))[
-        "S2_noop_fails_feasible"
-    ].held
-    # S2: random in the no-op's place does not refuse; a chatty no-op that notifies the user leaves a side effect
-
-    @dataclass_agent
-    def chatty(task, session):
-        session.call("send_notification", {"recipient_id": "usr0001", "subject": "x", "body": "I cannot help"})
-        return "I cannot help.", []
-
-    assert not claim_map(_swap(episodes, "noop", "random"))["S2_noop_refuses_infeasible"].held
-    allowed = {
-        m: [dict(t, selected_tools=t["selected_tools"] + ["send_notification"]) for t in by_mode[m]] for m in MODES
-    }
-    chatty_rows = frame(run_all(template, allowed, chatty))
-    assert not claim_map(pd.concat([episodes[episodes["agent"] != "noop"], chatty_rows]))[
-        "S2_noop_no_side_effects"
-    ].held
+def test_negative_controls_fail_their_claims(episodes):
     # S3: golden in random's place, golden in the heuristic's place
     ep = _swap(episodes, "random", "golden").assign(run=0)
     assert not claim_map(ep, seeds=(0,))["S3_random_at_most_10pct"].held
@@ -426,32 +481,34 @@ def test_negative_controls_fail_their_claims(episodes, world):
     assert claim_map(episodes)["S4_distractors_cost_heuristic"].value < 0
     assert claim_map(swapped)["S4_distractors_cost_heuristic"].value > 0
     assert not claim_map(swapped)["S4_distractors_cost_heuristic"].held
-    # S5: success scored as "any verifier passes"
-    broken = episodes.assign(overall_success=episodes["verifiers_passed"] > 0)
-    assert not claim_map(broken)["S5_pass_rate_at_least_success"].held
 
-    # S6: a scripted model that does not recover from its injected error
-    class Stubborn(endpoint.ScriptedModel):
-        def reply(self, body):
-            if any(m["role"] == "tool" for m in body["messages"]):
-                return self._message({"role": "assistant", "content": "Done."})
-            return super().reply(body)
 
-    all_tasks = [t for m in MODES for t in by_mode[m]]
-    stubborn = frame(mock_run(template, all_tasks, Stubborn(all_tasks, http_errors=0)))
-    assert not claim_map(pd.concat([episodes[episodes["agent"] != "mock_llm"], stubborn]))[
-        "S6_mock_llm_http_equals_golden"
-    ].held
+def test_errored_episodes_count_as_failures_as_the_official_compute_score(episodes):
+    """An episode that errored (its endpoint failed past the retries) stays in every rate as a failure."""
+    golden = episodes[(episodes["agent"] == "golden") & (episodes["mode"] == "oracle")]
+    broken = episodes.copy()
+    first = golden.index[golden["feasible"]][0]
+    infeasible = golden.index[~golden["feasible"]][0]
+    broken.loc[[first, infeasible], "errored"] = "HTTP 503 after 5 attempt(s)"
+    scored = metrics.summary(broken[broken["agent"] == "golden"], ["mode"]).set_index("mode").loc["oracle"]
+    n_feasible, n_infeasible = int(golden["feasible"].sum()), int((~golden["feasible"]).sum())
+    assert scored["errored"] == 2
+    assert scored["feasible_success"] == pytest.approx((n_feasible - 1) / n_feasible)
+    assert scored["refusal_accuracy"] == pytest.approx((n_infeasible - 1) / n_infeasible)
+    assert scored["verifier_pass_rate"] == pytest.approx((n_feasible - 1) / n_feasible)
+    table = claims.metrics_table(broken, pd.DataFrame(), 0, [0, 1], MODES, "smoke")
+    rows = table[(table["method"] == "golden") & (table["metric"] == "oracle/success")]
+    assert len(rows) == n_feasible and rows["value"].sum() == n_feasible - 1
 
 
 def test_a_missing_value_gives_no_data_not_a_verdict(episodes):
     broken = episodes.copy()
-    first = broken.index[(broken["agent"] == "golden") & broken["feasible"]][0]
+    first = broken.index[(broken["agent"] == "random") & broken["feasible"] & (broken["mode"] == "oracle")][0]
     broken["overall_success"] = broken["overall_success"].astype(object)
     broken.loc[first, "overall_success"] = None
     got = claim_map(broken)
-    assert got["S1_golden_solves_every_feasible_task"].verdict == NO_DATA
-    assert not got["S1_golden_solves_every_feasible_task"].held
+    assert got["S3_random_at_most_10pct"].verdict == NO_DATA
+    assert not got["S3_random_at_most_10pct"].held
 
 
 def dataclass_agent(fn):
@@ -483,6 +540,51 @@ def test_mutation_test_catches_most_mutants_and_fails_with_count_only_verifiers(
     assert mutation.perturb(2, {"type": "integer", "minimum": 1, "maximum": 2}, {}, rng) == 1
 
 
+def test_alternative_orders_respect_references_and_the_order_of_writes():
+    step = lambda tool, **args: {"tool": tool, "args": args}  # noqa: E731
+    three_lookups = [
+        step("itsm_search_incidents", number="INC1"),
+        step("itsm_find_group", name="g"),
+        step("find_user", email="a@b"),
+        step("itsm_assign_incident", incident_id="$1.result.items.0.id", group_id="$2.result.items.0.id"),
+    ]
+    assert alternatives.reordered(three_lookups) == [3, 2, 1, 4]
+    chain = [step("find_user", email="a@b"), step("hr_get_profile", user_id="$1.result.items.0.id")]
+    assert alternatives.reordered(chain) is None
+    # writes keep their order, and a write waits for the reads before it (offboarding: returns before termination)
+    offboard = [
+        step("find_user", email="a@b"),
+        step("itsm_search_assets", assigned_to="$1.result.items.0.id"),
+        step("itsm_return_asset", asset_id="$2.result.items.0.id"),
+        step("hr_set_employment_status", user_id="$1.result.items.0.id", status="terminated"),
+    ]
+    assert alternatives.reordered(offboard) is None
+    moved, final = alternatives._apply(three_lookups, "{$1.result.items.0.number}", [3, 2, 1, 4])
+    assert moved[3]["args"] == {"incident_id": "$3.result.items.0.id", "group_id": "$2.result.items.0.id"}
+    assert final == "{$3.result.items.0.number}"
+
+
+def test_alternative_plans_pass_the_verifiers_and_fail_trajectory_matching_and_stricter_checks(world, monkeypatch):
+    sql, template, by_mode = world
+    alts = alternatives.check_alternatives(by_mode["oracle"], template)
+    assert len(alts) == 19 and set(alts["kind"]) == {"reorder", "route", "detour"}
+    assert alts["accepted"].all() and not alts["trajectory_match"].any()
+    # trajectory matching is a real checker: golden replay matches itself
+    task = by_mode["oracle"][0]
+    replays = [
+        tasks.replay(template.episode(task["eog"]["actor"], task["task_id"]), task["eog"]["golden_plan"], "")[0]
+        for _ in range(2)
+    ]
+    assert alternatives._signature(replays[0]) == alternatives._signature(replays[1])
+    # verifiers derived as a naive diff (minted ids compared literally, ids, numbers and timestamps kept) pin the ids
+    # golden replay's server minted: they reject the valid alternatives, so the claim can fail
+    monkeypatch.setattr(tasks, "VOLATILE", re.compile(r"(?!)"))
+    monkeypatch.setattr(tasks, "_ref_expr", lambda table, col, value, ref, conn: (f"{table}.{col}", value))
+    strict = tasks.build_tasks(sql, 19, 9, 0, ["oracle"]).modes["oracle"]
+    strict = alternatives.check_alternatives([tasks.load_task(json.loads(json.dumps(r))) for r in strict], template)
+    assert strict["accepted"].mean() < 0.95
+
+
 # ---- config -------------------------------------------------------------------------------------------------------
 
 
@@ -512,11 +614,6 @@ def test_config_errors_name_the_key_and_the_allowed_values(tmp_path):
         load_paper_config("enterpriseops_gym", "smoke", root)
     path.write_text(text.replace("smoke: {}", "smoke: {agents: [noop, golden]}"))
     with pytest.raises(ConfigError, match=r"agents lacks \['random', 'heuristic', 'mock_llm'\]"):
-        load_paper_config("enterpriseops_gym", "smoke", root)
-    path.write_text(text.replace("smoke: {}", "smoke: {agents: [noop, random, heuristic, golden, mock_llm]}"))
-    with pytest.raises(
-        ConfigError, match=r"\(S1_golden_solves_every_feasible_task\)\.control\.method = 'golden_literal'"
-    ):
         load_paper_config("enterpriseops_gym", "smoke", root)
     path.write_text(text.replace("smoke: {}", "smoke: {tasks: {n_infeasible: 2}}"))
     with pytest.raises(ConfigError, match=r"tasks.n_infeasible \(2\) must be >= 3"):

@@ -4,7 +4,7 @@ one refused with `paperflow pin enterpriseops_gym` named; gym_dbs.zip served ove
 its sha256 and its git blob id; preprocess resolving seed files and server URLs; the official harness's protocol end
 to end (seed-database, MCP JSON-RPC with context headers, tools merged and filtered, sql-runner verifiers, the judge
 prompt) with our MCP server standing in for the official domain servers and a scripted model behind an
-OpenAI-compatible endpoint; errored samples retried and counted apart; the vLLM command line and server lifetime
+OpenAI-compatible endpoint; errored samples retried, counted, and scored as failures; the vLLM command line and server lifetime
 against a fake server; the per-domain/per-mode tables; the paper-scale DAG with a GPU on the served model's run only.
 """
 
@@ -338,7 +338,7 @@ def test_an_endpoint_that_keeps_failing_errors_the_sample_after_its_attempts(wor
     assert not served.databases
 
 
-def test_tables_per_model_mode_and_domain_exclude_errored_episodes(tmp_path):
+def test_tables_per_model_mode_and_domain_score_errored_episodes_as_failures(tmp_path):
     rows = []
     for model, rate in (("m1", 1.0), ("m2", 0.5)):
         for mode in ("oracle", "plus_5_tools"):
@@ -358,10 +358,11 @@ def test_tables_per_model_mode_and_domain_exclude_errored_episodes(tmp_path):
                                 "verifier_pass_rate": 1.0 if success else 0.25,
                             }
                         )
-    rows.append({**rows[0], "run": 9, "errored": "HTTP 503", "overall_success": False, "verifier_pass_rate": 0.0})
+    # an errored sample whose verifiers had partly passed before the error: compute_score.py scores it a failure
+    rows.append({**rows[0], "run": 9, "errored": "HTTP 503", "overall_success": False, "verifier_pass_rate": 0.75})
     ep = pd.DataFrame(rows)
     t = official.official_tables(ep, ["calendar", "hr", "itsm"])
-    ok = ep[ep["errored"].isna()]
+    ok = ep.assign(verifier_pass_rate=ep["verifier_pass_rate"].where(ep["errored"].isna(), 0.0))
     for _, row in t["success"].iterrows():
         g = ok[(ok["agent"] == row["model"]) & (ok["mode"] == row["mode"])]
         per = {d: 100 * g[g["domain"] == d]["overall_success"].mean() for d in ("hr", "itsm")}
@@ -369,13 +370,17 @@ def test_tables_per_model_mode_and_domain_exclude_errored_episodes(tmp_path):
         assert row["avg"] == pytest.approx(sum(per.values()) / 2)  # unweighted over the domains present
         assert row["micro"] == pytest.approx(100 * g["overall_success"].mean())
         assert pd.isna(row["calendar"])
-    assert t["success"].set_index(["model", "mode"]).loc[("m1", "oracle"), "avg"] == 100.0
+    success = t["success"].set_index(["model", "mode"])
+    assert success.loc[("m1", "oracle"), "itsm"] == pytest.approx(80.0)  # 4 of 5 episodes, the errored one failed
+    assert success.loc[("m1", "plus_5_tools"), "avg"] == 100.0
+    assert t["verifier_pass"].set_index(["model", "mode"]).loc[("m1", "oracle"), "itsm"] == pytest.approx(80.0)
     counts = t["counts"].set_index(["model", "mode", "domain"])
     assert (
         counts.loc[("m1", "oracle", "itsm"), "errored"] == 1 and counts.loc[("m1", "oracle", "itsm"), "episodes"] == 5
     )
     pk = t["pass_k"].set_index(["model", "mode", "domain", "k"])["pass_hat_k"]
     assert pk[("m2", "oracle", "hr", 1)] == pytest.approx(0.5) and pk[("m2", "oracle", "hr", 2)] == 0.0
+    assert pk[("m1", "oracle", "itsm", 1)] == pytest.approx((2 / 3 + 1) / 2)  # the errored run fails its task
     outputs = {f"table_{k}": str(tmp_path / f"{k}.csv") for k in ("success", "verifier_pass", "pass_k", "counts")}
     outputs |= {"metrics": str(tmp_path / "metrics.json"), "report": str(tmp_path / "report.md")}
     meta = {"hub": HUB, "revision": SHA, "rows": {"oracle": {"hr": 4, "itsm": 2}}}

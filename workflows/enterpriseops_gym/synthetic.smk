@@ -50,6 +50,7 @@ rule enterpriseops_gym_validate:
         validation=enterpriseops_gym_path("validation", "validation.json"),
         acceptance=enterpriseops_gym_path("validation", "acceptance.csv"),
         mutation=enterpriseops_gym_path("validation", "mutation.csv"),
+        alternatives=enterpriseops_gym_path("validation", "alternatives.csv"),
     log:
         enterpriseops_gym_path("logs", "validate.log"),
     conda:
@@ -117,6 +118,7 @@ rule enterpriseops_gym_report:
         validation=enterpriseops_gym_path("validation", "validation.json"),
         acceptance=enterpriseops_gym_path("validation", "acceptance.csv"),
         mutation=enterpriseops_gym_path("validation", "mutation.csv"),
+        alternatives=enterpriseops_gym_path("validation", "alternatives.csv"),
     output:
         report=enterpriseops_gym_path("report.md"),
         metrics=enterpriseops_gym_path("metrics.json"),
@@ -132,6 +134,11 @@ rule enterpriseops_gym_report:
         ),
         table_mutation=report(
             enterpriseops_gym_path("tables", "mutation.csv"), category="enterpriseops_gym", labels={"table": "mutants"}
+        ),
+        table_alternatives=report(
+            enterpriseops_gym_path("tables", "alternatives.csv"),
+            category="enterpriseops_gym",
+            labels={"table": "alternatives"},
         ),
         figure_success=report(
             enterpriseops_gym_path("figures", "success.png"),

@@ -1,10 +1,11 @@
 """The metrics table (judged by the claims of config/enterpriseops_gym.yaml), tables, figures and the report (spec
 sections 7, 8 and 11).
 
-The gated claims S1-S6 and the mutation test are proofs that the benchmark is sound (its verifiers are satisfiable,
-non-trivial, sensitive, and the HTTP/MCP path is faithful), not the paper's finding about language models, which
-needs real models at paper scale. Every metric they read is computed here from the episode table and the validation
-outputs; errored episodes are left out of every rate.
+The gated claims test the benchmark (its verifiers reject plan errors and accept valid alternative plans; the
+random and keyword agents land where they should), not the paper's finding about language models, which needs real
+models at paper scale; what holds by construction (golden replay solves its own tasks, the no-op changes nothing, the
+HTTP/MCP path replays golden) is asserted by the tests. Every metric is computed here from the episode table and the
+validation outputs; an errored episode is scored as a failure, as the official compute_score.py scores it.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ import pandas as pd
 from paperflow.core import plots
 from paperflow.core.claims import long_table
 from paperflow.core.report import Figure, Report, Table, markdown_table
-from paperflow.enterpriseops_gym.metrics import macro_by_domain, pass_hat_k_table, summary
+from paperflow.enterpriseops_gym.metrics import as_failures, macro_by_domain, pass_hat_k_table, summary
 from paperflow.enterpriseops_gym.sandbox import TABLES
 from paperflow.enterpriseops_gym.tools import DISTRACTORS, TOOLS
 
 EVERY_AGENT = "every_agent"  # the minimum over agents of a per-agent value (S5)
 VERIFIERS, ROW_COUNT_VERIFIERS = "verifiers", "row_count_verifiers"  # the mutation test's two checkers
+TRAJECTORY_MATCH = "trajectory_match"  # the alternative-plan check's control: calls must equal golden replay's
 ALL_MODES = "all_modes"
 
 
 def _seeded(episodes: pd.DataFrame, world_seed: int, random_seeds: Sequence[int]) -> pd.DataFrame:
-    """The non-errored episodes with the seed of their rows: the random agent's run index -> its seed, every other
-    agent the world seed."""
-    ok = episodes[episodes["errored"].isna()].copy()
+    """The episodes, errored ones scored as failures, with the seed of their rows: the random agent's run index -> its
+    seed, every other agent the world seed."""
+    ok = as_failures(episodes)
     by_run = dict(enumerate(random_seeds))
     ok["seed"] = [by_run[r] if a == "random" else world_seed for a, r in zip(ok["agent"], ok["run"])]
     return ok
@@ -50,13 +52,15 @@ def metrics_table(
     random_seeds: Sequence[int],
     modes: Sequence[str],
     scale: str,
+    alternatives: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The long metrics table the config's claims are judged on. Item rows (one per task, or per mode and task for
     `all_modes/...`): `<mode>/success` on feasible tasks, `<mode>/refused_correctly` and `<mode>/side_effect` on
     infeasible ones, `all_modes/success`, `all_modes/same_final_db_as_golden` (the final database hash equals golden
     replay's), `distractor_gain/success` (plus_10 minus oracle success per feasible task) and
     `mutation/every_mutant_caught` per multi-step task (method `verifiers`, or `row_count_verifiers` for the
-    row-count verifiers alone). Seed rows: `oracle/between_random_and_golden` = min(agent - mean random, golden -
+    row-count verifiers alone), `alternative/accepted` per feasible task (method `verifiers`, or `trajectory_match`
+    for the control that compares the calls with golden replay's). Seed rows: `oracle/between_random_and_golden` = min(agent - mean random, golden -
     agent) of oracle feasible success, and `all_modes/pass_minus_success` = verifier pass rate - success rate per
     agent, with its minimum over agents as method `every_agent`."""
     ok = _seeded(episodes, world_seed, random_seeds)
@@ -116,7 +120,32 @@ def metrics_table(
                 {"seed": world_seed, "unit": t, "method": method, "metric": "mutation/every_mutant_caught", "value": v}
                 for t, v in caught.items()
             ]
+    if alternatives is not None and not alternatives.empty:
+        for method, column in ((VERIFIERS, "accepted"), (TRAJECTORY_MATCH, "trajectory_match")):
+            rows += [
+                {"seed": world_seed, "unit": t, "method": method, "metric": "alternative/accepted", "value": float(v)}
+                for t, v in zip(alternatives["task_id"], alternatives[column])
+            ]
     return long_table(rows, scale)
+
+
+def _alternatives_text(alternatives: pd.DataFrame) -> str:
+    if alternatives.empty:
+        return "No feasible task."
+    by_kind = alternatives.groupby("kind").agg(
+        tasks=("task_id", "size"), accepted=("accepted", "mean"), trajectory_match=("trajectory_match", "mean")
+    )
+    return (
+        f"{len(alternatives)} feasible tasks, one alternative plan each (another order of the steps where the "
+        "references allow one, else a user found by name instead of email, else extra read-only calls; the final "
+        "answer worded differently), replayed on a fresh copy of the seed that mints other ids than golden replay's. Accepted by every verifier / by "
+        "trajectory matching (the control), per kind: "
+        + "; ".join(
+            f"{k} {int(r['tasks'])} tasks: {r['accepted']:.3f} / {r['trajectory_match']:.3f}"
+            for k, r in by_kind.iterrows()
+        )
+        + ". The mutants that must fail are in 'Task set and its validation'."
+    )
 
 
 def figure_success(table: pd.DataFrame, agents: Sequence[str], modes: Sequence[str]):
@@ -166,12 +195,15 @@ def build_report(
     acceptance: pd.DataFrame,
     validation: Mapping[str, Any],
     mutants: pd.DataFrame,
+    alternatives: pd.DataFrame,
     run_notes: Mapping[str, Any],
     params: Mapping[str, Any],
 ) -> Report:
     agents = [a for a in params["agents"] if a in set(episodes["agent"])]
     modes = list(params["modes"])
-    table = metrics_table(episodes, mutants, params["world"]["seed"], params["random"]["seeds"], modes, params["scale"])
+    table = metrics_table(
+        episodes, mutants, params["world"]["seed"], params["random"]["seeds"], modes, params["scale"], alternatives
+    )
     by_mode = summary(episodes, ["agent", "mode"])
     by_domain = summary(episodes[episodes["mode"] == "oracle"], ["agent", "domain"])
     passk = pass_hat_k_table(episodes)
@@ -237,6 +269,10 @@ def build_report(
             + ".",
         ),
         (
+            "Verifier checks both ways: alternative plans (must pass) and mutants (must fail)",
+            _alternatives_text(alternatives),
+        ),
+        (
             "The HTTP and MCP path",
             f"The scripted model ran {len(mock_eps)} episodes through the OpenAI-compatible endpoint on 127.0.0.1 "
             f"with tools over {mock.get('transport', 'n/a')}; the harness retried "
@@ -273,6 +309,11 @@ def build_report(
             Table("table_domains", "Per agent and domain (oracle mode)", by_domain),
             Table("table_pass_k", "pass^k per agent and mode", passk),
             Table("table_mutation", "Every mutant of the mutation test and whether a verifier caught it", mutants),
+            Table(
+                "table_alternatives",
+                "Every feasible task's alternative plan and whether the verifiers (and trajectory matching) accept it",
+                alternatives,
+            ),
         ],
         limitations=[
             f"The sandbox, tools and tasks are our reconstruction (spec section 2's 'eog'): {len(TABLES)} tables, "

@@ -14,10 +14,22 @@ def pass_hat_k(c: int, n: int, k: int) -> float:
     return comb(c, k) / comb(n, k)
 
 
+def as_failures(episodes: pd.DataFrame) -> pd.DataFrame:
+    """The episodes scored as the official `compute_score.py` scores them: an errored episode stays in every rate as
+    a failure (no success, no verifier passed, no correct refusal)."""
+    errored = episodes["errored"].notna()
+    out = episodes.copy()
+    for column, failed in (("overall_success", False), ("verifier_pass_rate", 0.0), ("refused_correctly", False)):
+        if column in out:
+            out[column] = out[column].astype(object).where(~errored, failed)
+    return out
+
+
 def pass_hat_k_table(episodes: pd.DataFrame) -> pd.DataFrame:
-    """pass^k for k = 1..n per agent and mode: the mean over tasks of C(c, k) / C(n, k) (n = runs of the task)."""
+    """pass^k for k = 1..n per agent and mode: the mean over tasks of C(c, k) / C(n, k) (n = runs of the task; an
+    errored run is a failed one)."""
     rows = []
-    ok = episodes[episodes["errored"].isna()]
+    ok = as_failures(episodes)
     for (agent, mode), g in ok.groupby(["agent", "mode"], sort=True):
         per_task = g.groupby("task_id")["overall_success"].agg(["sum", "count"])
         n = int(per_task["count"].min())
@@ -29,10 +41,10 @@ def pass_hat_k_table(episodes: pd.DataFrame) -> pd.DataFrame:
 
 def summary(episodes: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Per group: task success and verifier pass rate on feasible tasks, refusal accuracy and side-effect rate on
-    infeasible ones, tool calls per episode, errored episodes (excluded from the rates)."""
+    infeasible ones, tool calls per episode, errored episodes (counted in the rates as failures, `as_failures`)."""
     rows = []
     for key, g in episodes.groupby(by, sort=True):
-        ok = g[g["errored"].isna()]
+        ok = as_failures(g)
         feas, infeas = ok[ok["feasible"]], ok[~ok["feasible"]]
         rows.append(
             {
@@ -56,8 +68,7 @@ def _mean(s: pd.Series) -> float:
 
 
 def macro_by_domain(episodes: pd.DataFrame, agent: str, mode: str) -> float:
-    """Macro average of feasible-task success over domains (the README leaderboard's "Avg")."""
-    g = episodes[
-        (episodes["agent"] == agent) & (episodes["mode"] == mode) & episodes["feasible"] & episodes["errored"].isna()
-    ]
+    """Macro average of feasible-task success over domains (the README leaderboard's "Avg"; errored episodes fail)."""
+    scored = as_failures(episodes)
+    g = scored[(scored["agent"] == agent) & (scored["mode"] == mode) & scored["feasible"]]
     return float(g.groupby("domain")["overall_success"].mean().mean())

@@ -15,7 +15,8 @@ vLLM on the GPU node of the run).
   comparisons, response_check judged by the run's model with the official judge prompt, tool_execution. A verifier
   whose gym_name names no server of the task is skipped, as there. Success = every verifier passes.
 - Samples whose run errors (the endpoint or a server failing past its retries) are retried up to `attempts` times, as
-  evaluate.py does; an errored episode is counted apart and excluded from the rates (evaluate.py would average it in).
+  evaluate.py does; an errored episode is counted in tables/counts.csv and scored as a failure in every rate, as
+  compute_score.py scores it.
 - `vllm_command`: the `vllm serve` command line for an open model (tool-call and reasoning parsers), served inside
   the GPU job by the kit's `paperflow.core.lm.serve.served`.
 - `official_tables`: success and verifier pass rates per model, mode and domain as the paper's tables give them
@@ -661,13 +662,13 @@ def endpoint_of(name: str, model: Mapping[str, Any]) -> tuple[str, str]:
 
 def official_tables(episodes, domains: Sequence[str]):
     """(success, verifier_pass, counts, pass_k) frames from the episode table: per model and mode, one column per
-    domain (percent, over non-errored episodes), `avg` the unweighted mean over the domains present (the README's
+    domain (percent, over every episode, an errored one a failure), `avg` the unweighted mean over the domains present (the README's
     Avg), `micro` over all episodes; counts give episodes and errored ones; pass^k per model, mode and domain."""
     import pandas as pd
 
-    from paperflow.enterpriseops_gym.metrics import pass_hat_k
+    from paperflow.enterpriseops_gym.metrics import as_failures, pass_hat_k
 
-    ok = episodes[episodes["errored"].isna()]
+    ok = as_failures(episodes)
     tables = {}
     for metric, column in (("success", "overall_success"), ("verifier_pass", "verifier_pass_rate")):
         rows = []
@@ -820,7 +821,7 @@ def report(episodes, domains: Sequence[str], meta: Mapping[str, Any], outputs: M
         "# EnterpriseOps-Gym at paper scale",
         "",
         f"Official task set {meta['hub']} at commit {meta['revision']}; {len(episodes)} episodes, "
-        f"{metrics['errored']} errored (excluded from the rates, counted in tables/counts.csv).",
+        f"{metrics['errored']} errored (scored as failures, as compute_score.py does; counted in tables/counts.csv).",
         "",
         "## Task success (%) per domain, ReAct",
         "",

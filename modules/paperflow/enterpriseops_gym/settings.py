@@ -6,14 +6,15 @@ from typing import Any
 
 from paperflow.core.config import ConfigError, require_choices
 
-# what the gated claims read: S1-S6 compare these agents, S3/S4 these modes
+# what the claims and the report read: S3 compares noop, random, heuristic and golden, the report the HTTP/MCP path
+# (mock_llm); S3/S4 these modes
 CLAIM_AGENTS = ("noop", "random", "heuristic", "golden", "mock_llm")
 CLAIM_MODES = ("oracle", "plus_10")
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
     require_choices(
-        cfg["agents"], source=source, key="agents", required=CLAIM_AGENTS, why="the gated claims S1-S6 compare"
+        cfg["agents"], source=source, key="agents", required=CLAIM_AGENTS, why="the claims S3/S4 and the report compare"
     )
     require_choices(cfg["modes"], source=source, key="modes", required=CLAIM_MODES, why="the claims S3/S4 compare")
     if cfg["tasks"]["n_infeasible"] < 3:
@@ -52,11 +53,13 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
         "distractor_gain/success",
         "oracle/between_random_and_golden",
         "mutation/every_mutant_caught",
+        "alternative/accepted",
     ]
 
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:
-    """The agents run, the minimum over them (`every_agent`), and the mutation test's two checkers."""
+    """The agents run, the minimum over them (`every_agent`), the mutation test's two checkers and the alternative
+    plans' control (`trajectory_match`)."""
     if cfg["source"]["kind"] != "synthetic":
         return []
-    return [*cfg["agents"], "every_agent", "verifiers", "row_count_verifiers"]
+    return [*cfg["agents"], "every_agent", "verifiers", "row_count_verifiers", "trajectory_match"]

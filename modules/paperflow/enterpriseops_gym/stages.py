@@ -1,5 +1,5 @@
 """The pipeline's stages without the agents' transports (those are in `runs`): the sandbox ("download"), the task
-set ("preprocess"), the task-set validation with the mutation test, and the episode table ("evaluate")."""
+set ("preprocess"), the task-set validation with the mutation test and the alternative plans, and the episode table ("evaluate")."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pandas as pd
 
 from paperflow.core.config import ConfigError
 from paperflow.enterpriseops_gym import agents as A
+from paperflow.enterpriseops_gym.alternatives import check_alternatives
 from paperflow.enterpriseops_gym.harness import LocalSession, run_episode
 from paperflow.enterpriseops_gym.mutation import mutation_test
 from paperflow.enterpriseops_gym.sandbox import Template, WorldSize, world_sql
@@ -115,19 +116,23 @@ def reset_isolation(tasks: Sequence[Mapping[str, Any]], template: Template) -> d
     return {"pairs": len(hashes), "identical": int(sum(hashes)), "seed_unchanged": before == after}
 
 
-def validate(sql_path: str, tasks_path: str, mutation_seed: int) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+def validate(
+    sql_path: str, tasks_path: str, mutation_seed: int
+) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Spec checks 10.1 and 10.3, the mutation test (mutants must fail) and the alternative plans (must pass)."""
     template = Template(Path(sql_path).read_text())
     tasks = load_tasks(tasks_path)
     table = acceptance(tasks, template)
     isolation = reset_isolation(tasks, template)
     mutants = mutation_test(tasks, template, mutation_seed)
+    alternatives = check_alternatives(tasks, template)
     doc = {
         "tasks": len(tasks),
         "sound": int(table["sound"].sum()),
         "reset_isolation": isolation,
         "golden_steps": {t["task_id"]: len(t["eog"]["golden_plan"]) for t in tasks},
     }
-    return doc, table, mutants
+    return doc, table, mutants, alternatives
 
 
 EPISODE_COLUMNS = (

@@ -19,6 +19,7 @@ with snakemake_job(snakemake) as job:
         acceptance=pd.read_csv(job.input.acceptance),
         validation=validation,
         mutants=pd.read_csv(job.input.mutation),
+        alternatives=pd.read_csv(job.input.alternatives),
         run_notes=notes,
         params=dict(job.params.items()),
     )
