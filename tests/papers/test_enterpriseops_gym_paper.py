@@ -443,6 +443,11 @@ def test_a_served_model_without_a_gpu_fails_naming_the_key(tmp_path):
         (("gpu_datasets: [qwen3_4b]", "gpu_datasets: []"), r"gpu_datasets \(\[\]\) must list exactly"),
         (("        serve: vllm\n", "        serve: sglang\n"), "sglang"),
         (("      git_blob: f6475dae", "      git_blob: main"), "git_blob"),
+        (('digest: "sha256:a234ae3f', 'digest: "latest:a234ae3f'), "digest"),
+        (
+            ("        gym-itsm-mcp: {image:", "        gym-itsm-mcp-renamed: {image:"),
+            r"official\.containers\.images has no image for server\(s\) \['gym-itsm-mcp'\]",
+        ),
     ],
 )
 def test_paper_config_errors_name_the_key(tmp_path, edit, message):
@@ -485,3 +490,160 @@ def test_paper_scale_dry_run_puts_a_gpu_on_the_served_models_run_only(dry_repo):
         gpus.setdefault(job.rule, set()).add(job.gpus)
     assert gpus["enterpriseops_gym_train"] == {1}
     assert all(v == {0} for r, v in gpus.items() if r != "enterpriseops_gym_train")
+
+
+# ---- the domain servers under Apptainer (paper scale, unattended) ----------------------------------------------------
+
+FAKE_APPTAINER = """#!{python}
+# a stand-in for `apptainer run [opts] docker://image@digest`: records its argv, then serves HTTP on loopback at the
+# port given by --env PORT=... (or exits 3 at once when --env FAIL=1), as a domain server would
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_APPTAINER_RECORD"], "a") as fh:
+    fh.write(json.dumps(args) + "\\n")
+env = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--env")
+if env.get("FAIL"):
+    print("fake server: cannot start", flush=True)
+    sys.exit(3)
+os.execv(sys.executable, [sys.executable, "-m", "http.server", env["PORT"], "--bind", "127.0.0.1"])
+"""
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fake_apptainer(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "apptainer"
+    exe.write_text(FAKE_APPTAINER.format(python=sys.executable))
+    exe.chmod(0o755)
+    record = tmp_path / "apptainer_calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_APPTAINER_RECORD", str(record))
+
+    def calls():
+        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+    return calls
+
+
+def two_servers(**extra):
+    ports = {"gym-itsm-mcp": free_port(), "gym-teams-mcp": free_port()}
+    urls = {s: f"http://127.0.0.1:{p}" for s, p in ports.items()}
+    images = {
+        s: {"image": f"example/eog-{s}", "digest": DIGEST, "env": {"PORT": str(p), **extra.get(s, {})}}
+        for s, p in ports.items()
+    }
+    return urls, {"start": True, "startup_timeout_s": 30, "stop_timeout_s": 5, "images": images}
+
+
+def test_domain_servers_start_pinned_answer_log_and_stop(fake_apptainer, tmp_path):
+    from paperflow.enterpriseops_gym import containers
+
+    urls, boxes = two_servers()
+    logs = tmp_path / "logs" / "train" / "m_servers"
+    with containers.domain_servers(boxes, urls, ["gym-teams-mcp", "gym-itsm-mcp", "gym-itsm-mcp"], logs) as cmds:
+        assert all(containers.answers(u) for u in urls.values())
+        assert sorted(cmds) == sorted(urls)
+    calls = fake_apptainer()
+    assert len(calls) == 2  # one start per server, however many tasks name it
+    for call in calls:
+        assert call[:3] == ["run", "--cleanenv", "--writable-tmpfs"]
+        assert re.fullmatch(r"docker://example/eog-gym-(itsm|teams)-mcp@sha256:(ab){32}", call[-1])
+    assert not any(containers.answers(u, timeout_s=1) for u in urls.values())  # stopped with the block
+    for server in urls:  # each server's output in the job's log folder (http.server logs the health check's GET)
+        assert "GET / " in (logs / f"{server}.log").read_text()
+
+
+def test_domain_servers_stop_when_the_job_fails(fake_apptainer, tmp_path):
+    from paperflow.enterpriseops_gym import containers
+
+    urls, boxes = two_servers()
+    with pytest.raises(RuntimeError, match="the agent crashed"):
+        with containers.domain_servers(boxes, urls, list(urls), tmp_path / "logs"):
+            raise RuntimeError("the agent crashed")
+    assert not any(containers.answers(u, timeout_s=1) for u in urls.values())
+
+
+def test_a_server_that_dies_at_start_fails_the_job_with_its_log_and_the_others_stop(fake_apptainer, tmp_path):
+    from paperflow.enterpriseops_gym import containers
+
+    urls, boxes = two_servers(**{"gym-teams-mcp": {"FAIL": "1"}})
+    with pytest.raises(containers.ServerStartError, match=r"gym-teams-mcp exited with 3(.|\n)*cannot start"):
+        with containers.domain_servers(boxes, urls, list(urls), tmp_path / "logs"):
+            pytest.fail("the block must not run")
+    assert not containers.answers(urls["gym-itsm-mcp"], timeout_s=1)
+
+
+def test_an_unpinned_image_is_refused_naming_its_key_before_anything_starts(fake_apptainer, tmp_path):
+    from paperflow.enterpriseops_gym import containers
+
+    urls, boxes = two_servers()
+    boxes["images"]["gym-teams-mcp"]["digest"] = None
+    with pytest.raises(ConfigError, match=r"official\.containers\.images\.gym-teams-mcp\.digest is null"):
+        with containers.domain_servers(boxes, urls, list(urls), tmp_path / "logs"):
+            pytest.fail("the block must not run")
+    assert fake_apptainer() == []
+    # the train job refuses it too, before the model server starts
+    cfg = load_paper_config("enterpriseops_gym", "paper")
+    off = dict(cfg["official"], servers=urls, containers=boxes)
+    path = tmp_path / "t.jsonl"
+    official.write_jsonl(path, [{"gym_servers_config": [{"mcp_server_name": "gym-teams-mcp"}]}])
+    with pytest.raises(ConfigError, match=r"official\.containers\.images\.gym-teams-mcp\.digest"):
+        official.run_model("qwen3_4b", off["models"]["qwen3_4b"], {m: str(path) for m in off["modes"]}, off)
+    assert fake_apptainer() == []
+
+
+def test_user_started_servers_are_health_checked_only(fake_apptainer, tmp_path):
+    from paperflow.enterpriseops_gym import containers
+
+    urls, boxes = two_servers()
+    boxes = dict(boxes, start=False, startup_timeout_s=0.5)
+    with pytest.raises(containers.ServerStartError, match="did not answer"):
+        with containers.domain_servers(boxes, urls, list(urls), tmp_path / "logs"):
+            pytest.fail("the block must not run")
+    assert fake_apptainer() == []
+
+
+def test_paper_scale_dag_runs_the_domain_servers_under_apptainer_by_digest(dry_repo):
+    """A real Snakemake dry run of the paper-scale DAG (the API's dryrun executor): the train job's params hold the
+    apptainer command per domain server with the digest-pinned image, or the refusal of an unpinned one, and its log
+    folder for the servers."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
+
+    cfg = load_paper_config("enterpriseops_gym", "paper")["official"]["containers"]["images"]
+    with SnakemakeApi(OutputSettings()) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(config={"scale": "paper", "papers": ["enterpriseops_gym"]}),
+            snakefile=dry_repo / "Snakefile",
+            workdir=dry_repo,
+        )
+        dag = wf.dag(DAGSettings(forceall=True))
+        dag.execute_workflow(executor="dryrun")
+        jobs = [j for j in dag.workflow_api._workflow.dag.jobs if j.rule.name == "enterpriseops_gym_train"]
+    assert len(jobs) == 1
+    shown = jobs[0].params.domain_servers
+    assert sorted(shown) == sorted(cfg)
+    for server, spec in cfg.items():
+        if spec["digest"]:
+            assert shown[server] == (
+                f"apptainer run --cleanenv --writable-tmpfs docker://{spec['image']}@{spec['digest']}"
+            )
+        else:
+            assert shown[server].startswith(f"refused: official.containers.images.{server}.digest is null")
+    assert any(spec["digest"] for spec in cfg.values())
+    assert jobs[0].params.servers_log_dir == "results/paper/enterpriseops_gym/logs/train/qwen3_4b_servers"

@@ -28,6 +28,12 @@ def enterpriseops_gym_model_input(wildcards):
     return {}
 
 
+def enterpriseops_gym_domain_servers():
+    from paperflow.enterpriseops_gym.containers import planned
+
+    return planned(ENTERPRISEOPS_GYM_OFFICIAL.get("containers"), sorted(ENTERPRISEOPS_GYM_OFFICIAL["servers"]))
+
+
 def enterpriseops_gym_model_runs():
     return keyed("runs", {m: enterpriseops_gym_path("runs", f"{m}.jsonl") for m in ENTERPRISEOPS_GYM_MODELS})
 
@@ -136,6 +142,10 @@ rule enterpriseops_gym_train:
         model=lambda wc: ENTERPRISEOPS_GYM_MODELS[wc.model],
         official=ENTERPRISEOPS_GYM_OFFICIAL,
         server_log=lambda wc: enterpriseops_gym_path("logs", "train", f"{wc.model}_server.log"),
+        # what the job runs per domain server (or why it refuses), from the same code: shown by the DAG tests
+        domain_servers=enterpriseops_gym_domain_servers(),
+        # the domain servers' logs, one per server (containers.domain_servers starts them under Apptainer)
+        servers_log_dir=lambda wc: enterpriseops_gym_path("logs", "train", f"{wc.model}_servers"),
         code=code_param("lm-serve", "workflows/enterpriseops_gym/scripts/train_official.py"),
     script:
         "scripts/train_official.py"

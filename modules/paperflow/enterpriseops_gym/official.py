@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import random
+import shlex
 import string
 import time
 import urllib.error
@@ -722,14 +723,23 @@ def run_model(
     official: Mapping[str, Any],
     model_json: str | None = None,
     server_log: str | None = None,
+    servers_log_dir: str | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every official task of every mode with model `name` under the ReAct harness: an open model (`serve: vllm`) is
     served by vLLM on this job's GPUs for the run's length, an API model is reached at its `base_url`. The judge of
-    response checks is the same model (the official convention) unless `official.judge` names another endpoint."""
+    response checks is the same model (the official convention) unless `official.judge` names another endpoint.
+    The domain servers the tasks name run under Apptainer for the run's length (`containers.domain_servers`, logs in
+    `servers_log_dir`) when `official.containers.start` is set; their pins are checked before the model server starts."""
+    from paperflow.enterpriseops_gym import containers
     from paperflow.enterpriseops_gym.harness import ReactAgent
 
     h = official["harness"]
     tasks = [t for mode in official["modes"] for t in read_jsonl(task_paths[mode])]
+    needed = containers.needed_servers(tasks)
+    boxes = official.get("containers") or {}
+    if boxes.get("start"):
+        containers.commands(boxes, needed)  # an unpinned image is refused before anything starts
+    logs_dir = servers_log_dir or str(Path(server_log or "logs").with_suffix("")) + "_servers"
 
     def run(base_url: str, api_key: str, served: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         agent = ReactAgent(
@@ -748,8 +758,10 @@ def run_model(
             judge = LlmJudge(jurl, judge_cfg["model"], jkey, retries=int(h["retries"]))
         else:
             judge = LlmJudge(base_url, served, api_key, retries=int(h["retries"]))
-        records = run_official(tasks, agent, judge, int(official["runs"]), int(h["attempts"]))
-        return records, {"model": name, "served_as": served, "usage": dict(agent.usage), "tasks": len(tasks)}
+        with containers.domain_servers(boxes, official["servers"], needed, logs_dir) as started:
+            records = run_official(tasks, agent, judge, int(official["runs"]), int(h["attempts"]))
+        notes = {"model": name, "served_as": served, "usage": dict(agent.usage), "tasks": len(tasks)}
+        return records, notes | {"domain_servers": {s: shlex.join(c) for s, c in started.items()}}
 
     if model["serve"] == "vllm":
         from paperflow.core.device import pick

@@ -31,6 +31,15 @@ def check_official(cfg: dict[str, Any], source: str) -> None:
     missing = [k for k in ("tasks", "dbs") if k not in cfg["source"]] + (["official"] if "official" not in cfg else [])
     if missing:
         raise ConfigError(f"{source}: source.kind 'official' needs {', '.join(missing)} (see the paper block)")
+    boxes = cfg["official"].get("containers") or {}
+    if boxes.get("start"):
+        images = boxes.get("images") or {}
+        missing = sorted(set(cfg["official"]["servers"]) - set(images))
+        if missing:
+            raise ConfigError(
+                f"{source}: official.containers.images has no image for server(s) {missing} of official.servers "
+                "(containers.start is true: the train job starts every server)"
+            )
     served = sorted(m for m, c in cfg["official"]["models"].items() if c["serve"] == "vllm")
     heavy = sorted(cfg["resources"].get("gpu_datasets", []))
     if heavy != served:

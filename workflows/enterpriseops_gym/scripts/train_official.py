@@ -7,7 +7,13 @@ with snakemake_job(snakemake) as job:
     model = job.wildcards.model
     model_json = job.input.model if "model" in job.input.keys() else None
     records, notes = run_model(
-        model, job.params.model, job.keyed("tasks"), job.params.official, model_json, job.params.server_log
+        model,
+        job.params.model,
+        job.keyed("tasks"),
+        job.params.official,
+        model_json,
+        job.params.server_log,
+        job.params.servers_log_dir,
     )
     write_jsonl(job.output.runs, records)
     with open(job.output.notes, "w") as fh:
