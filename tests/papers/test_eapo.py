@@ -230,21 +230,26 @@ def _curves(gains: dict[str, float], seeds=SEEDS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _mechanism(method: str, p_inj: float, p_non: float, seeds=SEEDS) -> pd.DataFrame:
+def _mechanism(method: str, p_inj: float, p_non: float, fix: float, seeds=SEEDS) -> pd.DataFrame:
+    """Counts with P(wrong | injected) = p_inj (+ a per-seed wobble), P(wrong | not) = p_non, and the prior's token
+    gold on a share `fix` (+ a wobble) of the injected wrong steps (0.5 elsewhere)."""
     rows = []
     for s in seeds:
         for inj, p in ((True, p_inj + 0.01 * (s % 3)), (False, p_non)):
             for wrong, share in ((True, p), (False, 1 - p)):
-                rows.append(
-                    {
-                        "method": method,
-                        "seed": s,
-                        "position": "tens",
-                        "injected": inj,
-                        "wrong": wrong,
-                        "count": int(1000 * share),
-                    }
-                )
+                f = fix + 0.01 * (s % 2) if inj and wrong else 0.5
+                for correct, part in ((True, f), (False, 1 - f)):
+                    rows.append(
+                        {
+                            "method": method,
+                            "seed": s,
+                            "position": "tens",
+                            "injected": inj,
+                            "wrong": wrong,
+                            "prior_correct": correct,
+                            "count": int(round(1000 * share * part)),
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -254,48 +259,111 @@ def _verdicts(curves: pd.DataFrame, mechanism: pd.DataFrame) -> dict:
     return {v.id: v for v in judge_all(specs, table, "smoke")}
 
 
-def _mechanisms(eapo: float, base: float, randpos: float) -> pd.DataFrame:
-    """Each method's P(wrong | injected) against P(wrong | not injected) = 0.1."""
-    return pd.concat(
-        [
-            _mechanism("eapo", eapo, 0.1),
-            _mechanism("eapo_baseprior", base, 0.1),
-            _mechanism("eapo_randpos", randpos, 0.1),
-        ]
-    )
+def _mechanisms(eapo_fix: float, base_fix: float) -> pd.DataFrame:
+    """Both injecting arms error-enriched alike (the rule's doing); their priors fix pi_old's errors at eapo_fix and
+    base_fix."""
+    return pd.concat([_mechanism("eapo", 0.6, 0.1, eapo_fix), _mechanism("eapo_baseprior", 0.6, 0.1, base_fix)])
+
+
+GATED_IDS = {
+    "primary_auc_eapo_gt_grpo",
+    "eapo_auc_gt_baseprior",
+    "final_accuracy_eapo_gt_grpo",
+    "mechanism_prior_fixes_errors",
+    "control_base_prior_no_gain",
+}
+
+
+def test_prior_fix_rate_is_the_share_of_gold_prior_tokens_at_injected_wrong_steps():
+    m = _mechanism("eapo", 0.6, 0.1, 0.7, seeds=(0,))
+    rate, n = claims.prior_fix_rate(m, "eapo", 0)
+    assert n == 600 and rate == pytest.approx(0.7)
+    assert np.isnan(claims.prior_fix_rate(m.drop(columns="prior_correct"), "eapo", 0)[0])
 
 
 def test_claims_hold_on_a_gain_that_their_controls_do_not_show():
-    found = _verdicts(_curves({"eapo": 0.05, "eapo_baseprior": -0.03, "eapo_randpos": 0.0}), _mechanisms(0.6, 0.1, 0.1))
-    assert {k: v.verdict for k, v in found.items()} == dict.fromkeys(found, HELD)
-    assert len(found) == 5
+    """EAPO gains, the base prior neither gains nor loses: every claim on EAPO holds, the base prior's own
+    negative control is undecided (its gain is the wobble)."""
+    found = _verdicts(_curves({"eapo": 0.05, "eapo_baseprior": 0.0}), _mechanisms(0.6, 0.2))
+    assert set(found) == GATED_IDS
+    verdicts = {k: v.verdict for k, v in found.items()}
+    assert verdicts == {**dict.fromkeys(found, HELD), "control_base_prior_no_gain": INCONCLUSIVE}
+    assert found["eapo_auc_gt_baseprior"].control["verdict"] == INCONCLUSIVE
+    assert not found["mechanism_prior_fixes_errors"].gated
     primary = found["primary_auc_eapo_gt_grpo"]
     assert primary.central and primary.ci_low > 0 and primary.control["method"] == "eapo_baseprior"
     assert primary.value == pytest.approx(0.025, abs=0.005)  # the gain grows linearly: its AUC is half of it
-    assert primary.control["verdict"] == REFUTED
+    assert primary.control["verdict"] == INCONCLUSIVE
+    assert found["final_accuracy_eapo_gt_grpo"].value == pytest.approx(0.05, abs=0.01)
+    assert found["mechanism_prior_fixes_errors"].value == pytest.approx(0.4, abs=0.01)
+
+
+def test_a_base_prior_that_hurts_voids_the_lead_over_it():
+    """When the base prior's injection hurts (GRPO beats it too), EAPO's lead over it is not evidence for pi_E's
+    experience (its control, GRPO in EAPO's place, holds), while section 11's negative control holds."""
+    found = _verdicts(_curves({"eapo": 0.05, "eapo_baseprior": -0.03}), _mechanisms(0.6, 0.2))
+    verdicts = {k: v.verdict for k, v in found.items()}
+    assert verdicts["eapo_auc_gt_baseprior"] == CONTROL_HOLDS
+    assert verdicts["control_base_prior_no_gain"] == HELD
+    assert verdicts["primary_auc_eapo_gt_grpo"] == HELD
 
 
 def test_a_base_prior_that_helps_as_much_voids_the_primary_and_mechanism_claims():
-    """Issue 44's control: the base model injected at the same critical steps gains and is as error-enriched."""
-    found = _verdicts(_curves({"eapo": 0.05, "eapo_baseprior": 0.05, "eapo_randpos": 0.0}), _mechanisms(0.6, 0.6, 0.1))
+    """Issue 44's control: the base model injected at the same critical steps gains as much and supplies the gold
+    token as often: nothing is held."""
+    found = _verdicts(_curves({"eapo": 0.05, "eapo_baseprior": 0.05}), _mechanisms(0.6, 0.6))
     verdicts = {k: v.verdict for k, v in found.items()}
     assert verdicts["primary_auc_eapo_gt_grpo"] == CONTROL_HOLDS
-    assert verdicts["primary_final_eapo_ahead_2_of_3"] == CONTROL_HOLDS
-    assert verdicts["mechanism_error_enrichment"] == CONTROL_HOLDS
+    assert verdicts["final_accuracy_eapo_gt_grpo"] == CONTROL_HOLDS
     assert verdicts["control_base_prior_no_gain"] == REFUTED
-    assert [k for k, v in found.items() if v.held] == ["control_random_positions_no_enrichment"]
+    assert verdicts["eapo_auc_gt_baseprior"] in (INCONCLUSIVE, REFUTED)
+    assert verdicts["mechanism_prior_fixes_errors"] in (INCONCLUSIVE, REFUTED)
+    assert not [k for k, v in found.items() if v.held]
 
 
 def test_no_gain_is_not_held_and_a_missing_seed_gives_no_data():
-    found = _verdicts(_curves({"eapo": 0.0, "eapo_baseprior": -0.03, "eapo_randpos": 0.0}), _mechanisms(0.1, 0.1, 0.6))
+    found = _verdicts(_curves({"eapo": 0.0, "eapo_baseprior": -0.03}), _mechanisms(0.2, 0.6))
     primary = found["primary_auc_eapo_gt_grpo"]
     assert primary.verdict == INCONCLUSIVE and primary.ci_low < 0 < primary.ci_high
-    assert found["mechanism_error_enrichment"].verdict == REFUTED
-    assert found["control_random_positions_no_enrichment"].verdict == REFUTED
-    curves = _curves({"eapo": 0.05, "eapo_baseprior": -0.03, "eapo_randpos": 0.0})
+    assert found["mechanism_prior_fixes_errors"].verdict == REFUTED
+    curves = _curves({"eapo": 0.05, "eapo_baseprior": -0.03})
     broken = curves[~((curves.method == "eapo") & (curves.seed == 3))]
-    found = _verdicts(broken, _mechanisms(0.6, 0.1, 0.1))
+    found = _verdicts(broken, _mechanisms(0.6, 0.2))
     assert found["primary_auc_eapo_gt_grpo"].verdict == NO_DATA
+
+
+def test_mechanism_counts_record_the_injected_prior_token_against_gold(task, test_set):
+    """The prior's draw is recorded on augmented rows only, is the token injected wherever a step is injected, and
+    the counts' prior_correct axis is (that draw == the gold digit)."""
+    ex, _ = test_set
+    runner = rl.Runner(model(task, 0), model(task, 1), rl.method("eapo"), settings(), task, 0, ex)
+    prompts = task.draw(4, runner.prompt_rng, ex)
+    runner.calibrate(prompts)
+    d = runner.collect(prompts)
+    completion = d.sequences[:, d.prompt_length :]
+    assert bool(d.injected.any())
+    assert torch.equal(completion[d.injected], d.prior_token[d.injected])
+    assert bool((d.prior_token[~d.augmented] == -1).all()) and bool((d.prior_token[d.augmented] >= 0).all())
+    runner._count_mechanism(d)
+    width = min(d.mask.shape[1], d.gold.shape[1])
+    live = d.mask.bool()[:, :width] & d.augmented[:, None]
+    inj = d.injected[:, :width] & live
+    gold_hit = (completion[:, :width] == d.gold[:, :width]) & inj
+    assert int(runner.mechanism[:, 1, :, 1].sum()) == int(gold_hit.sum())
+    assert int(runner.mechanism[:, 1].sum()) == int(inj.sum())
+    assert int(runner.mechanism.sum()) == int(live.sum())
+
+
+def test_a_run_with_stop_above_ends_at_the_first_evaluation_past_it(task, test_set):
+    """pi_E's stopping rule: stop_above below any accuracy ends the run at step 0 with the policy untouched; one no
+    accuracy reaches runs every step."""
+    ex, test = test_set
+    start = model(task, 0)
+    policy, records, _ = rl.train(model(task, 0), None, "grpo", settings(steps=3), task, 0, test, ex, stop_above=-1.0)
+    assert [r["step"] for r in records] == [0] and "loss" not in records[0]
+    assert all(torch.equal(a, b) for a, b in zip(start.parameters(), policy.parameters()))
+    _, records, _ = rl.train(model(task, 0), None, "grpo", settings(steps=3), task, 0, test, ex, stop_above=1.0)
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
 
 
 def test_auc_is_the_trapezoid_over_the_step_range():

@@ -490,3 +490,8 @@ def test_paper_scale_dry_run_puts_gpus_on_train_and_evaluate_only(dry_repo):
     assert gpus["eapo_evaluate"] == gpus["eapo_prior_traces"] == {res["evaluate_gpus"]}
     heavy = (*trains, "eapo_evaluate", "eapo_prior_traces")
     assert all(v == {0} for r, v in gpus.items() if r not in heavy)
+    # issue 44: the unsharded 7B layout needs ~141 GB cards, so every GPU job names the card model, no CPU job does
+    jobs = parse_dry_run(proc.stdout)
+    assert res["gpu_model"] and {j.resources.get("gpu_model") for j in jobs if j.gpus} == {res["gpu_model"]}
+    assert {j.resources.get("gpu_model") for j in jobs if not j.gpus} == {None}
+    assert "eapo_baseprior" in cfg["methods"]

@@ -236,6 +236,7 @@ rule eapo_report:
         rl=EAPO["rl"],
         eapo=EAPO["eapo"],
         sft=EAPO["sft"],
+        prior=EAPO["prior"],
         evaluation=EAPO["evaluation"],
         scale=RUN.scale,
         claims=EAPO["claims"],

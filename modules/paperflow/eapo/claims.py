@@ -2,9 +2,11 @@
 report.
 
 The table holds, per method and seed: `auc` (greedy test accuracy over training, decoded without injection),
-`final_accuracy` (at the last step), `final_ahead_of_grpo` (1 where that is above GRPO's on the same seed, else 0)
-and, for the injecting methods, `error_enrichment` = P(pi_old's argmax wrong | injected) / P(... | not injected) on
-augmented rollouts' answer tokens, with its two terms `p_wrong_injected` and `p_wrong_not_injected`.
+`final_accuracy` (at the last step) and, for the injecting methods, `prior_fix_rate` = P(the injected prior's token
+is the gold token | injected, pi_old's argmax wrong) on augmented rollouts' answer tokens (issue 44's mechanism:
+does the prior supply the right token where the policy would err), beside the report-only `error_enrichment` =
+P(pi_old's argmax wrong | injected) / P(... | not injected) with its two terms `p_wrong_injected` and
+`p_wrong_not_injected`.
 """
 
 from __future__ import annotations
@@ -65,6 +67,18 @@ def enrichment(mechanism: pd.DataFrame, method: str, seed: int) -> tuple[float, 
     return p_inj, p_non, p_inj / p_non if p_non > 0 else float("nan")
 
 
+def prior_fix_rate(mechanism: pd.DataFrame, method: str, seed: int) -> tuple[float, int]:
+    """(P(the prior's token is gold | injected, pi_old's argmax wrong), the number of such tokens) over augmented
+    rollouts' answer tokens of one run."""
+    m = mechanism[(mechanism["method"] == method) & (mechanism["seed"] == seed)]
+    if "prior_correct" not in m.columns:
+        return float("nan"), 0
+    m = m[m["injected"].astype(bool) & m["wrong"].astype(bool)]
+    total = int(m["count"].sum())
+    fixed = int(m.loc[m["prior_correct"].astype(bool), "count"].sum())
+    return (fixed / total if total else float("nan")), total
+
+
 def position_shares(mechanism: pd.DataFrame, method: str) -> pd.DataFrame:
     """Share of injections per answer position beside the position's share of augmented answer tokens (the base
     rate), pooled over seeds."""
@@ -88,15 +102,12 @@ def metrics_table(curves: pd.DataFrame, mechanism: pd.DataFrame, scale: str) -> 
     module's docstring for the metrics."""
     rows = []
     pairs = curves[["method", "seed"]].drop_duplicates().itertuples(index=False)
-    grpo_seeds = set(curves.loc[curves["method"] == "grpo", "seed"])
     for method, seed in sorted(pairs):
-        final = final_accuracy(curves, method, seed)
-        values = {"auc": auc(curves, method, seed), "final_accuracy": final}
-        if method != "grpo" and seed in grpo_seeds:
-            values["final_ahead_of_grpo"] = float(final > final_accuracy(curves, "grpo", seed))
+        values = {"auc": auc(curves, method, seed), "final_accuracy": final_accuracy(curves, method, seed)}
         if not mechanism[(mechanism["method"] == method) & (mechanism["seed"] == seed)].empty:
             p_inj, p_non, ratio = enrichment(mechanism, method, seed)
             values |= {"error_enrichment": ratio, "p_wrong_injected": p_inj, "p_wrong_not_injected": p_non}
+            values["prior_fix_rate"] = prior_fix_rate(mechanism, method, seed)[0]
         rows += [{"seed": int(seed), "method": method, "metric": k, "value": v} for k, v in values.items()]
     return long_table(rows, scale)
 
@@ -202,6 +213,7 @@ def build_report(
     for m in [m for m in methods if m.startswith("eapo")]:
         for s in seeds_of(m):
             p_inj, p_non, ratio = enrichment(mechanism, m, s)
+            fix, n_fix = prior_fix_rate(mechanism, m, s)
             sh = shares[shares["method"] == m].set_index("position")
             mech_lines.append(
                 {
@@ -210,6 +222,7 @@ def build_report(
                     "P(wrong | injected)": f"{p_inj:.3f}",
                     "P(wrong | not)": f"{p_non:.3f}",
                     "ratio": f"{ratio:.2f}",
+                    "P(prior's token gold | injected, wrong)": f"{fix:.3f} of {n_fix}",
                     "injection share h/t/u/eos": "/".join(
                         f"{sh.loc[p, 'injection_share']:.2f}" for p in ANSWER_POSITIONS
                     ),
@@ -218,6 +231,9 @@ def build_report(
     base_rate = shares[shares["method"] == "eapo"].set_index("position")["base_rate"] if "eapo" in methods else None
     base_acc = float(base_history["test_accuracy"].dropna().iloc[-1])
     prior_acc = float(prior_curves["test_accuracy"].dropna().iloc[-1])
+    prior_val = prior_curves["validation_accuracy"].dropna() if "validation_accuracy" in prior_curves else None
+    prior_steps = int(prior_curves["step"].max())
+    target = params["prior"].get("target_accuracy")
     eapo_rate = (
         float(curves[curves["method"] == "eapo"]["injection_rate"].mean()) if "eapo" in methods else float("nan")
     )
@@ -249,9 +265,16 @@ def build_report(
         (
             "Models",
             f"Base (SFT, {params['sft']['steps']} steps): greedy test accuracy {base_acc:.3f} (target 0.20-0.40). "
-            f"Experience prior pi_E (GRPO from the base, {len(prior_curves) - 1} steps): {prior_acc:.3f} (spec "
-            "expects > 0.60). pi_E cost one RL run of its own; `from_prior` continues GRPO from it as the fairness "
-            "control of spec section 9.",
+            f"Experience prior pi_E (GRPO from the base, {prior_steps} steps"
+            + (
+                f", trained until its greedy accuracy on {params['prior']['validation_size']} held-out validation "
+                f"problems exceeded {target} or {params['prior']['steps']} steps: validation accuracy "
+                f"{float(prior_val.iloc[-1]):.3f}"
+                if prior_val is not None and len(prior_val)
+                else ""
+            )
+            + f"): greedy test accuracy {prior_acc:.3f} (spec expects > 0.60). pi_E cost one RL run of its own; "
+            "`from_prior` continues GRPO from it as the fairness control of spec section 9.",
         ),
         ("TRL anchor", anchor_text),
     ]
@@ -278,5 +301,13 @@ def build_report(
             "Paper scale (Qwen2.5-Math-7B / Qwen3-8B, DAPO-Math-17k, five math benchmarks, verl with vLLM) is not wired: "
             "its downloads are not pinned (issue 18).",
         ],
-        metrics={"base_accuracy": base_acc, "prior_accuracy": prior_acc, "eapo_injection_rate": eapo_rate},
+        metrics={
+            "base_accuracy": base_acc,
+            "prior_accuracy": prior_acc,
+            "prior_validation_accuracy": float(prior_val.iloc[-1])
+            if prior_val is not None and len(prior_val)
+            else None,
+            "prior_steps": prior_steps,
+            "eapo_injection_rate": eapo_rate,
+        },
     )

@@ -119,6 +119,7 @@ class Injector:
                     "inject": none,
                     "argmax": state.logprobs.argmax(-1),
                     "kl": torch.zeros_like(state.entropies),
+                    "prior_token": torch.full_like(state.tokens, -1),
                 }
             )
             return None
@@ -153,14 +154,23 @@ class Injector:
         mu = torch.logaddexp(
             p_old.double() + torch.log1p(-alpha), p_prior.double() + torch.log(alpha)
         ).float()  # log((1-a) p_old + a p_E): exactly log p_old at a = 0, log p_E at a = 1
-        self.steps.append({"critical": critical, "inject": inject, "argmax": state.logprobs.argmax(-1), "kl": kl})
+        self.steps.append(
+            {
+                "critical": critical,
+                "inject": inject,
+                "argmax": state.logprobs.argmax(-1),
+                "kl": kl,
+                "prior_token": torch.where(self.rows, prior_token, -1),  # the prior's draw (augmented rows)
+            }
+        )
         if self.denominator == "policy":  # noIS: the replaced rows record pi_old's log-prob of the injected token
             return StepOverride(tokens=token, logprobs=None, replace=inject)
         return StepOverride(tokens=token, logprobs=mu, replace=inject, record=critical)
 
     def flags(self) -> dict[str, torch.Tensor]:
         """[B, T] stacks of the per-step records."""
-        return {k: torch.stack([st[k] for st in self.steps], 1) for k in ("critical", "inject", "argmax", "kl")}
+        keys = ("critical", "inject", "argmax", "kl", "prior_token")
+        return {k: torch.stack([st[k] for st in self.steps], 1) for k in keys}
 
 
 def _rollout(model, batch: Batch, task: AdditionTask, s: Settings, generator, hook=None) -> Rollout:
@@ -200,6 +210,7 @@ class StepData:
     critical: torch.Tensor  # bool
     injected: torch.Tensor  # bool
     argmax: torch.Tensor  # pi_old's argmax at each step (augmented rows; -1 elsewhere)
+    prior_token: torch.Tensor  # the experience prior's draw at each step (augmented rows of injecting methods; -1)
     luffy_rows: torch.Tensor  # [N] bool
 
 
@@ -216,7 +227,8 @@ class Runner:
         self.prompt_rng = np.random.default_rng(seed)
         self.tau: float | None = None
         self.tau_kl: float | None = None
-        self.mechanism = np.zeros((4, 2, 2), dtype=np.int64)  # [position, injected, pi_old argmax wrong] counts
+        # counts over augmented answer tokens: [position, injected, pi_old's argmax wrong, the prior's draw correct]
+        self.mechanism = np.zeros((4, 2, 2, 2), dtype=np.int64)
 
     # --- rollouts -------------------------------------------------------------------------------------------
     def _update_threshold(self, pure: Rollout) -> None:
@@ -271,10 +283,11 @@ class Runner:
         roll = _rollout(self.policy, rows, task, s, self.sampler, hook=injector)
         completion, mask, old_logp = roll.completion_ids, roll.completion_mask, roll.logprobs
         zeros = torch.zeros_like(mask, dtype=torch.bool)
-        critical, injected, argmax = zeros, zeros, torch.full_like(mask, -1)
+        critical, injected, argmax, prior_token = zeros, zeros, torch.full_like(mask, -1), torch.full_like(mask, -1)
         if injector is not None:
             f = injector.flags()
             critical, injected, argmax = f["critical"], f["inject"], torch.where(augmented[:, None], f["argmax"], -1)
+            prior_token = f["prior_token"]
         luffy_rows = augmented if m.luffy else torch.zeros_like(augmented)
         if m.luffy:  # the off-policy rows: whole traces of pi_E, drawn with the injector's generator
             trace = _rollout(self.prior, prompts.repeat(g_aug), task, s, self.injector_gen)
@@ -286,8 +299,8 @@ class Runner:
             mask[augmented] = _pad_to(trace.completion_mask, width, 0)
             old_logp[augmented] = 0.0  # LUFFY takes the behaviour probability as 1
             entropies = _pad_to(roll.entropies, width, 0.0)
-            critical, injected, argmax = (
-                _pad_to(x, width, v) for x, v in ((critical, False), (injected, False), (argmax, -1))
+            critical, injected, argmax, prior_token = (
+                _pad_to(x, width, v) for x, v in ((critical, False), (injected, False), (argmax, -1), (prior_token, -1))
             )
         else:
             entropies = roll.entropies
@@ -314,6 +327,7 @@ class Runner:
             critical,
             injected,
             argmax,
+            prior_token,
             luffy_rows,
         )
 
@@ -398,7 +412,7 @@ class Runner:
             if name == "prompt_length":
                 fields[name] = vals[0]
                 continue
-            pad = {"sequences": self.task.pad, "argmax": -1}.get(name, 0)
+            pad = {"sequences": self.task.pad, "argmax": -1, "prior_token": -1}.get(name, 0)
             chunks = []
             for (p, keep), v in zip(parts, vals):
                 if v.dim() == 2 and name not in ("gold", "prompt_mask"):
@@ -411,7 +425,8 @@ class Runner:
         return StepData(**fields)
 
     def _count_mechanism(self, d: StepData) -> None:
-        """Counts over augmented rows' answer tokens: [position, injected?, pi_old's argmax != gold?]."""
+        """Counts over augmented rows' answer tokens: [position, injected?, pi_old's argmax != gold?, the prior's
+        draw == gold?] (the prior's draw is the token injected where the step is injected)."""
         if not bool(d.critical.any()) and self.m.inject is None:
             return
         rows = d.augmented
@@ -420,7 +435,8 @@ class Runner:
             live = d.mask[rows, t].bool()
             inj = d.injected[rows, t][live].long().numpy()
             wrong = (d.argmax[rows, t] != d.gold[rows, t])[live].long().numpy()
-            np.add.at(self.mechanism[t], (inj, wrong), 1)
+            fixed = (d.prior_token[rows, t] == d.gold[rows, t])[live].long().numpy()
+            np.add.at(self.mechanism[t], (inj, wrong, fixed), 1)
 
 
 def train(
@@ -433,9 +449,12 @@ def train(
     test: Batch,
     exclude: Sequence[Any],
     progress: Callable[[dict[str, float]], None] | None = None,
+    stop_above: float | None = None,
 ) -> tuple[Any, list[dict[str, float]], np.ndarray]:
-    """`s.steps` RL steps of `method_name` from `policy` (trained in place); greedy test accuracy (no injection) at
-    step 0 and every `eval_every` steps. Returns the policy, one record per step, and the mechanism counts."""
+    """`s.steps` RL steps of `method_name` from `policy` (trained in place); greedy accuracy on `test` (no
+    injection) at step 0 and every `eval_every` steps. With `stop_above`, the run ends at the first evaluation whose
+    accuracy exceeds it (`s.steps` is then the cap). Returns the policy, one record per step, and the mechanism
+    counts."""
     m = method(method_name)
     if (m.inject or m.luffy) and prior is None:
         raise ValueError(f"method {method_name!r} needs an experience prior")
@@ -449,11 +468,14 @@ def train(
         rec: dict[str, float] = {"step": step}
         if step % s.eval_every == 0 or step == s.steps:
             rec["test_accuracy"] = accuracy(policy, task, test)
-        if step < s.steps:
+        done = stop_above is not None and rec.get("test_accuracy", -1.0) > stop_above
+        if step < s.steps and not done:  # a run that stops keeps the policy that was evaluated
             rec |= runner.step(task.draw(s.prompts_per_step, runner.prompt_rng, exclude))
         records.append(rec)
         if "test_accuracy" in rec:
             log.debug("%s seed %d step %d: greedy test accuracy %.3f", method_name, seed, step, rec["test_accuracy"])
         if progress is not None:
             progress(rec)
+        if done:
+            break
     return policy, records, runner.mechanism

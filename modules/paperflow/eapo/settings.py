@@ -33,7 +33,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
 SYNTHETIC_METRICS = (
     "auc",
     "final_accuracy",
-    "final_ahead_of_grpo",
+    "prior_fix_rate",
     "error_enrichment",
     "p_wrong_injected",
     "p_wrong_not_injected",

@@ -52,7 +52,8 @@ def curve_frame(records: Sequence[Mapping[str, float]], method: str, seed: int) 
 
 
 def mechanism_frame(counts: np.ndarray, method: str, seed: int) -> pd.DataFrame:
-    """Long table of the injection counts: position x injected x (pi_old's argmax wrong)."""
+    """Long table of the counts over augmented answer tokens: position x injected x (pi_old's argmax wrong) x (the
+    prior's draw at that step is the gold token)."""
     rows = [
         {
             "method": method,
@@ -60,11 +61,13 @@ def mechanism_frame(counts: np.ndarray, method: str, seed: int) -> pd.DataFrame:
             "position": ANSWER_POSITIONS[p],
             "injected": bool(i),
             "wrong": bool(w),
-            "count": int(counts[p, i, w]),
+            "prior_correct": bool(c),
+            "count": int(counts[p, i, w, c]),
         }
         for p in range(counts.shape[0])
         for i in (0, 1)
         for w in (0, 1)
+        for c in (0, 1)
     ]
     return pd.DataFrame(rows)
 
@@ -101,17 +104,42 @@ def train_method(
     return pd.concat(curves, ignore_index=True), pd.concat(mech, ignore_index=True)
 
 
+def validation_problems(task: AdditionTask, prior: Mapping[str, Any], test_ex: Sequence[Example]) -> list[Example]:
+    """pi_E's held-out set: `prior.validation_size` problems drawn with `prior.seed`, none of them a test problem."""
+    rng = np.random.default_rng([int(prior["seed"]), 2])
+    return list(task.world.sample(TASK, int(prior["validation_size"]), rng, exclude=test_ex))
+
+
 def train_prior(task_cfg, problems: str, base: str, params: Mapping[str, Any], out: str) -> pd.DataFrame:
-    """pi_E: GRPO from the base for `prior.steps` steps with `prior.seed` (spec section 7, train_prior)."""
+    """pi_E: GRPO from the base with `prior.seed` (spec section 7, train_prior) until its greedy accuracy on a
+    held-out validation set (`validation_problems`, kept out of its training stream) exceeds
+    `prior.target_accuracy`, evaluated every `rl.eval_every` steps, at most `prior.steps` steps. Its curve holds
+    the validation accuracy per evaluation (`validation_accuracy`) and its final greedy test accuracy
+    (`test_accuracy`, last row)."""
     task = AdditionTask.from_config(task_cfg)
     test_ex = read_problems(problems)
+    pcfg = params["prior"]
+    val_ex = validation_problems(task, pcfg, test_ex)
     s = _settings(params)
-    s.steps = int(params["prior"]["steps"])
-    seed = int(params["prior"]["seed"])
+    s.steps = int(pcfg["steps"])
+    seed = int(pcfg["seed"])
     seed_all(seed)
-    prior, records, _ = rl.train(load_checkpoint(base), None, "grpo", s, task, seed, task.encode(test_ex), test_ex)
+    prior, records, _ = rl.train(
+        load_checkpoint(base),
+        None,
+        "grpo",
+        s,
+        task,
+        seed,
+        task.encode(val_ex),
+        [*test_ex, *val_ex],
+        stop_above=float(pcfg["target_accuracy"]),
+    )
     save_checkpoint(prior, out, checkpoint_spec(base))
-    return curve_frame(records, "prior", seed)
+    frame = curve_frame(records, "prior", seed).rename(columns={"test_accuracy": "validation_accuracy"})
+    frame["test_accuracy"] = np.nan
+    frame.loc[frame.index[-1], "test_accuracy"] = accuracy(prior, task, task.encode(test_ex))
+    return frame
 
 
 def evaluate(

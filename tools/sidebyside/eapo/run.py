@@ -139,7 +139,8 @@ def ours_loss(method: str, logp, old, adv, mask, special, is_mode="mixture_clip"
         sequences=torch.zeros(n, T, dtype=torch.long), prompt_length=0, prompt_mask=torch.zeros(n, 0),
         mask=mask.long(), old_logp=old, entropies=torch.zeros(n, T), rewards=torch.zeros(n),
         gold=torch.zeros(n, 4, dtype=torch.long), augmented=torch.zeros(n, dtype=torch.bool), special=special,
-        critical=zeros, injected=zeros, argmax=torch.full((n, T), -1), luffy_rows=special.any(1),
+        critical=zeros, injected=zeros, argmax=torch.full((n, T), -1), prior_token=torch.full((n, T), -1),
+        luffy_rows=special.any(1),
     )  # fmt: skip
     host = types.SimpleNamespace(s=s, m=rl.method(method), policy=None)
     saved = rl.sequence_logprobs
