@@ -40,7 +40,7 @@ def check(cfg: dict[str, Any], source: str) -> None:
 
 
 SYNTHETIC_METRICS = ("train_loss", "dev_accuracy", "test_accuracy")
-RHO_METRICS = ("rho", "rho_unweighted", "rho_over_random_value")  # of the methods whose probe measures rho
+RHO_METRICS = ("rho", "rho_unweighted", "rho_over_random_value", "rho_refresh", "rho_lazy", "rho_ratio_closed_form")
 RHO_METHODS = ("lozo", "lozom", "lozoplus", "lozoplus_random")
 
 

@@ -19,9 +19,9 @@ import torch
 
 from paperflow.core.lm.models import ForwardCounter
 from paperflow.core.loop import run_loop
+from paperflow.lozo_plus import ceiling, zo
 from paperflow.lozo_plus import model as lm
 from paperflow.lozo_plus import task as tk
-from paperflow.lozo_plus import zo
 
 DATA = 101  # purpose key of the batch stream's seed (zo's purposes are 0-4)
 
@@ -135,6 +135,26 @@ def mezo_cosine(opt: zo.ZeroOrder, c: float, grads: list[torch.Tensor]) -> float
     return math.copysign(1.0, c) * dot / math.sqrt(zz * gg) if zz * gg > 0 else float("nan")
 
 
+def spectrum_row(grads: list[torch.Tensor], s: zo.Settings) -> dict[str, float]:
+    """The gradient's spectrum at a refresh step and the capture-ratio ratio over LOZO's that LOZO+'s selection should
+    reach on it (paperflow.lozo_plus.ceiling; defined for one column per candidate and the pool-max threshold):
+    the energy share of each matrix's top singular component, of the largest matrix, and the participation number
+    of the matrices' energies (1: one matrix holds it all)."""
+    spectra = ceiling.spectra(grads)
+    e = np.concatenate(spectra)
+    n = np.concatenate([np.full(len(sp), g.shape[1], float) for sp, g in zip(spectra, grads)])
+    per = np.array([sp.sum() for sp in spectra])
+    tops = [sp[0] for sp in spectra]
+    most = max(1, s.r_max // s.candidate_rank)
+    closed = s.candidate_rank == 1 and s.threshold_mode == "pool_max"
+    return {
+        "rho_ratio_closed_form": ceiling.rho_ratio(e, n, s.candidates, s.kappa, most, s.rank) if closed else math.nan,
+        "spectrum_top1_share": sum(tops) / per.sum(),
+        "spectrum_largest_matrix_share": per.max() / per.sum(),
+        "spectrum_matrices_participation": per.sum() ** 2 / (per**2).sum(),
+    }
+
+
 def finetune_zo(
     model, method: str, settings: zo.Settings, train, seed: int, run: Mapping[str, Any], scorer=SyntheticScorer
 ):
@@ -148,19 +168,22 @@ def finetune_zo(
     model.eval()
 
     def probe(o: zo.ZeroOrder, c: float) -> None:
-        if not probe_every or o.t % probe_every:
+        refresh = isinstance(o, zo.LOZO) and o.last_refresh == o.t
+        if not probe_every or (o.t % probe_every and not refresh):
             return
-        row = {"step": o.t, "forwards": stream.counter.calls}
+        row = {"step": o.t, "forwards": stream.counter.calls, "refresh": float(refresh)}
         if isinstance(o, zo.MeZO):
             row["cosine"] = mezo_cosine(o, c, stream.gradients(o.params))
         else:
             bases = o.subspaces()
-            grads = stream.gradients(o.matrices)
+            grads = stream.gradients(o.matrices)  # the step's batch: at a refresh, the one that scored the candidates
             row["rho"], row["rho_unweighted"] = zo.capture_ratio(grads, [bases[p] for p in o.matrices])
             energy = [float(g.pow(2).sum()) for g in grads]
             ranks = [bases[p].shape[1] / p.shape[1] for p in o.matrices]
             row["rho_random_expected"] = math.sqrt(sum(e * r for e, r in zip(energy, ranks)) / sum(energy))
             row["rank"] = float(np.mean([bases[p].shape[1] for p in o.matrices]))
+            if refresh:
+                row |= spectrum_row(grads, o.s)
         probes.append(row)
 
     def step(i: int):
