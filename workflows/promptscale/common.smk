@@ -14,7 +14,7 @@ def promptscale_seed_outputs(seed):
 
 def promptscale_prompt_models(wildcards):
     """Every prompt model the evaluation synthesises from, keyed by (variant, seed): the cold start (E = 0),
-    each EM variant's final p, and the no-rationale model at the report seeds."""
+    each EM variant's final p (em, randomk, randomk2), and the no-rationale model at the report seeds."""
     models = {}
     for s in PROMPTSCALE["seeds"]:
         models[("coldstart", s)] = promptscale_seed_outputs(s)["p0"]
@@ -29,6 +29,6 @@ def promptscale_report_inputs(wildcards):
     return {
         **keyed("curves", {s: promptscale_seed_outputs(s)["curves"] for s in PROMPTSCALE["seeds"]}),
         **keyed("history", {s: promptscale_seed_outputs(s)["history"] for s in PROMPTSCALE["seeds"]}),
-        **keyed("solver", {s: promptscale_path("solver", f"seed{s}.csv") for s in PROMPTSCALE["report_seeds"]}),
+        **keyed("solver", {s: promptscale_path("solver", f"seed{s}.csv") for s in PROMPTSCALE["seeds"]}),
         **keyed("dpo", {s: promptscale_path("solver", f"dpo_seed{s}.csv") for s in PROMPTSCALE["report_seeds"]}),
     }

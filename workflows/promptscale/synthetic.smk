@@ -100,7 +100,7 @@ rule promptscale_solver:
     input:
         problems=promptscale_path("raw", "items.parquet"),
         vocabulary=promptscale_path("data", "vocabulary.json"),
-        prompt_model=promptscale_path("models", "seed{seed}", "em_p.safetensors"),
+        synthesised=promptscale_path("eval", "synthesised.parquet"),
     output:
         accuracy=promptscale_path("solver", "seed{seed}.csv"),
         dpo=promptscale_path("solver", "dpo_seed{seed}.csv"),
@@ -117,8 +117,8 @@ rule promptscale_solver:
         **heavy_resources("train_gpu", PROMPTSCALE, stage="train"),
     params:
         model=PROMPTSCALE["model"],
-        synthesis=PROMPTSCALE["synthesis"],
         solver=PROMPTSCALE["solver"],
+        selfplay=lambda wc: int(wc.seed) in PROMPTSCALE["report_seeds"],  # self-play DPO (report only) there
         code=code_param("lm", "workflows/promptscale/scripts/solver.py"),
     script:
         "scripts/solver.py"
@@ -171,6 +171,7 @@ rule promptscale_report:
     params:
         seeds=PROMPTSCALE["seeds"],
         report_seeds=PROMPTSCALE["report_seeds"],
+        variants=PROMPTSCALE["variants"],
         em=PROMPTSCALE["em"],
         annotator=PROMPTSCALE["annotator"],
         solver=PROMPTSCALE["solver"],

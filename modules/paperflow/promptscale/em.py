@@ -90,13 +90,15 @@ def run_em(
     progress_desc: str = "em",
     initial: Mapping[str, float] | None = None,
     every_iteration: bool = True,
+    replicate: int = 0,
 ) -> tuple[Any, Any, list[dict[str, float]]]:
     """E iterations from copies of the cold-start models (`seeds`: (c, x) pairs). Returns the final q, p and one
     record per evaluated iteration (e = 0: the cold-start models themselves, `initial` when already measured;
-    with `every_iteration` False only e = 0 and e = E are measured)."""
+    with `every_iteration` False only e = 0 and e = E are measured). `replicate` picks independent sampling and
+    selection streams for the same seed (two random-of-K runs from one cold start)."""
     q, p = copy.deepcopy(q0), copy.deepcopy(p0)
-    rng = np.random.default_rng([seed, 7])
-    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng([seed, 7, replicate])
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, replicate]).generate_state(1)[0]))
     k, max_plan = int(settings["k"]), int(settings["max_plan"])
     ev = settings["evaluation"]
     if initial is None:

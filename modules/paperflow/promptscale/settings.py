@@ -7,7 +7,7 @@ from typing import Any
 from paperflow.core.config import ConfigError, require_choices, require_keys
 from paperflow.core.lm.models import model_config
 
-GATED_VARIANTS = ("em", "randomk")  # the primary claims and their section-11 control
+GATED_VARIANTS = ("em", "randomk", "randomk2")  # the primary claims, section 11's control and its replicate
 PAPER_KEYS = (
     "models",
     "corpora",
@@ -27,8 +27,8 @@ PAPER_KEYS = (
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
-    """The model spec is one the kit builds and holds the longest sequence; M >= K; both gated variants run;
-    the report-only seeds are among the seeds (their EM model feeds the solver)."""
+    """The model spec is one the kit builds and holds the longest sequence; M >= K; the gated variants run and the
+    solvers train on EM's and random-of-K's problems; the report-only seeds are among the seeds."""
     model_config({**cfg["model"], "vocab_size": 40})  # refuses a misspelt model key by name
     em = cfg["em"]
     if em["evaluation"]["m"] < em["k"]:
@@ -37,6 +37,14 @@ def check(cfg: dict[str, Any], source: str) -> None:
     if cfg["model"].get("max_position_embeddings", 10**9) < longest:
         raise ConfigError(f"{source}: model.max_position_embeddings is below the longest sequence ({longest})")
     require_choices(cfg["variants"], source=source, key="variants", required=GATED_VARIANTS)
+    require_choices(
+        cfg["solver"]["synthetic"],
+        source=source,
+        key="solver.synthetic",
+        known=[*cfg["variants"], "coldstart"],
+        required=("em", "randomk"),
+        noun="prompt model",
+    )
     extra = [s for s in cfg["report_seeds"] if s not in cfg["seeds"]]
     if extra:
         raise ConfigError(f"{source}: report_seeds {extra} are not in seeds {cfg['seeds']}")
@@ -99,6 +107,8 @@ SYNTHETIC_METRICS = (
     "mean_ops",
     "distinct_skeletons",
     "distinct_2",
+    "heldout_accuracy",
+    "test_accuracy",
 )
 
 
@@ -111,8 +121,9 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
 
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:
-    """The EM variants and prompt models of the synthetic world, or at paper scale EM, the prompt models and the
+    """The EM variants, prompt models and solvers (`solver_<arm>`) of the synthetic world, or at paper scale EM, the prompt models and the
     evaluated policies."""
     if cfg["source"]["kind"] == "official":
         return ["em", "coldstart", "base", "selfplay", "sft"]
-    return list(dict.fromkeys([*cfg["variants"], "coldstart", "norationale"]))
+    solvers = [f"solver_{arm}" for arm in ("seeds_only", *cfg["solver"]["synthetic"], "selfplay_dpo")]
+    return list(dict.fromkeys([*cfg["variants"], "coldstart", "norationale", *solvers]))

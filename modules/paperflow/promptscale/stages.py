@@ -5,7 +5,7 @@ preprocess(items, annotator, triples, vocab)       cold-start annotation: the tr
 train_seed(...)                                    cold start of q and p, then EM per variant (em, randomk)
 train_direct(...)                                  the no-rationale model p(x | c) (report only)
 synthesize / evaluate(...)                         new problems from each model: validity, consistency, ...
-solver(...)                                        seeds-only vs seeds + synthetic SFT, self-play DPO
+run_solver(...)                                    seeds-only vs seeds + each variant's synthetic problems, self-play DPO
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from paperflow.core.io import read_frame
 from paperflow.core.lm.models import load_checkpoint, save_checkpoint
 from paperflow.core.seeding import seed_all
 from paperflow.promptscale import em, solver
@@ -28,6 +29,11 @@ from paperflow.promptscale import world as w
 from paperflow.promptscale.prepare import read_items, read_triples
 
 log = logging.getLogger(__name__)
+
+
+# EM variant -> (E-step selection, replicate stream): `randomk` is section 11's random-of-K E-step, on the same
+# sampling stream as `em`; `randomk2` a second, independent random-of-K run (the controls of the EM-vs-random claims)
+VARIANTS = {"em": ("best", 0), "randomk": ("random", 0), "randomk2": ("random", 1)}
 
 
 def check_vocabulary(path: str, tok) -> None:
@@ -91,7 +97,7 @@ def train_seed(
     )
     curves = []
     for variant in variants:
-        select = {"em": "best", "randomk": "random"}[variant]
+        select, replicate = VARIANTS[variant]
         q, p, records = em.run_em(
             q0,
             p0,
@@ -103,7 +109,8 @@ def train_seed(
             seed,
             f"seed {seed} {variant}",
             initial,
-            every_iteration=variant == "em",  # the control's curve: its end points
+            every_iteration=variant == "em",  # the controls' curves: their end points
+            replicate=replicate,
         )
         save_checkpoint(q, out[f"{variant}_q"], spec)
         save_checkpoint(p, out[f"{variant}_p"], spec)
@@ -196,48 +203,58 @@ def synthesis_metrics(frame: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def synthesised_problems(frame: pd.DataFrame, variant: str, seed: int) -> list[tuple[str, ...]]:
+    """The valid problems one prompt model synthesised (the evaluate stage's table), in synthesis order."""
+    rows = frame[(frame["variant"] == variant) & (frame["seed"] == seed) & frame["valid"]]
+    return [tuple(x.split()) for x in rows["problem"]]
+
+
 def run_solver(
-    items: str, synth_model: str, vocabulary: str, cfg: Mapping[str, Any], seed: int
+    items: str, synthesised: str, vocabulary: str, cfg: Mapping[str, Any], seed: int, selfplay: bool
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Report-only post-training (spec section 7 claim 3): solvers SFT'd on seeds only and on seeds + the EM model's
-    valid synthetic problems, and self-play DPO from the seeds-only solver; test accuracy of each, and the failure
-    rate of the seeds-only solver on each synthetic set (difficulty)."""
+    """Post-training a solver (spec section 7 claim 3): one fresh solver SFT'd on the seeds only, and one on the
+    seeds + the valid problems synthesised by each prompt model of `solver.synthetic` (answers from the exact
+    evaluator), with the same initialisation, steps and batch stream; with `selfplay`, self-play DPO from the
+    seeds-only solver on EM's problems. Exact-match accuracy of each on the held-out items (the seeds' law) and on
+    the harder test set."""
     tok = pm.tokenizer()
     check_vocabulary(vocabulary, tok)
     spec = pm.model_spec(cfg["model"], tok)
     seed_all(seed)
     seeds = [it.problem for it in read_items(items, "seed")]
-    test = read_items(items, "test")
-    synth = synthesize(synth_model, "rationale", concept_sets(items, cfg["synthesis"], seed), cfg["synthesis"], seed)
-    extra = [tuple(x.split()) for x in synth[synth["valid"]]["problem"]]
+    heldout, test = read_items(items, "heldout"), read_items(items, "test")
+    frame, _ = read_frame(synthesised)
     s = cfg["solver"]
+
+    def row(arm: str, model, train_problems: int) -> dict[str, Any]:
+        return {
+            "arm": arm,
+            "heldout_accuracy": solver.accuracy(model, tok, heldout),
+            "test_accuracy": solver.accuracy(model, tok, test),
+            "train_problems": train_problems,
+        }
+
     base = solver.train_solver(spec, tok, seeds, s, seed)
-    mixed = solver.train_solver(spec, tok, seeds + extra, s, seed)
-    pairs = solver.dpo_pairs(
-        base, tok, extra[: int(s["dpo_problems"])], int(s["samples"]), float(s["temperature"]), seed
-    )
-    rows = [
-        {"arm": "seeds_only", "test_accuracy": solver.accuracy(base, tok, test), "train_problems": len(seeds)},
-        {
-            "arm": "seeds_plus_synthetic",
-            "test_accuracy": solver.accuracy(mixed, tok, test),
-            "train_problems": len(seeds) + len(extra),
-        },
-    ]
+    rows = [row("seeds_only", base, len(seeds))]
+    extra = {v: synthesised_problems(frame, v, seed) for v in s["synthetic"]}
+    for v, problems in extra.items():
+        rows.append(row(v, solver.train_solver(spec, tok, seeds + problems, s, seed), len(seeds) + len(problems)))
     dpo_rows = pd.DataFrame()
+    if not selfplay:
+        return pd.DataFrame(rows).assign(seed=seed), dpo_rows
+    problems = synthesised_problems(frame, "em", seed)[: int(s["dpo_problems"])]
+    pairs = solver.dpo_pairs(base, tok, problems, int(s["samples"]), float(s["temperature"]), seed)
     if pairs:
         policy, hist = solver.train_dpo(base, tok, pairs, s["dpo"], seed)
-        rows.append(
-            {"arm": "selfplay_dpo", "test_accuracy": solver.accuracy(policy, tok, test), "train_problems": len(pairs)}
-        )
+        rows.append(row("selfplay_dpo", policy, len(pairs)))
         dpo_rows = pd.DataFrame(hist)
     else:
         log.warning("no DPO pairs: the seeds-only solver is always right or always wrong on the synthetic problems")
-        rows.append({"arm": "selfplay_dpo", "test_accuracy": float("nan"), "train_problems": 0})
+        rows.append({"arm": "selfplay_dpo", "heldout_accuracy": np.nan, "test_accuracy": np.nan, "train_problems": 0})
     return pd.DataFrame(rows).assign(seed=seed), dpo_rows.assign(seed=seed)
 
 
-KINDS = {"coldstart": "rationale", "em": "rationale", "randomk": "rationale", "norationale": "direct"}
+KINDS = {"coldstart": "rationale", **{v: "rationale" for v in VARIANTS}, "norationale": "direct"}
 
 
 def evaluate(
