@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -438,6 +439,26 @@ if module == "recipe.itpo.main_prime":
     ckpt = Path(over["trainer.default_local_dir"])
     (ckpt / "global_step_6" / "actor").mkdir(parents=True)
     (ckpt / "latest_checkpointed_iteration.txt").write_text("6")
+    # a Ray worker of the run: the runtime env's variables, the setup hook it names, then two training steps
+    # reaching the trainer module's compute_advantage with the batch the recipe builds (8 episodes, 2 groups)
+    import importlib, types
+    import torch
+    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    os.environ.update({{k[len(prefix):]: v for k, v in over.items() if k.startswith(prefix)}})
+    trainer = types.ModuleType("recipe.itpo.prime_ray_trainer")
+    trainer.compute_advantage = lambda data, adv_estimator, config: None
+    sys.modules[trainer.__name__] = trainer
+    hook = over["+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"].rsplit(".", 1)
+    getattr(importlib.import_module(hook[0]), hook[1])()
+    for step in range(2):
+        mask = torch.tensor([[0, 1, 1, 0, 1, 0]] * 8)
+        outcome = torch.tensor([1.0, 0.0] * 4)
+        batch = {{"response_mask": mask, "scores": outcome}}
+        if over["algorithm.reward_dpo_coef"] != "0":  # the PRM's scores: higher on the turns of good episodes
+            scores = (outcome[:, None] - 0.5 + 0.01 * step) * mask
+            batch.update(before_update_rm_scores=scores, rm_scores=2 * scores)
+        data = types.SimpleNamespace(batch=batch, non_tensor_batch={{"uid": [f"p{{i // 4}}" for i in range(8)]}})
+        trainer.compute_advantage(data, over["algorithm.adv_estimator"], None)
 elif module == "recipe.itpo.evaluate":
     assert over["trainer.resume_from_path"].endswith("global_step_6"), over["trainer.resume_from_path"]
     out = Path("recipe/itpo/val_out")
@@ -477,7 +498,8 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
     summaries = []
     for method in ("outcome", "itponorm"):
         run_json = tmp_path / "runs" / method / "run.json"
-        run = paper.train("math", method, [0], cfg, inputs, str(run_json), python=str(exe))
+        run = paper.train("math", method, [0], cfg, inputs, str(run_json), python=str(exe),
+                          turns=str(run_json.parent / "turns.jsonl"))  # fmt: skip
         assert run["global_step"] == 6 and run["checkpoint"].endswith("checkpoints/global_step_6")
         assert (run["simulator_gpus"], run["verl_gpus"]) == ("4,5", "6,7")
         outputs = {"rollouts": str(tmp_path / "eval" / f"{method}.parquet"),
@@ -500,9 +522,17 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
     interaction = yaml.safe_load((tmp_path / "runs" / "itponorm" / "interaction.yaml").read_text())
     assert interaction["interaction"][0]["config"]["api_base"] == f"http://127.0.0.1:{port}/v1"
 
-    from paperflow.core.report import publish
-    from paperflow.itpo.paper_report import build_report
+    # the hook wrote the itponorm run's turns (2 steps x 8 episodes x 2 turns), nothing for outcome-only RLOO
+    logged = [json.loads(line) for line in (tmp_path / "runs" / "itponorm" / "turns.jsonl").read_text().splitlines()]
+    assert len(logged) == 16 and logged[0]["tokens"] == [2, 1] and logged[0]["score"] == pytest.approx([0.5, 0.5])
+    assert (tmp_path / "runs" / "outcome" / "turns.jsonl").read_text() == ""
+    command = json.loads((tmp_path / "runs" / "itponorm" / "command.json").read_text())["command"]
+    assert "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=paperflow.itpo.turn_log.setup" in command
 
+    from paperflow.core.report import publish
+    from paperflow.itpo.paper_report import build_report, turn_table
+
+    turns = turn_table({("math", m, "s0"): str(tmp_path / "runs" / m / "turns.jsonl") for m in ("outcome", "itponorm")})
     runs = pd.DataFrame(summaries)
     params = {"methods": ["outcome", "itponorm"], "tasks": ["math"], "seeds": [0], "metrics": {"math": "accuracy"},
               "scale": "paper"}  # fmt: skip
@@ -517,6 +547,15 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
     doc = publish(build_report(swapped, params), outputs, paper="itpo", scale="paper", claims=specs)
     assert doc["claims"][0]["effects"][0] < 0  # the baseline in its place
     assert "not in the dump" in Path(tmp_path / "r.md").read_text()
+    # the turn-credit claim on the hook's log: ITPO-norm's turn scores separate the good episodes' turns (AUROC 1);
+    # the control, the turn lengths (equal in both), does not; one seed gives no interval
+    specs = [c for c in load_paper_config("itpo", "paper")["claims"] if c["metric"] == "math/turn_auroc"]
+    doc = publish(build_report(runs, params, turns), outputs, paper="itpo", scale="paper", claims=specs)
+    (claim,) = doc["claims"]
+    assert claim["id"] == "paper_math_turn_auroc_itponorm" and claim["gated"]
+    assert claim["effects"] == [pytest.approx(0.5)] and claim["verdict"] == "inconclusive"
+    assert claim["control"]["method"] == "itponorm_turn_length" and claim["control"]["value"] == pytest.approx(0.0)
+    assert "Turn credit from the recipe's per-turn log" in Path(tmp_path / "r.md").read_text()
 
 
 def test_the_evaluation_summary_reads_the_latest_dump_and_the_metric_where_it_is_per_rollout(tmp_path):
@@ -593,3 +632,185 @@ def test_paper_scale_dry_run_has_gpus_on_train_and_evaluate_only(dry_repo):
         gpus.setdefault(job.rule, set()).add(job.gpus)
     assert gpus["itpo_train"] == gpus["itpo_evaluate"] == {4}
     assert all(v == {0} for r, v in gpus.items() if r not in ("itpo_train", "itpo_evaluate"))
+    # every training run writes the hook's per-turn log, and the report reads them all
+    blocks = {m.group(1): m.group(0) for m in re.finditer(r"rule (itpo_\w+):\n(?:    .*\n)+", proc.stdout)}
+    logs = re.findall(r"runs/(\w+)/(\w+)/(s\d+)/turns\.jsonl", proc.stdout)
+    report = next(m.group(0) for m in re.finditer(r"rule itpo_report:\n(?:    .*\n)+", proc.stdout))
+    runs = {(t, m, f"s{s}") for t in CFG["tasks"] for m in CFG["methods"] for s in CFG["seeds"]}
+    assert set(logs) == runs and "itpo_train" in blocks
+    assert set(re.findall(r"runs/(\w+)/(\w+)/(s\d+)/turns\.jsonl", report.split("output:")[0])) == runs
+
+
+# --- the per-turn log: a hook in the recipe's trainer, and the report's turn AUROC ---
+
+
+def _recipe_batch(mask, before, after, outcome, uid):
+    """A stand-in for the recipe's DataProto at `compute_advantage`: the tensors it reads and the prompt groups."""
+    from types import SimpleNamespace
+
+    batch = {"response_mask": mask, "before_update_rm_scores": before, "rm_scores": after, "scores": outcome}
+    return SimpleNamespace(batch=batch, non_tensor_batch={"uid": np.array(uid, dtype=object)})
+
+
+def _fake_trainer_module():
+    """The recipe trainer's module as far as the hook touches it: a `compute_advantage` that records its calls."""
+    from types import SimpleNamespace
+
+    calls = []
+
+    def compute_advantage(data, adv_estimator, config):
+        calls.append((data, adv_estimator))
+        return "advantages"
+
+    return SimpleNamespace(compute_advantage=compute_advantage, calls=calls)
+
+
+def test_the_turn_log_on_the_golden_fixture_is_the_recipes_segment_means_and_our_turn_scores(tmp_path):
+    """The hook's per-turn scores on the golden fixture (2 prompts x n = 4, 2-3 turns) equal the plain-Python trace
+    of the recipe's segment means (`calculate_segment_proportions_itponorm`: sums / counts over the runs of 1s of
+    response_mask) and the synthetic scales' turn scores (rewards.turn_stats, as analysis.turn_scores takes them);
+    the recipe's own compute_advantage still runs on the same batch, once per step."""
+    import torch
+    from test_itpo import GOLDEN_MASK, GOLDEN_OUTCOME, GOLDEN_SCORES, _ref_turn_scores, _segments
+
+    from paperflow.itpo import rewards, turn_log
+
+    mask = torch.tensor(GOLDEN_MASK)
+    before = torch.tensor(GOLDEN_SCORES) * mask
+    after = before * 2 + 0.1 * mask
+    data = _recipe_batch(mask, before, after, torch.tensor(GOLDEN_OUTCOME), ["p0"] * 4 + ["p1"] * 4)
+    module, path = _fake_trainer_module(), tmp_path / "turns.jsonl"
+    turn_log.install(path, module)
+    turn_log.install(path, module)  # idempotent: one log line per episode and step
+    assert module.compute_advantage(data, "rloo_itponorm", None) == "advantages"
+    module.compute_advantage(data, "rloo_itponorm", None)
+    assert [c[1] for c in module.calls] == ["rloo_itponorm"] * 2 and module.calls[0][0] is data
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1] * 8 + [2] * 8
+    ref_before = _ref_turn_scores(GOLDEN_MASK, before.tolist())
+    ref_after = _ref_turn_scores(GOLDEN_MASK, after.tolist())
+    t = rewards.turn_stats(before, mask)
+    ours = (t.sums / t.counts.clamp(min=1)).tolist()
+    for r in records[:8]:
+        i = r["episode"]
+        assert r["score"] == pytest.approx(ref_before[i], abs=1e-6)
+        assert r["score"] == pytest.approx(ours[i][: len(ref_before[i])], abs=1e-6)
+        assert r["score_after"] == pytest.approx(ref_after[i], abs=1e-6)
+        assert r["tokens"] == [len(s) for s in _segments(GOLDEN_MASK[i])]
+        assert (r["outcome"], r["uid"]) == (GOLDEN_OUTCOME[i], "p0" if i < 4 else "p1")
+    # the logged S_k / n_k are what ITPO-norm's weights are made of: softmax over a row of (S_k / n_k) n_bar / T
+    n_bar = np.mean([n for r in records[:8] for n in r["tokens"]])
+    w = rewards.proportions_itponorm(after, mask, 0.4)
+    for r in records[:8]:
+        logits = np.array(r["score_after"]) * n_bar / 0.4
+        expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        assert w[r["episode"], : len(expected)].numpy() == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_turn_log_skips_outcome_only_batches_and_refuses_a_batch_without_the_recipes_keys(tmp_path):
+    import torch
+
+    from paperflow.itpo import turn_log
+
+    mask = torch.tensor([[0, 1, 1, 0, 1]] * 2)
+    data = _recipe_batch(mask, mask * 0.1, mask * 0.2, torch.tensor([1.0, 0.0]), ["a", "a"])
+    no_prm = _recipe_batch(mask, None, None, torch.tensor([1.0, 0.0]), ["a", "a"])
+    for key in ("before_update_rm_scores", "rm_scores"):
+        no_prm.batch.pop(key)
+    assert turn_log.episode_rows(1, no_prm) == []  # reward_dpo_coef 0: the recipe runs no PRM
+    data.batch.pop("scores")
+    with pytest.raises(KeyError, match="scores"):
+        turn_log.episode_rows(1, data)
+
+
+def test_the_hook_installs_where_the_runtime_env_names_a_log(tmp_path, monkeypatch):
+    from paperflow.itpo import recipe, turn_log
+
+    module = _fake_trainer_module()
+    original = module.compute_advantage
+    monkeypatch.setitem(sys.modules, turn_log.TRAINER_MODULE, module)
+    monkeypatch.delenv(recipe.TURN_LOG_ENV, raising=False)
+    turn_log.setup()
+    assert module.compute_advantage is original  # no log named: the worker is left alone
+    monkeypatch.setenv(recipe.TURN_LOG_ENV, str(tmp_path / "t.jsonl"))
+    turn_log.setup()
+    assert module.compute_advantage is not original
+    assert module.compute_advantage.turn_log_path == str(tmp_path / "t.jsonl")
+
+
+def test_the_training_launch_carries_the_hook_and_the_evaluation_does_not(tmp_path):
+    paths = {**_paths(tmp_path), "turn_log": str(tmp_path / "turns.jsonl")}
+    got = _parse(recipe.train_overrides("math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"], paths))
+    assert got["+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"] == "paperflow.itpo.turn_log.setup"
+    assert got["+ray_kwargs.ray_init.runtime_env.env_vars.PAPERFLOW_ITPO_TURN_LOG"] == paths["turn_log"]
+    plain = _parse(recipe.train_overrides("math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"],
+                                          _paths(tmp_path)))  # fmt: skip
+    assert set(got) - set(plain) == {k for k in got if k.startswith("+ray_kwargs.")}
+    assert not any("ray_kwargs" in o for o in recipe.eval_overrides("math", CFG["tasks"]["math"], "itponorm",
+                                                                     CFG["verl"], CFG["simulator"], paths))  # fmt: skip
+    # the hook is importable by the name the launch gives Ray
+    module, name = recipe.TURN_LOG_HOOK.rsplit(".", 1)
+    import importlib
+
+    assert callable(getattr(importlib.import_module(module), name))
+
+
+def test_turn_labels_are_the_episodes_outcome_against_its_groups_leave_one_out_mean():
+    from paperflow.itpo import paper_report
+
+    turns = pd.DataFrame(
+        {
+            "step": [1, 1, 1, 1, 1, 1, 2],
+            "episode": [0, 0, 1, 2, 3, 4, 0],
+            "uid": ["a", "a", "a", "a", "b", "b", "a"],
+            "outcome": [1.0, 1.0, 0.0, 0.5, 0.3, 0.3, 1.0],
+        }
+    )
+    # group a at step 1: 1.0 vs (0 + 0.5) / 2, 0.0 vs 0.75, 0.5 vs 0.5 (tie); group b: a tie; step 2: alone
+    labels = paper_report.turn_labels(turns).tolist()
+    assert labels[:3] == [1.0, 1.0, 0.0] and all(np.isnan(labels[3:]))
+
+
+def test_the_reports_auroc_is_sklearns():
+    from sklearn.metrics import roc_auc_score
+
+    from paperflow.itpo import paper_report
+
+    rng = np.random.default_rng(0)
+    y = rng.random(60) < 0.4
+    x = np.round(rng.normal(size=60) + y, 1)  # ties included
+    assert paper_report.auroc(y, x) == pytest.approx(roc_auc_score(y, x), abs=1e-12)
+    assert np.isnan(paper_report.auroc([True, True], [0.1, 0.2]))
+
+
+def _log_records(step, outcome, scores, tokens, uid):
+    return [
+        {"step": step, "episode": i, "uid": uid[i], "outcome": outcome[i], "tokens": tokens[i], "score": scores[i],
+         "score_after": scores[i]}
+        for i in range(len(outcome))
+    ]  # fmt: skip
+
+
+def test_turn_aurocs_per_step_then_averaged_with_the_length_control(tmp_path):
+    from paperflow.itpo import paper_report
+
+    uid = ["a"] * 4
+    rows = _log_records(
+        1, [1.0, 0.0, 1.0, 0.0], [[0.5, 0.4], [-0.2], [0.3], [-0.1, -0.3]], [[2, 3], [2], [3], [2, 3]], uid
+    )
+    rows += _log_records(2, [1.0, 0.0, 0.0, 0.0], [[0.1], [0.2], [0.0], [-0.5]], [[1], [1], [1], [1]], uid)
+    path = tmp_path / "turns.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    turns = paper_report.read_turn_log(path)
+    assert len(turns) == 10 and turns["turn"].tolist()[:2] == [0, 1]
+    got = paper_report.turn_aurocs(turns)
+    # step 1: every good turn scores above every bad one (1.0); step 2: 0.1 ranks above 0.0 and -0.5, below 0.2
+    assert got["score"] == pytest.approx((1.0 + 2 / 3) / 2)
+    assert got["steps"] == 2 and got["turns"] == 10  # every episode labelled: no tie with its group
+    step1 = turns[turns["step"] == 1]
+    labels = paper_report.turn_labels(step1).astype(bool)
+    assert got["tokens"] == pytest.approx((paper_report.auroc(labels, step1["tokens"]) + 0.5) / 2)
+    empty = tmp_path / "outcome.jsonl"
+    empty.write_text("")
+    table = paper_report.turn_table({("math", "itponorm", "s0"): str(path), ("math", "outcome", "s0"): str(empty)})
+    assert table[["task", "method", "seed"]].values.tolist() == [["math", "itponorm", 0]]

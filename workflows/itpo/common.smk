@@ -33,3 +33,9 @@ def itpo_runs_of(name, ext):
     """One file of every (task, method, group) run, keyed (task, method, group)."""
     runs = [(t, m, g) for t in ITPO_TASKS for m in ITPO["methods"] for g in ITPO_GROUPS]
     return keyed(name, {(t, m, g): itpo_path("eval", t, f"{m}_{g}.{ext}") for t, m, g in runs})
+
+
+def itpo_turn_logs():
+    """The per-turn log of every (task, method, group) training run, keyed (task, method, group)."""
+    runs = [(t, m, g) for t in ITPO_TASKS for m in ITPO["methods"] for g in ITPO_GROUPS]
+    return keyed("turns", {(t, m, g): itpo_path("runs", t, m, g, "turns.jsonl") for t, m, g in runs})

@@ -123,7 +123,8 @@ rule itpo_train:
         train=itpo_path("data", "{task}", "rl_train.parquet"),
         validation=itpo_path("data", "{task}", "rl_validation.parquet"),
     output:
-        itpo_path("runs", "{task}", "{method}", "{group}", "run.json"),
+        run=itpo_path("runs", "{task}", "{method}", "{group}", "run.json"),
+        turns=itpo_path("runs", "{task}", "{method}", "{group}", "turns.jsonl"),  # the recipe hook's per-turn log
     log:
         itpo_path("logs", "train", "{task}_{method}_{group}.log"),
     benchmark:
@@ -175,6 +176,7 @@ rule itpo_evaluate:
 rule itpo_report:
     input:
         **itpo_runs_of("summary", "json"),
+        **itpo_turn_logs(),
     output:
         report=itpo_path("report.md"),
         metrics=itpo_path("metrics.json"),

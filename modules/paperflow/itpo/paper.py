@@ -24,6 +24,7 @@ from paperflow.itpo import recipe, serving
 
 log = logging.getLogger(__name__)
 SLUG = "itpo"
+PAPERFLOW_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds the `paperflow` package
 
 
 def _write_json(path: str | Path, doc: Mapping[str, Any]) -> None:
@@ -129,7 +130,8 @@ def _run_with_simulator(cfg, simulator_json: str, cmd, workdir: Path, tree: str,
     url = serving.base_url(sim["port"])
     folder = json.loads(Path(simulator_json).read_text())["folder"]
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # the recipe tree first; then paperflow's own root, so the recipe's Ray workers import the turn-log hook
+    path = os.pathsep.join([tree, PAPERFLOW_ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     server = serving.server_command(sim, folder, python=python)
     start = time.time()
     with serving.served(
@@ -156,11 +158,20 @@ def _paths(run_dir: Path, data: Mapping[str, str], pretrained_json: str, cfg, na
 
 
 def train(
-    task_name: str, method: str, seeds, cfg: Mapping[str, Any], inputs: Mapping[str, str], out: str, python=None
+    task_name: str,
+    method: str,
+    seeds,
+    cfg: Mapping[str, Any],
+    inputs: Mapping[str, str],
+    out: str,
+    python=None,
+    turns: str | None = None,
 ) -> dict[str, Any]:
     """One run of the recipe's training (`recipe.itpo.main_prime`) for `method` on `task_name`: the command and
     interaction file written beside `out`, verl's checkpoints under <run>/checkpoints; `out` (JSON) names the final
-    checkpoint folder (global_step_<N>, verl's latest_checkpointed_iteration.txt), the command and the GPUs."""
+    checkpoint folder (global_step_<N>, verl's latest_checkpointed_iteration.txt), the command and the GPUs.
+    `turns` (JSON lines): the per-turn log the launch's hook writes (`paperflow.itpo.turn_log`), one record per
+    episode and step; empty for outcome-only RLOO (no PRM), an error for a PRM method that logged nothing."""
     if len(seeds) != 1:
         raise ValueError(f"a paper-scale train job runs one seed; got {list(seeds)} (seeds_per_job must be 1)")
     python = python or sys.executable
@@ -171,6 +182,10 @@ def train(
     paths = _paths(run_dir, inputs, inputs["pretrained"], cfg, name)
     paths["interaction"] = str((run_dir / "interaction.yaml").resolve())
     _write_yaml(paths["interaction"], recipe.interaction_config(cfg["simulator"], paths["base_url"], 1.0))
+    if turns is not None:
+        paths["turn_log"] = str(Path(turns).resolve())
+        Path(turns).parent.mkdir(parents=True, exist_ok=True)
+        Path(turns).write_text("")  # the hook appends
     task = cfg["tasks"][task_name]
     overrides = recipe.train_overrides(task_name, task, method, cfg["verl"], cfg["simulator"], paths)
     cmd = recipe.command(recipe.TRAIN_MODULE, overrides, python=python)  # the seed labels the run (verl's own seeds)
@@ -180,6 +195,8 @@ def train(
     if not latest.is_file():
         raise FileNotFoundError(f"{latest}: verl saved no checkpoint (trainer.save_freq vs the run's steps?)")
     step = int(latest.read_text().strip())
+    if turns is not None and recipe.METHODS[method]["dpo"] and not Path(turns).read_text().strip():
+        raise RuntimeError(f"{turns}: the turn-log hook wrote nothing for {method} (see {run_dir / 'logs'})")
     doc = {"task": task_name, "method": method, "seed": int(seeds[0]), "global_step": step,
            "checkpoint": str(Path(paths["checkpoints"]) / f"global_step_{step}"), "command": cmd, **ran}  # fmt: skip
     _write_json(out, doc)

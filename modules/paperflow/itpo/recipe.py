@@ -22,6 +22,10 @@ EVAL_MODULE = "recipe.itpo.evaluate"
 INTERACTION_CLASS = "verl.interactions.collabllm_interaction.CollabLLMInteraction"
 # where recipe/itpo/prime_ray_evaluator.py dumps the evaluation's generations (hard-coded there, relative to cwd)
 EVAL_DUMP_DIR = Path("recipe") / "itpo" / "val_out"
+# the per-turn log (paperflow.itpo.turn_log): Ray runs the hook in every worker of the run, where the runtime env
+# names the log's path; main_prime merges ray_kwargs.ray_init.runtime_env into ray.init
+TURN_LOG_ENV = "PAPERFLOW_ITPO_TURN_LOG"
+TURN_LOG_HOOK = "paperflow.itpo.turn_log.setup"
 
 # method -> the overrides that differ between the scripts (math_rloo_baseline.sh is `outcome`); `prime` is
 # reconstructed: the ITPO repository has no PRIME script, so it takes the recipe's own PRIME defaults
@@ -79,6 +83,15 @@ def _num(x: Any) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 
+def turn_log_overrides(path: str) -> list[tuple[str, str]]:
+    """The overrides that carry the per-turn log into the recipe's Ray workers: `setup` as Ray's
+    worker_process_setup_hook, the log's path in the runtime env."""
+    return [
+        ("+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook", TURN_LOG_HOOK),
+        (f"+ray_kwargs.ray_init.runtime_env.env_vars.{TURN_LOG_ENV}", str(path)),
+    ]
+
+
 def method_settings(method: str) -> dict[str, Any]:
     if method not in METHODS:
         raise ConfigError(f"itpo method {method!r} is not wired at paper scale; choose from {sorted(METHODS)}")
@@ -133,8 +146,9 @@ def train_overrides(
     paths: Mapping[str, str],
 ) -> list[str]:
     """The `key=value` overrides of one training run: `paths` names the model folder (`model`), the train and
-    validation parquet files, the interaction file, the checkpoint folder (`checkpoints`), the judge's `base_url`
-    and the run's `name`. The PRM and the reference start from the policy's model (spec 2.2)."""
+    validation parquet files, the interaction file, the checkpoint folder (`checkpoints`), the judge's `base_url`,
+    the run's `name` and, where given, the per-turn log (`turn_log`: the hook's overrides, `turn_log_overrides`).
+    The PRM and the reference start from the policy's model (spec 2.2)."""
     m = method_settings(method)
     beta = task["beta"].get(method)
     if beta is None:
@@ -180,6 +194,7 @@ def train_overrides(
         ("actor_rollout_ref.rollout.multi_turn.max_user_turns", str(int(verl["max_user_turns"]))),
         ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", str(int(verl["max_assistant_turns"]))),
         ("actor_rollout_ref.rollout.multi_turn.interaction_config_path", paths["interaction"]),
+        *(turn_log_overrides(paths["turn_log"]) if paths.get("turn_log") else []),
     ]
     return _merge(RECIPE_FIXED, pairs)
 
@@ -209,7 +224,10 @@ def eval_overrides(
         ("actor_rollout_ref.rollout.temperature", "0.0"),
         ("actor_rollout_ref.rollout.gpu_memory_utilization", _num(ev["gpu_memory_utilization"])),
     ]
-    train = train_overrides(task_name, task, method, verl, simulator, paths)
+    # the evaluation trains nothing: no per-turn log
+    train = train_overrides(
+        task_name, task, method, verl, simulator, {k: v for k, v in paths.items() if k != "turn_log"}
+    )
     return _merge([tuple(o.split("=", 1)) for o in train], pairs)
 
 

@@ -11,6 +11,8 @@ from paperflow.itpo.budget import MAX_LENGTH
 GATED = ("outcome", "prime", "itponorm")  # the methods the gated claims compare
 PRM_METHODS = ("prime", "itpo", "itponorm", "itponorm_grpo")
 CONTROL_PRM = "itponorm_permuted_prm"  # ITPO-norm's permuted-outcome PRM (section 11), a method of the table
+# paper scale: ITPO-norm's turn lengths n_k in its PRM turn score's place (the turn AUROC's control)
+TURN_LENGTH_CONTROL = "itponorm_turn_length"
 
 
 def check(cfg: dict[str, Any], source: str) -> None:
@@ -60,12 +62,13 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
     """The metric names of the report's metrics table: the synthetic analysis, or per task the evaluation reward at
     paper scale (paperflow.itpo.claims / paper_report.metrics_table)."""
     if cfg["source"]["kind"] == "collabllm":
-        return [f"{task}/reward" for task in cfg["tasks"]]
+        return [f"{task}/{m}" for task in cfg["tasks"] for m in ("reward", "turn_auroc")]
     return list(SYNTHETIC_METRICS)
 
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:
-    """The trained methods, and at synthetic scales ITPO-norm's permuted-outcome PRM (section 11's control)."""
+    """The trained methods, and at synthetic scales ITPO-norm's permuted-outcome PRM (section 11's control), at
+    paper scale ITPO-norm's turn lengths in its turn score's place (the turn AUROC's control)."""
     if cfg["source"]["kind"] == "collabllm":
-        return list(cfg["methods"])
+        return [*cfg["methods"], TURN_LENGTH_CONTROL]
     return [*cfg["methods"], CONTROL_PRM]

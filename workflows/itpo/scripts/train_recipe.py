@@ -3,5 +3,8 @@ from paperflow.itpo.paper import train
 
 with snakemake_job(snakemake) as job:
     w = job.wildcards
-    doc = train(w.task, w.method, job.params.seeds, job.params.cfg, dict(job.input.items()), job.output[0])
+    doc = train(
+        w.task, w.method, job.params.seeds, job.params.cfg, dict(job.input.items()), job.output.run,
+        turns=job.output.turns,
+    )  # fmt: skip
     job.note(seeds=job.params.seeds, global_step=doc["global_step"])
