@@ -389,6 +389,11 @@ def _kv_kit(kind: str | None):
         return target, None
     head = DraftHead(DraftConfig(kind, 32, 24, (1, 2, 3), 4, 64, 128, n_soft=2, n_expert=2, k_expert=1),
                      target.get_input_embeddings().weight, seed=1).eval()  # fmt: skip
+    if kind == "confu":  # a trained f path: fc_f and the [f] experts start at zero
+        g = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            head.fc_f.weight.copy_(torch.randn(head.fc_f.weight.shape, generator=g) * 0.3)
+            head.moe_f.experts.copy_(torch.randn(head.moe_f.experts.shape, generator=g) * 0.3)
     return target, head
 
 
@@ -529,8 +534,8 @@ def test_the_cached_decoder_reads_only_the_trees_positions_per_cycle(kind):
         assert len(counts) == out.target_forwards + 2  # two prefill passes, then one per cycle
         assert len(draft_counts) == out.draft_forwards == tree.depth * out.target_forwards
     # the draft: after its first pass (the prompt's rows), a pass reads at most the rows committed since the last
-    # cycle (<= depth + 1) and ConFu's slot at depth 1, and k rows at every further depth
-    draft_bound = tree.depth + 1 + (1 if kind == "confu" else 0)
+    # cycle (<= depth + 1), and k rows at every further depth
+    draft_bound = tree.depth + 1
     assert all(c <= draft_bound for c in draft_reads["CachedSpecDecoder"][1:])
     assert all(c > draft_bound for c in draft_reads["SpecDecoder"])
     print(kind, "draft rows per pass: cached", draft_reads["CachedSpecDecoder"], "uncached", draft_reads["SpecDecoder"])

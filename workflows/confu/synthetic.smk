@@ -53,8 +53,8 @@ rule confu_train_target:
     benchmark:
         confu_path("benchmarks", "train_target_seed{seed}.tsv")
     wildcard_constraints:
-        seed=r"\d+",
-    priority: 20  # every draft waits for the targets
+        seed=str(CONFU_TARGET_SEED),
+    priority: 20  # every draft waits for the target
     conda:
         env_file("lm")
     threads: 1
@@ -63,6 +63,7 @@ rule confu_train_target:
     params:
         data=CONFU["data"],
         target=CONFU["target"],
+        seeds=CONFU_SEEDS,
         n_prompts=CONFU["draft"]["n_prompts"],
         references=CONFU_REFERENCES,
         code=code_param("lm", "workflows/confu/scripts/train_target.py"),
@@ -129,7 +130,7 @@ rule confu_evaluate:
 rule confu_report:
     input:
         evals=expand(confu_path("eval", "{method}.parquet"), method=CONFU_METHODS),
-        histories=[confu_path("models", f"target_history_seed{s}.csv") for s in CONFU_SEEDS],
+        histories=[confu_path("models", f"target_history_seed{CONFU_TARGET_SEED}.csv")],
         draft_histories=expand(confu_path("models", "{method}", "history.csv"), method=CONFU_METHODS),
     output:
         report=confu_path("report.md"),

@@ -16,7 +16,7 @@ The uncached `SpecDecoder.decode` re-reads [soft prompts] + every committed toke
    which is position order), the rest is cut; the new bonus token is the next cycle's root.
 
 The draft builds `SpecDecoder._draft`'s tree with its one decoder layer's keys and values cached too: a committed
-row is run once, each depth runs only its k new rows, and the [f] slot and tree rows are cut after the cycle.
+row is run once, each depth runs only its k new rows, and the tree rows are cut after the cycle.
 
 The smoke scale keeps `SpecDecoder.decode` (batched, uncached); the tests hold this decoder to it (same tokens,
 accepted depths, cycles, trees and draft inputs) and to the target's greedy output.
@@ -90,33 +90,26 @@ class CachedSpecDecoder(SpecDecoder):
         """`SpecDecoder._draft` (same tree) with the draft layer's keys and values cached: a prefix row j (reads
         x_{j+1} and g_j, committed) is run once, in the cycle that commits it; within a cycle each depth runs only
         its k new tree rows. The draft has one decoder layer, so a row's keys and values depend on its own input
-        alone; the root row's output (it sees ConFu's [f] slot) is recomputed each cycle as it is new each cycle.
-        After the tree is drafted, the slot and tree rows are cut from the cache."""
+        alone (ConFu's f enters only the drafted rows). After the tree is drafted, the tree rows are cut from the
+        cache."""
         head, k, big_d = self.head, self.tree.top_k, self.tree.depth
         dev = buf.device
         cache, c = self._dcache, self._drows
         root = int(lengths[0]) - 2  # the root row: reads the last committed token and the features before it
-        slot = self.confu and self.controls.slot
         if cache.get_seq_length() != c or root < c:
             raise RuntimeError(f"draft cache holds {cache.get_seq_length()} rows (expected {c}), root row {root}")
         g = head.g(control(feats[:, c : root + 1], self.controls.features))
         new_in = head.fuse(buf[:, c + 1 : root + 2], g)  # rows c .. root
         n_new = root + 1 - c
-        inputs, positions = [new_in], [torch.arange(c, root + 1, device=dev)[None]]
-        if slot:
-            inputs.append(head.slot(new_in[:, -1:], control(f, self.controls.f)))
-            positions.append(torch.full((1, 1), root, dtype=torch.long, device=dev))
-        q = n_new + (1 if slot else 0)
-        allowed = torch.zeros(1, q, c + q, dtype=torch.bool, device=dev)
-        allowed[:, :n_new, :c] = True
-        allowed[:, :n_new, c : c + n_new] = torch.tril(torch.ones(n_new, n_new, dtype=torch.bool, device=dev))
-        if slot:
-            allowed[:, n_new - 1, c + n_new] = True  # the root row sees the slot
-            allowed[:, n_new, :root] = True  # the slot sees the rows before the root row
-            allowed[:, n_new, c + n_new] = True
-        hid, logits = head.run(torch.cat(inputs, 1), allowed, torch.cat(positions, 1), cache=cache)
+        future = 0.0  # what f adds to each drafted row's input (ConFu; EAGLE-3 rows otherwise)
+        if self.confu and self.controls.slot:
+            future = head.future(new_in[:, -1:], control(f, self.controls.f))
+        allowed = torch.zeros(1, n_new, c + n_new, dtype=torch.bool, device=dev)
+        allowed[:, :, :c] = True
+        allowed[:, :, c:] = torch.tril(torch.ones(n_new, n_new, dtype=torch.bool, device=dev))
+        hid, logits = head.run(new_in, allowed, torch.arange(c, root + 1, device=dev)[None], cache=cache)
         self._drows = root + 1
-        base = root + 1 + (1 if slot else 0)  # the cache's first tree row
+        base = root + 1  # the cache's first tree row
         logp = torch.log_softmax(logits[:, n_new - 1 : n_new].float(), -1)  # [1, 1, V]
         root_hidden = hid[:, n_new - 1 : n_new]
         parent_score = torch.zeros(1, 1, device=dev)
@@ -142,9 +135,9 @@ class CachedSpecDecoder(SpecDecoder):
                 tree_anc = grown
                 row_of.scatter_(1, frontier, (n_old + torch.arange(k, device=dev))[None])
                 allowed = torch.zeros(1, k, base + n_old + k, dtype=torch.bool, device=dev)
-                allowed[:, :, :base] = True  # the prefix rows up to the root row, and the slot
+                allowed[:, :, :base] = True  # the prefix rows up to the root row
                 allowed[:, :, base:] = grown[:, n_old:]
-                x = head.fuse(pool_tok.gather(1, frontier), parent_h)
+                x = head.fuse(pool_tok.gather(1, frontier), parent_h) + future
                 hid, logits = head.run(x, allowed, root + pool_depth.gather(1, frontier), cache=cache)
                 hidden_rows = torch.cat([hidden_rows, hid], 1)
                 logp = torch.log_softmax(logits.float(), -1)  # [1, k, V]
@@ -153,7 +146,7 @@ class CachedSpecDecoder(SpecDecoder):
             pool_tok, pool_par, pool_depth, pool_score, frontier = grow_pool(
                 (pool_tok, pool_par, pool_depth, pool_score), logp, parent_score, parent_idx, k, d
             )
-        self._keep(cache, torch.arange(self._drows, device=dev))  # the slot and the tree rows go
+        self._keep(cache, torch.arange(self._drows, device=dev))  # the tree rows go
         return self._select(pool_tok, pool_par, pool_depth, pool_score)
 
     @staticmethod

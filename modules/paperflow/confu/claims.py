@@ -149,8 +149,9 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFram
         for m, g in final.groupby("method")
     ]  # fmt: skip
     sections = [
-        ("Target", "Greedy exact match of the target on the test prompts per seed: "
-         + "; ".join(f"seed {s}: " + ", ".join(f"{c[6:]} {v:.3f}" for c, v in row.items()) for s, row in exact.iterrows())
+        ("Target", "Greedy exact match on the test prompts of the one target every draft seed decodes (trained "
+         f"{int(history.groupby('seed').step.max().iloc[0]) + 1} steps; spec section 7 asks >= 0.98 on sort): "
+         + "; ".join(f"target seed {s}: " + ", ".join(f"{c[6:]} {v:.3f}" for c, v in row.items()) for s, row in exact.iterrows())
          + ". The drafts imitate the target's own continuations (regenerated, EAGLE-3's practice), so the target's "
          "accuracy bounds nothing here; it only sets how predictable its outputs are."),
         ("Acceptance per method (mean ± std over seeds)", markdown_table(agg)),
@@ -195,5 +196,8 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFram
             "The 8-11% magnitude and the natural-language future uncertainty of the paper cannot be reproduced on a "
             "synthetic digit task (spec section 7).",
         ],
-        metrics={"tau": table.astype(object).where(table.notna(), None).to_dict("records")},
+        metrics={
+            "tau": table.astype(object).where(table.notna(), None).to_dict("records"),
+            "target_exact_match": {int(s): {c[6:]: float(v) for c, v in row.items()} for s, row in exact.iterrows()},
+        },
     )

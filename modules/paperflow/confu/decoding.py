@@ -52,7 +52,7 @@ class TreeConfig:
 class Controls:
     """Evaluation-time switches: `f` normal | zero | shuffle (ConFu's future vector; shuffle rolls it across the
     batch's rows), `features` normal | shuffle (the target features the draft reads, rolled across rows: (b)'s
-    control), `slot` (False: ConFu's [f] slot left out of the draft), `leak` (regular tokens see the soft prompts and
+    control), `slot` (False: ConFu's f left out of the drafted rows), `leak` (regular tokens see the soft prompts and
     contemplate tokens: the losslessness control)."""
 
     f: str = "normal"
@@ -149,14 +149,13 @@ class SpecDecoder:
         g = head.g(control(feats[:, :m], self.controls.features))
         prefix_in = head.fuse(buf[:, 1:], g)
         root_row = (lengths - 2).clamp(min=0)
-        slot = self.confu and self.controls.slot
+        future = 0.0  # what f adds to each drafted row's input (ConFu; EAGLE-3 rows otherwise)
+        if self.confu and self.controls.slot:
+            router = prefix_in.gather(1, root_row[:, None, None].expand(-1, 1, prefix_in.shape[-1]))
+            future = head.future(router, control(f, self.controls.f))  # [B, 1, h]
         inputs = [prefix_in]
         positions = [rows[None].expand(b, -1)]
-        if slot:
-            router = prefix_in.gather(1, root_row[:, None, None].expand(-1, 1, prefix_in.shape[-1]))
-            inputs.append(head.slot(router, control(f, self.controls.f)))
-            positions.append(root_row[:, None])
-        base = m + (1 if slot else 0)
+        base = m
         # the pool of candidates, [B, P] each, grown by k * (parents) per depth
         pool_tok = pool_par = pool_depth = pool_score = None
         most = k + (big_d - 1) * k * k
@@ -166,7 +165,7 @@ class SpecDecoder:
         hidden_rows = None
         for d in range(1, big_d + 1):
             if d == 1:
-                hid, logits = self._draft_pass(inputs, positions, real, slot, root_row, tree_anc)
+                hid, logits = self._draft_pass(inputs, positions, real, root_row, tree_anc)
                 parent_logits = logits.gather(1, root_row[:, None, None].expand(-1, 1, logits.shape[-1]))
                 logp = torch.log_softmax(parent_logits.float(), -1)  # [B, 1, V]
                 parent_score = torch.zeros(b, 1, device=dev)
@@ -186,9 +185,9 @@ class SpecDecoder:
                 grown[:, n_old:, n_old:] = torch.eye(k, dtype=torch.bool, device=dev)
                 tree_anc = grown
                 row_of.scatter_(1, frontier, (n_old + torch.arange(k, device=dev)).expand(b, -1))
-                inputs.append(head.fuse(pool_tok.gather(1, frontier), parent_h))
+                inputs.append(head.fuse(pool_tok.gather(1, frontier), parent_h) + future)
                 positions.append(root_row[:, None] + pool_depth.gather(1, frontier))
-                hid, logits = self._draft_pass(inputs, positions, real, slot, root_row, tree_anc)
+                hid, logits = self._draft_pass(inputs, positions, real, root_row, tree_anc)
                 hidden_rows = hid[:, base:]
                 logp = torch.log_softmax(logits[:, base + n_old :].float(), -1)  # [B, k, V]
                 parent_score = pool_score.gather(1, frontier)
@@ -198,7 +197,7 @@ class SpecDecoder:
             )
         return self._select(pool_tok, pool_par, pool_depth, pool_score)
 
-    def _draft_pass(self, inputs, positions, real, slot, root_row, tree_anc):
+    def _draft_pass(self, inputs, positions, real, root_row, tree_anc):
         x = torch.cat(inputs, 1)
         pos = torch.cat(positions, 1)
         b, r = x.shape[:2]
@@ -207,18 +206,11 @@ class SpecDecoder:
         allowed = torch.zeros(b, r, r, dtype=torch.bool, device=dev)
         rows = torch.arange(m, device=dev)
         allowed[:, :m, :m] = torch.tril(torch.ones(m, m, dtype=torch.bool, device=dev))[None] & real[:, None, :]
-        base = m
-        if slot:
-            allowed[:, :m, m] = rows[None, :] == root_row[:, None]  # the root row sees the slot
-            allowed[:, m, :m] = (rows[None, :] < root_row[:, None]) & real
-            base = m + 1
-        n = r - base
+        n = r - m
         if n:
             upto_root = (rows[None, :] <= root_row[:, None]) & real
-            allowed[:, base:, :m] = upto_root[:, None, :]
-            if slot:
-                allowed[:, base:, m] = True
-            allowed[:, base:, base:] = tree_anc
+            allowed[:, m:, :m] = upto_root[:, None, :]
+            allowed[:, m:, m:] = tree_anc
         allowed |= torch.eye(r, dtype=torch.bool, device=dev)
         return self.head.run(x, allowed, pos)
 

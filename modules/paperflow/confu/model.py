@@ -13,8 +13,10 @@ ConFu adds (section 2b; the reconstructed choices are named in the README):
 - `moe_con`: the contemplate token's input embedding, a gate-weighted sum of the top-k of n_expert learnt
   embeddings, routed by the target's concatenated features of the last token whose features are known;
 - `fc_f`: the future vector f = fc_f([con]'s concatenated features);
-- `moe_f`: the [f] slot's embedding, routed by the draft's fused input at the slot's position; the slot's draft
-  input is `w_in`([e_f; f]), one extra draft position that every later draft step may attend to.
+- `moe_f`: the [f] embedding e_f, routed by the draft's fused input at the root row; `w_in`([e_f; f]) is added to
+  the input of every drafted row (depth >= 2 of the tree, steps >= 1 of training-time test; the root row reads the
+  target's g as in EAGLE-3). `fc_f` and the [f] experts start at zero, so a new ConFu head drafts exactly as the
+  EAGLE-3 head it is built from and training grows the f path from there.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ class DraftHead(nn.Module):
                 self.moe_con = MoEEmbedding(feat, h, cfg.n_expert, cfg.k_expert)
                 self.fc_f = nn.Linear(feat, h, bias=False)
                 self.moe_f = MoEEmbedding(h, h, cfg.n_expert, cfg.k_expert)
+                # the f path starts at zero (f = 0, e_f = 0): a new ConFu head drafts exactly as its EAGLE-3 head
+                nn.init.zeros_(self.fc_f.weight)
+                nn.init.zeros_(self.moe_f.experts)
         self.embed = nn.Embedding.from_pretrained(embedding.detach().clone(), freeze=True)
 
     @property
@@ -128,8 +133,9 @@ class DraftHead(nn.Module):
         """The draft layer's input w_in([emb(token); hidden])."""
         return self.w_in(torch.cat([self.embed(tokens), hidden], -1))
 
-    def slot(self, router_in: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-        """The [f] slot's draft input w_in([e_f; f]), e_f routed by the draft's fused input `router_in`."""
+    def future(self, router_in: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        """What the future vector adds to a drafted row's input: w_in([e_f; f]), e_f routed by the root row's fused
+        input `router_in` (zero while fc_f and the [f] experts are at their zero initialisation)."""
         return self.w_in(torch.cat([self.moe_f(router_in), f], -1))
 
     def run(self, inputs: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, cache=None):

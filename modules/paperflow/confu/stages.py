@@ -1,5 +1,5 @@
 """ConFu's stages, one function per rule (the scripts pass paths and params): the digit-world problems, the target
-trained once per seed (with its regenerated draft data and the lossless references), the draft heads, and the
+trained once and shared by every draft seed (with its regenerated draft data and the lossless references), the draft heads, and the
 speculative-decoding evaluation."""
 
 from __future__ import annotations
@@ -98,10 +98,11 @@ def uniforms(n: int, width: int, seed: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
-    """The lossless references per test prompt: the kit's greedy decoding, its sample path at each T > 0 (the
-    uniforms every method will use), and on the first `n_reference` prompts transformers' `generate` greedy and
-    `generate(assistant_model=...)` with a one-layer assistant (an independent lossless implementation)."""
+def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:
+    """The lossless references per draft seed and test prompt: the kit's greedy decoding, its sample path at each
+    T > 0 (with the uniforms every method will use at that seed), and on the first `n_reference` prompts
+    transformers' `generate` greedy and `generate(assistant_model=...)` with a one-layer assistant (an independent
+    lossless implementation; computed once, the same at every seed)."""
     from transformers import GenerationConfig
 
     world = world_of(cfg["data"])
@@ -109,19 +110,13 @@ def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seed: int) -> 
     dec = cfg["decoding"]
     max_new = int(dec["max_new_tokens"])
     enc = world.encode(tok, examples(test))
-    out = pd.DataFrame({"row": range(len(test)), "task": test.task.to_numpy()})
 
     def completions(r):
         return [[int(t) for t, m in zip(row, mk) if m] for row, mk in zip(r.completion_ids, r.completion_mask)]
 
-    for temp in dec["temperatures"]:
-        g = torch.Generator().manual_seed(eval_seed(seed, temp))
-        r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=float(temp),
-                   generator=g, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
-        out[f"ref_T{temp}"] = completions(r)
     n_ref = min(int(dec["n_reference"]), len(test))
     spec = {**target_spec(cfg, len(tok)), "num_hidden_layers": 1}
-    assistant = build_model(spec, seed + 7919).eval()
+    assistant = build_model(spec, int(cfg["target"]["seed"]) + 7919).eval()
     gen = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=tok.eos_token_id,
                            pad_token_id=tok.pad_token_id, num_assistant_tokens=4)  # fmt: skip
     hf, assisted = [], []
@@ -131,9 +126,18 @@ def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seed: int) -> 
         helped = model.generate(ids, generation_config=gen, assistant_model=assistant)[0, ids.shape[1] :].tolist()
         hf.append(_cut(plain, tok.eos_token_id))
         assisted.append(_cut(helped, tok.eos_token_id))
-    out["hf_greedy"] = hf + [None] * (len(test) - n_ref)
-    out["hf_assisted"] = assisted + [None] * (len(test) - n_ref)
-    return out
+    frames = []
+    for seed in seeds:
+        out = pd.DataFrame({"seed": int(seed), "row": range(len(test)), "task": test.task.to_numpy()})
+        for temp in dec["temperatures"]:
+            g = torch.Generator().manual_seed(eval_seed(seed, temp))
+            r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=float(temp),
+                       generator=g, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+            out[f"ref_T{temp}"] = completions(r)
+        out["hf_greedy"] = hf + [None] * (len(test) - n_ref)
+        out["hf_assisted"] = assisted + [None] * (len(test) - n_ref)
+        frames.append(out)
+    return pd.concat(frames, ignore_index=True)
 
 
 def _cut(tokens: list[int], eos: int) -> list[int]:

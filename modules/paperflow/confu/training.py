@@ -11,8 +11,10 @@ is weighted decay^i.
 
 ConFu: K anchors a per sequence. The target reads [soft prompts] + x + one contemplate token per anchor; [con]_a
 has position a + 1, sees x_<=a, the soft prompts and itself; no regular token sees either. f_a = fc_f([con]_a's
-features). The draft gets one [f] slot per anchor (position a, seeing block-0 rows k < a); row (i, j) sees the slot
-of the latest anchor a <= j - i with j - i - a < l (replication over l positions) and is trained only then.
+features). A drafted row (i >= 1, j) whose root j - i lies within l of an anchor a (the latest a <= j - i with
+j - i - a < l: replication) has w_in([e_f; f_a]) added to its input, as every drafted row of a tree has the f of
+its root; every other row is an EAGLE-3 row, and every row is trained. The block-0 rows (roots and the committed
+prefix the later rows attend to) read g alone, so no row's keys depend on an f its inference twin does not see.
 """
 
 from __future__ import annotations
@@ -46,38 +48,34 @@ def target_pass(target, ids: torch.Tensor, mask: torch.Tensor, layers: Sequence[
     return TargetPass(out.logits.float(), out.features)
 
 
-def ttt_allowed(real: torch.Tensor, blocks: int, anchors: torch.Tensor | None = None, window: int = 1):
-    """The draft rows' attention pattern for `blocks` unrolled steps over rows with `real` [B, M] (row k real:
-    its token and features exist), plus one [f] slot per entry of `anchors` [B, K] (-1: none). Returns
-    (allowed [B, R, R], covered [B, blocks * M]: the rows that see a slot). R = blocks * M + K."""
+def ttt_allowed(real: torch.Tensor, blocks: int) -> torch.Tensor:
+    """The draft rows' attention pattern [B, R, R] (R = blocks * M) for `blocks` unrolled steps over rows with
+    `real` [B, M] (row k real: its token and features exist)."""
     b, m = real.shape
     dev = real.device
-    k = 0 if anchors is None else anchors.shape[1]
     qb = torch.arange(blocks, device=dev).repeat_interleave(m)
     qj = torch.arange(m, device=dev).repeat(blocks)
-    # block rows vs block rows
     ctx = qj - qb  # the row's real context j - i
     key_b, key_j = qb[None, :], qj[None, :]
     see0 = (key_b == 0) & (key_j <= ctx[:, None])
     seen_diag = (key_b >= 1) & (key_b <= qb[:, None]) & (key_j == ctx[:, None] + key_b)
-    grid = (see0 | seen_diag)[None] & real[:, key_j[0]][:, None, :]
-    r = blocks * m + k
-    allowed = torch.zeros(b, r, r, dtype=torch.bool, device=dev)
-    allowed[:, : blocks * m, : blocks * m] = grid
-    covered = torch.zeros(b, blocks * m, dtype=torch.bool, device=dev)
-    if k:
-        a = anchors[:, None, :]  # [B, 1, K]
-        c = ctx[None, :, None]  # [1, Q, 1]
-        cond = (a >= 0) & (a <= c) & (c - a < window) & (c >= 0)
-        latest = torch.where(cond, a, -1).amax(-1, keepdim=True)
-        sees = cond & (a == latest)
-        allowed[:, : blocks * m, blocks * m :] = sees
-        covered = sees.any(-1)
-        # a slot sees the block-0 rows before its anchor
-        slot_sees = (torch.arange(m, device=dev)[None, None, :] < anchors[:, :, None]) & real[:, None, :]
-        allowed[:, blocks * m :, :m] = slot_sees
-    allowed |= torch.eye(r, dtype=torch.bool, device=dev)
-    return allowed, covered
+    allowed = (see0 | seen_diag)[None] & real[:, key_j[0]][:, None, :]
+    return allowed | torch.eye(blocks * m, dtype=torch.bool, device=dev)
+
+
+def future_index(anchors: torch.Tensor, m: int, step: int, window: int) -> torch.Tensor:
+    """[B, M]: for the rows (step, j) of training-time test, the index into `anchors` [B, K] (-1: none) of the
+    anchor whose f the row reads: the latest a <= j - step with j - step - a < window (f replicated over l =
+    `window` roots, section 2b.4); -1 where none, and for step 0 (the root rows read g alone, as in EAGLE-3)."""
+    b, k = anchors.shape
+    if step == 0 or k == 0:
+        return torch.full((b, m), -1, dtype=torch.long, device=anchors.device)
+    ctx = (torch.arange(m, device=anchors.device) - step)[None, :, None]  # [1, M, 1]
+    a = anchors[:, None, :]  # [B, 1, K]
+    cond = (a >= 0) & (a <= ctx) & (ctx - a < window) & (ctx >= 0)
+    latest = torch.where(cond, a, -1)
+    best = latest.argmax(-1)
+    return torch.where(latest.amax(-1) >= 0, best, -1)
 
 
 def sample_anchors(valid: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
@@ -150,7 +148,6 @@ def ttt_loss(
     goal[:, : m - 1] = torch.softmax(tp.logits[:, 1:m], -1)
     predicts = torch.zeros(b, m, dtype=torch.bool)
     predicts[:, : m - 1] = response[:, 2:].bool()
-    slot_inputs, slot_pos = None, None
     confu = head.cfg.kind == "confu"
     if confu:
         if anchors is None:
@@ -158,35 +155,30 @@ def ttt_loss(
         _, f = contemplate_pass(target, head, ids, mask, tp.features, anchors, layers)
         f = control(f, f_mode)
         a = anchors.clamp(min=0)
-        slot_inputs = head.slot(fused0.gather(1, a[..., None].expand(-1, -1, fused0.shape[-1])), f)
-        slot_pos = pos.gather(1, a)
-    # step i feeds only block i's rows (step 0 also the slots); earlier rows' keys and values come from the cache,
-    # in the order [block 0, slots, block 1, ..., block i]
+        future = head.future(fused0.gather(1, a[..., None].expand(-1, -1, fused0.shape[-1])), f)  # [B, K, h]
+    # step i feeds only block i's rows; earlier blocks' keys and values come from the cache
     cache = new_cache(head)
-    k = slot_inputs.shape[1] if confu else 0
     prev = None
     total = torch.zeros(())
     logs: dict[str, Any] = {}
     rows = torch.arange(m)
     for i in range(steps):
-        allowed, covered = ttt_allowed(real, i + 1, anchors if confu else None, window)
-        order = torch.cat([torch.arange(m), torch.arange((i + 1) * m, (i + 1) * m + k), torch.arange(m, (i + 1) * m)])
-        allowed = allowed[:, :, order]
+        allowed = ttt_allowed(real, i + 1)
+        query = torch.arange(i * m, (i + 1) * m)
         if i == 0:
-            inputs = torch.cat([fused0, slot_inputs], 1) if confu else fused0
-            query = torch.cat([torch.arange(m), torch.arange(m, m + k)])
-            positions = torch.cat([pos, slot_pos], 1) if confu else pos
+            inputs = fused0
         else:
             shifted = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], 1)
             inputs = head.fuse(tokens, shifted)
-            query = torch.arange(i * m, (i + 1) * m)
-            positions = pos
-        hidden, logits = head.run(inputs, allowed[:, query], positions, cache)
+            if confu:  # a drafted row reads the f of the anchor that covers its root
+                idx = future_index(anchors, m, i, window)
+                got = future.gather(1, idx.clamp(min=0)[..., None].expand(-1, -1, future.shape[-1]))
+                inputs = inputs + got * (idx >= 0)[..., None].to(got.dtype)
+        hidden, logits = head.run(inputs, allowed[:, query], pos, cache)
         prev = hidden[:, :m]
         step_logits = logits[:, :m].float()
+        # every row is trained, those without an anchor's f exactly as EAGLE-3 trains them
         ok = predicts & (rows[None, :] - i >= 0) & real.gather(1, (rows - i).clamp(min=0)[None].expand(b, -1))
-        if confu:
-            ok = ok & covered[:, i * m : (i + 1) * m]
         ce = -(goal * torch.log_softmax(step_logits, -1)).sum(-1)
         count = ok.sum().clamp(min=1)
         total = total + decay**i * (ce * ok).sum() / count

@@ -12,11 +12,12 @@ with snakemake_job(snakemake) as job:
     cfg = {"data": p.data, "target": p.target, "draft": p.draft, "decoding": p.decoding}
     problems = pd.read_parquet(job.input.problems)
     test = problems[problems.split == "test"].reset_index(drop=True)
-    targets, refs, heads = (job.keyed(k, (int,)) for k in ("target", "references", "head"))
+    target, refs = load_checkpoint(job.input.target), pd.read_parquet(job.input.references)
+    heads = job.keyed("head", (int,))
     frames = []
     for seed in p.seeds:
-        target, head = load_checkpoint(targets[seed]), load_head(heads[seed])
-        ref = pd.read_parquet(refs[seed])
+        head = load_head(heads[seed])
+        ref = refs[refs.seed == seed].reset_index(drop=True)
         for variant, (controls, temperatures) in controls_of(method).items():
             frame = evaluate(method, target, head, test, ref, cfg, seed, controls, temperatures)
             frames.append(frame.assign(variant=variant))

@@ -10,12 +10,11 @@ with snakemake_job(snakemake) as job:
     p = job.params
     method = job.wildcards.method
     cfg = {"data": p.data, "target": p.target, "draft": p.draft, "confu": p.confu}
-    targets, data = job.keyed("target", (int,)), job.keyed("data", (int,))
+    target, data = load_checkpoint(job.input.target), load_file(job.input.data)
     inits = job.keyed("init", (int,)) if any(k.startswith("init__") for k in job.input.keys()) else {}
     histories = []
     for seed, out in zip(p.seeds, job.output.checkpoints):
-        target = load_checkpoint(targets[seed])
-        head, rows = train_head(method, target, load_file(data[seed]), cfg, seed, init=inits.get(seed))
+        head, rows = train_head(method, target, data, cfg, seed, init=inits.get(seed))
         save_head(head, out, {"seed": seed, "method": method})
         histories.append(pd.DataFrame(rows).assign(seed=seed, method=method))
     history = pd.concat(histories, ignore_index=True)

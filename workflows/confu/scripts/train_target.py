@@ -8,7 +8,7 @@ from paperflow.core.lm.models import save_checkpoint
 
 with snakemake_job(snakemake) as job:
     p = job.params
-    seed = int(job.wildcards.seed)
+    seed = int(p.target["seed"])
     cfg = {"data": p.data, "target": p.target, "decoding": p.references}
     problems = pd.read_parquet(job.input.problems)
     model, rows = train_target(problems, cfg, seed)
@@ -24,5 +24,5 @@ with snakemake_job(snakemake) as job:
     per_task = [ex for name in world_of(p.data).tasks for ex in [e for e in train if e.task == name][: n // 2]]
     data = regenerate(model, per_task, cfg)
     save_file({k: v.contiguous() for k, v in data.items()}, job.output.data)
-    references(model, test, cfg, seed).to_parquet(job.output.references, index=False)
+    references(model, test, cfg, p.seeds).to_parquet(job.output.references, index=False)
     job.note(seeds=[seed], greedy_exact_match=exact.to_dict(), final_loss=float(rows[-1]["loss"]))
