@@ -18,15 +18,15 @@ def _gated(out: Path) -> list[dict]:
 def lozo_plus(out: Path) -> None:
     claims = json.loads((out / "metrics.json").read_text())["claims"]
     assert {c["id"] for c in claims} >= {
-        "rho_ratio_lozoplus_over_lozo",
-        "rho_lozoplus_gt_lozo_every_seed",
+        "rho_refresh_ratio_lozoplus_over_lozo",
+        "rho_refresh_lozoplus_gt_lozo_every_seed",
         "control_random_rho_ratio_ge_low",
         "control_random_rho_ratio_le_high",
         "train_loss_lozoplus_lt_lozo",
         "test_accuracy_lozoplus_ge_lozo_minus_1pt",
     }, sorted(c["id"] for c in claims)
     assert not any(c["gated"] for c in claims)  # gated at smoke and cpu only
-    rho = next(c for c in claims if c["id"] == "rho_ratio_lozoplus_over_lozo")
+    rho = next(c for c in claims if c["id"] == "rho_refresh_ratio_lozoplus_over_lozo")
     assert len(rho["values"]) == 2 and rho["control"]["method"] == "lozoplus_random"
     methods = pd.read_csv(out / "tables" / "methods.csv")
     zo_rows = methods[methods["method"] != "ft"]

@@ -814,3 +814,11 @@ def test_turn_aurocs_per_step_then_averaged_with_the_length_control(tmp_path):
     empty.write_text("")
     table = paper_report.turn_table({("math", "itponorm", "s0"): str(path), ("math", "outcome", "s0"): str(empty)})
     assert table[["task", "method", "seed"]].values.tolist() == [["math", "itponorm", 0]]
+
+
+def test_the_paper_reports_turn_length_control_is_the_settings_one():
+    """paper_report names the control again (its job's env lacks the lm stack settings imports); the two must agree,
+    or the paper-scale claim would look for a method the table does not have."""
+    from paperflow.itpo import paper_report, settings
+
+    assert paper_report.TURN_LENGTH_CONTROL == settings.TURN_LENGTH_CONTROL
