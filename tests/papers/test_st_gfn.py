@@ -327,3 +327,22 @@ def test_noiseless_8x8_every_method_beats_the_uniform_sampler():
             uniform_pf = make_gflownet(env, specs[name], MODEL).pf
     uniform = l1_mean(empirical_pmf(sample_terminal_states(env, uniform_pf, 3200, 800, 1.0, 0), pi.size), pi)
     assert all(v < uniform for v in results.values()), (results, uniform)
+
+
+def test_the_hypergrid_enumerates_its_states_in_process_in_torchgfns_order(monkeypatch):
+    """make_env's HyperGrid lists the grid's states as torchgfn's does (the Cartesian product in order, across batch
+    boundaries) without forking a multiprocessing pool (one hung in a test worker with torch and wandb threads)."""
+    import itertools
+    import multiprocessing
+
+    from paperflow.st_gfn.envs import make_env
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("HyperGrid forked a multiprocessing pool")
+
+    monkeypatch.setattr(multiprocessing, "Pool", no_pool)
+    env = make_env({"kind": "hypergrid", "ndim": 3, "height": 7, "R0": 0.1, "R1": 0.5, "R2": 2.0})
+    assert env.all_states.tensor.tolist() == [list(s) for s in itertools.product(range(7), repeat=3)]
+    batches = list(env._generate_combinations_in_batches(3, 6, 100))  # 343 states: batches of 100, 100, 100, 43
+    assert [len(b) for b in batches] == [100, 100, 100, 43]
+    assert [s for b in batches for s in b] == list(itertools.product(range(7), repeat=3))

@@ -12,6 +12,7 @@ Every env observes its reward through the log-space noise of spec section 4 (`ob
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -30,12 +31,24 @@ KINDS = ("hypergrid", "bitseq", "geneset") + GAME_KINDS
 HASHED_KEYS = 1 << 20  # visit-count table size where states are not enumerated (bitseq)
 
 
+class SerialHyperGrid(HyperGrid):
+    """torchgfn's HyperGrid with its states enumerated in this process. torchgfn cuts the Cartesian product into
+    batches and maps them over a forked `multiprocessing.Pool()`, which hung (a pool worker blocked on the queue lock
+    at termination) in a process that already ran torch and wandb threads; the grids here have at most 20^4 states,
+    which one process enumerates in the same order (the product, batch after batch) in well under a second."""
+
+    def _generate_combinations_in_batches(self, ndim: int, max_val: int, batch_size: int):
+        product = itertools.product(range(max_val + 1), repeat=ndim)
+        for _ in range(0, (max_val + 1) ** ndim, batch_size):
+            yield list(itertools.islice(product, batch_size))
+
+
 def make_env(spec: Mapping[str, Any], target: pd.DataFrame | None = None, device: str | torch.device = "cpu"):
     """The torchgfn environment of `spec`; `geneset` needs its preprocessed target (the proxy's rewards)."""
     kind = spec["kind"]
     if kind == "hypergrid":
         rewards = {k: float(spec[k]) for k in ("R0", "R1", "R2")}
-        return HyperGrid(
+        return SerialHyperGrid(
             ndim=int(spec["ndim"]),
             height=int(spec["height"]),
             reward_fn_kwargs=rewards,
