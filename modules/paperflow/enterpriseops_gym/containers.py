@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from paperflow.core.config import ConfigError
+from paperflow.core.lm.serve import stop_process
 
 log = logging.getLogger(__name__)
 
@@ -138,12 +139,7 @@ def wait_healthy(
 def _stop(server: str, proc: subprocess.Popen, timeout_s: float) -> None:
     if proc.poll() is None:
         log.info("stopping domain server %s", server)
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s)
 
 
 @contextmanager

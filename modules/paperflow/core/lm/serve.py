@@ -121,6 +121,17 @@ def wait_ready(
         wait = min(2 * wait, poll_s)
 
 
+def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
+    """End a server started by a job: SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @contextmanager
 def served(
     command: Sequence[str] | None,
@@ -157,13 +168,7 @@ def served(
         log.info("the model server at %s is ready after %.0f s", base_url, waited)
         yield process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, stop_timeout_s)
         if log_path is not None:
             sink.close()
 
