@@ -555,6 +555,43 @@ def test_resnet50_has_torchvisions_parameter_names_and_a_512d_head():
     assert torch.equal(again.fc[0].weight, model.fc[0].weight)  # the random head is seeded
 
 
+def _cifar_tarball(path: Path) -> Path:
+    """A CIFAR-10 python tarball in the real layout: 5 train batches of 2 images, one test batch of 3."""
+    import io
+    import pickle
+    import tarfile
+
+    rng = np.random.default_rng(0)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, n in [*((f"data_batch_{i}", 2) for i in range(1, 6)), ("test_batch", 3), ("batches.meta", 0)]:
+            batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"labels": list(range(n))}
+            payload = pickle.dumps(batch)
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def test_cifar_batches_are_unpickled_only_from_a_tarball_whose_sha256_is_pinned_or_recorded(tmp_path):
+    """The host publishes torchvision's md5 only; the batches are pickles, so the tarball is read only when the config
+    or the paper's lock file (recorded on the first pinned download) holds its sha256 (issue 43, weak pins)."""
+    import hashlib
+
+    from paperflow.core.download import WeakPinError, _write_lock_entry, sha256_file
+    from paperflow.dro_flow.features import read_cifar10
+
+    tarball = _cifar_tarball(tmp_path / "cifar-10-python.tar.gz")
+    md5 = "md5:" + hashlib.md5(tarball.read_bytes()).hexdigest()
+    with pytest.raises(WeakPinError, match=r"datasets\.cifar10\.data\.images_sha256"):
+        read_cifar10(tarball, sha256=md5, root=tmp_path)
+    pinned = read_cifar10(tarball, sha256=sha256_file(tarball), root=tmp_path)
+    _write_lock_entry("dro_flow", "https://www.cs.toronto.edu/c.tar.gz", {"sha256": sha256_file(tarball)}, tmp_path)
+    recorded = read_cifar10(tarball, sha256=md5, root=tmp_path)
+    assert pinned["train"][0].shape == (10, 3, 32, 32) and pinned["test"][1].tolist() == [0, 1, 2]
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(pinned[split][0], recorded[split][0])
+
+
 def test_mlp_with_no_hidden_layer_is_logistic_regression():
     assert isinstance(mlp(64, [], 10), torch.nn.Sequential) and len(mlp(64, [], 10)) == 1
 

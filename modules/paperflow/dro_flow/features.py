@@ -86,8 +86,16 @@ def feature_extractor(weights: str | Path | None, head_seed: int) -> ResNet50:
     return model.eval()
 
 
-def read_cifar10(tarball: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{'train': (50000, 3, 32, 32) uint8 images and labels, 'test': (10000, ...)} from the python tarball."""
+def read_cifar10(
+    tarball: str | Path, *, sha256: str | None, root: str | Path | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{'train': (50000, 3, 32, 32) uint8 images and labels, 'test': (10000, ...)} from the python tarball. Its
+    batches are pickles and the host publishes only torchvision's md5, so the tarball is read only once its sha256
+    is the config's `sha256` or the one the first pinned download recorded in config/locks/dro_flow.json
+    (`paperflow.core.download.require_sha256`; WeakPinError otherwise)."""
+    from paperflow.core.download import require_sha256
+
+    require_sha256(tarball, slug="dro_flow", sha256=sha256, key="datasets.cifar10.data.images_sha256", root=root)
     parts: dict[str, list] = {"train": [], "test": []}
     with tarfile.open(tarball, "r:gz") as tar:
         for member in sorted(tar.getmembers(), key=lambda m: m.name):
@@ -121,21 +129,24 @@ def extract(model: nn.Module, images: np.ndarray, batch_size: int, device: str) 
 
 def write_features(
     tarball: str | Path,
+    tarball_sha256: str | None,
     weights: str | Path,
     head_seed: int,
     batch_size: int,
     train_out: str | Path,
     test_out: str | Path,
 ) -> str:
-    """The 512-d features of both CIFAR-10 splits as Parquet (x0..x511, y); returns the device used."""
+    """The 512-d features of both CIFAR-10 splits as Parquet (x0..x511, y); returns the device used. `tarball_sha256`
+    is the config's checksum of the tarball (read_cifar10 checks the tarball before unpickling)."""
     import pandas as pd
 
     from paperflow.core.io import write_frame
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = feature_extractor(weights, head_seed)
+    splits = read_cifar10(tarball, sha256=tarball_sha256)
     for split, out in (("train", train_out), ("test", test_out)):
-        images, labels = read_cifar10(tarball)[split]
+        images, labels = splits[split]
         feats = extract(model, images, batch_size, device)
         frame = pd.DataFrame(feats.astype(np.float64), columns=[f"x{j}" for j in range(feats.shape[1])])
         frame["y"] = labels.astype(np.int64)
