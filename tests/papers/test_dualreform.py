@@ -12,7 +12,7 @@ import pytest
 from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.dualreform import claims, pipeline
-from paperflow.dualreform.candidates import TEMPLATES, candidates, mentioned_entities
+from paperflow.dualreform.candidates import TEMPLATES, candidates, mentioned_entities, teacher_rewrite
 from paperflow.dualreform.data import generate
 from paperflow.dualreform.retrieval import BM25Index, retrieval_metrics
 
@@ -40,7 +40,7 @@ def world():
 
 @pytest.fixture(scope="module")
 def table(world):
-    return pipeline.candidate_table(world, k1=0.9, b=0.4, tiebreak_seed=2, teacher_seed=1)
+    return pipeline.candidate_table(world, k1=0.9, b=0.4, tiebreak_seed=2, teacher_seed=1, teacher_error_rate=0.3)
 
 
 def test_bm25s_ranks_equal_rank_bm25_on_the_synthetic_corpus(world):
@@ -129,6 +129,71 @@ def test_the_generator_keeps_the_phenomenon(world):
     assert np.mean(top_raw == turns["gold_pid"]) < 0.7  # a response without its entity often does not
 
 
+def test_the_teacher_reads_the_conversation_and_errs_at_its_rate(world, table):
+    lexicon = {tuple(name.split()): name for name in world.entities}
+    turns = table.sort_values(["split", "conv", "turn"], kind="stable")
+    # error rate 0: the text-reading teacher resolves every ellipsis as the gold rewrite does (this world names
+    # every new entity), so its errors are the only difference from the gold rewrites
+    hist, last, rng = [], None, np.random.default_rng(0)
+    for row in turns.itertuples():
+        if row.conv != last:
+            hist, last = [], row.conv
+        assert teacher_rewrite(row.query, hist, lexicon, world.entities, 0.0, rng) == (row.human_rewrite, "")
+        hist.append((row.query, row.response))
+    # error rate 1: a drop leaves no entity name, a swap names one entity, not the turn's
+    history = [("what about ka lo founding", ""), ("what about mi nu leader", "")]
+    lex = {("ka", "lo"): "ka lo", ("mi", "nu"): "mi nu", ("pe", "ta"): "pe ta"}
+    kinds = set()
+    for i in range(40):
+        out, kind = teacher_rewrite(
+            "and its awards", history, lex, ["ka lo", "mi nu", "pe ta"], 1.0, np.random.default_rng(i)
+        )
+        kinds.add(kind)
+        assert out == "and its awards" if kind == "drop" else out == "and its awards ka lo"  # the history's other one
+    assert kinds == {"drop", "swap"}
+    out, kind = teacher_rewrite(
+        "what about pe ta founding", [], lex, ["ka lo", "mi nu", "pe ta"], 1.0, np.random.default_rng(1)
+    )
+    assert "pe ta" not in out and kind in ("drop", "swap")
+    with pytest.raises(ValueError, match="teacher_error_rate"):
+        teacher_rewrite("x", [], lex, ["ka lo"], 1.5, np.random.default_rng(0))
+    # in the table: the share of erring rewrites is the configured rate (0.3), erring ones differ from the gold
+    train = table[table["split"] == "train"]
+    for col in ("teacher_rewrite_error", "teacher_refine_error"):
+        assert abs((table[col] != "").mean() - 0.3) < 0.08, col  # about 200 turns: 2.5 standard errors
+    wrong = train["teacher_rewrite_error"] != ""
+    assert (train.loc[wrong, "teacher_rewrite"] != train.loc[wrong, "human_rewrite"]).all()
+    assert (train.loc[~wrong, "teacher_rewrite"] == train.loc[~wrong, "human_rewrite"]).all()
+
+
+def test_single_role_references_are_the_erring_teachers_refinements(table):
+    train = table[table["split"] == "train"].reset_index(drop=True)
+    refs = pipeline.pseudo_references("single_role", train, 10, np.random.default_rng(0))
+    assert np.array_equal(refs, train["r_teacher_top1"].to_numpy())
+    hit = refs == train["gold_pid"].to_numpy()
+    right = (train["teacher_refine_error"] == "").to_numpy()
+    # the teacher's right refinements name the entity and find the gold passage; its wrong ones mostly do not
+    assert hit[right].mean() > 0.95 and hit[~right].mean() < 0.6
+
+
+def test_the_sft_stage_trains_on_the_teachers_rewrites_never_the_gold(world, table, monkeypatch):
+    from paperflow.dualreform import cqr
+
+    seen = {}
+
+    def fake_sft(model, tok, prompts, targets, settings, seed, desc="sft"):
+        seen["targets"] = targets
+        return []
+
+    monkeypatch.setattr(cqr, "sft", fake_sft)
+    spec = {"arch": "qwen2", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
+    spec |= {"num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64}
+    pipeline.train_sft(table, world.passages, spec, {}, seed=0)
+    train = table[table["split"] == "train"]
+    assert seen["targets"] == [t.split() for t in train["teacher_rewrite"]]
+    assert seen["targets"] != [t.split() for t in train["human_rewrite"]]
+
+
 def test_candidate_templates_follow_the_history():
     lexicon = {("ka", "lo"): "ka lo", ("mi", "nu"): "mi nu"}
     history = [("what about ka lo founding", "x y"), ("what about mi nu leader", "z mi nu")]
@@ -185,12 +250,12 @@ GOOD = {
     "raw": [0.48, 0.48, 0.48],
     "sft_human": [0.91, 0.91, 0.92],
     "retpo": [0.96, 0.97, 0.96],
-    "dualreform": [0.95, 0.96, 0.94],
+    "dualreform": [0.95, 0.96, 0.955],
     "single_role": [0.95, 0.95, 0.95],
     "raw_ref": [0.80, 0.79, 0.81],
     "random_ref": [0.25, 0.3, 0.2],
 }
-ACC = {"dualreform": 0.95, "single_role": 0.40, "raw_ref": 0.36, "retpo": 1.0, "random_ref": 0.01}
+ACC = {"dualreform": 0.95, "single_role": 0.70, "raw_ref": 0.36, "retpo": 1.0, "random_ref": 0.01}
 
 
 def _verdicts(mrr, acc=None, raw_acc=0.36, evals=None):
@@ -210,42 +275,42 @@ def _gated(found):
 def test_claims_hold_on_good_results_and_beating_the_raw_query_is_the_sft_stages():
     found = _verdicts(GOOD)
     assert _gated(found) == {
-        "g1_refined_refs_beat_raw_by_10pts": HELD,
+        "g1_refinement_beats_erring_teacher": HELD,
         "g2_dualreform_ge_90pct_of_reference_based": HELD,
-        # SFT-only beats the raw query in every seed too: the margin over the raw query is not DualReform's
-        "g3_dualreform_gt_raw_every_seed": CONTROL_HOLDS,
-        "g3_dualreform_gt_sft_every_seed": HELD,
+        "g3_dualreform_gt_sft": HELD,
     }
     g2 = found["g2_dualreform_ge_90pct_of_reference_based"]
     assert g2.central and g2.value == pytest.approx(np.mean(np.divide(GOOD["dualreform"], GOOD["retpo"])))
     assert g2.control["method"] == "raw_ref" and g2.control["verdict"] != HELD
-    assert found["g1_refined_refs_beat_raw_by_10pts"].value == pytest.approx(0.95 - 0.36)
+    assert found["g1_refinement_beats_erring_teacher"].value == pytest.approx(0.95 - 0.70)
+    assert found["refined_refs_beat_raw_by_10pts"].value == pytest.approx(0.95 - 0.36)
     assert found["control_random_refs_do_not_beat_sft"].verdict == HELD
     assert found["refs_iteration_last_ge_first"].verdict == HELD and not found["refs_iteration_last_ge_first"].gated
-    # and when SFT-only loses to the raw query in a seed, G3 against the raw query holds
-    assert _gated(_verdicts(dict(GOOD, sft_human=[0.45, 0.91, 0.92])))["g3_dualreform_gt_raw_every_seed"] == HELD
+    # SFT-only beats the raw query in every seed too: the reported margin over the raw query is not DualReform's
+    assert found["g3_dualreform_gt_raw_every_seed"].verdict == CONTROL_HOLDS
+    assert _verdicts(dict(GOOD, sft_human=[0.45, 0.91, 0.92]))["g3_dualreform_gt_raw_every_seed"].verdict == HELD
 
 
 def test_the_controls_void_the_claims_when_they_do_as_well():
     # references from the unrefined responses give the same model: the refinement is not what G2 and G3 measure
     found = _gated(_verdicts(dict(GOOD, raw_ref=GOOD["dualreform"])))
     assert found["g2_dualreform_ge_90pct_of_reference_based"] == CONTROL_HOLDS
-    assert found["g3_dualreform_gt_sft_every_seed"] == CONTROL_HOLDS
-    # the teacher's template references are as accurate: G1's gain is the template's
-    assert _gated(_verdicts(GOOD, acc={"single_role": 0.95}))["g1_refined_refs_beat_raw_by_10pts"] == CONTROL_HOLDS
+    assert found["g3_dualreform_gt_sft"] == CONTROL_HOLDS
+    # unrefined responses that beat the teacher's refinements: the teacher's errors make G1's gain
+    assert _gated(_verdicts(GOOD, acc={"raw_ref": 0.80}, raw_acc=0.80))["g1_refinement_beats_erring_teacher"] == (
+        CONTROL_HOLDS
+    )
 
 
 def test_claims_fail_on_results_that_do_not_show_them():
-    # the SFT-only model's results in DualReform's place: G3 against SFT cannot hold
-    assert _gated(_verdicts(dict(GOOD, dualreform=GOOD["sft_human"])))["g3_dualreform_gt_sft_every_seed"] == REFUTED
+    # the SFT-only model's results in DualReform's place: G3 cannot hold
+    assert _gated(_verdicts(dict(GOOD, dualreform=GOOD["sft_human"])))["g3_dualreform_gt_sft"] != HELD
     # the random-reference control's results in DualReform's place: G2 is refuted
     found = _gated(_verdicts(dict(GOOD, dualreform=GOOD["random_ref"])))
     assert found["g2_dualreform_ge_90pct_of_reference_based"] == REFUTED
-    # one seed below SFT is enough to refute "every seed"
-    one_low = dict(GOOD, dualreform=[0.95, 0.96, 0.90])
-    assert _gated(_verdicts(one_low))["g3_dualreform_gt_sft_every_seed"] == REFUTED
-    # unrefined (raw-response) references in place of the refined ones: G1 is refuted
-    assert _gated(_verdicts(GOOD, acc={"dualreform": 0.36}))["g1_refined_refs_beat_raw_by_10pts"] == REFUTED
+    assert found["g3_dualreform_gt_sft"] == REFUTED
+    # a refinement no better than the erring teacher's: G1 is refuted
+    assert _gated(_verdicts(GOOD, acc={"dualreform": 0.60}))["g1_refinement_beats_erring_teacher"] == REFUTED
     # random references that beat SFT fail the reported control
     assert (
         _verdicts(dict(GOOD, random_ref=[0.95, 0.95, 0.95]))["control_random_refs_do_not_beat_sft"].verdict == REFUTED
@@ -257,7 +322,7 @@ def test_a_missing_seed_gives_no_data():
     evals = evals[~((evals["method"] == "dualreform") & (evals["seed"] == 2))]
     found = _gated(_verdicts(GOOD, evals=evals))
     assert found["g2_dualreform_ge_90pct_of_reference_based"] == NO_DATA
-    assert found["g3_dualreform_gt_sft_every_seed"] == NO_DATA
+    assert found["g3_dualreform_gt_sft"] == NO_DATA
 
 
 def test_the_metrics_table_does_not_depend_on_row_order():

@@ -46,6 +46,7 @@ rule dualreform_preprocess:
     params:
         bm25=DUALREFORM["bm25"],
         teacher_seed=DUALREFORM["teacher_seed"],
+        teacher_error_rate=DUALREFORM["teacher_error_rate"],
         tiebreak_seed=DUALREFORM["tiebreak_seed"],
         code=code_param("lm", "workflows/dualreform/scripts/preprocess.py"),
     script:

@@ -1,8 +1,9 @@
 """DualReform's stages as plain functions: the candidate table (preprocess), the SFT stage of the CQR model
 and preference optimisation of each method (train), test-time reformulation with retrieval (evaluate).
 
-Every trained method starts from the same SFT model of its seed, the CQR model fine-tuned on human-template
-rewrites (that model is also the `sft_human` baseline), as the paper's methods all start from one backbone:
+Every trained method starts from the same SFT model of its seed, the CQR model fine-tuned on the synthetic
+teacher's rewrites, which err at `teacher_error_rate` (that model is also the SFT-only baseline, method id
+`sft_human` kept for the config's continuity), as the paper's methods all start from one backbone:
 - `raw`: the current query as is (no model);
 - `sft_human`: the SFT model alone, reranking the teacher's candidates;
 - `retpo`: reference-based preference optimisation, preferences from the gold passages (the upper bound);
@@ -10,7 +11,7 @@ rewrites (that model is also the `sft_human` baseline), as the paper's methods a
   (its rewrite ranking applied to the response): iteration 1 refines with the SFT model, iteration i with the
   model of iteration i - 1; each iteration optimises a fresh copy of the SFT model on its new preferences (the
   better model serves the refinement, spec section 2 step 6);
-- `single_role`: pseudo references from responses refined by the teacher's "+ previous entity" template;
+- `single_role`: pseudo references from responses refined by the erring teacher (no CQR model);
 - `raw_ref`: a control, pseudo references retrieved with the unrefined responses (no refinement at all);
 - `random_ref`: the negative control, pseudo references drawn at random from the corpus.
 
@@ -31,23 +32,27 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 from paperflow.core.lm.models import build_model
 from paperflow.dualreform import cqr
-from paperflow.dualreform.candidates import TEMPLATES, candidates
+from paperflow.dualreform.candidates import TEMPLATES, candidates, teacher_rewrite
 from paperflow.dualreform.data import QUERY_WORDS, World
 from paperflow.dualreform.retrieval import BM25Index
 
 PREFERENCE_METHODS = ("retpo", "dualreform", "single_role", "raw_ref", "random_ref")
 DEPTH = 100  # candidates' rankings are kept to this depth; a reference below it ranks DEPTH + 1
-TEACHER_REFINE = TEMPLATES.index("prev_entity")
 UNREFINED = TEMPLATES.index("raw")  # the response as is
 
 
-def candidate_table(world: World, k1: float, b: float, tiebreak_seed: int, teacher_seed: int) -> pd.DataFrame:
+def candidate_table(
+    world: World, k1: float, b: float, tiebreak_seed: int, teacher_seed: int, teacher_error_rate: float
+) -> pd.DataFrame:
     """One row per turn: the history's queries, six rewrite candidates with the top-DEPTH ranking of each and
     the gold passage's rank, six refinement candidates of the response (the current query is part of its
-    context) with the top passage of each."""
+    context) with the top passage of each, and the synthetic teacher's rewrite of the query and of the response
+    (`teacher_rewrite`, `teacher_refine`; each erring with probability `teacher_error_rate`, the error in
+    `teacher_rewrite_error`, `teacher_refine_error`) with the top passage of the latter (`r_teacher_top1`)."""
     index = BM25Index(world.passages["text"].tolist(), k1, b, tiebreak_seed)
     lexicon = {tuple(name.split()): name for name in world.entities}
     rng = np.random.default_rng(teacher_seed)
+    teacher_rng = np.random.default_rng([teacher_seed, 1])
     turns = world.turns.sort_values(["split", "conv", "turn"], kind="stable").reset_index(drop=True)
     rows = []
     hist_queries: list[str] = []
@@ -58,7 +63,21 @@ def candidate_table(world: World, k1: float, b: float, tiebreak_seed: int, teach
             last_conv, hist_queries, hist = row.conv, [], []
         qc = candidates(row.query, hist, lexicon, world.aspect_values, rng)
         rc = candidates(row.response, [*hist, (row.query, "")], lexicon, world.aspect_values, rng)
-        rows.append({"hist_queries": list(hist_queries), "qcands": qc, "rcands": rc})
+        tq, eq = teacher_rewrite(row.query, hist, lexicon, world.entities, teacher_error_rate, teacher_rng)
+        tr, er = teacher_rewrite(
+            row.response, [*hist, (row.query, "")], lexicon, world.entities, teacher_error_rate, teacher_rng
+        )
+        rows.append(
+            {
+                "hist_queries": list(hist_queries),
+                "qcands": qc,
+                "rcands": rc,
+                "teacher_rewrite": tq,
+                "teacher_rewrite_error": eq,
+                "teacher_refine": tr,
+                "teacher_refine_error": er,
+            }
+        )
         hist_queries.append(row.query)
         hist.append((row.query, row.response))
     table = pd.concat([turns, pd.DataFrame(rows)], axis=1)
@@ -69,6 +88,7 @@ def candidate_table(world: World, k1: float, b: float, tiebreak_seed: int, teach
     table["q_gold_rank"] = gold_rank.reshape(len(table), len(TEMPLATES)).tolist()
     flat_r = [c for cs in table["rcands"] for c in cs]
     table["r_top1"] = index.top1(flat_r).reshape(len(table), len(TEMPLATES)).tolist()
+    table["r_teacher_top1"] = index.top1(table["teacher_refine"].tolist())
     return table
 
 
@@ -93,13 +113,13 @@ def preferences(ranks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray
 
 
 def pseudo_references(method: str, train: pd.DataFrame, n_passages: int, rng: np.random.Generator) -> np.ndarray:
-    """The references of the single-round methods: gold (retpo), teacher-refined responses (single_role),
-    unrefined responses (raw_ref), random passages (random_ref)."""
+    """The references of the single-round methods: gold (retpo), responses refined by the erring teacher
+    (single_role), unrefined responses (raw_ref), random passages (random_ref)."""
     r_top1 = np.stack(train["r_top1"].to_numpy())
     if method == "retpo":
         return train["gold_pid"].to_numpy()
     if method == "single_role":
-        return r_top1[:, TEACHER_REFINE]
+        return train["r_teacher_top1"].to_numpy()
     if method == "raw_ref":
         return r_top1[:, UNREFINED]
     if method == "random_ref":
@@ -126,12 +146,13 @@ def _split_words(texts) -> list[list[str]]:
 
 
 def train_sft(table: pd.DataFrame, passages: pd.DataFrame, spec, settings: Mapping[str, Any], seed: int):
-    """The CQR model's SFT stage on the human-template rewrites of the training turns: (model, history)."""
+    """The CQR model's SFT stage on the synthetic teacher's (erring) rewrites of the training turns' queries:
+    (model, history). No gold-derived rewrite enters training."""
     train = table[table["split"] == "train"].reset_index(drop=True)
     tok = cqr.make_tokenizer(vocabulary(passages))
     model = build_model({**spec, "vocab_size": len(tok)}, seed=seed)
     rewrite, _ = _turn_prompts(train)
-    history = cqr.sft(model, tok, rewrite, _split_words(train["human_rewrite"]), settings, seed, desc="sft_human")
+    history = cqr.sft(model, tok, rewrite, _split_words(train["teacher_rewrite"]), settings, seed, desc="sft_teacher")
     return model, pd.DataFrame(history)
 
 

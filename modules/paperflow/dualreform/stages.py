@@ -33,9 +33,20 @@ def _lists(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def preprocess(passages: str, turns: str, bm25: Mapping[str, Any], teacher_seed: int, tiebreak_seed: int, out: str):
-    """The candidate table: each turn's rewrite and refinement candidates with their BM25 rankings."""
-    table = pipeline.candidate_table(_world(passages, turns), bm25["k1"], bm25["b"], tiebreak_seed, teacher_seed)
+def preprocess(
+    passages: str,
+    turns: str,
+    bm25: Mapping[str, Any],
+    teacher_seed: int,
+    teacher_error_rate: float,
+    tiebreak_seed: int,
+    out: str,
+):
+    """The candidate table: each turn's rewrite and refinement candidates with their BM25 rankings, and the
+    erring teacher's rewrites."""
+    table = pipeline.candidate_table(
+        _world(passages, turns), bm25["k1"], bm25["b"], tiebreak_seed, teacher_seed, teacher_error_rate
+    )
     write_frame(out, table, {"bm25": dict(bm25), "templates": list(pipeline.TEMPLATES)})
     return table
 
