@@ -239,6 +239,31 @@ def test_imaging_sampler_recovers_the_closed_form_gaussian_posterior():
     assert torch.allclose(imaging_taus("ula", None, 5, step, 0.01), torch.full((5,), 0.01, dtype=torch.float64))
 
 
+def test_an_imaging_chain_killed_after_a_checkpoint_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
+    """With the job's checkpoint folder the chain is saved there (every iteration here: every_s 0); a chain killed at
+    iteration 30 and rerun continues from its last save and ends bit-equal to an uninterrupted chain (issue 43)."""
+    y = torch.linspace(-1, 1, 3 * 8 * 8, dtype=torch.float64).reshape(1, 3, 8, 8)
+    mask = inpainting_mask(tuple(y.shape), 0.5, seed=0)
+    taus = imaging_taus("diffusion", 0.5, 60, 5e-3, 0.01)
+    args = (y, mask, lambda x, s: x / (1 + s**2), taus, 5e-3, 4.0)
+    whole = posterior_langevin(*args, burn_in=10, seed=3, progress=False)
+    calls = []
+
+    def dies_at_30(x, s):
+        calls.append(1)
+        if len(calls) == 31:
+            raise RuntimeError("killed")
+        return x / (1 + s**2)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        posterior_langevin(*args[:2], dies_at_30, *args[3:], burn_in=10, seed=3, progress=False,
+                           checkpoint_dir=tmp_path, every_s=0)  # fmt: skip
+    assert (tmp_path / "loop.pt").exists()
+    calls.clear()
+    resumed = posterior_langevin(*args, burn_in=10, seed=3, progress=False, checkpoint_dir=tmp_path, every_s=0)
+    assert torch.equal(whole[0], resumed[0]) and torch.equal(whole[1], resumed[1])
+
+
 def test_the_table_reads_runs_by_key_not_by_position():
     """Keyed inputs: the runs in another order (as a reordered config lists them) give the same verdicts."""
     runs = finals(GOOD)

@@ -546,3 +546,69 @@ def test_the_cached_decoder_reads_only_the_trees_positions_per_cycle(kind):
     assert cached[2:] and all(c == bound for c in cached[2:])
     assert all(c > bound for c in plain[2:])  # the negative control: the whole buffer every cycle
     print(kind, "target tokens per forward: cached", cached, "uncached", plain)
+
+
+def test_a_draft_run_killed_after_a_checkpoint_resumes_and_ends_as_an_uninterrupted_one(hub, bench, tmp_path):
+    """With the job's checkpoint folder in the spec, each rank's loop saves under it (every step here: every_s 0);
+    a run killed after step 0's save, rerun, resumes there and ends with the uninterrupted run's history and head
+    (issue 43)."""
+    from safetensors.torch import load_file
+
+    cfg = cfg_for()
+    pj, train, _ = prepared(hub, bench, tmp_path, limit=2)
+    shards = [str(tmp_path / "data" / f"draft_shard{s}.safetensors") for s in (0, 1)]
+    for s, out in enumerate(shards):
+        paper.regenerate(pj, train, s, TARGET, "tiny", cfg["regenerate"], out)
+    whole, rows = _train("vanilla", pj, shards, tmp_path / "whole", cfg)
+    assert len(rows) >= 2
+    spec = paper_train.train_spec("vanilla", "tiny", TARGET, cfg, pj, shards, None, str(tmp_path / "head.safetensors"),
+                                  str(tmp_path / "history.csv"), 0, str(tmp_path / "ckpt"))  # fmt: skip
+    saves = []
+    original = paper_train.RankCheckpoint.save
+
+    def save_then_die(self, next_step, records):
+        original(self, next_step, records)
+        saves.append(next_step)
+        if next_step == 1:
+            raise RuntimeError("killed")
+
+    paper_train.RankCheckpoint.save = save_then_die
+    try:
+        with pytest.raises(RuntimeError, match="killed"):
+            paper_train.run(spec, every_s=0)
+    finally:
+        paper_train.RankCheckpoint.save = original
+    assert saves == [1] and (tmp_path / "ckpt" / "rank0" / "loop.pt").exists()
+    resumed = paper_train.run(spec, every_s=0)
+    assert resumed == rows
+    assert pd.read_csv(tmp_path / "history.csv").equals(
+        pd.read_csv(str(tmp_path / "whole" / "models" / "vanilla_history.csv"))
+    )
+    want, got = load_file(whole), load_file(str(tmp_path / "head.safetensors"))
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_generation_jobs_journal_their_rows_and_a_rerun_redoes_only_the_missing_ones(hub, bench, tmp_path):
+    """regenerate and plain decoding append each finished batch / question to the job's journal; a rerun with half
+    the journal (a kill) redoes only the rest and writes what an uninterrupted run writes (issue 43)."""
+    from safetensors.torch import load_file
+
+    cfg = cfg_for()
+    pj, train, test = prepared(hub, bench, tmp_path, limit=2)
+    regen = {**cfg["regenerate"], "batch_size": 2}
+    whole, again = str(tmp_path / "whole.safetensors"), str(tmp_path / "again.safetensors")
+    journal = tmp_path / "ckpt" / "rows.jsonl"
+    n = paper.regenerate(pj, train, 0, TARGET, "tiny", regen, whole)
+    assert paper.regenerate(pj, train, 0, TARGET, "tiny", regen, again, journal) == n
+    assert len(journal.read_text().splitlines()) >= 2
+    journal.write_text(journal.read_text().splitlines(keepends=True)[0])  # killed after the first batch
+    assert paper.regenerate(pj, train, 0, TARGET, "tiny", regen, again, journal) == n
+    want, got = load_file(whole), load_file(again)
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    plain, resumed = str(tmp_path / "plain.parquet"), str(tmp_path / "plain_resumed.parquet")
+    journal = tmp_path / "ckpt_plain" / "rows.jsonl"
+    paper.plain_decoding(pj, test, TARGET, "tiny", cfg["decoding"], plain, journal)
+    journal.write_text(journal.read_text().splitlines(keepends=True)[0])
+    paper.plain_decoding(pj, test, TARGET, "tiny", cfg["decoding"], resumed, journal)
+    a, b = read_frame(plain)[0], read_frame(resumed)[0]
+    pd.testing.assert_frame_equal(a.drop(columns="seconds"), b.drop(columns="seconds"))

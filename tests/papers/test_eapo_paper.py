@@ -334,7 +334,8 @@ def test_train_evaluate_report_run_end_to_end_on_a_tiny_model(prepared, tmp_path
     table = paper.avg_at_k_table(evals, cfg["math"]["benchmarks"])
     doc = paper.report(table, {"math500": 2, "aime24": 2}, cfg["pretrained"], str(tmp_path / "report.md"))
     claim = next(c for c in doc["claims"] if c["id"] == "eapo_over_grpo_average")
-    assert claim["gated"] and np.isclose(claim["value"], table["average"][1] - table["average"][0])
+    average = table.set_index("method")["average"]  # the claim is eapo's average minus grpo's
+    assert claim["gated"] and np.isclose(claim["value"], average["eapo"] - average["grpo"])
     assert "avg@k" in (tmp_path / "report.md").read_text()
 
 
@@ -495,3 +496,74 @@ def test_paper_scale_dry_run_puts_gpus_on_train_and_evaluate_only(dry_repo):
     assert res["gpu_model"] and {j.resources.get("gpu_model") for j in jobs if j.gpus} == {res["gpu_model"]}
     assert {j.resources.get("gpu_model") for j in jobs if not j.gpus} == {None}
     assert "eapo_baseprior" in cfg["methods"]
+
+
+# --- long jobs resume (issue 43) ----------------------------------------------------------------------------------
+def test_a_trl_run_killed_after_a_checkpoint_resumes_and_ends_as_an_uninterrupted_one(
+    prepared, tmp_path, fake_math_verify, monkeypatch
+):
+    """With the job's checkpoint folder in the spec, TRL saves there (every step here: every_s 0) with each process's
+    sampler state beside it; a run killed after step 1's checkpoint, rerun, resumes there and writes the history and
+    rollout statistics of an uninterrupted run."""
+    from paperflow.core.lm import resume
+
+    cfg, pretrained, data = prepared
+    base = paper.model_folder(str(pretrained))
+    spec = _spec(cfg, data, tmp_path, "eapo", base, prior=base, seed=100)
+    spec["trl"]["max_steps"] = 2
+    whole = {**spec, "history": str(tmp_path / "whole_history.csv"), "rollouts": str(tmp_path / "whole_rollouts.csv")}
+    paper_train.run(whole)
+    spec["checkpoints"] = str(tmp_path / "ckpt")
+
+    class KilledAfterStep1(resume.TimedSave):
+        def on_save(self, args, state, control, **kwargs):
+            out = super().on_save(args, state, control, **kwargs)
+            if state.global_step == 1:
+                raise RuntimeError("killed")
+            return out
+
+    with monkeypatch.context() as m:
+        m.setattr(resume, "TimedSave", KilledAfterStep1)
+        with pytest.raises(RuntimeError, match="killed"):
+            paper_train.run(spec, every_s=0)
+    last = resume.last_checkpoint(spec["checkpoints"])
+    assert last and last.endswith("checkpoint-1") and paper_train.rollout_file(last, 0).exists()
+    assert not Path(spec["history"]).exists()
+    paper_train.run(spec, every_s=0)
+    timing = ["step_time"]
+    for key in ("history", "rollouts"):
+        got, want = pd.read_csv(spec[key]), pd.read_csv(whole[key])
+        got, want = (
+            got.drop(columns=[c for c in timing if c in got]),
+            want.drop(columns=[c for c in timing if c in want]),
+        )
+        pd.testing.assert_frame_equal(got[sorted(got)], want[sorted(want)])
+
+
+def test_evaluate_journals_its_rows_and_a_rerun_samples_only_what_is_missing(prepared, tmp_path, fake_math_verify):
+    """evaluate's rows go to the journal per generate call; a rerun with part of the journal regenerates only the
+    missing calls and ends with the frame an uninterrupted run gives (each call seeded by its place)."""
+    cfg, pretrained, data = prepared
+    args = (
+        str(pretrained),
+        {b: str(data[b]) for b in cfg["math"]["benchmarks"]},
+        {b: cfg["math"]["datasets"][b]["k"] for b in cfg["math"]["benchmarks"]},
+        cfg["math"]["evaluation"],
+        "cpu",
+        "float32",
+        ["so"],
+    )
+    journal = tmp_path / "ckpt" / "rows.jsonl"
+    whole = paper.evaluate(*args, journal=journal)
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[: len(lines) // 2]) + "\n")  # killed half way
+    calls = []
+    original = paper._generate
+    paper._generate = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        resumed = paper.evaluate(*args, journal=journal)
+    finally:
+        paper._generate = original
+    pd.testing.assert_frame_equal(whole, resumed)
+    assert 0 < len(calls) < len(lines)
+    assert paper.evaluate(*args).equals(whole)  # no journal: a scratch one, same rows

@@ -647,3 +647,29 @@ def test_paper_scale_dag_runs_the_domain_servers_under_apptainer_by_digest(dry_r
             assert shown[server].startswith(f"refused: official.containers.images.{server}.digest is null")
     assert any(spec["digest"] for spec in cfg.values())
     assert jobs[0].params.servers_log_dir == "results/paper/enterpriseops_gym/logs/train/qwen3_4b_servers"
+
+
+def test_episodes_are_journalled_and_a_rerun_runs_only_the_missing_ones(world, served, tmp_path):
+    """Each finished episode goes to the job's journal; a rerun with part of it (a kill) runs only the other
+    episodes and returns every episode's record, in the order an uninterrupted run gives (issue 43)."""
+    _, picked, _ = world
+    runnable = prepared(world, tmp_path, served.url)
+    journal = tmp_path / "ckpt" / "episodes.jsonl"
+    model = JudgedModel(endpoint.ScriptedModel(picked["oracle"], bad_step=0, http_errors=0), [])
+    with endpoint.Endpoint(model) as url:
+        agent = harness.ReactAgent(url, "scripted", max_iterations=50, retries=5, name="scripted")
+        judge = official.LlmJudge(url, "scripted")
+        whole = official.run_official(runnable, agent, judge, runs=2, journal=journal)
+        lines = journal.read_text().splitlines(keepends=True)
+        assert len(lines) == len(whole) == 2 * len(runnable)
+        journal.write_text("".join(lines[:1]))  # killed after the first episode
+        ran = []
+        episode = official.run_official_episode
+        official.run_official_episode = lambda *a, **k: ran.append(a[3]) or episode(*a, **k)
+        try:
+            resumed = official.run_official(runnable, agent, judge, runs=2, journal=journal)
+        finally:
+            official.run_official_episode = episode
+    assert len(ran) == len(whole) - 1
+    assert [(r["task_id"], r["run"]) for r in resumed] == [(r["task_id"], r["run"]) for r in whole]
+    assert resumed[0] == whole[0] and all(r["overall_success"] for r in resumed)

@@ -822,3 +822,89 @@ def test_the_paper_reports_turn_length_control_is_the_settings_one():
     from paperflow.itpo import paper_report, settings
 
     assert paper_report.TURN_LENGTH_CONTROL == settings.TURN_LENGTH_CONTROL
+
+
+# --- long jobs resume (issue 43): verl's own switch pointed at the job's checkpoint folder ---
+RESUMING_VERL = """
+if module == "recipe.itpo.main_prime":
+    ckpt = Path(over["trainer.default_local_dir"])
+    latest = ckpt / "latest_checkpointed_iteration.txt"
+    start = int(latest.read_text()) if over["trainer.resume_mode"] == "auto" and latest.exists() else 0
+    import importlib, types
+    import torch
+    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    os.environ.update({{k[len(prefix):]: v for k, v in over.items() if k.startswith(prefix)}})
+    trainer = types.ModuleType("recipe.itpo.prime_ray_trainer")
+    trainer.compute_advantage = lambda data, adv_estimator, config: None
+    sys.modules[trainer.__name__] = trainer
+    hook = over["+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"].rsplit(".", 1)
+    getattr(importlib.import_module(hook[0]), hook[1])()
+    for step in range(start + 1, 7):  # verl's global steps 1..6, a checkpoint every 2
+        if str(step) == os.environ.get("FAKE_DIE_AT"):
+            sys.exit(9)
+        mask = torch.tensor([[0, 1, 1, 0, 1, 0]] * 8)
+        outcome = torch.tensor([1.0, 0.0] * 4)
+        scores = (outcome[:, None] - 0.5) * mask
+        batch = {{"response_mask": mask, "scores": outcome, "before_update_rm_scores": scores, "rm_scores": scores}}
+        data = types.SimpleNamespace(batch=batch, non_tensor_batch={{"uid": [f"p{{i // 4}}" for i in range(8)]}})
+        trainer.compute_advantage(data, over["algorithm.adv_estimator"], None)
+        if step % 2 == 0:
+            (ckpt / f"global_step_{{step}}" / "actor").mkdir(parents=True)
+            latest.write_text(str(step))
+    sys.exit(0)
+"""
+
+
+def test_a_killed_training_run_resumes_from_verls_latest_checkpoint_in_the_jobs_folder(
+    hub, recipe_json, tmp_path, monkeypatch
+):
+    """train with the job's checkpoint folder: the command turns verl's resume switch on (resume_mode auto) with
+    default_local_dir that folder; a run killed at step 5 (after step 4's checkpoint), rerun, continues at step 5,
+    the turn log numbers on from 4 (steps 1..6 once each), and the final step moves to the run's checkpoints folder,
+    where evaluate reads it."""
+    head, tail = FAKE_PYTHON.split('over = dict(a.split("=", 1) for a in args[2:])\n')
+    exe = tmp_path / "fake_python"
+    exe.write_text(
+        (head + 'over = dict(a.split("=", 1) for a in args[2:])\n' + RESUMING_VERL).format(exe=sys.executable)
+    )
+    exe.chmod(0o755)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    cfg = {
+        "tasks": {"math": {**CFG["tasks"]["math"], "revision": SHA}},
+        "simulator": {**CFG["simulator"], "port": _free_port(), "ready_timeout_s": 30},
+        "verl": {**CFG["verl"], "device": "cpu"},
+    }
+    cache = str(tmp_path / "cache")
+    inputs = {
+        "pretrained": str(tmp_path / "pretrained.json"),
+        "simulator": str(tmp_path / "simulator.json"),
+        "recipe": str(recipe_json[0]),
+        "train": str(tmp_path / "rl_train.parquet"),
+        "validation": str(tmp_path / "rl_validation.parquet"),
+    }
+    paper.download_hub(CFG["pretrained"], "pretrained", cache, inputs["pretrained"])
+    paper.download_hub(CFG["simulator"], "simulator", cache, inputs["simulator"])
+    paper.download_hub(cfg["tasks"]["math"], "tasks.math", cache, str(tmp_path / "math.json"))
+    paper.preprocess("math", cfg["tasks"]["math"], str(tmp_path / "math.json"), inputs["recipe"], CFG["split"],
+                     {"train": inputs["train"], "validation": inputs["validation"]})  # fmt: skip
+    run_json, ckpt = tmp_path / "runs" / "itponorm" / "run.json", tmp_path / "job_ckpt"
+    turns = str(run_json.parent / "turns.jsonl")
+    monkeypatch.setenv("FAKE_DIE_AT", "5")
+    with pytest.raises(RuntimeError, match="verl exited"):
+        paper.train("math", "itponorm", [0], cfg, inputs, str(run_json), python=str(exe), turns=turns,
+                    checkpoints=str(ckpt))  # fmt: skip
+    command = json.loads((run_json.parent / "command.json").read_text())
+    over = dict(a.split("=", 1) for a in command["command"][3:])
+    assert over["trainer.resume_mode"] == "auto" and over["trainer.default_local_dir"] == str(ckpt.resolve())
+    assert command["resumed_from_step"] == 0 and paper.latest_step(ckpt) == 4
+    monkeypatch.delenv("FAKE_DIE_AT")
+    run = paper.train("math", "itponorm", [0], cfg, inputs, str(run_json), python=str(exe), turns=turns,
+                      checkpoints=str(ckpt))  # fmt: skip
+    command = json.loads((run_json.parent / "command.json").read_text())
+    assert command["resumed_from_step"] == 4
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.PAPERFLOW_ITPO_TURN_LOG_START=4" in command["command"]
+    assert run["global_step"] == 6 and run["checkpoint"] == str(run_json.parent / "checkpoints" / "global_step_6")
+    assert Path(run["checkpoint"]).is_dir() and not (ckpt / "global_step_6").exists()
+    steps = pd.Series([json.loads(line)["step"] for line in Path(turns).read_text().splitlines()])
+    assert steps.value_counts().sort_index().to_dict() == {s: 8 for s in range(1, 7)}

@@ -613,3 +613,34 @@ def test_paper_scale_condenses_with_the_function_smoke_and_cpu_call(tiny_llava, 
     monkeypatch.setattr(stages, "condense", spy)
     out = llava.answer(model, png(3), "is there a cat", "specflow", 8, {"specflow": SPECFLOW}, 0, 2)
     assert seen == [("specflow", (1, N, model.model.config.text_config.hidden_size), 8)] and out["k_fed"] == 10
+
+
+@pytest.mark.parametrize("method", ["random", "specflow"])
+def test_evaluate_journals_each_answer_and_a_rerun_answers_only_the_missing_questions(hub, tmp_path, method):
+    """Each question's answer goes to the job's journal; a rerun with part of it (a kill) answers only the rest and
+    writes the uninterrupted run's answers (issue 43). `random` draws, so its per-question seeding is checked too."""
+    from paperflow.specflow import llava
+
+    _, cache = hub
+    pj = str(tmp_path / "models" / "pretrained.json")
+    paper.download_model(PRETRAINED, str(cache), pj)
+    cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0]}
+    questions = str(tmp_path / "raw" / "pope.parquet")
+    paper.download_benchmark("pope", bench("pope", limit=3), str(cache), questions)
+    whole, resumed = str(tmp_path / "whole.parquet"), str(tmp_path / "resumed.parquet")
+    journal = tmp_path / "ckpt" / "rows.jsonl"
+    paper.evaluate(method, 4, pj, questions, cfg, whole, journal)
+    lines = journal.read_text().splitlines(keepends=True)
+    assert len(lines) == len(read_frame(questions)[0]) >= 2
+    journal.write_text(lines[0])  # killed after the first question
+    calls = []
+    answer = llava.answer
+    llava.answer = lambda *a, **k: calls.append(1) or answer(*a, **k)
+    try:
+        paper.evaluate(method, 4, pj, questions, cfg, resumed, journal)
+    finally:
+        llava.answer = answer
+    assert len(calls) == len(lines) - 1
+    pd.testing.assert_frame_equal(
+        read_frame(whole)[0].drop(columns="prune_ms"), read_frame(resumed)[0].drop(columns="prune_ms")
+    )

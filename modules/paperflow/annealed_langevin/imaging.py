@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from matplotlib import image as mpimg
 from scipy.ndimage import gaussian_filter
-from tqdm import tqdm
 
 from paperflow.core import plots
 from paperflow.core.config import reject_unknown
+from paperflow.core.loop import LoopCheckpoint, run_loop
+from paperflow.core.resume import EVERY_S
 
 IMAGING_KEYS = ("downsample", "mask_rate", "mask_seed", "lam", "step", "n_iter", "burn_in", "sigma_final")
 
@@ -54,6 +56,23 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     return 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")
 
 
+class Chain:
+    """The sampler's state between iterations (iterate, running mean, kept count, noise generator), with
+    state_dict/load_state_dict for LoopCheckpoint."""
+
+    def __init__(self, x: torch.Tensor, seed: int) -> None:
+        self.x, self.mean, self.kept = x, torch.zeros_like(x), 0
+        self.gen = torch.Generator(device=x.device).manual_seed(seed)
+
+    def state_dict(self) -> dict:
+        return {"x": self.x, "mean": self.mean, "kept": self.kept, "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.x, self.mean = state["x"].to(self.x), state["mean"].to(self.mean)
+        self.kept = int(state["kept"])
+        self.gen.set_state(state["gen"])
+
+
 def posterior_langevin(
     x_obs: torch.Tensor,
     mask: torch.Tensor,
@@ -64,25 +83,31 @@ def posterior_langevin(
     burn_in: int,
     seed: int,
     progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    every_s: float = EVERY_S,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(running posterior mean after burn_in, last iterate); starts at mask * x_obs."""
-    gen = torch.Generator(device=x_obs.device).manual_seed(seed)
-    x = mask * x_obs
-    mean = torch.zeros_like(x)
-    kept = 0
-    for n in tqdm(range(len(taus)), disable=not progress, mininterval=10.0, desc="imaging"):
-        tau = taus[n].to(x)
+    """(running posterior mean after burn_in, last iterate); starts at mask * x_obs. With `checkpoint_dir` (the
+    job's checkpoint folder) the chain is saved there every `every_s` seconds and a rerun continues from it."""
+    chain = Chain(mask * x_obs, seed)
+
+    def iterate(n: int) -> float:
+        tau = taus[n].to(chain.x)
+        x = chain.x
         with torch.no_grad():
             prior = -(x - denoiser(x, torch.sqrt(tau / (1 - tau)))) / tau
-        x = (
+        chain.x = (
             x
             + step * (prior - lam * mask * (x - x_obs))
-            + math.sqrt(2 * step) * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+            + math.sqrt(2 * step) * torch.randn(x.shape, generator=chain.gen, device=x.device, dtype=x.dtype)
         )
         if n >= burn_in:
-            kept += 1
-            mean += (x - mean) / kept
-    return mean, x
+            chain.kept += 1
+            chain.mean += (chain.x - chain.mean) / chain.kept
+        return float(chain.kept)
+
+    checkpoint = None if checkpoint_dir is None else LoopCheckpoint(checkpoint_dir, {"chain": chain}, every_s)
+    run_loop(iterate, None, len(taus), desc="imaging", progress=progress, checkpoint=checkpoint)
+    return chain.mean, chain.x
 
 
 def diffunet_denoiser(weights: str, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -104,16 +129,19 @@ def run_inpainting(
     device: torch.device,
     metrics_out: str,
     figure_out: str,
+    checkpoint_dir: str | Path | None = None,
 ) -> dict:
-    """One (path, horizon) of the inpainting experiment: writes metrics JSON and a figure; returns the metrics."""
+    """One (path, horizon) of the inpainting experiment: writes metrics JSON and a figure; returns the metrics.
+    `checkpoint_dir`: the job's checkpoint folder, where the chain is saved every 30 min and resumed from."""
     reject_unknown(cfg, IMAGING_KEYS, "annealed_langevin imaging config")
     x_true = torch.from_numpy(prepare_image(mpimg.imread(image_path)[..., :3], cfg["downsample"]))[None].to(device)
     mask = inpainting_mask(tuple(x_true.shape), cfg["mask_rate"], cfg["mask_seed"]).to(device)
     taus = imaging_taus(path, T, cfg["n_iter"], cfg["step"], cfg["sigma_final"])
     denoiser = diffunet_denoiser(weights_path, device)
     mean, last = posterior_langevin(
-        x_true, mask, denoiser, taus, cfg["step"], cfg["lam"], cfg["burn_in"], cfg["mask_seed"]
-    )
+        x_true, mask, denoiser, taus, cfg["step"], cfg["lam"], cfg["burn_in"], cfg["mask_seed"],
+        checkpoint_dir=checkpoint_dir,
+    )  # fmt: skip
     summary = {
         "path": path,
         "T": "inf" if T is None else T,

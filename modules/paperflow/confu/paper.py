@@ -205,9 +205,10 @@ def _cut(tokens: Sequence[int], eos: int) -> list[int]:
 
 
 def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str, Any], name: str,
-               regen: Mapping[str, Any], out: str) -> int:  # fmt: skip
+               regen: Mapping[str, Any], out: str, journal: str | Path | None = None) -> int:  # fmt: skip
     """The target's greedy responses (EOS included) to its shard of the training prompts, in batches, as the draft's
-    training data: flat `ids` (prompt + response, cut at `regen.max_length`), `offsets` and `prompt_lengths`."""
+    training data: flat `ids` (prompt + response, cut at `regen.max_length`), `offsets` and `prompt_lengths`. Each
+    batch's sequences go to the `journal` (the job's checkpoint folder) as it finishes; a rerun skips those batches."""
     import torch
     from safetensors.torch import save_file
 
@@ -216,16 +217,24 @@ def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str
     rows = frame[frame["shard"] == int(shard)].prompt_ids.tolist()
     eos, bs, most = int(tok.eos_token_id), int(regen["batch_size"]), int(regen["max_length"])
     seqs, plens = [], []
-    with torch.no_grad():
-        for i in range(0, len(rows), bs):
+    starts = list(range(0, len(rows), bs))
+    with torch.no_grad(), _journal(journal) as done:
+        for i in starts:
+            if i in done:
+                continue
             chunk = rows[i : i + bs]
             ids, mask = _left_pad(chunk, int(tok.pad_token_id))
             got = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
                                  max_new_tokens=int(regen["max_new_tokens"]), eos_token_id=eos,
                                  pad_token_id=int(tok.pad_token_id))  # fmt: skip
-            for prompt, row in zip(chunk, got[:, ids.shape[1] :].tolist()):
-                seqs.append((list(prompt) + _cut(row, eos))[:most])
-                plens.append(min(len(prompt), most))
+            batch = [
+                (list(map(int, prompt)) + _cut(row, eos))[:most]
+                for prompt, row in zip(chunk, got[:, ids.shape[1] :].tolist())
+            ]
+            done.append({"id": i, "seqs": batch, "plens": [min(len(prompt), most) for prompt in chunk]})
+        for row in done.complete(starts):
+            seqs += row["seqs"]
+            plens += row["plens"]
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
     data = {
         "ids": torch.tensor([t for s in seqs for t in s], dtype=torch.long),
@@ -235,6 +244,18 @@ def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_file(data, out, metadata={"target": name, "shard": str(shard)})
     return len(seqs)
+
+
+@contextlib.contextmanager
+def _journal(path: str | Path | None):
+    """A RowJournal at `path` (the job's checkpoint folder), or in a scratch folder when none is given."""
+    import tempfile
+
+    from paperflow.core.resume import RowJournal
+
+    with tempfile.TemporaryDirectory() as scratch:
+        with RowJournal(path if path is not None else Path(scratch) / "rows.jsonl", key="id") as journal:
+            yield journal
 
 
 def _timed(device, fn, *args, **kwargs):
@@ -251,25 +272,28 @@ def _timed(device, fn, *args, **kwargs):
 
 
 def plain_decoding(model_json: str, test_path: str, target: Mapping[str, Any], name: str,
-                   decoding: Mapping[str, Any], out: str) -> dict[str, float]:  # fmt: skip
+                   decoding: Mapping[str, Any], out: str, journal: str | Path | None = None) -> dict[str, float]:  # fmt: skip
     """Target-only greedy decoding of every question at batch 1 (transformers' `generate` with its KV cache): the
-    lossless reference of T = 0 and the denominator of the wall-clock speed-up (prefill included)."""
+    lossless reference of T = 0 and the denominator of the wall-clock speed-up (prefill included). Each question's
+    row goes to the `journal` (the job's checkpoint folder) as it finishes; a rerun skips those questions."""
     import torch
 
     model, tok, device = load_target(model_json, target, name)
     test, _ = read_frame(test_path)
     eos, max_new = int(tok.eos_token_id), int(decoding["max_new_tokens"])
-    rows = []
-    with torch.no_grad():
+    with torch.no_grad(), _journal(journal) as done:
         for q in test.itertuples(index=False):
+            if int(q.question_id) in done:
+                continue
             ids = torch.tensor([list(q.prompt_ids)], dtype=torch.long, device=device)
             got, secs = _timed(device, model.generate, input_ids=ids, attention_mask=torch.ones_like(ids),
                                do_sample=False, max_new_tokens=max_new, eos_token_id=eos,
                                pad_token_id=int(tok.pad_token_id))  # fmt: skip
             tokens = _cut(got[0, ids.shape[1] :].tolist(), eos)
-            rows.append({"question_id": int(q.question_id), "task": q.task, "tokens": tokens,
+            done.append({"id": int(q.question_id), "question_id": int(q.question_id), "task": q.task, "tokens": tokens,
                          "n_tokens": len(tokens), "seconds": secs})  # fmt: skip
-    frame = pd.DataFrame(rows)
+        rows = done.complete([int(i) for i in test.question_id])
+    frame = pd.DataFrame(rows, columns=["question_id", "task", "tokens", "n_tokens", "seconds"])
     write_frame(out, frame, {"target": name, "method": "plain"})
     return {"tokens_per_s": float(frame.n_tokens.sum() / frame.seconds.sum())}
 
@@ -298,11 +322,13 @@ def check_target_shape(name: str, target: Mapping[str, Any], model_config) -> No
 
 
 def evaluate(method: str, model_json: str, head_path: str, test_path: str, plain_path: str,
-             target: Mapping[str, Any], name: str, cfg: Mapping[str, Any], out: str) -> dict[str, Any]:  # fmt: skip
+             target: Mapping[str, Any], name: str, cfg: Mapping[str, Any], out: str,
+             journal: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Speculative decoding (the package's EAGLE-2 tree and one-pass verification, with target and draft KV caches:
     `cached_decoding.CachedSpecDecoder`) of every question at batch 1 and every temperature: per (question, T) the
     tokens, cycles, accepted depths, seconds; at T = 0 whether the output equals target-only greedy decoding
-    (`plain_path`)."""
+    (`plain_path`). Each (question, T) row goes to the `journal` (the job's checkpoint folder) as it finishes; a rerun
+    skips those (each decode draws its own seeded uniforms, so the rest decode as in an uninterrupted run)."""
     import torch
 
     from paperflow.confu.cached_decoding import CachedSpecDecoder
@@ -319,23 +345,31 @@ def evaluate(method: str, model_json: str, head_path: str, test_path: str, plain
     test, _ = read_frame(test_path)
     plain = read_frame(plain_path)[0].set_index("question_id")["tokens"]
     eos, max_new, seed = int(tok.eos_token_id), int(dec["max_new_tokens"]), int(cfg["seeds"][0])
-    rows = []
-    for temp in dec["temperatures"]:
-        for row, q in enumerate(test.itertuples(index=False)):
-            ids, mask = _left_pad([list(q.prompt_ids)], int(tok.pad_token_id))
-            u = uniforms(1, max_new, eval_seed(seed, temp) * 10_007 + row).to(device)
-            with torch.device(device), autocast(device, target["dtype"]):  # factories without a device land on it
-                got, secs = _timed(device, decoder.decode, ids.to(device), mask.to(device), max_new_tokens=max_new,
-                                   temperature=float(temp), uniforms=u, eos=eos,
-                                   pad=int(tok.pad_token_id))  # fmt: skip
-            tokens = [int(t) for t in got.tokens[0]]
-            rows.append({
-                "target": name, "method": method, "temperature": float(temp), "question_id": int(q.question_id),
-                "task": q.task, "n_tokens": len(tokens), "cycles": int(got.cycles[0]),
-                "accepted": list(got.accepted[0]), "seconds": secs,
-                "lossless": (tokens == [int(t) for t in plain[int(q.question_id)]]) if float(temp) == 0 else None,
-            })  # fmt: skip
-    frame = pd.DataFrame(rows)
+    keys = []
+    with _journal(journal) as done:
+        for temp in dec["temperatures"]:
+            for row, q in enumerate(test.itertuples(index=False)):
+                key = f"{float(temp)}:{int(q.question_id)}"
+                keys.append(key)
+                if key in done:
+                    continue
+                ids, mask = _left_pad([list(q.prompt_ids)], int(tok.pad_token_id))
+                u = uniforms(1, max_new, eval_seed(seed, temp) * 10_007 + row).to(device)
+                with torch.device(device), autocast(device, target["dtype"]):  # factories without a device land on it
+                    got, secs = _timed(device, decoder.decode, ids.to(device), mask.to(device), max_new_tokens=max_new,
+                                       temperature=float(temp), uniforms=u, eos=eos,
+                                       pad=int(tok.pad_token_id))  # fmt: skip
+                tokens = [int(t) for t in got.tokens[0]]
+                done.append({
+                    "id": key, "target": name, "method": method, "temperature": float(temp),
+                    "question_id": int(q.question_id), "task": q.task, "n_tokens": len(tokens),
+                    "cycles": int(got.cycles[0]), "accepted": [int(a) for a in got.accepted[0]], "seconds": secs,
+                    "lossless": (tokens == [int(t) for t in plain[int(q.question_id)]]) if float(temp) == 0 else None,
+                })  # fmt: skip
+        rows = done.complete(keys)
+    columns = ["target", "method", "temperature", "question_id", "task", "n_tokens", "cycles", "accepted", "seconds",
+               "lossless"]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=columns)
     info = {"target": name, "method": method, "c_draft": cost_ratio(head, model)}
     write_frame(out, frame, info)
     return info

@@ -21,15 +21,21 @@ from typing import Any
 import pandas as pd
 import torch
 
+from paperflow.core.loop import LoopCheckpoint, run_loop
+from paperflow.core.ranks import agree
+from paperflow.core.resume import EVERY_S
+
 log = logging.getLogger(__name__)
 
 
 def train_spec(method: str, name: str, target: Mapping[str, Any], cfg: Mapping[str, Any], model_json: str,
-               data: Sequence[str], init: str | None, out: str, history: str, seed: int) -> dict[str, Any]:  # fmt: skip
-    """Everything `run` needs, JSON-serialisable (it crosses the torchrun boundary as a file)."""
+               data: Sequence[str], init: str | None, out: str, history: str, seed: int,
+               checkpoints: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Everything `run` needs, JSON-serialisable (it crosses the torchrun boundary as a file). `checkpoints`: the
+    job's checkpoint folder (job.checkpoint_dir()), where each rank saves its loop state and resumes from."""
     return {
         "method": method, "target_name": name, "target": dict(target), "model_json": model_json,
-        "data": list(data), "init": init, "out": out, "history": history, "seed": int(seed),
+        "data": list(data), "init": init, "out": out, "history": history, "seed": int(seed), "checkpoints": checkpoints,
         "draft": dict(cfg["draft"]), "confu": dict(cfg["confu"]), "max_length": int(cfg["regenerate"]["max_length"]),
     }  # fmt: skip
 
@@ -87,8 +93,50 @@ def _dist():
     return int(os.environ.get("RANK", "0")), world
 
 
-def run(spec: Mapping[str, Any]) -> list[dict[str, float]]:
-    """Train `spec.method`'s head; returns the history rows (rank 0 also writes the head and the history)."""
+class Seeded:
+    """A torch.Generator as an object with state_dict/load_state_dict, for LoopCheckpoint."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"state": self.generator.get_state()}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.generator.set_state(state["state"])
+
+
+class RankCheckpoint(LoopCheckpoint):
+    """LoopCheckpoint for a torchrun job: each rank keeps its own state (the same head and optimizer, its own batch
+    generator) in `<folder>/rank<r>/`, and every rank saves at the step rank 0's clock picks (`ranks.agree`), so the
+    ranks resume at one step. Ranks whose saved steps differ (a kill between two ranks' saves) start afresh."""
+
+    def __init__(self, folder: str | Path, rank: int, world: int, objects: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(Path(folder) / f"rank{rank}", objects, **kwargs)
+        self.world = world
+
+    def restore(self) -> tuple[int, list[dict[str, float]]]:
+        import torch.distributed as dist
+
+        saved = -1
+        if self.path.exists():
+            saved = int(torch.load(self.path, map_location="cpu", weights_only=True)["next_step"])
+        if self.world > 1:
+            steps = [None] * self.world
+            dist.all_gather_object(steps, saved)
+            if len(set(steps)) > 1:
+                log.warning("the ranks' checkpoints are at steps %s: starting afresh", steps)
+                self.path.unlink(missing_ok=True)
+        return super().restore()
+
+    def step_done(self, step: int, records: list[dict[str, float]]) -> None:
+        if agree(self.timer.due()):
+            self.save(step + 1, records)
+
+
+def run(spec: Mapping[str, Any], every_s: float = EVERY_S) -> list[dict[str, float]]:
+    """Train `spec.method`'s head; returns the history rows (rank 0 also writes the head and the history). With
+    `spec["checkpoints"]` the loop saves there every `every_s` seconds and resumes from it (RankCheckpoint)."""
     import torch.distributed as dist
 
     from paperflow.confu import paper
@@ -131,8 +179,8 @@ def run(spec: Mapping[str, Any]) -> list[dict[str, float]]:
     data = load_data(spec["data"])
     g = torch.Generator().manual_seed(seed * 1009 + rank)
     layers = tuple(int(i) for i in target["feature_layers"])
-    rows = []
-    for step in range(int(m.steps)):
+
+    def step(i: int):
         idx = torch.randint(0, len(data), (int(d["batch_size"]),), generator=g).tolist()
         ids, mask, resp = batch(data, idx, pad, int(spec["max_length"]))
         anchors = None
@@ -154,7 +202,14 @@ def run(spec: Mapping[str, Any]) -> list[dict[str, float]]:
                 p.grad /= world
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        rows.append({"step": step, "loss": float(loss.detach()), **{k: float(v) for k, v in logs.items()}})
+        return loss.detach(), logs
+
+    checkpoint = None
+    if spec.get("checkpoints"):
+        checkpoint = RankCheckpoint(
+            spec["checkpoints"], rank, world, {"head": head, "optimizer": opt, "batches": Seeded(g)}, every_s=every_s
+        )
+    rows = run_loop(step, None, int(m.steps), desc=spec["method"], checkpoint=checkpoint)
     if rank == 0:
         save_head(head.cpu(), spec["out"], {"seed": seed, "method": spec["method"], "target": name})
         Path(spec["history"]).parent.mkdir(parents=True, exist_ok=True)

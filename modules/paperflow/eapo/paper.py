@@ -187,8 +187,10 @@ def train_spec(
     rollouts: str,
     processes: int,
     steps: int | None = None,
+    checkpoints: str | None = None,
 ) -> dict[str, Any]:
-    """Everything `paper_train.run` needs, JSON-serialisable (it crosses the torchrun boundary as a file)."""
+    """Everything `paper_train.run` needs, JSON-serialisable (it crosses the torchrun boundary as a file).
+    `checkpoints`: the job's checkpoint folder (job.checkpoint_dir()), where TRL saves and resumes from."""
     m = method_spec(method)
     uses_prior = bool(m.inject)
     if uses_prior and prior is None:
@@ -201,6 +203,7 @@ def train_spec(
         "prior": prior if uses_prior else None,
         "train": train,
         "out_dir": out_dir,
+        "checkpoints": checkpoints,
         "history": history,
         "rollouts": rollouts,
         "device": pretrained["device"],
@@ -289,10 +292,13 @@ def evaluate(
     device_name: str,
     dtype: str,
     stop_tokens: Sequence[str] = (),
+    journal: str | Path | None = None,
 ) -> pd.DataFrame:
     """avg@k of one trained model on each benchmark (spec section 8): k samples per problem at `temperature` and
     `top_p`, ending at EOS or one of `stop_tokens` (the rollouts' own), each scored by `math_reward` (math-verify on
-    the last \\boxed{}); one row per (benchmark, problem)."""
+    the last \\boxed{}); one row per (benchmark, problem). Each generate call is seeded by its place (benchmark and
+    first row), and its rows go to the `journal` file (the job's checkpoint folder) as they finish, so a rerun skips
+    the finished calls and samples the rest as an uninterrupted run does."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -305,22 +311,51 @@ def evaluate(
     stops = math_data.stop_ids(tokenizer, stop_tokens)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
     model.to(device).eval()
-    torch.manual_seed(int(evaluation["seed"]))
-    rows = []
-    for name, path in benchmarks.items():
-        frame, _ = read_frame(path)
-        k = int(ks[name])
-        per_call = max(1, int(evaluation["batch_size"]) // k)
-        for lo in range(0, len(frame), per_call):
-            part = frame.iloc[lo : lo + per_call]
-            texts = _generate(model, tokenizer, list(part["prompt"]), k, evaluation, device, stops)
-            for i, (pid, answer) in enumerate(zip(part["problem_id"], part["answer"])):
-                scores = [math_reward(t, answer) for t in texts[i * k : (i + 1) * k]]
-                rows.append({"benchmark": name, "problem_id": int(pid), "k": k, "correct": int(sum(scores))})
-        log.info("%s: avg@%d over %d problems", name, k, len(frame))
-    out = pd.DataFrame(rows)
+    ids = []
+    with _journal(journal) as done:
+        for name, path in benchmarks.items():
+            frame, _ = read_frame(path)
+            k = int(ks[name])
+            per_call = max(1, int(evaluation["batch_size"]) // k)
+            for lo in range(0, len(frame), per_call):
+                part = frame.iloc[lo : lo + per_call]
+                keys = [f"{name}:{int(pid)}" for pid in part["problem_id"]]
+                ids += keys
+                if all(key in done for key in keys):
+                    continue
+                torch.manual_seed(_call_seed(int(evaluation["seed"]), name, lo))
+                texts = _generate(model, tokenizer, list(part["prompt"]), k, evaluation, device, stops)
+                rows = []
+                for i, (key, pid, answer) in enumerate(zip(keys, part["problem_id"], part["answer"])):
+                    scores = [math_reward(t, answer) for t in texts[i * k : (i + 1) * k]]
+                    rows.append(
+                        {"id": key, "benchmark": name, "problem_id": int(pid), "k": k, "correct": int(sum(scores))}
+                    )
+                done.extend(r for r in rows if r["id"] not in done)
+            log.info("%s: avg@%d over %d problems", name, k, len(frame))
+        out = pd.DataFrame(done.complete(ids), columns=["id", "benchmark", "problem_id", "k", "correct"])
+    out = out.drop(columns="id")
     out["avg"] = out["correct"] / out["k"]
     return out
+
+
+def _call_seed(seed: int, name: str, lo: int) -> int:
+    """The seed of one generate call: the run's seed and the call's place (a stable hash, not Python's salted one)."""
+    import zlib
+
+    return (int(seed) + zlib.crc32(f"{name}:{lo}".encode())) % 2**63
+
+
+@contextmanager
+def _journal(path: str | Path | None):
+    """A RowJournal at `path` (the job's checkpoint folder), or in a scratch folder when none is given."""
+    import tempfile
+
+    from paperflow.core.resume import RowJournal
+
+    with tempfile.TemporaryDirectory() as scratch:
+        with RowJournal(path if path is not None else Path(scratch) / "rows.jsonl", key="id") as journal:
+            yield journal
 
 
 def _tokenizer(folder: str):
@@ -381,12 +416,12 @@ def luffy_data(train: str, traces: str, template: str, out: str) -> dict[str, in
 
 def prior_traces(
     prior_json: str, train: str, samples: int, evaluation: Mapping[str, Any], device_name: str, dtype: str,
-    stop_tokens: Sequence[str], out: str,
+    stop_tokens: Sequence[str], out: str, journal: str | Path | None = None,
 ) -> dict[str, int]:  # fmt: skip
     """pi_E's traces for LUFFY: `samples` completions per training problem, sampled and decoded as `evaluate`
     does (math.evaluation's temperature, top_p and length, ending at EOS or the rollouts' stop tokens, special
     tokens dropped: LUFFY's reader appends no EOS either), each scored by the paper's reward; one row per
-    (problem, sample)."""
+    (problem, sample). Calls are seeded and journalled as in `evaluate`, so a rerun goes on where it stopped."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -399,17 +434,26 @@ def prior_traces(
     stops = math_data.stop_ids(tokenizer, stop_tokens)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
     model.to(device).eval()
-    torch.manual_seed(int(evaluation["seed"]))
     frame, _ = read_frame(train)
     per_call = max(1, int(evaluation["batch_size"]) // int(samples))
-    rows = []
-    for lo in range(0, len(frame), per_call):
-        part = frame.iloc[lo : lo + per_call]
-        texts = _generate(model, tokenizer, list(part["prompt"]), int(samples), evaluation, device, stops)
-        for i, (pid, answer) in enumerate(zip(part["problem_id"], part["answer"])):
-            for j, text in enumerate(texts[i * samples : (i + 1) * samples]):
-                rows.append({"problem_id": int(pid), "sample": j, "trace": text, "correct": math_reward(text, answer)})
-    traces = pd.DataFrame(rows)
+    ids = []
+    with _journal(journal) as done:
+        for lo in range(0, len(frame), per_call):
+            part = frame.iloc[lo : lo + per_call]
+            keys = [f"{int(pid)}:{j}" for pid in part["problem_id"] for j in range(samples)]
+            ids += keys
+            if all(key in done for key in keys):
+                continue
+            torch.manual_seed(_call_seed(int(evaluation["seed"]), "traces", lo))
+            texts = _generate(model, tokenizer, list(part["prompt"]), int(samples), evaluation, device, stops)
+            rows = []
+            for i, (pid, answer) in enumerate(zip(part["problem_id"], part["answer"])):
+                for j, text in enumerate(texts[i * samples : (i + 1) * samples]):
+                    rows.append({"id": f"{int(pid)}:{j}", "problem_id": int(pid), "sample": j, "trace": text,
+                                 "correct": math_reward(text, answer)})  # fmt: skip
+            done.extend(r for r in rows if r["id"] not in done)
+        traces = pd.DataFrame(done.complete(ids), columns=["id", "problem_id", "sample", "trace", "correct"])
+    traces = traces.drop(columns="id")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     traces.to_parquet(out, index=False)
     solved = int(traces.groupby("problem_id")["correct"].max().sum()) if len(traces) else 0

@@ -90,6 +90,7 @@ class Rollout:
         self.vllm = dict(vllm or {})
         self.sampler = None
         self.synced_step = 0
+        self._saved_generators: dict[str, torch.Tensor] = {}
         if backend == "vllm":
             self.sampler = vllm_sampler(self.vllm, injects=bool(self.m.inject))
 
@@ -101,7 +102,26 @@ class Rollout:
     def _generator(self, name: str, device, offset: int) -> torch.Generator:
         if name not in self.generators:
             self.generators[name] = torch.Generator(device=device).manual_seed(self.seed + offset)
+            if name in self._saved_generators:  # a resumed run: the generator goes on where the checkpoint left it
+                self.generators[name].set_state(self._saved_generators.pop(name))
         return self.generators[name]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs of this process's sampler: tau_H, the generators' states, the statistics so far
+        and the step the policy server was last synced at."""
+        return {
+            "tau": self.tau,
+            "generators": {k: g.get_state() for k, g in self.generators.items()},
+            "stats": list(self.stats),
+            "synced_step": self.synced_step,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.tau = state["tau"]
+        self.stats = list(state["stats"])
+        self.synced_step = int(state["synced_step"])
+        self.generators = {}
+        self._saved_generators = dict(state["generators"])
 
     def take(self) -> dict[str, list[torch.Tensor]] | None:
         last, self._last = self._last, None
@@ -380,7 +400,7 @@ def build(spec: Mapping[str, Any]):
     frame, _ = read_frame(spec["train"])
     dataset = Dataset.from_pandas(frame[["prompt", "answer"]], preserve_index=False)
     args = GRPOConfig(
-        output_dir=str(Path(spec["out_dir"]) / "trl"),
+        output_dir=spec.get("checkpoints") or str(Path(spec["out_dir"]) / "trl"),
         use_cpu=device.type == "cpu",
         report_to=[],
         save_strategy="no",
@@ -417,10 +437,40 @@ def build(spec: Mapping[str, Any]):
     return trainer
 
 
-def run(spec: Mapping[str, Any]) -> None:
-    """Train, then (main process) save the model folder, TRL's history and the rollout statistics."""
+def rollout_file(checkpoint: str | Path, rank: int) -> Path:
+    return Path(checkpoint) / f"eapo_rollout_rank{rank}.pt"
+
+
+def rollout_checkpoint(rollout: Rollout, rank: int):
+    """A callback that keeps each process's sampler state (`Rollout.state_dict`) in every checkpoint TRL writes, before
+    `paperflow.core.lm.resume`'s TimedSave (added later, so called later) marks the checkpoint complete."""
+    from transformers import TrainerCallback
+
+    class RolloutCheckpoint(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            path = rollout_file(Path(args.output_dir) / f"checkpoint-{state.global_step}", rank)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(rollout.state_dict(), path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+            return control
+
+    return RolloutCheckpoint()
+
+
+def run(spec: Mapping[str, Any], every_s: float | None = None) -> None:
+    """Train, then (main process) save the model folder, TRL's history and the rollout statistics. With
+    `spec["checkpoints"]` (the job's checkpoint folder) TRL saves there at least every `every_s` seconds (default
+    30 min) and a rerun resumes from the newest complete checkpoint, the sampler's state included."""
+    from paperflow.core.lm import resume
+    from paperflow.core.resume import EVERY_S
+
     trainer = build(spec)
-    trainer.train()
+    rank = trainer.accelerator.process_index
+    trainer.add_callback(rollout_checkpoint(trainer.eapo_rollout, rank))
+    last = resume.last_checkpoint(trainer.args.output_dir)
+    if last and rollout_file(last, rank).exists():
+        trainer.eapo_rollout.load_state_dict(torch.load(rollout_file(last, rank), weights_only=True))
+    resume.train(trainer, EVERY_S if every_s is None else every_s)
     trainer.save_model(spec["out_dir"])
     if trainer.accelerator.is_main_process:
         trainer.processing_class.save_pretrained(spec["out_dir"])

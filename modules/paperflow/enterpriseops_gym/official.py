@@ -615,16 +615,34 @@ def run_official_episode(
 
 
 def run_official(
-    tasks: Sequence[Mapping[str, Any]], agent: Any, judge: LlmJudge | None, runs: int, attempts: int = 5, **kw
+    tasks: Sequence[Mapping[str, Any]],
+    agent: Any,
+    judge: LlmJudge | None,
+    runs: int,
+    attempts: int = 5,
+    journal: str | Path | None = None,
+    **kw,
 ) -> list[dict[str, Any]]:
-    """`runs` runs (evaluate.py's --num_runs) of every task, each task's number_of_runs within a run."""
-    out = []
-    for r in range(runs):
-        for task in tasks:
-            for i in range(int(task.get("number_of_runs") or 1)):
-                run = r * int(task.get("number_of_runs") or 1) + i
-                out.append(run_official_episode(task, agent, judge, run, attempts, **kw))
-    return out
+    """`runs` runs (evaluate.py's --num_runs) of every task, each task's number_of_runs within a run. Each episode's
+    record goes to the `journal` (the job's checkpoint folder) as it finishes, and a rerun skips the episodes there;
+    records come back with their keys in sorted order, whether journalled or not."""
+    import tempfile
+
+    from paperflow.core.resume import RowJournal
+
+    ids = []
+    with tempfile.TemporaryDirectory() as scratch:
+        with RowJournal(journal if journal is not None else Path(scratch) / "rows.jsonl", key="id") as done:
+            for r in range(runs):
+                for task in tasks:
+                    for i in range(int(task.get("number_of_runs") or 1)):
+                        run = r * int(task.get("number_of_runs") or 1) + i
+                        key = f"{task['task_id']}:{run}"
+                        ids.append(key)
+                        if key not in done:
+                            done.append({**run_official_episode(task, agent, judge, run, attempts, **kw), "id": key})
+            rows = done.complete(ids)
+    return [{k: row[k] for k in sorted(row) if k != "id"} for row in rows]
 
 
 # ---- the model endpoint --------------------------------------------------------------------------------------------
@@ -724,12 +742,14 @@ def run_model(
     model_json: str | None = None,
     server_log: str | None = None,
     servers_log_dir: str | None = None,
+    journal: str | Path | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every official task of every mode with model `name` under the ReAct harness: an open model (`serve: vllm`) is
     served by vLLM on this job's GPUs for the run's length, an API model is reached at its `base_url`. The judge of
     response checks is the same model (the official convention) unless `official.judge` names another endpoint.
     The domain servers the tasks name run under Apptainer for the run's length (`containers.domain_servers`, logs in
-    `servers_log_dir`) when `official.containers.start` is set; their pins are checked before the model server starts."""
+    `servers_log_dir`) when `official.containers.start` is set; their pins are checked before the model server starts.
+    Finished episodes go to `journal` (run_official), so a rerun of a killed job runs only the rest."""
     from paperflow.enterpriseops_gym import containers
     from paperflow.enterpriseops_gym.harness import ReactAgent
 
@@ -759,7 +779,7 @@ def run_model(
         else:
             judge = LlmJudge(base_url, served, api_key, retries=int(h["retries"]))
         with containers.domain_servers(boxes, official["servers"], needed, logs_dir) as started:
-            records = run_official(tasks, agent, judge, int(official["runs"]), int(h["attempts"]))
+            records = run_official(tasks, agent, judge, int(official["runs"]), int(h["attempts"]), journal=journal)
         notes = {"model": name, "served_as": served, "usage": dict(agent.usage), "tasks": len(tasks)}
         return records, notes | {"domain_servers": {s: shlex.join(c) for s, c in started.items()}}
 

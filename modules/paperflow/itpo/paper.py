@@ -11,10 +11,11 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,12 +167,20 @@ def train(
     out: str,
     python=None,
     turns: str | None = None,
+    checkpoints: str | None = None,
 ) -> dict[str, Any]:
     """One run of the recipe's training (`recipe.itpo.main_prime`) for `method` on `task_name`: the command and
     interaction file written beside `out`, verl's checkpoints under <run>/checkpoints; `out` (JSON) names the final
     checkpoint folder (global_step_<N>, verl's latest_checkpointed_iteration.txt), the command and the GPUs.
     `turns` (JSON lines): the per-turn log the launch's hook writes (`paperflow.itpo.turn_log`), one record per
-    episode and step; empty for outcome-only RLOO (no PRM), an error for a PRM method that logged nothing."""
+    episode and step; empty for outcome-only RLOO (no PRM), an error for a PRM method that logged nothing.
+
+    `checkpoints` (the job's checkpoint folder, job.checkpoint_dir()): verl saves there (`trainer.save_freq`) and
+    resumes from its latest checkpoint (verl's own switch, `trainer.resume_mode=auto`), the turn log kept there too,
+    cut to the resumed step and numbered on from it; at the end the final global_step folder moves to
+    <run>/checkpoints, where itpo_evaluate reads it, and the log is copied to `turns`."""
+    from paperflow.itpo import turn_log
+
     if len(seeds) != 1:
         raise ValueError(f"a paper-scale train job runs one seed; got {list(seeds)} (seeds_per_job must be 1)")
     python = python or sys.executable
@@ -180,27 +189,63 @@ def train(
     workdir = recipe.job_workdir(Path(tree), run_dir / "work")
     name = f"{task_name}-rloo-{method}-s{seeds[0]}"
     paths = _paths(run_dir, inputs, inputs["pretrained"], cfg, name)
+    if checkpoints is not None:
+        paths["checkpoints"] = str(Path(checkpoints).resolve())
+    resumed = latest_step(paths["checkpoints"]) if checkpoints is not None else 0
     paths["interaction"] = str((run_dir / "interaction.yaml").resolve())
     _write_yaml(paths["interaction"], recipe.interaction_config(cfg["simulator"], paths["base_url"], 1.0))
     if turns is not None:
-        paths["turn_log"] = str(Path(turns).resolve())
-        Path(turns).parent.mkdir(parents=True, exist_ok=True)
-        Path(turns).write_text("")  # the hook appends
+        log_path = Path(checkpoints) / "turns.jsonl" if checkpoints is not None else Path(turns)
+        paths["turn_log"] = str(log_path.resolve())
+        turn_log.keep_until(log_path, resumed)  # the hook appends
     task = cfg["tasks"][task_name]
     overrides = recipe.train_overrides(task_name, task, method, cfg["verl"], cfg["simulator"], paths)
+    if checkpoints is not None:
+        overrides = resuming(overrides, resumed, with_turn_log=turns is not None)
     cmd = recipe.command(recipe.TRAIN_MODULE, overrides, python=python)  # the seed labels the run (verl's own seeds)
-    _write_json(run_dir / "command.json", {"cwd": str(workdir), "command": cmd})
+    _write_json(run_dir / "command.json", {"cwd": str(workdir), "command": cmd, "resumed_from_step": resumed})
     ran = _run_with_simulator(cfg, inputs["simulator"], cmd, workdir, tree, run_dir / "logs", python)
-    latest = Path(paths["checkpoints"]) / "latest_checkpointed_iteration.txt"
-    if not latest.is_file():
+    step = latest_step(paths["checkpoints"])
+    if not step:
+        latest = Path(paths["checkpoints"]) / LATEST
         raise FileNotFoundError(f"{latest}: verl saved no checkpoint (trainer.save_freq vs the run's steps?)")
-    step = int(latest.read_text().strip())
+    final = Path(paths["checkpoints"]) / f"global_step_{step}"
+    if checkpoints is not None:  # the job's folder goes when the job succeeds: the final step moves to the run
+        kept = run_dir / "checkpoints"
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True)
+        shutil.move(str(final), kept / final.name)
+        (kept / LATEST).write_text(f"{step}\n")
+        final = kept / final.name
+        if turns is not None:
+            shutil.copyfile(paths["turn_log"], turns)
     if turns is not None and recipe.METHODS[method]["dpo"] and not Path(turns).read_text().strip():
         raise RuntimeError(f"{turns}: the turn-log hook wrote nothing for {method} (see {run_dir / 'logs'})")
     doc = {"task": task_name, "method": method, "seed": int(seeds[0]), "global_step": step,
-           "checkpoint": str(Path(paths["checkpoints"]) / f"global_step_{step}"), "command": cmd, **ran}  # fmt: skip
+           "checkpoint": str(final), "command": cmd, **ran}  # fmt: skip
     _write_json(out, doc)
     return doc
+
+
+LATEST = "latest_checkpointed_iteration.txt"  # verl's tracker of its newest complete checkpoint
+
+
+def latest_step(checkpoints: str | Path) -> int:
+    """The step of verl's newest complete checkpoint under `checkpoints`; 0 when there is none."""
+    latest = Path(checkpoints) / LATEST
+    return int(latest.read_text().strip()) if latest.is_file() else 0
+
+
+def resuming(overrides: Sequence[str], step: int, with_turn_log: bool) -> list[str]:
+    """The training overrides with verl's resume switch on (`trainer.resume_mode=auto`: the newest checkpoint in
+    `trainer.default_local_dir`, or a fresh start when there is none) and, with the turn log, the step the hook
+    numbers on from."""
+    from paperflow.itpo import turn_log
+
+    out = [o for o in overrides if not o.startswith("trainer.resume_mode=")] + ["trainer.resume_mode=auto"]
+    if with_turn_log:
+        out.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.{turn_log.TURN_LOG_START_ENV}={int(step)}")
+    return out
 
 
 def evaluate(

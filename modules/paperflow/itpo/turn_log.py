@@ -25,6 +25,8 @@ import torch
 from paperflow.itpo import rewards
 from paperflow.itpo.recipe import TURN_LOG_ENV
 
+TURN_LOG_START_ENV = "PAPERFLOW_ITPO_TURN_LOG_START"  # the step a resumed run continues after (paper.train)
+
 log = logging.getLogger(__name__)
 
 TRAINER_MODULE = "recipe.itpo.prime_ray_trainer"
@@ -69,19 +71,32 @@ def episode_rows(step: int, data: Any) -> list[dict[str, Any]]:
     ]
 
 
+def keep_until(path: str | Path, step: int) -> None:
+    """Keep the records of steps up to `step` in the log at `path` (a resumed run logs the later ones again), an
+    empty log when `step` is 0."""
+    path = Path(path)
+    kept = []
+    if step and path.exists():
+        kept = [line for line in path.read_text().splitlines(keepends=True)
+                if line.endswith("\n") and json.loads(line)["step"] <= step]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(kept))
+
+
 def append(path: str | Path, rows: list[dict[str, Any]]) -> None:
     with open(path, "a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
 
 
-def install(path: str | Path, module: Any) -> None:
+def install(path: str | Path, module: Any, start: int = 0) -> None:
     """Wrap `module.compute_advantage` (the recipe trainer's module) so each call first appends the batch's
-    episodes to `path`; the call count is the training step. Idempotent."""
+    episodes to `path`; the call count after `start` (the step a resumed run continues after) is the training step.
+    Idempotent."""
     original = module.compute_advantage
     if getattr(original, "turn_log_path", None) is not None:
         return
-    step = {"n": 0}
+    step = {"n": int(start)}
 
     def compute_advantage(data, adv_estimator, config):
         step["n"] += 1
@@ -105,4 +120,4 @@ def setup() -> None:
     except ImportError as exc:  # a worker that cannot reach the recipe never runs its trainer
         log.warning("turn log not installed in this worker: %s", exc)
         return
-    install(path, module)
+    install(path, module, int(os.environ.get(TURN_LOG_START_ENV, "0")))

@@ -86,10 +86,17 @@ def evaluate(
     questions_path: str,
     cfg: Mapping[str, Any],
     out: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """LLaVA's greedy answers to every question of a benchmark with its vision tokens condensed by `method` to
-    `budget`; the answers table keeps the question's answers, category and group for the scorer."""
+    `budget`; the answers table keeps the question's answers, category and group for the scorer. Each question's
+    answer goes to the `journal` (the job's checkpoint folder) as it finishes, and a rerun skips those questions
+    (each condensation is seeded by the run's seed per question, so the rest come out as in an uninterrupted run);
+    `seconds` is this run's time."""
+    import tempfile
+
     from paperflow.core.device import pick
+    from paperflow.core.resume import RowJournal
     from paperflow.core.seeding import seed_all
     from paperflow.specflow import llava
 
@@ -103,15 +110,28 @@ def evaluate(
         raise ValueError(f"pretrained.tokens = {pre['tokens']} but the model feeds {model.grid} = "
                          f"{model.grid[0] * model.grid[1]} visual tokens")  # fmt: skip
     frame, meta = read_frame(questions_path)
-    rows, t0 = [], time.perf_counter()
-    for q in frame.itertuples(index=False):
-        got = llava.answer(model, q.image, q.question, method, budget, cfg, seed, pre["max_new_tokens"])
-        rows.append({"qid": q.qid, "answers": q.answers, "category": q.category, "group": q.group, **got})
-    answers = pd.DataFrame(rows)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        with RowJournal(journal if journal is not None else Path(scratch) / "rows.jsonl", key="id") as done:
+            for q in frame.itertuples(index=False):
+                if _plain(q.qid) in done:
+                    continue
+                got = llava.answer(model, q.image, q.question, method, budget, cfg, seed, pre["max_new_tokens"])
+                done.append({"id": _plain(q.qid), "got": {k: _plain(v) for k, v in got.items()}})
+            answered = done.complete([_plain(qid) for qid in frame["qid"]])
+    keys = sorted({k for a in answered for k in a["got"]})  # one order, whether a row was journalled or not
+    rows = [{"qid": q.qid, "answers": q.answers, "category": q.category, "group": q.group, **a["got"]}
+            for q, a in zip(frame.itertuples(index=False), answered)]  # fmt: skip
+    answers = pd.DataFrame(rows, columns=["qid", "answers", "category", "group", *keys])
     info = {"method": method, "budget": int(budget), "benchmark": meta["benchmark"], "kind": meta["kind"],
             "revision": info["revision"], "seconds": time.perf_counter() - t0}  # fmt: skip
     write_frame(out, answers, info)
     return info
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value a JSON journal keeps."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def score_benchmark(answers: Mapping[tuple[str, int], str]) -> pd.DataFrame:

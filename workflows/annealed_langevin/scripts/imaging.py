@@ -15,5 +15,6 @@ with snakemake_job(snakemake) as job:
         device,
         job.output.metrics,
         job.output.figure,
+        checkpoint_dir=job.checkpoint_dir(),  # the chain, saved every 30 min; a rerun continues it
     )
     job.note(seeds=[job.params.imaging["mask_seed"]], psnr=summary["psnr_posterior_mean"], device=str(device))

@@ -14,6 +14,7 @@ with snakemake_job(snakemake) as job:
         model_json,
         job.params.server_log,
         job.params.servers_log_dir,
+        journal=job.checkpoint_dir() / "episodes.jsonl",  # finished episodes; a rerun runs only the rest
     )
     write_jsonl(job.output.runs, records)
     with open(job.output.notes, "w") as fh:
