@@ -342,6 +342,25 @@ def test_prefix_sampler_is_seeded_and_top_k_one_is_greedy(tiny_vlm):
     assert run(1, 5.0, 1) == run(2, 0.0, 10)
 
 
+def test_prefix_sampler_in_row_batches_is_the_same_law(tiny_vlm):
+    """Sampling in batches of rows (sampling.batch_rows) changes only the order of the generator's draws: greedy
+    completions are identical whatever the batch, and a batch that holds every row is the unbatched call."""
+    from paperflow.doubt import vlm
+
+    model, tok = tiny_vlm
+    items = draw_items(5, 3, 0.7, (0.5,))
+    cells = torch.as_tensor(np.array([it["features"] for it in items], dtype=np.float32).reshape(-1, 16, 8))
+    prompts = [vlm.IMG + it["question"].split() for it in items]
+
+    def run(temperature, rows):
+        return vlm.sample_prefix(model, tok, prompts, cells, 4, temperature, 10, torch.Generator().manual_seed(3), rows)
+
+    assert run(0.0, 2) == run(0.0, None) == run(0.0, 1)
+    assert run(1.0, 5) == run(1.0, None) == run(1.0, 50)
+    with pytest.raises(ValueError, match="batch_rows"):
+        run(1.0, 0)
+
+
 SEEDS = (0, 1, 2, 3, 4)
 JITTER = (0.01, -0.02, 0.015, 0.0, -0.005)
 STABILITY = {"stability_n3", "stability_n5"}

@@ -76,7 +76,7 @@ def train(scenes: str, model_cfg, train_cfg, seed: int, temperature: float, out:
 
 def sample(scenes: str, checkpoint: str, sampling: Mapping[str, Any], seed: int) -> pd.DataFrame:
     """Per test item (spec section 2): ans0 (T_answer), the plain set A (n_max at T), the object list (T_answer,
-    once), the OUB set B (n_max at T on Q + desc + objects + ans). Batched: every item's n_max rows at once."""
+    once), the OUB set B (n_max at T on Q + desc + objects + ans). Batched: `sampling.batch_rows` rows per forward."""
     import torch
 
     from paperflow.doubt import vlm
@@ -94,8 +94,10 @@ def sample(scenes: str, checkpoint: str, sampling: Mapping[str, Any], seed: int)
     x = torch.as_tensor(cells)
     qs = [it["question"].split() for it in items]
 
+    rows = sampling.get("batch_rows")
+
     def run(prompts, feats, max_new, temp):
-        return vlm.sample_prefix(model, tok, prompts, feats, max_new, temp, k, g)
+        return vlm.sample_prefix(model, tok, prompts, feats, max_new, temp, k, g, rows)
 
     ans0 = run([vlm.IMG + q for q in qs], x, length, t0)
     plain = run([vlm.IMG + q for q in qs for _ in range(n)], x.repeat_interleave(n, 0), length, t)
