@@ -113,11 +113,11 @@ def test_lm_kit_samples_and_scores_on_cuda_like_on_cpu():
 
 def test_mtbl_wc_penalty_method_on_cuda_matches_cpu():
     from paperflow.mtbl_wc import fronts
-    from paperflow.mtbl_wc.algorithm import run
-    from paperflow.mtbl_wc.experiment import build_problem, device
+    from paperflow.mtbl_wc.algorithm import make_fabric, run
+    from paperflow.mtbl_wc.experiment import build_problem
     from paperflow.mtbl_wc.prepare import preference_matrix
 
-    assert device().type == DEV
+    assert make_fabric().device.type == DEV  # the device the train jobs build their problem on (issue 54: Fabric's)
     spec = {"n_obj": 2, "dim_x": 5, "dim_y": 10, "rows": 8, "rank": 6, "sv_range": [1.0, 1.5], "b_scale": 0.3,
             "c_scale": 1.5}  # fmt: skip
     inst = fronts.quadratic_instance(spec, 0)

@@ -11,9 +11,9 @@ import torch
 from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.mtbl_wc import data, fronts
-from paperflow.mtbl_wc.algorithm import run
+from paperflow.mtbl_wc.algorithm import make_fabric, run
 from paperflow.mtbl_wc.claims import metrics_table, summary_table
-from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d
+from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d, train
 from paperflow.mtbl_wc.kkt import kkt_measure
 from paperflow.mtbl_wc.prepare import preference_matrix
 from paperflow.mtbl_wc.problems import QuadraticECMO, constraint_autograd, penalty_grad_autograd
@@ -438,3 +438,69 @@ def test_summary_table_keeps_the_metrics_over_all_preferences():
     table = summary_table({"quadratic": frame})
     assert table.metric.tolist() == ["f1", "hypervolume"]
     assert np.isnan(table.r1.iloc[1]) and table["mean"].tolist() == [2.0, 3.0] and table.n_seeds.tolist() == [2, 2]
+
+
+# z_final.sum(1) per preference and the history's K summed, after 300 steps on quadratic(0), computed by the plain
+# loop before Lightning Fabric drove it (issue 54): Fabric must leave the arithmetic exactly as it was.
+PLAIN_LOOP = {
+    "wc": ([-0.4608021926091788, -0.3069327625897534, -0.18678220797676665, -0.11028360628078793, 0.09191080644536254],
+           118.10602430086767),
+    "wc_sto": ([-0.7090134807299555, -0.7765364544596138, 0.02384155445417102, -0.22463066992028252,
+                0.36788125105760794], 119.8990535555994),
+    "ls": ([-0.7896454587067535, -0.5808736547417379, -0.3721018507767224, -0.1633300468117061, 0.04544175715330867],
+           109.22912569293118),
+    "mgda": ([-0.2028857715213762, -0.20288577152137555, -0.2028857715213762, -0.20288577152137555,
+              -0.20288577152137643], 109.1214740756775),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", sorted(PLAIN_LOOP))
+def test_fabric_run_reproduces_the_plain_loop_and_logs_every_evaluation(method, tmp_path):
+    from paperflow.core.training import make_loggers
+
+    inst, exact = quadratic(0)
+    fabric = make_fabric(make_loggers(tmp_path, "seed0", None, {}))
+    problem = build_problem("quadratic", inst, fabric.device)
+    z0 = np.tile(np.random.default_rng(0).normal(size=problem.dim_x + problem.dim_y), (len(PREFS), 1))
+    res = run(problem, method, PREFS, z0, exact["ideal"], SOLVER | {"steps": 300, "eval_every": 100}, 0, fabric)
+    sums, k_total = PLAIN_LOOP[method]
+    np.testing.assert_allclose(res.z_final.sum(1), sums, rtol=1e-12, atol=1e-14)
+    assert res.history.K.sum() == pytest.approx(k_total, rel=1e-12)
+    logged = pd.read_csv(tmp_path / "csv" / "seed0" / "metrics.csv")
+    assert logged.step.tolist() == [0, 100, 200, 300]
+    for i in range(len(PREFS)):
+        mine = res.history[res.history.pref == i]
+        np.testing.assert_allclose(logged[f"pref{i}/K"], mine.K, rtol=1e-12)
+        np.testing.assert_allclose(logged[f"pref{i}/h_norm"], mine.h_norm, rtol=1e-12)
+
+
+def test_train_logs_each_seed_to_its_own_csv_and_rejects_unknown_solver_keys(tmp_path):
+    insts = {seed: {**inst, **exact, "prefs": PREFS} for seed in (1, 2) for inst, exact in [quadratic(seed)]}
+    solver = SOLVER | {"steps": 40, "eval_every": 20}
+    runs = train("quadratic", "wc", insts, solver, tmp_path)
+    assert sorted(runs) == [1, 2] and runs[1].z_final.shape == (len(PREFS), 15)
+    assert all((tmp_path / "csv" / f"seed{s}" / "metrics.csv").exists() for s in (1, 2))
+    with pytest.raises(ConfigError, match="mtbl_wc solver.*stepz"):
+        train("quadratic", "wc", insts, solver | {"stepz": 1}, tmp_path)
+
+
+@pytest.mark.parametrize("method", ["wc", "ls"])
+def test_stacked_concave_seeds_run_as_each_seed_alone(method, tmp_path):
+    """The concave seeds of a job run as one stacked tensor program; each seed's rows must follow its own run."""
+    spec = load_paper_config("mtbl_wc", "tiny")["problems"]["concave"]
+    prefs = preference_matrix(spec["preferences"])
+    insts = {}
+    for seed in (0, 1, 2):
+        inst = fronts.concave_instance(spec["instance"], seed)
+        insts[seed] = {**inst, **fronts.concave_front(inst, prefs, 51), "prefs": prefs}
+    solver = spec["solver"] | {"steps": 400, "eval_every": 100}
+    stacked = train("concave", method, insts, solver, tmp_path)
+    logged = pd.read_csv(tmp_path / "csv" / "seeds" / "metrics.csv")
+    for seed, inst in insts.items():
+        problem = build_problem("concave", inst)
+        z0 = np.tile(np.random.default_rng(seed).normal(size=6), (len(prefs), 1))
+        alone = run(problem, method, prefs, z0, inst["ideal"], solver, seed)
+        np.testing.assert_allclose(stacked[seed].z_final, alone.z_final, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(stacked[seed].z_best, alone.z_best, rtol=1e-9, atol=1e-12)
+        pd.testing.assert_frame_equal(stacked[seed].history, alone.history, rtol=1e-9)
+        np.testing.assert_allclose(logged[f"seed{seed}/pref1/K"], alone.history[alone.history.pref == 1].K, rtol=1e-9)

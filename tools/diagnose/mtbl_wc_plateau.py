@@ -5,7 +5,7 @@ the smoke solver, and again with more steps, and prints per middle preference th
 space) of the best-K output and of the last iterate to the closed-form WC point, the objectives at the start, and
 the K of the output. Usage, from the repository root:
 
-    .venv/bin/python tools/diagnose/mtbl_wc_plateau.py [--steps 5000 20000 80000]
+    .venv/bin/python tools/diagnose/mtbl_wc_plateau.py [--steps 5000 20000 80000] [--scale cpu] [--seeds 1 2 3]
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ from paperflow.mtbl_wc.prepare import preference_matrix
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[5000, 20000, 80000])
+    parser.add_argument("--scale", default="smoke", help="the config scale whose seeds and solver are used")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="a subset of that scale's seeds")
     args = parser.parse_args()
-    cfg = load_paper_config("mtbl_wc", "smoke")
+    cfg = load_paper_config("mtbl_wc", args.scale)
     spec = cfg["problems"]["concave"]
     prefs = preference_matrix([0.35, 0.5, 0.65])
     print("| seed | steps | f at start | rel. dist. of best-K output | of last iterate | K of output |")
     print("|---|---|---|---|---|---|")
-    for seed in cfg["seeds"]:
+    for seed in args.seeds if args.seeds is not None else cfg["seeds"]:
         inst = fronts.concave_instance(spec["instance"], seed)
         exact = fronts.concave_front(inst, prefs, 101)
         problem = build_problem("concave", inst)

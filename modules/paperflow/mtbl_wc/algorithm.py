@@ -9,6 +9,8 @@ One loop serves every method; only the weights on the UL gradients differ:
 and the update is z <- z - eta_t * scale * (sum_s w_s grad f_s + rho_t J_h^T h), with
 rho_t = min(rho_max, rho_0 (1 + t / ramp)) and eta_t = eta_0 / (L_f + rho_t L_h).
 The returned point is the best iterate by the KKT measure K, evaluated every `eval_every` steps.
+The loop is the paper's own, so Lightning Fabric drives it (CONVENTIONS §6): the device is the Fabric's, and every
+evaluation is logged through its loggers (CSV always; wandb when enabled).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from lightning_fabric import Fabric
 from tqdm import tqdm
 
 from paperflow.mtbl_wc.kkt import kkt_measure
@@ -82,11 +85,26 @@ class RunResult:
     history: pd.DataFrame
 
 
+def make_fabric(loggers: list | None = None) -> Fabric:
+    """The Fabric that drives a run: one device (`auto`: a GPU where the job has one), float64 throughout."""
+    return Fabric(accelerator="auto", devices=1, precision="64-true", loggers=loggers or [])
+
+
 def run(
-    problem: Problem, method: str, prefs: np.ndarray, z0: np.ndarray, f_ref: np.ndarray, cfg: dict[str, Any], seed: int
+    problem: Problem,
+    method: str,
+    prefs: np.ndarray,
+    z0: np.ndarray,
+    f_ref: np.ndarray,
+    cfg: dict[str, Any],
+    seed: int,
+    fabric: Fabric | None = None,
+    labels: list[str] | None = None,
 ) -> RunResult:
-    """Run `method` from z0 (B, d) for every preference row of prefs (B, S); returns best/final iterates
-    and the history (K, its parts, f, ||h|| per evaluation step and preference)."""
+    """Run `method` from z0 (B, d) for every preference row of prefs (B, S) on the problem's device; returns
+    best/final iterates and the history (K, its parts, f, ||h|| per evaluation step and row), which is also
+    logged through `fabric`'s loggers (none when fabric is None) under each row's label (default pref<row>).
+    f_ref is one reference point (S,) or one per row (B, S)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     device = _device_of(problem)
@@ -102,6 +120,7 @@ def run(
     best_k = np.full(len(z), np.inf)
     z_best = z.clone()
     rows = []
+    names = labels if labels is not None else [f"pref{i}" for i in range(len(z))]
 
     def record(t: int) -> None:
         nonlocal z_best
@@ -111,18 +130,24 @@ def run(
         z_best[torch.as_tensor(better, device=device)] = z[torch.as_tensor(better, device=device)]
         with torch.no_grad():
             f = problem.objectives(z).cpu().numpy()
-        for i in range(len(z)):
-            rows.append(
-                {
-                    "step": t,
-                    "pref": i,
-                    "K": k.value[i],
-                    "K_stat": k.stationarity[i],
-                    "K_feas": k.feasibility[i],
-                    "K_best": best_k[i],
-                    "h_norm": float(np.sqrt(k.feasibility[i])),
-                    **{f"f{s + 1}": f[i, s] for s in range(f.shape[1])},
-                }
+        new = [
+            {
+                "step": t,
+                "pref": i,
+                "K": k.value[i],
+                "K_stat": k.stationarity[i],
+                "K_feas": k.feasibility[i],
+                "K_best": best_k[i],
+                "h_norm": float(np.sqrt(k.feasibility[i])),
+                **{f"f{s + 1}": f[i, s] for s in range(f.shape[1])},
+            }
+            for i in range(len(z))
+        ]
+        rows.extend(new)
+        if fabric is not None:
+            fabric.log_dict(
+                {f"{names[r['pref']]}/{key}": float(r[key]) for r in new for key in r if key not in ("step", "pref")},
+                step=t,
             )
 
     record(0)
@@ -142,6 +167,9 @@ def run(
         if (t + 1) % cfg["eval_every"] == 0 or t + 1 == steps:
             record(t + 1)
     log.info("%s: %d steps, best K per preference %s", method, steps, np.array2string(best_k, precision=3))
+    if fabric is not None:
+        for logger in fabric.loggers:
+            logger.finalize("success")
     return RunResult(z_best=z_best.cpu().numpy(), z_final=z.cpu().numpy(), history=pd.DataFrame(rows))
 
 

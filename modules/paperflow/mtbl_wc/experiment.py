@@ -3,6 +3,8 @@ preference grid, and turn runs into per-(method, seed, preference) metrics (spec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,14 +12,10 @@ import pandas as pd
 import torch
 
 from paperflow.core.config import reject_unknown
-from paperflow.core.device import pick
+from paperflow.core.training import make_loggers
 from paperflow.mtbl_wc import data
-from paperflow.mtbl_wc.algorithm import RunResult, measure, run
+from paperflow.mtbl_wc.algorithm import RunResult, make_fabric, measure, run
 from paperflow.mtbl_wc.problems import ConcaveECMO, HyperCleaning, Problem, QuadraticECMO, as_tensor
-
-
-def device() -> torch.device:
-    return pick("auto")
 
 
 def build_problem(kind: str, inst: dict[str, np.ndarray], dev: torch.device | str = "cpu") -> Problem:
@@ -69,12 +67,60 @@ SOLVER_KEYS = (
 )
 
 
-def train(kind: str, method: str, inst: dict[str, np.ndarray], solver: dict[str, Any], seed: int) -> RunResult:
+def train(
+    kind: str,
+    method: str,
+    insts: Mapping[int, dict[str, np.ndarray]],
+    solver: dict[str, Any],
+    run_dir: str | Path,
+    wandb: Mapping[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
+) -> dict[int, RunResult]:
+    """Every seed's run ({seed: instance}) of one method under Lightning Fabric, its evaluations logged to
+    run_dir/csv/<name>/metrics.csv (and wandb when enabled). The concave instances of all seeds run as one stacked
+    tensor program (one row per seed and preference, name `seeds`; the rows do not interact), every other kind
+    seed by seed (name `seed<seed>`)."""
     reject_unknown(solver, SOLVER_KEYS, "mtbl_wc solver")
-    torch.manual_seed(seed)
-    problem = build_problem(kind, inst, device())
-    z0 = starting_point(kind, problem, inst, len(inst["prefs"]), seed)
-    return run(problem, method, inst["prefs"], z0, reference_point(solver, inst), solver, seed)
+    if kind == "concave":
+        return _train_stacked(method, insts, solver, make_loggers(run_dir, "seeds", wandb, tags or {}))
+    runs = {}
+    for seed, inst in insts.items():
+        fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}))
+        fabric.seed_everything(seed)
+        problem = build_problem(kind, inst, fabric.device)
+        z0 = starting_point(kind, problem, inst, len(inst["prefs"]), seed)
+        runs[seed] = run(problem, method, inst["prefs"], z0, reference_point(solver, inst), solver, seed, fabric)
+    return runs
+
+
+def _train_stacked(method: str, insts: Mapping[int, dict], solver: dict[str, Any], loggers: list) -> dict:
+    seeds = list(insts)
+    n_prefs = len(insts[seeds[0]]["prefs"])
+    fabric = make_fabric(loggers)
+    fabric.seed_everything(seeds[0])
+    problem = ConcaveECMO.stack([insts[s] for s in seeds], n_prefs, fabric.device)
+    z0 = np.concatenate([starting_point("concave", problem, insts[s], n_prefs, s) for s in seeds])
+    result = run(
+        problem,
+        method,
+        np.concatenate([insts[s]["prefs"] for s in seeds]),
+        z0,
+        np.concatenate([np.tile(reference_point(solver, insts[s]), (n_prefs, 1)) for s in seeds]),
+        solver,
+        seeds[0],
+        fabric,
+        labels=[f"seed{s}/pref{i}" for s in seeds for i in range(n_prefs)],
+    )
+    runs = {}
+    for k, seed in enumerate(seeds):
+        rows = slice(k * n_prefs, (k + 1) * n_prefs)
+        hist = result.history[result.history.pref.between(rows.start, rows.stop - 1)]
+        runs[seed] = RunResult(
+            z_best=result.z_best[rows],
+            z_final=result.z_final[rows],
+            history=hist.assign(pref=hist.pref - rows.start).reset_index(drop=True),
+        )
+    return runs
 
 
 def angle_to_ray(f: np.ndarray, f_ref: np.ndarray, prefs: np.ndarray) -> np.ndarray:

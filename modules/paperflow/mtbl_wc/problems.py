@@ -115,7 +115,10 @@ class QuadraticECMO(Problem):
 
 @dataclass
 class ConcaveECMO(Problem):
-    """Non-convex front: g = 0.5 ||C y - x||^2, f_s = FF_s(x) + 0.5 ||(I - C^+ C) y||^2 (Fonseca-Fleming)."""
+    """Non-convex front: g = 0.5 ||C y - x||^2, f_s = FF_s(x) + 0.5 ||(I - C^+ C) y||^2 (Fonseca-Fleming).
+
+    C is one instance (n, m) shared by every row, or one instance per row (B, n, m): instances of several seeds
+    stacked, so that one tensor program runs them all (`stack`)."""
 
     c: Tensor
 
@@ -123,22 +126,30 @@ class ConcaveECMO(Problem):
     def from_arrays(cls, inst: dict[str, np.ndarray], device="cpu") -> ConcaveECMO:
         return cls(as_tensor(inst["C"], device))
 
+    @classmethod
+    def stack(cls, insts: list[dict[str, np.ndarray]], rows_each: int, device="cpu") -> ConcaveECMO:
+        """The instances of `insts` in one problem, each repeated for `rows_each` consecutive rows."""
+        return cls(as_tensor(np.repeat(np.stack([inst["C"] for inst in insts]), rows_each, axis=0), device))
+
     def __post_init__(self):
-        self.n_obj, (self.dim_x, self.dim_y) = 2, self.c.shape
+        self.n_obj, (self.dim_x, self.dim_y) = 2, self.c.shape[-2:]
         self._shift = 1.0 / math.sqrt(self.dim_x)
-        self._null = (
-            torch.eye(self.dim_y, dtype=self.c.dtype, device=self.c.device) - torch.linalg.pinv(self.c) @ self.c
-        )
-        self._jac = torch.cat([-self.c.T, self.c.T @ self.c], dim=1)
+        eye = torch.eye(self.dim_y, dtype=self.c.dtype, device=self.c.device)
+        self._null = eye - torch.linalg.pinv(self.c) @ self.c
+        self._jac = torch.cat([-self.c.mT, self.c.mT @ self.c], dim=-1)
+
+    def _times(self, v: Tensor, mat: Tensor) -> Tensor:
+        """Each row of v times its instance's matrix: v @ mat, or row by row for stacked instances."""
+        return v @ mat if mat.dim() == 2 else torch.einsum("bi,bij->bj", v, mat)
 
     def lower_level(self, x, y):
-        return 0.5 * ((y @ self.c.T - x) ** 2).sum(-1)
+        return 0.5 * ((self._times(y, self.c.mT) - x) ** 2).sum(-1)
 
     def _parts(self, z):
         x, y = self.split(z)
         centred = torch.stack([x - self._shift, x + self._shift], dim=1)  # (B, 2, n)
         decay = torch.exp(-(centred**2).sum(-1))  # (B, 2)
-        ny = y @ self._null
+        ny = self._times(y, self._null)
         return centred, decay, ny
 
     def objectives(self, z):
@@ -152,16 +163,18 @@ class ConcaveECMO(Problem):
 
     def constraint(self, z):
         x, y = self.split(z)
-        return (y @ self.c.T - x) @ self.c
+        return self._times(self._times(y, self.c.mT) - x, self.c)
 
     def penalty_grad(self, z):
-        return self.constraint(z) @ self._jac
+        return self._times(self.constraint(z), self._jac)
 
     def jacobian(self, z):
-        return self._jac.expand(len(z), *self._jac.shape)
+        return self._jac.expand(len(z), *self._jac.shape[-2:])
 
     def smoothness(self):
-        return 2.0, float(torch.linalg.matrix_norm(self._jac, ord=2) ** 2)
+        """(L_f, L_h); L_h per row, shape (B, 1), for stacked instances."""
+        l_h = torch.linalg.matrix_norm(self._jac, ord=2) ** 2
+        return 2.0, float(l_h) if self._jac.dim() == 2 else l_h[:, None]
 
 
 @dataclass

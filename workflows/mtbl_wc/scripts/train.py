@@ -1,11 +1,18 @@
 from paperflow.core.io import write_frame
 from paperflow.core.job import snakemake_job
+from paperflow.core.keys import unkey
 from paperflow.mtbl_wc.arrays import load_npz, save_npz
 from paperflow.mtbl_wc.experiment import train
 
 with snakemake_job(snakemake) as job:
-    seed = int(job.wildcards.seed)
-    result = train(job.params.kind, job.wildcards.method, load_npz(job.input[0]), dict(job.params.solver), seed)
-    save_npz(job.output.run, z_best=result.z_best, z_final=result.z_final)
-    write_frame(job.output.history, result.history.assign(method=job.wildcards.method, seed=seed))
-    job.note(seeds=[seed])
+    method, problem = job.wildcards.method, job.wildcards.get("synthetic") or job.wildcards.get("cleaning")
+    instances = {seed: load_npz(path) for seed, path in sorted(unkey(job.input, "instance", types=(int,)).items())}
+    tags = {"paper": "mtbl_wc", "rule": job.rule, "problem": problem, "method": method}
+    results = train(
+        job.params.kind, method, instances, dict(job.params.solver), job.params.run_dir, job.params.wandb, tags
+    )
+    runs, histories = unkey(job.output, "run", types=(int,)), unkey(job.output, "history", types=(int,))
+    for seed, result in results.items():
+        save_npz(runs[seed], z_best=result.z_best, z_final=result.z_final)
+        write_frame(histories[seed], result.history.assign(method=method, seed=seed))
+    job.note(seeds=sorted(results))
