@@ -17,6 +17,7 @@ from scipy import stats
 
 from paperflow.core.claims import CONTROL_HOLDS, HELD, INCONCLUSIVE, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.download import sha256_file
 from paperflow.spaef import graphs as gr
 from paperflow.spaef.baselines import run_baselines
 from paperflow.spaef.claims import limitations, metrics_table
@@ -721,11 +722,48 @@ def test_genept_reads_the_pickle_inside_zenodos_zip_as_from_the_file(tmp_path):
     (tmp_path / "e.pickle").write_bytes(pickle.dumps(table))
     with zipfile.ZipFile(tmp_path / "e.zip", "w") as archive:
         archive.writestr("GenePT_emebdding_v2/e.pickle", pickle.dumps(table))
-    plain = genept_lookup(["A", "B", "C"], tmp_path / "e.pickle")
-    zipped = genept_lookup(["A", "B", "C"], tmp_path / "e.zip", "GenePT_emebdding_v2/e.pickle")
+    plain = genept_lookup(["A", "B", "C"], tmp_path / "e.pickle", sha256=sha256_file(tmp_path / "e.pickle"))
+    zipped = genept_lookup(
+        ["A", "B", "C"], tmp_path / "e.zip", "GenePT_emebdding_v2/e.pickle", sha256=sha256_file(tmp_path / "e.zip")
+    )
     for a, b in zip(plain, zipped):
         np.testing.assert_array_equal(a, b)
     assert zipped[1].tolist() == [True, False, True] and zipped[0][2].tolist() == [3.0, 4.0]
+
+
+class _Loaded(Exception):
+    pass
+
+
+def _explode():
+    raise _Loaded("the pickle ran")
+
+
+def test_genept_is_not_unpickled_on_zenodos_md5_alone_only_once_its_sha256_is_recorded(tmp_path):
+    """Zenodo publishes only an md5 for GenePT's zip: its pickle runs code when loaded, so it is opened only after
+    the sha256 the first pinned download recorded in the paper's lock file (issue 43, weak pins)."""
+    import hashlib
+    import pickle
+    import zipfile
+
+    from paperflow.core.download import WeakPinError, _write_lock_entry
+    from paperflow.spaef.embed import genept_lookup
+
+    class Bomb:
+        def __reduce__(self):
+            return (_explode, ())
+
+    with zipfile.ZipFile(tmp_path / "e.zip", "w") as archive:
+        archive.writestr("m/e.pickle", pickle.dumps({"A": [1.0]}))
+    md5 = "md5:" + hashlib.md5((tmp_path / "e.zip").read_bytes()).hexdigest()
+    with pytest.raises(WeakPinError, match=r"embedding\.genept\.embeddings\.sha256"):
+        genept_lookup(["A"], tmp_path / "e.zip", "m/e.pickle", sha256=md5, root=tmp_path)
+    (tmp_path / "bomb.pickle").write_bytes(pickle.dumps(Bomb()))
+    with pytest.raises(WeakPinError):  # refused before the pickle could run
+        genept_lookup(["A"], tmp_path / "bomb.pickle", sha256=md5, root=tmp_path)
+    _write_lock_entry("spaef", "https://zenodo.org/e.zip", {"sha256": sha256_file(tmp_path / "e.zip")}, tmp_path)
+    emb, has = genept_lookup(["A", "B"], tmp_path / "e.zip", "m/e.pickle", sha256=md5, root=tmp_path)
+    assert has.tolist() == [True, False] and emb[0].tolist() == [1.0]
 
 
 def test_an_unpinned_model_file_is_refused_naming_its_own_config_key(tmp_path, monkeypatch):

@@ -49,11 +49,21 @@ def encode_omiclip(texts: Sequence[str], checkpoint: str | Path, batch_size: int
 
 
 def genept_lookup(
-    genes: Sequence[str], pickle_path: str | Path, member: str | None = None
+    genes: Sequence[str],
+    pickle_path: str | Path,
+    member: str | None = None,
+    *,
+    sha256: str | None,
+    root: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """GenePT embeddings (dict symbol -> 1536-d vector), from a pickle file or the `member` of a zip (Zenodo's
     archive); returns (matrix, has-embedding mask); rows of genes without an embedding are zero and masked out of
-    the gene graph (spec §9)."""
+    the gene graph (spec §9). Zenodo publishes only an md5, so the file is unpickled only once its sha256 is the
+    config's `sha256` or the one the first pinned download recorded in config/locks/spaef.json
+    (`paperflow.core.download.require_sha256`; WeakPinError otherwise)."""
+    from paperflow.core.download import require_sha256
+
+    require_sha256(pickle_path, slug="spaef", sha256=sha256, key="embedding.genept.embeddings.sha256", root=root)
     if member is None:
         with open(pickle_path, "rb") as fh:
             table = pickle.load(fh)
@@ -121,7 +131,10 @@ def embed_stage(
             {"gene": [*adata.var_names, *extra], "in_matrix": [True] * adata.n_vars + [False] * len(extra)}
         )
         gene_emb, has = genept_lookup(
-            genes["gene"].tolist(), files["embeddings"], cfg["genept"]["embeddings"].get("member")
+            genes["gene"].tolist(),
+            files["embeddings"],
+            cfg["genept"]["embeddings"].get("member"),
+            sha256=cfg["genept"]["embeddings"]["sha256"],
         )
         pairs = pairs[pairs.a.isin(genes.gene[has]) & pairs.b.isin(genes.gene[has])]
     write_frame(
