@@ -116,6 +116,53 @@ def _settings(**over):
     return {**s, **over}
 
 
+def test_the_sft_step_is_trls_and_equals_a_hand_computed_adamw_step_on_the_completion_nll(tok, spec, items):
+    """Every scale fine-tunes through TRL's SFTTrainer (sft.sft_trainer): on a tiny q, TRL tokenizes the rows exactly
+    as `Encoded.of` lays them out (what the E-step scores), and one TRL step on the whole batch minimises the
+    completion's token-mean NLL and moves the weights as one hand-written AdamW step on that loss does."""
+    import copy
+
+    from datasets import Dataset
+
+    from paperflow.core.lm.sampling import sequence_logprobs
+    from paperflow.promptscale import sft
+
+    pairs = [pm.q_pair(it.concepts, it.problem, it.plan) for it in items[:8]]
+    model = pm.new_model(spec, 0).eval()
+    settings = pm.sft_settings(model, 1, len(pairs), 1e-2, 0)
+    trainer = sft.sft_trainer(
+        copy.deepcopy(model), tok, Dataset.from_list(pm.sft_rows(tok, pairs)), settings, "/tmp", "cpu"
+    )
+    enc = pm.Encoded.of(tok, pairs)
+    for i, row in enumerate(trainer.train_dataset):
+        keep = enc.attention_mask[i].bool()
+        assert row["input_ids"] == enc.input_ids[i][keep].tolist()
+        labels = torch.where(enc.completion_mask[i][keep].bool(), enc.input_ids[i][keep], -100)
+        assert row["labels"] == labels.tolist()  # the loss counts the completion and its EOS only
+
+    hand = copy.deepcopy(model).train()
+    opt = torch.optim.AdamW(hand.parameters(), lr=1e-2, weight_decay=0.0)
+    mask = enc.completion_mask.float()
+    loss = -(sequence_logprobs(hand, enc.input_ids, enc.attention_mask) * mask).sum() / mask.sum()
+    loss.backward()
+    opt.step()
+    trl_model = copy.deepcopy(model)
+    rows = pm.fit(trl_model, tok, pairs, 1, len(pairs), 1e-2, np.random.default_rng(0), "test")
+    assert rows[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    moved = 0
+    for (name, a), b, c in zip(trl_model.named_parameters(), hand.parameters(), model.parameters()):
+        # 0.1% of the step: Adam's first step is lr g / (|g| + eps), float noise moves a few near-zero gradients
+        assert torch.allclose(a, b, atol=1e-5), name
+        moved += int(not torch.allclose(a, c, atol=1e-4))
+    assert moved > 0  # the step did move the weights (lr 1e-2: about 1e-2 per entry)
+    # a fine-tuned model leaves no trainer state behind: a copy of it trains on its own weights (EM copies q_0, p_0)
+    copied = copy.deepcopy(trl_model)
+    before = pm.completion_logprob(trl_model, tok, pairs)
+    pm.fit(copied, tok, pairs, 2, len(pairs), 1e-2, np.random.default_rng(1), "test")
+    assert np.array_equal(pm.completion_logprob(trl_model, tok, pairs), before)
+    assert not np.allclose(pm.completion_logprob(copied, tok, pairs), before)
+
+
 def test_zero_iterations_return_the_cold_start_models(tok, spec, items):
     q0, p0 = pm.new_model(spec, 0).eval(), pm.new_model(spec, 1).eval()
     q, p, records = em.run_em(

@@ -112,7 +112,8 @@ def run_em(
         kept = [zs[i * k + j] for i, j in enumerate(keep)]
         pm.fit(
             q,
-            pm.Encoded.of(tok, [pm.q_pair(c, x, z) for (c, x), z in zip(seeds, kept)]),
+            tok,
+            [pm.q_pair(c, x, z) for (c, x), z in zip(seeds, kept)],
             int(settings["steps"]),
             int(settings["batch_size"]),
             float(settings["lr"]),
@@ -121,7 +122,8 @@ def run_em(
         )
         pm.fit(
             p,
-            pm.Encoded.of(tok, [pm.p_pair(c, z, x) for (c, x), z in zip(seeds, kept)]),
+            tok,
+            [pm.p_pair(c, z, x) for (c, x), z in zip(seeds, kept)],
             int(settings["steps"]),
             int(settings["batch_size"]),
             float(settings["lr"]),

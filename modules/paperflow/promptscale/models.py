@@ -22,7 +22,6 @@ import torch
 from paperflow.core.lm.models import build_model
 from paperflow.core.lm.sampling import sample, sequence_logprobs
 from paperflow.core.lm.tokenizer import decode_words, encode_pairs, encode_words, word_level_tokenizer
-from paperflow.core.loop import run_loop
 from paperflow.promptscale import world as w
 
 CHUNK = 1024
@@ -113,20 +112,47 @@ def new_model(spec: Mapping[str, Any], seed: int):
     return build_model(spec, seed)
 
 
-def fit(model, enc: Encoded, steps: int, batch_size: int, lr: float, rng: np.random.Generator, desc: str) -> list[dict]:
-    """Supervised fine-tuning: AdamW, token-mean NLL over the completion, batches drawn with replacement by `rng`."""
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+def sft_rows(tok, pairs: Sequence[tuple[tuple, tuple]]) -> list[dict[str, str]]:
+    """(prompt, completion) word pairs as the {"prompt", "completion"} text rows TRL's SFTTrainer reads: the prompt
+    starts with BOS and ends with a space (TRL joins the two strings), the completion ends with EOS, so TRL's tokens
+    and completion mask are exactly `Encoded.of`'s (the layout `p_scores` and `completion_logprob` score; tested)."""
+    return [
+        {"prompt": " ".join((tok.bos_token, *prompt)) + " ", "completion": " ".join((*completion, tok.eos_token))}
+        for prompt, completion in pairs
+    ]
 
-    def step(i: int):
-        b = enc.batch(torch.as_tensor(rng.integers(0, len(enc), batch_size)))
-        logp = sequence_logprobs(model, b["input_ids"], b["attention_mask"])
-        mask = b["completion_mask"].float()
-        return -(logp * mask).sum() / mask.sum()
 
-    rows = run_loop(step, opt, steps, desc=desc)
-    model.eval()
-    return rows
+def sft_settings(model, steps: int, batch_size: int, lr: float, seed: int) -> dict[str, Any]:
+    """The `sft` settings of a tiny model's fine-tuning (paperflow.promptscale.sft): AdamW at a constant `lr`, no
+    weight decay, no gradient clipping, float32, `steps` steps of `batch_size` rows (TRL draws them without
+    replacement, epoch by epoch, shuffled by `seed`)."""
+    return {
+        "learning_rate": float(lr),
+        "per_device_train_batch_size": int(batch_size),
+        "max_steps": int(steps),
+        "max_length": int(model.config.max_position_embeddings),
+        "seed": int(seed),
+        "lr_scheduler_type": "constant",
+        "weight_decay": 0.0,
+        "max_grad_norm": 0.0,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "logging_steps": 1,
+    }
+
+
+def fit(model, tok, pairs, steps: int, batch_size: int, lr: float, rng: np.random.Generator, desc: str) -> list[dict]:
+    """Supervised fine-tuning of a tiny model through TRL's SFTTrainer, the trainer of paper scale (`sft.fit`):
+    token-mean NLL over the completion (EOS included); TRL's shuffling seed drawn from `rng`. One row per step
+    (step, loss)."""
+    from paperflow.promptscale import sft
+
+    logged = sft.fit(
+        model, tok, sft_rows(tok, pairs), sft_settings(model, steps, batch_size, lr, int(rng.integers(2**31)))
+    )
+    if len(logged) != steps:
+        raise RuntimeError(f"{desc}: TRL logged {len(logged)} steps, expected {steps}")
+    return [{"step": int(r["step"]) - 1, "loss": float(r["loss"])} for r in logged]
 
 
 def generate(

@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,6 @@ def train(
     import torch
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
 
     from paperflow.core.device import pick
 
@@ -98,13 +97,44 @@ def train(
     rows = load_dataset("json", data_files=str(data), split="train", cache_dir=f"{out_folder}.trl/datasets")
     tok = AutoTokenizer.from_pretrained(model_folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_folder, local_files_only=True, dtype=torch.float32)
-    trainer = SFTTrainer(
+    trainer = sft_trainer(model, tok, rows, settings, f"{out_folder}.trl", device, world_size)
+    return finish_training(trainer, tok, out_folder, history)
+
+
+def sft_trainer(model, tok, rows, settings: Mapping[str, Any], out_dir: str, device: str, world_size: int = 1):
+    """TRL's SFTTrainer on a `datasets.Dataset` of {"prompt", "completion"} rows with `sft_arguments`: the one SFT
+    trainer of every scale (paper scale's `train`, and `fit` for the tiny models of smoke and cpu)."""
+    from trl import SFTConfig, SFTTrainer
+
+    return SFTTrainer(
         model=model,
-        args=SFTConfig(**sft_arguments(settings, f"{out_folder}.trl", device, world_size)),
+        args=SFTConfig(**sft_arguments(settings, out_dir, device, world_size)),
         train_dataset=rows.select_columns(["prompt", "completion"]),
         processing_class=tok,
     )
-    return finish_training(trainer, tok, out_folder, history)
+
+
+def fit(model, tok, rows: Sequence[Mapping[str, str]], settings: Mapping[str, Any], device: str = "cpu") -> list[dict]:
+    """Fine-tune `model` in place with `sft_trainer` on in-memory {"prompt", "completion"} rows, on one process
+    (the tiny q, p and solvers of smoke and cpu scale); the trainer's per-step logged rows."""
+    from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar
+    from transformers import PrinterCallback
+
+    if not rows:
+        raise ValueError("sft.fit: no training rows")
+    disable_progress_bar()  # one bar per map and per fine-tuning would fill the job's log
+    own = set(vars(model))
+    with tempfile.TemporaryDirectory(prefix="paperflow-sft-") as out_dir:
+        trainer = sft_trainer(model, tok, Dataset.from_list([dict(r) for r in rows]), settings, out_dir, device)
+        trainer.remove_callback(PrinterCallback)  # a printed dict per step; the rows are returned instead
+        trainer.train()
+    # accelerate's prepare leaves a wrapped `forward` (and flags) on the instance; a deepcopy of the model would keep
+    # calling the original's forward, so what it added is removed (tested)
+    for name in set(vars(model)) - own:
+        delattr(model, name)
+    model.eval()
+    return [dict(r) for r in trainer.state.log_history if "loss" in r and "train_runtime" not in r]
 
 
 def finish_training(trainer, tok, out_folder: str, history: str | None) -> list[dict[str, Any]]:

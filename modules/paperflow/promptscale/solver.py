@@ -24,10 +24,10 @@ ANSWER_TOKENS = 7  # sign and up to 5 digits, and EOS
 def train_solver(spec, tok, problems: Sequence[tuple], settings: Mapping[str, Any], seed: int):
     """SFT of a fresh solver on (x, eval(x)) for `settings.steps` steps."""
     model = pm.new_model(spec, seed)
-    enc = pm.Encoded.of(tok, [pm.solver_pair(x, w.evaluate(x)) for x in problems])
     pm.fit(
         model,
-        enc,
+        tok,
+        [pm.solver_pair(x, w.evaluate(x)) for x in problems],
         int(settings["steps"]),
         int(settings["batch_size"]),
         float(settings["lr"]),

@@ -50,7 +50,8 @@ def cold_start(spec, tok, triples, settings: Mapping[str, Any], seed: int):
     p = pm.new_model(spec, seed + 1000)
     hq = pm.fit(
         q,
-        pm.Encoded.of(tok, [pm.q_pair(c, x, z) for c, z, x in triples]),
+        tok,
+        [pm.q_pair(c, x, z) for c, z, x in triples],
         int(settings["steps"]),
         int(settings["batch_size"]),
         float(settings["lr"]),
@@ -59,7 +60,8 @@ def cold_start(spec, tok, triples, settings: Mapping[str, Any], seed: int):
     )
     hp = pm.fit(
         p,
-        pm.Encoded.of(tok, [pm.p_pair(c, z, x) for c, z, x in triples]),
+        tok,
+        [pm.p_pair(c, z, x) for c, z, x in triples],
         int(settings["steps"]),
         int(settings["batch_size"]),
         float(settings["lr"]),
@@ -131,7 +133,8 @@ def train_direct(
     steps = int(cfg["coldstart"]["steps"]) + int(cfg["em"]["iterations"]) * int(cfg["em"]["steps"])
     rows = pm.fit(
         model,
-        pm.Encoded.of(tok, [pm.direct_pair(c, x) for c, _, x in data]),
+        tok,
+        [pm.direct_pair(c, x) for c, _, x in data],
         steps,
         int(cfg["coldstart"]["batch_size"]),
         float(cfg["coldstart"]["lr"]),
