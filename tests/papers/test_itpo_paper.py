@@ -470,13 +470,11 @@ elif module == "recipe.itpo.evaluate":
 '''
 
 
-def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_json, tmp_path, monkeypatch):
-    exe = tmp_path / "fake_python"
-    exe.write_text(FAKE_PYTHON.format(exe=sys.executable))
-    exe.chmod(0o755)
+def _fake_verl_inputs(recipe_json, tmp_path, monkeypatch, port: int) -> tuple[dict, dict[str, str]]:
+    """The config and the downloaded, preprocessed inputs (pretrained, simulator, recipe, train, validation) of a
+    run against the fake verl, with its call log and the job's GPUs in the environment."""
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    port = _free_port()
     cfg = {
         "tasks": {"math": {**CFG["tasks"]["math"], "revision": SHA}},
         "simulator": {**CFG["simulator"], "port": port, "ready_timeout_s": 30},
@@ -495,6 +493,15 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
     paper.download_hub(cfg["tasks"]["math"], "tasks.math", cache, str(tmp_path / "math.json"))
     paper.preprocess("math", cfg["tasks"]["math"], str(tmp_path / "math.json"), inputs["recipe"], CFG["split"],
                      {"train": inputs["train"], "validation": inputs["validation"]})  # fmt: skip
+    return cfg, inputs
+
+
+def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_json, tmp_path, monkeypatch):
+    exe = tmp_path / "fake_python"
+    exe.write_text(FAKE_PYTHON.format(exe=sys.executable))
+    exe.chmod(0o755)
+    port = _free_port()
+    cfg, inputs = _fake_verl_inputs(recipe_json, tmp_path, monkeypatch, port)
     summaries = []
     for method in ("outcome", "itponorm"):
         run_json = tmp_path / "runs" / method / "run.json"
@@ -868,26 +875,7 @@ def test_a_killed_training_run_resumes_from_verls_latest_checkpoint_in_the_jobs_
         (head + 'over = dict(a.split("=", 1) for a in args[2:])\n' + RESUMING_VERL).format(exe=sys.executable)
     )
     exe.chmod(0o755)
-    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    cfg = {
-        "tasks": {"math": {**CFG["tasks"]["math"], "revision": SHA}},
-        "simulator": {**CFG["simulator"], "port": _free_port(), "ready_timeout_s": 30},
-        "verl": {**CFG["verl"], "device": "cpu"},
-    }
-    cache = str(tmp_path / "cache")
-    inputs = {
-        "pretrained": str(tmp_path / "pretrained.json"),
-        "simulator": str(tmp_path / "simulator.json"),
-        "recipe": str(recipe_json[0]),
-        "train": str(tmp_path / "rl_train.parquet"),
-        "validation": str(tmp_path / "rl_validation.parquet"),
-    }
-    paper.download_hub(CFG["pretrained"], "pretrained", cache, inputs["pretrained"])
-    paper.download_hub(CFG["simulator"], "simulator", cache, inputs["simulator"])
-    paper.download_hub(cfg["tasks"]["math"], "tasks.math", cache, str(tmp_path / "math.json"))
-    paper.preprocess("math", cfg["tasks"]["math"], str(tmp_path / "math.json"), inputs["recipe"], CFG["split"],
-                     {"train": inputs["train"], "validation": inputs["validation"]})  # fmt: skip
+    cfg, inputs = _fake_verl_inputs(recipe_json, tmp_path, monkeypatch, _free_port())
     run_json, ckpt = tmp_path / "runs" / "itponorm" / "run.json", tmp_path / "job_ckpt"
     turns = str(run_json.parent / "turns.jsonl")
     monkeypatch.setenv("FAKE_DIE_AT", "5")
