@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -282,6 +283,25 @@ def test_row_journal_drops_a_cut_off_last_line_and_refuses_an_incomplete_result(
             journal.append({"id": 3, "x": "again"})
         assert [r["x"] for r in journal.complete([3, 1, 2])] == ["c", "a", "b"]
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_row_journal_keeps_rows_at_a_path_and_only_for_the_call_without_one(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt" / "rows.jsonl"
+    with resume.row_journal(path) as journal:
+        journal.append({"id": "a", "x": 1})
+    with resume.row_journal(path) as journal:  # a rerun finds the row and skips it
+        assert "a" in journal and journal.todo([{"id": "a"}, {"id": "b"}]) == [{"id": "b"}]
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    tempfile.tempdir = None  # re-read TMPDIR
+    try:
+        with resume.row_journal(None, key="qid") as journal:
+            journal.append({"qid": 7})
+            scratch_file = journal.path
+            assert scratch_file.is_file() and scratch_file.is_relative_to(tmp_path / "scratch")
+        assert not scratch_file.parent.exists()  # nothing left behind, nothing to resume from
+    finally:
+        tempfile.tempdir = None
 
 
 def _smk(tmp_path: Path, lr: float, fail: bool = False):

@@ -24,6 +24,7 @@ from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.report import Figure, Report, Table, fmt, markdown_table
+from paperflow.core.resume import row_journal
 
 log = logging.getLogger(__name__)
 SLUG = "confu"
@@ -218,7 +219,7 @@ def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str
     eos, bs, most = int(tok.eos_token_id), int(regen["batch_size"]), int(regen["max_length"])
     seqs, plens = [], []
     starts = list(range(0, len(rows), bs))
-    with torch.no_grad(), _journal(journal) as done:
+    with torch.no_grad(), row_journal(journal) as done:
         for i in starts:
             if i in done:
                 continue
@@ -246,18 +247,6 @@ def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str
     return len(seqs)
 
 
-@contextlib.contextmanager
-def _journal(path: str | Path | None):
-    """A RowJournal at `path` (the job's checkpoint folder), or in a scratch folder when none is given."""
-    import tempfile
-
-    from paperflow.core.resume import RowJournal
-
-    with tempfile.TemporaryDirectory() as scratch:
-        with RowJournal(path if path is not None else Path(scratch) / "rows.jsonl", key="id") as journal:
-            yield journal
-
-
 def _timed(device, fn, *args, **kwargs):
     """(fn(*args, **kwargs), its wall-clock seconds), the GPU's queue drained before and after."""
     import torch
@@ -281,7 +270,7 @@ def plain_decoding(model_json: str, test_path: str, target: Mapping[str, Any], n
     model, tok, device = load_target(model_json, target, name)
     test, _ = read_frame(test_path)
     eos, max_new = int(tok.eos_token_id), int(decoding["max_new_tokens"])
-    with torch.no_grad(), _journal(journal) as done:
+    with torch.no_grad(), row_journal(journal) as done:
         for q in test.itertuples(index=False):
             if int(q.question_id) in done:
                 continue
@@ -346,7 +335,7 @@ def evaluate(method: str, model_json: str, head_path: str, test_path: str, plain
     plain = read_frame(plain_path)[0].set_index("question_id")["tokens"]
     eos, max_new, seed = int(tok.eos_token_id), int(dec["max_new_tokens"]), int(cfg["seeds"][0])
     keys = []
-    with _journal(journal) as done:
+    with row_journal(journal) as done:
         for temp in dec["temperatures"]:
             for row, q in enumerate(test.itertuples(index=False)):
                 key = f"{float(temp)}:{int(q.question_id)}"

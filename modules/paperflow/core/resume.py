@@ -19,10 +19,12 @@ and TRL). Generation jobs append finished rows to a `RowJournal` and skip them w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -222,3 +224,13 @@ class RowJournal:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self._rows.values())
+
+
+@contextlib.contextmanager
+def row_journal(path: str | Path | None, key: str = "id") -> Iterator[RowJournal]:
+    """A `RowJournal` at `path` (a file in the job's checkpoint folder), or, when `path` is None (a caller run
+    outside a Snakemake job, e.g. a test), in a scratch folder that is removed on exit: the rows then live only as
+    long as the call, and nothing resumes."""
+    with tempfile.TemporaryDirectory() as scratch:
+        with RowJournal(path if path is not None else Path(scratch) / "rows.jsonl", key=key) as journal:
+            yield journal

@@ -24,6 +24,7 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
+from paperflow.core.resume import row_journal
 from paperflow.eapo import math_data, recipes
 from paperflow.eapo.methods import method as method_spec
 
@@ -312,7 +313,7 @@ def evaluate(
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
     model.to(device).eval()
     ids = []
-    with _journal(journal) as done:
+    with row_journal(journal) as done:
         for name, path in benchmarks.items():
             frame, _ = read_frame(path)
             k = int(ks[name])
@@ -344,18 +345,6 @@ def _call_seed(seed: int, name: str, lo: int) -> int:
     import zlib
 
     return (int(seed) + zlib.crc32(f"{name}:{lo}".encode())) % 2**63
-
-
-@contextmanager
-def _journal(path: str | Path | None):
-    """A RowJournal at `path` (the job's checkpoint folder), or in a scratch folder when none is given."""
-    import tempfile
-
-    from paperflow.core.resume import RowJournal
-
-    with tempfile.TemporaryDirectory() as scratch:
-        with RowJournal(path if path is not None else Path(scratch) / "rows.jsonl", key="id") as journal:
-            yield journal
 
 
 def _tokenizer(folder: str):
@@ -437,7 +426,7 @@ def prior_traces(
     frame, _ = read_frame(train)
     per_call = max(1, int(evaluation["batch_size"]) // int(samples))
     ids = []
-    with _journal(journal) as done:
+    with row_journal(journal) as done:
         for lo in range(0, len(frame), per_call):
             part = frame.iloc[lo : lo + per_call]
             keys = [f"{int(pid)}:{j}" for pid in part["problem_id"] for j in range(samples)]

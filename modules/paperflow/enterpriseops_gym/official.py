@@ -626,22 +626,19 @@ def run_official(
     """`runs` runs (evaluate.py's --num_runs) of every task, each task's number_of_runs within a run. Each episode's
     record goes to the `journal` (the job's checkpoint folder) as it finishes, and a rerun skips the episodes there;
     records come back with their keys in sorted order, whether journalled or not."""
-    import tempfile
-
-    from paperflow.core.resume import RowJournal
+    from paperflow.core.resume import row_journal
 
     ids = []
-    with tempfile.TemporaryDirectory() as scratch:
-        with RowJournal(journal if journal is not None else Path(scratch) / "rows.jsonl", key="id") as done:
-            for r in range(runs):
-                for task in tasks:
-                    for i in range(int(task.get("number_of_runs") or 1)):
-                        run = r * int(task.get("number_of_runs") or 1) + i
-                        key = f"{task['task_id']}:{run}"
-                        ids.append(key)
-                        if key not in done:
-                            done.append({**run_official_episode(task, agent, judge, run, attempts, **kw), "id": key})
-            rows = done.complete(ids)
+    with row_journal(journal) as done:
+        for r in range(runs):
+            for task in tasks:
+                for i in range(int(task.get("number_of_runs") or 1)):
+                    run = r * int(task.get("number_of_runs") or 1) + i
+                    key = f"{task['task_id']}:{run}"
+                    ids.append(key)
+                    if key not in done:
+                        done.append({**run_official_episode(task, agent, judge, run, attempts, **kw), "id": key})
+        rows = done.complete(ids)
     return [{k: row[k] for k in sorted(row) if k != "id"} for row in rows]
 
 

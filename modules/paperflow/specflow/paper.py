@@ -93,10 +93,8 @@ def evaluate(
     answer goes to the `journal` (the job's checkpoint folder) as it finishes, and a rerun skips those questions
     (each condensation is seeded by the run's seed per question, so the rest come out as in an uninterrupted run);
     `seconds` is this run's time."""
-    import tempfile
-
     from paperflow.core.device import pick
-    from paperflow.core.resume import RowJournal
+    from paperflow.core.resume import row_journal
     from paperflow.core.seeding import seed_all
     from paperflow.specflow import llava
 
@@ -111,14 +109,13 @@ def evaluate(
                          f"{model.grid[0] * model.grid[1]} visual tokens")  # fmt: skip
     frame, meta = read_frame(questions_path)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as scratch:
-        with RowJournal(journal if journal is not None else Path(scratch) / "rows.jsonl", key="id") as done:
-            for q in frame.itertuples(index=False):
-                if _plain(q.qid) in done:
-                    continue
-                got = llava.answer(model, q.image, q.question, method, budget, cfg, seed, pre["max_new_tokens"])
-                done.append({"id": _plain(q.qid), "got": {k: _plain(v) for k, v in got.items()}})
-            answered = done.complete([_plain(qid) for qid in frame["qid"]])
+    with row_journal(journal) as done:
+        for q in frame.itertuples(index=False):
+            if _plain(q.qid) in done:
+                continue
+            got = llava.answer(model, q.image, q.question, method, budget, cfg, seed, pre["max_new_tokens"])
+            done.append({"id": _plain(q.qid), "got": {k: _plain(v) for k, v in got.items()}})
+        answered = done.complete([_plain(qid) for qid in frame["qid"]])
     keys = sorted({k for a in answered for k in a["got"]})  # one order, whether a row was journalled or not
     rows = [{"qid": q.qid, "answers": q.answers, "category": q.category, "group": q.group, **a["got"]}
             for q, a in zip(frame.itertuples(index=False), answered)]  # fmt: skip
