@@ -427,7 +427,9 @@ def test_limitations_follow_the_configured_epochs():
     specs = run_specs("smoke")
     first = limitations("smoke", specs)[0]
     assert f"circle for {specs['circle']['train']['epochs']} epochs (paper: 30)" in first
-    assert f"moons for {specs['moons']['train']['epochs']} epochs," in first
+    assert "uls for 50 epochs (the paper's)," in first  # smoke runs uls and circle only (CI's 120 s rule)
+    cpu = run_specs("cpu")
+    assert f"moons for {cpu['moons']['train']['epochs']} epochs," in limitations("cpu", cpu)[0]
     specs["circle"]["train"]["epochs"] = 30
     assert "circle for 30 epochs (the paper's)" in limitations("smoke", specs)[0]
     paper = " ".join(limitations("paper", run_specs("paper")))

@@ -23,14 +23,15 @@ expected test loss, E l(theta, xi) = a + k (1 + Delta)^2 with a = ||A0 theta - b
 Seconds: wall and CPU (user + sys, resource.getrusage) of each solver call in this process, one thread for
 both (torch and BLAS), after one warm-up call of each code; process start (imports) measured apart.
 
-Usage (from the repository root, after a smoke run, which writes the data files; the checkout holds the
+Usage (from the repository root, after a run whose `run_datasets` include `uls_official`, which writes the data
+files: the cpu scale, or smoke before 2026-12-07, when smoke was cut to `uls` and `circle`; the checkout holds the
 official file at commit 021ebd767f02341baa5ed5b50eca224f8f514150, read with the search tools' read_file since
 the repository is too large to fetch, and a COMMIT file):
 
     mkdir -p /tmp/dro_flow_official/uncertain_least_squares    # + uncertain_least_squares.py, verbatim
     echo 021ebd767f02341baa5ed5b50eca224f8f514150 > /tmp/dro_flow_official/COMMIT
     .venv/bin/python tools/sidebyside/dro_flow/run.py --official /tmp/dro_flow_official \
-        --root results/smoke/dro_flow --out workflows/dro_flow/sidebyside.md --readme workflows/dro_flow/README.md
+        --root results/cpu/dro_flow --scale cpu --out workflows/dro_flow/sidebyside.md --readme workflows/dro_flow/README.md
 """
 
 from __future__ import annotations
@@ -289,11 +290,11 @@ def run(args: argparse.Namespace) -> str:
     lines = [
         f"Official code: github.com/ZusenXu/GFS-DRO at {commit} (uncertain_least_squares/uncertain_least_squares.py, "
         f"unmodified; numpy {np.__version__}, torch {torch.__version__}, one thread each).",
-        "Same inputs: the smoke run's `uls_official` data files (A0, A1, b and the 20 training xi equal to the script's "
+        f"Same inputs: the {args.scale} run's `uls_official` data files (A0, A1, b and the 20 training xi equal to the script's "
         "own draws, checked); every setting equal (checked): "
         + ", ".join(f"{name} {ours}" for name, _, ours in pairs)
         + ".",
-        f"Every theta is scored by the pipeline's evaluator (test xi = (1 + Delta) u, u the 1000 draws of the smoke test "
+        f"Every theta is scored by the pipeline's evaluator (test xi = (1 + Delta) u, u the 1000 draws of the {args.scale} test "
         f"file, {len(deltas)} Delta from 0 to {deltas[-1]:g}); the script's loss function gives the same values "
         f"(max difference {evaluator_gap:.1e}). Seconds: wall / CPU (user + sys) of each call, one thread, "
         "on a 2-core machine shared with other jobs (wall inflated).",
@@ -427,8 +428,13 @@ def _crossing(a: float, k: float, a_erm: float, k_erm: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--official", type=Path, required=True, help="checkout of ZusenXu/GFS-DRO")
-    parser.add_argument("--root", type=Path, default=Path("results/smoke/dro_flow"), help="a smoke run's results")
-    parser.add_argument("--scale", default="smoke")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("results/cpu/dro_flow"),
+        help="a run's results that include uls_official (smoke runs only uls and circle)",
+    )
+    parser.add_argument("--scale", default="cpu")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--readme", type=Path)
