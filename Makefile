@@ -29,8 +29,9 @@ lint: install
 cpu: install  # every paper at cpu scale (at most 20 min each on 2 cores) -> results/cpu/summary.md
 	$(BIN)/snakemake --cores $(CORES) --config scale=cpu
 
+PYTEST_ARGS ?=
 test: install lint  # both cores (pytest-xdist); CI prints the 25 slowest tests
-	$(BIN)/python -m pytest -n $(CORES) --durations=25
+	$(BIN)/python -m pytest -n $(CORES) --durations=25 $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -n $(CORES) -m "not slow"
