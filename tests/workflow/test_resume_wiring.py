@@ -5,7 +5,7 @@ The rules and their limits come from the paper-scale DAG (a dry run, offline), t
 Snakemake loads it at paper scale. A script is wired when it, or a module of its own paper that it imports, calls
 `checkpoint_dir()` (job.checkpoint_dir(), or a helper of the paper's that does) and hands a folder to one of the
 engines of README's "Long jobs resume": Lightning's `make_trainer(checkpoint_dir=...)`, transformers/TRL's
-`paperflow.core.lm.resume.train`, the plain loop's `LoopCheckpoint`, a generation job's `RowJournal`, or an official
+`paperflow.core.lm.resume.train`, the plain loop's `LoopCheckpoint`, a generation job's `RowJournal` (or `row_journal`), or an official
 recipe's own resume switch (verl's `trainer.resume_mode`). A rule that is not wired is in `EXEMPT` (why it needs
 no checkpoint) or in `NOT_WIRED` (the ratchet: the issue that wires it and why it is not wired yet); an entry that
 no longer matches a long rule, or names a wired one, fails too, so the tables only shrink.
@@ -217,9 +217,9 @@ def resume_wiring(script: Path, paper: str) -> tuple[bool, set[str]]:
             name = _called(node)
             if name == "checkpoint_dir":
                 asks = True
-            elif name == "LoopCheckpoint":
+            elif name in ("LoopCheckpoint", "RankCheckpoint"):  # RankCheckpoint: confu's per-rank LoopCheckpoint
                 engines.add("loop")
-            elif name == "RowJournal":
+            elif name in ("RowJournal", "row_journal"):
                 engines.add("rows")
             elif name == "make_trainer" and any(k.arg == "checkpoint_dir" for k in node.keywords):
                 engines.add("lightning")
@@ -285,6 +285,9 @@ WIRED = {
     "rows": "from paperflow.core.resume import RowJournal\n"
     "with snakemake_job(snakemake) as job:\n"
     "    RowJournal(job.checkpoint_dir() / 'rows.jsonl')\n",
+    "rows, scratch-or-folder helper": "from paperflow.core.resume import row_journal\n"
+    "with snakemake_job(snakemake) as job:\n"
+    "    row_journal(job.checkpoint_dir() / 'rows.jsonl')\n",
 }
 UNWIRED = {
     "no folder": "from paperflow.core.training import fit, make_trainer\n"
@@ -302,7 +305,7 @@ UNWIRED = {
 def test_a_wired_script_passes(tmp_path, engine):
     script = tmp_path / "train.py"
     script.write_text(JOB + WIRED[engine])
-    assert resume_wiring(script, "nopaper") == (True, {engine})
+    assert resume_wiring(script, "nopaper") == (True, {engine.split(",")[0]})  # "rows, ...": a second form of rows
     assert wiring_problems({"x_train": ("nopaper", script)}, {}, {}) == []
     # a wired rule left in a table is named, so the ratchet shrinks
     assert "remove it" in wiring_problems({"x_train": ("nopaper", script)}, {}, {"x_train": (43, "old")})[0]
