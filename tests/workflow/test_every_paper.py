@@ -23,8 +23,7 @@ PAPERS = available_papers()
 # a second run with nothing to do): that covers this module's generic end-to-end checks at a larger scale. For CI's
 # time it deselects (-m "not smoke_covered") the tiny runs of the papers whose tiny outputs have no check of their
 # own in tests/tiny_outputs.py (the REORDER checks go with them in CI); `make test` runs them all.
-TINY_OWN_CHECKS = set(TINY_CHECKS)
-TINY_PARAMS = [s if s in TINY_OWN_CHECKS else pytest.param(s, marks=pytest.mark.smoke_covered) for s in PAPERS]
+TINY_PARAMS = [s if s in TINY_CHECKS else pytest.param(s, marks=pytest.mark.smoke_covered) for s in PAPERS]
 STAGES = ("download", "preprocess", "train", "evaluate", "report")
 CLAIM_KEYS = {"id", "statement", "value", "threshold", "comparison", "held", "gated", "seeds", "values", "value_std",
               "verdict", "ci_low", "ci_high", "ci_level", "ci_method", "n_units", "n_needed", "central", "control",
@@ -222,8 +221,3 @@ def test_readme_plan_block_is_the_current_plan(scratch):
     assert block == render(rows, "paper", unpinned_reasons(scratch)), (
         "README's plan is stale: run `paperflow plan --scale paper --readme README.md`"
     )
-
-
-def test_every_paper_with_a_tiny_output_check_keeps_its_tiny_run_in_ci():
-    kept = {p.values[0] if hasattr(p, "values") else p for p in TINY_PARAMS if not hasattr(p, "marks")}
-    assert kept == set(TINY_CHECKS) and set(TINY_CHECKS) <= set(PAPERS)

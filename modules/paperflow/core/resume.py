@@ -231,6 +231,9 @@ def row_journal(path: str | Path | None, key: str = "id") -> Iterator[RowJournal
     """A `RowJournal` at `path` (a file in the job's checkpoint folder), or, when `path` is None (a caller run
     outside a Snakemake job, e.g. a test), in a scratch folder that is removed on exit: the rows then live only as
     long as the call, and nothing resumes."""
-    with tempfile.TemporaryDirectory() as scratch:
-        with RowJournal(path if path is not None else Path(scratch) / "rows.jsonl", key=key) as journal:
+    if path is not None:
+        with RowJournal(path, key=key) as journal:
             yield journal
+        return
+    with tempfile.TemporaryDirectory() as scratch, RowJournal(Path(scratch) / "rows.jsonl", key=key) as journal:
+        yield journal
