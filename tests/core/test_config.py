@@ -125,6 +125,10 @@ def test_a_missing_global_key_is_named(repo_root):
     """config/config.yaml is the one source of the global defaults: the code has no second one."""
     with pytest.raises(ConfigError, match="results"):
         load_run_config({k: v for k, v in GOOD.items() if k != "results"}, repo_root)
+    with pytest.raises(ConfigError) as err:  # several missing keys: one line, not one copy per key
+        load_run_config({"scale": "smoke"}, repo_root)
+    assert str(err.value).count("missing key(s)") == 1
+    assert "'papers', 'results', 'resources', 'wandb'" in str(err.value)
 
 
 def test_require_choices_names_the_key_the_unknown_entry_and_what_is_missing():
@@ -152,3 +156,42 @@ def test_the_summary_covers_the_enabled_papers_and_every_other_with_results(repo
     assert summarised_papers(run, repo_root) == ["dro_flow", "ph_vae"]
     every = available_papers(repo_root)
     assert summarised_papers(RunConfig("tiny", tuple(every), "results", "resources", {}, {}), repo_root) == every
+
+
+def test_resolved_configs_are_kept_and_reused_until_an_input_changes(repo_copy, monkeypatch):
+    from paperflow.core import config as config_mod
+
+    first = load_run_config(GOOD, repo_copy)
+    kept = list((repo_copy / ".snakemake" / "paperflow" / "resolved").glob("*.pickle"))
+    assert len(kept) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the kept configs should have been used")
+
+    monkeypatch.setattr(config_mod, "load_paper_config", refuse)
+    assert load_run_config(GOOD, repo_copy).paper_configs == first.paper_configs
+    monkeypatch.undo()
+
+    # an edit to the paper's config is a new key: resolved (and validated) again, and a bad value still fails
+    edit_yaml(repo_copy / "config" / "ph_vae.yaml", lambda d: d["smoke"].setdefault("train", {}).update(epochs=3))
+    assert load_run_config(GOOD, repo_copy).paper_configs["ph_vae"]["train"]["epochs"] == 3
+    edit_yaml(repo_copy / "config" / "ph_vae.yaml", lambda d: d["smoke"]["train"].update(epochs="many"))
+    with pytest.raises(ConfigError, match=r"epochs = 'many' has the wrong type"):
+        load_run_config(GOOD, repo_copy)
+
+
+def test_the_key_of_kept_configs_covers_schemas_and_the_settings_code(repo_copy, monkeypatch):
+    from paperflow.core import codehash
+    from paperflow.core import config as config_mod
+
+    key = config_mod._resolved_key(["ph_vae"], "smoke", repo_copy)
+    assert key == config_mod._resolved_key(["ph_vae"], "smoke", repo_copy)
+    assert key != config_mod._resolved_key(["ph_vae"], "tiny", repo_copy)
+    assert key != config_mod._resolved_key(["ph_vae", "spaef"], "smoke", repo_copy)
+    claims_schema = repo_copy / "config" / "schemas" / "claims.schema.yaml"
+    claims_schema.write_text(claims_schema.read_text() + "\n# an edit\n")
+    edited = config_mod._resolved_key(["ph_vae"], "smoke", repo_copy)
+    assert edited != key
+    # a change in the code that checks configs (a module the settings import) is a new key
+    monkeypatch.setattr(codehash, "code_hash", lambda path: "another closure")
+    assert config_mod._resolved_key(["ph_vae"], "smoke", repo_copy) != edited

@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import importlib
+import json
 import os
+import pickle
+import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +131,9 @@ def validate(instance: Any, schema: Mapping[str, Any], source: str, prefix: str 
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(describe_error(e, source, prefix) for e in errors))
+        # one line per violation: the errors of several missing keys of one mapping all describe as the same line
+        lines = dict.fromkeys(describe_error(e, source, prefix) for e in errors)
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
 
 
 @dataclass(frozen=True)
@@ -282,14 +289,81 @@ def load_run_config(config: Mapping[str, Any], root: Path | None = None) -> RunC
                 f"available papers: {', '.join(known)}"
             )
     scale = config["scale"]
+    key = _resolved_key(papers, scale, root)
+    paper_configs = _kept_resolved(root, key)
+    if paper_configs is None:
+        paper_configs = {slug: load_paper_config(slug, scale, root) for slug in papers}
+        _keep_resolved(root, key, paper_configs)
     return RunConfig(
         scale=scale,
         papers=tuple(papers),
         results=config["results"],
         resources=config["resources"],
         wandb=dict(config["wandb"]),
-        paper_configs={slug: load_paper_config(slug, scale, root) for slug in papers},
+        paper_configs=paper_configs,
     )
+
+
+# The resolved paper configs of a run are kept in the checkout (.snakemake/paperflow/resolved/<key>.pickle), so
+# that a Snakemake command, and every job it starts, skips reading and validating some forty YAML files (a third
+# of a second of each start). The key is the sha256 of everything the result depends on: the scale, the papers,
+# the bytes of each paper's config and schema and of the claims schema, and the code hash (paperflow.core.codehash)
+# of this module and of each paper's settings module, which check the config beyond its schema. Only a config
+# that validated is kept; a file that cannot be read or written is ignored (the configs are then resolved anew).
+RESOLVED_FORMAT = 1  # raise it whenever what load_paper_config returns changes shape
+RESOLVED_KEEP = 32  # newest entries kept
+
+
+def _resolved_key(papers: Iterable[str], scale: str, root: Path) -> str | None:
+    from paperflow.core.codehash import code_hash
+
+    digest = hashlib.sha256(json.dumps([RESOLVED_FORMAT, sys.version_info[:2], scale]).encode())
+    package = Path(__file__).resolve().parents[1]
+    try:
+        parts = [root / "config" / "schemas" / "claims.schema.yaml", Path(__file__)]
+        for slug in papers:
+            parts += [root / "config" / f"{slug}.yaml", root / "config" / "schemas" / f"{slug}.schema.yaml"]
+            settings = package / slug / "settings.py"
+            if settings.is_file():
+                parts.append(settings)
+        for part in parts:
+            closure = code_hash(part) if part.suffix == ".py" else ""  # the modules it imports
+            digest.update(f"{part.name}\0{hashlib.sha256(part.read_bytes()).hexdigest()}\0{closure}\0".encode())
+    except OSError:
+        return None  # a missing file: load_paper_config names it
+    return digest.hexdigest()
+
+
+def _resolved_dir(root: Path) -> Path:
+    return root / ".snakemake" / "paperflow" / "resolved"
+
+
+def _kept_resolved(root: Path, key: str | None) -> dict[str, dict[str, Any]] | None:
+    if key is None:
+        return None
+    try:
+        with open(_resolved_dir(root) / f"{key}.pickle", "rb") as fh:
+            kept = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) else None
+
+
+def _keep_resolved(root: Path, key: str | None, paper_configs: dict[str, dict[str, Any]]) -> None:
+    """Write the entry atomically (a concurrent job may write the same one) and drop all but the newest few."""
+    if key is None:
+        return
+    folder = _resolved_dir(root)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=folder, suffix=".tmp", delete=False) as fh:
+            pickle.dump(paper_configs, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(fh.name, folder / f"{key}.pickle")
+        entries = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in entries[RESOLVED_KEEP:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def summarised_papers(run: RunConfig, root: Path | None = None) -> list[str]:
