@@ -349,6 +349,68 @@ def test_geo_split_is_disjoint_and_ordered_along_u():
     np.testing.assert_allclose(sp["fit"][:, :-1].mean(axis=0), 0.0, atol=1e-10)
 
 
+# ---------------------------------------------------------------- training engines
+
+
+def test_a_wrong_train_engine_names_the_key_and_allowed_values(config_root):
+    _edit(config_root, "smoke", {"text": {"train": {"engine": "fabric"}}})
+    with pytest.raises(
+        ConfigError, match=r"text.train.engine = 'fabric' is not allowed; allowed values: 'loop', 'lightning'"
+    ):
+        load_paper_config("credal_dro", "smoke", config_root)
+
+
+@pytest.mark.parametrize("scale", ["tiny", "smoke", "cpu", "paper"])
+def test_the_plain_loop_trains_below_paper_scale_and_fabric_at_paper(scale):
+    engine = load_paper_config("credal_dro", scale)["text"]["train"]["engine"]
+    assert engine == ("lightning" if scale == "paper" else "loop")
+
+
+def _text_case(seed: int, n: int = 240, d: int = 5) -> tuple[dict, dict]:
+    """Two seeds of fit/select splits (features x0..x4, 4 identities, some rows without one, label correlated
+    with the identity) and their X-ellipsoid bulks."""
+    from paperflow.credal_dro.bulk import calibrate
+
+    rng = np.random.default_rng(seed)
+    group = rng.integers(-1, 4, n)
+    label = (rng.random(n) < np.where(group % 2 == 0, 0.8, 0.2)).astype(int)
+    x = rng.normal(size=(n, d)) + 0.8 * (2 * label - 1)[:, None] * np.linspace(0.2, 1, d)[None]
+    frame = pd.DataFrame(x, columns=[f"x{j}" for j in range(d)]).assign(label=label, group=group)
+    parts = {"fit": frame.iloc[: n // 2].reset_index(drop=True), "select": frame.iloc[n // 2 :].reset_index(drop=True)}
+    bulk = calibrate(x[: n // 2], x[n // 2 :], [("ellipsoid", range(d))], 0.2, 0.1, None).to_json()
+    return parts, bulk
+
+
+def test_loop_and_lightning_engines_train_the_same_models(tmp_path):
+    """text.train.engine: the plain loop (tiny/smoke/cpu) and Lightning Fabric (paper) take the same steps: on the
+    CPU every head of every seed and grid value is bit-identical, GroupDRO's slice weights and LV-Group's sup
+    term included, and the Fabric's CSV logger has every step of every grid value."""
+    from paperflow.credal_dro.heads import train_text
+
+    cases = {seed: _text_case(seed) for seed in (0, 1)}
+    splits, bulks = {s: c[0] for s, c in cases.items()}, {str(s): c[1] for s, c in cases.items()}
+    methods = {"erm": [0.0], "groupdro": [0.0], "lv_group": [0.1, 0.3]}
+    out = {}
+    for engine in ("loop", "lightning"):
+        train = {"epochs": 25, "lr": 0.05, "weight_decay": 0.01, "group_step": 0.5, "engine": engine}
+        cfg = {"methods": methods, "train": train}
+        for method in methods:
+            out[engine, method] = train_text(method, splits, bulks, cfg, [0, 1], tmp_path / method, None, {})
+    heads = {
+        key: [(f["theta"], f["theta0"]) for s in doc["seeds"].values() for f in s["grid"]] for key, doc in out.items()
+    }
+    for method, grid in methods.items():
+        assert heads["loop", method] == heads["lightning", method]  # float lists: bit for bit
+        assert len(heads["loop", method]) == 2 * len(grid)
+        for seed in ("0", "1"):
+            assert out["loop", method]["seeds"][seed]["chosen"] == out["lightning", method]["seeds"][seed]["chosen"]
+        logged = pd.read_csv(tmp_path / method / "csv" / "seed1" / "metrics.csv")
+        assert list(logged.step) == list(range(25 * len(grid))) and sorted(set(logged.param)) == grid
+    # the comparison resolves what each method adds: the slice weights and the sup term move the heads
+    erm, groupdro, lv_group = (heads["loop", m][0] for m in methods)
+    assert erm != groupdro and groupdro != lv_group
+
+
 @pytest.mark.slow
 def test_regression_diagnostic_measures_every_eps_and_solve_at_tiny():
     spec = importlib.util.spec_from_file_location(

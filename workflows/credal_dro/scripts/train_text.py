@@ -11,6 +11,9 @@ with snakemake_job(snakemake) as job:
         json.loads(open(job.input.bulks).read()),
         dict(job.params.cfg),
         job.params.seeds,
+        job.params.run_dir,
+        job.params.wandb,
+        {"paper": "credal_dro", "rule": job.rule, "method": job.wildcards.method},
     )
     open(job.output[0], "w").write(json.dumps(doc, indent=1))
-    job.note(seeds=job.params.seeds)
+    job.note(seeds=job.params.seeds, engine=job.params.cfg["train"]["engine"])
