@@ -301,6 +301,93 @@ def test_dpsgd_gossip_keeps_the_average_of_identical_gradients_steps():
         assert torch.allclose(solo[k], gossip[k], atol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def digits_files(tmp_path_factory):
+    """The tiny pipeline's data stages on the bundled digits: train/test Parquet files and seeds 0 and 1's IID
+    partitions."""
+    from paperflow.decfus.prepare import download, partition, preprocess
+
+    tmp = tmp_path_factory.mktemp("decfus_digits")
+    cfg = load_paper_config("decfus", "tiny")
+    spec = cfg["datasets"]["digits"]
+    download("digits", spec, tmp, tmp / "raw.parquet")
+    preprocess(tmp / "raw.parquet", spec, tmp / "train.parquet", tmp / "test.parquet")
+    for seed in (0, 1):
+        partition(tmp / "train.parquet", M, cfg["partitions"]["iid"], seed, tmp / f"iid{seed}.json")
+    return cfg, tmp
+
+
+def train_with(engine: str, digits_files, out_dir, seeds=(0, 1), parts=None, method="dpsgd", **train):
+    """train_run on 3 rounds of the digits on the CPU; seed s on the IID partition of parts.get(s, s)."""
+    from paperflow.decfus.training import train_run
+
+    cfg, data = digits_files
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = {
+        k: str(out_dir / f) for k, f in (("curves", "curves.csv"), ("clients", "clients.csv"), ("checkpoint", "f.pt"))
+    }
+    info = train_run(
+        method=method,
+        train_file=str(data / "train.parquet"),
+        test_file=str(data / "test.parquet"),
+        partition_files={s: str(data / f"iid{(parts or {}).get(s, s)}.json") for s in seeds},
+        seeds=list(seeds),
+        model=cfg["model"],
+        train=cfg["train"] | {"rounds": 3, "device": "cpu", "engine": engine} | train,
+        decfus=cfg["decfus"],
+        out=out,
+        run_dir=out_dir / "logs",
+        wandb=None,
+        tags={"paper": "decfus"},
+    )
+    ckpt = torch.load(out["checkpoint"], weights_only=False)
+    return info, pd.read_csv(out["curves"]), pd.read_csv(out["clients"]), ckpt
+
+
+@pytest.mark.parametrize("backend", ["batched", "looped"])
+def test_loop_and_lightning_engines_train_the_same_models(tmp_path, digits_files, one_thread, backend):
+    """train.engine: the plain loop (tiny/smoke/cpu) and Lightning Fabric (paper) run the same rounds, D-PSGD's
+    gossip after every step included: on the CPU bit-identical client states (BatchNorm-free MLP, float32), curves
+    and per-client logs, and the Fabric's CSV log holds the same evaluations. Both backends (looped is the paper's)."""
+    (info, curves, clients, ckpt), (info2, curves2, clients2, ckpt2) = (
+        train_with(engine, digits_files, tmp_path / engine, backend=backend) for engine in ("loop", "lightning")
+    )
+    assert info["engine"] == "loop" and info2["engine"] == "lightning" and info2["device"] == "cpu"
+    assert ckpt.keys() == ckpt2.keys() and ckpt["states"].keys() == ckpt2["states"].keys() == {0, 1}
+    for seed, states in ckpt["states"].items():
+        assert states.keys() == ckpt2["states"][seed].keys()
+        for k, v in states.items():
+            assert torch.equal(v, ckpt2["states"][seed][k]), (seed, k)
+    pd.testing.assert_frame_equal(curves, curves2, check_exact=True)
+    pd.testing.assert_frame_equal(clients, clients2, check_exact=True)
+    logged = pd.read_csv(tmp_path / "lightning" / "logs" / "csv" / "dpsgd" / "metrics.csv")
+    for seed, c in curves.groupby("seed"):
+        rows = logged.dropna(subset=[f"seed{seed}/test_acc"])
+        np.testing.assert_array_equal(rows.step, c["round"])
+        np.testing.assert_allclose(rows[f"seed{seed}/test_acc"], c.test_acc, rtol=1e-15)  # CSV round trip
+    assert curves.test_loss.iloc[-1] < curves.test_loss.iloc[0]  # it trained
+    # and the run's seed and every round matter: seed 2 on seed 1's clients, or one round fewer, is another model
+    seed2 = train_with("lightning", digits_files, tmp_path / "seed", seeds=(2,), parts={2: 1}, backend=backend)[3]
+    fewer = train_with("lightning", digits_files, tmp_path / "rounds", seeds=(1,), rounds=2, backend=backend)[3]
+    for other in (seed2["states"][2], fewer["states"][1]):
+        assert not torch.equal(other["0.weight"], ckpt["states"][1]["0.weight"])
+
+
+def test_an_unknown_engine_is_refused_by_name(tmp_path, digits_files, repo_copy):
+    import yaml
+
+    with pytest.raises(ValueError, match=r"train.engine = 'keras': not one of \('loop', 'lightning'\)"):
+        train_with("keras", digits_files, tmp_path)
+    with pytest.raises(ValueError, match="train.engine = 'lightning' but simulate got no Fabric"):
+        run_schedule(1e9, rounds=2, engine="lightning")
+    path = repo_copy / "config" / "decfus.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["paper"]["train"]["engine"] = "fabric"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="train.engine.*allowed values: 'loop', 'lightning'"):
+        load_paper_config("decfus", "paper", repo_copy)
+
+
 def test_paper_networks_build_and_run():
     vgg = VGG16BN(classes=10)
     assert sum(isinstance(m, torch.nn.Conv2d) for m in vgg.modules()) == 13
@@ -443,7 +530,7 @@ def test_the_round_zero_fraction_is_fixed_by_theta0_whatever_the_models():
         assert fusion.averaged.mean() == 0.25
 
 
-def run_schedule(stability_ratio: float, rounds: int = 10, method: str = "decfus"):
+def run_schedule(stability_ratio: float, rounds: int = 10, method: str = "decfus", engine: str = "loop"):
     """A real run on random data, DecFus's detector made to fire at once (huge ratio) or never (0)."""
     from paperflow.decfus.evaluation import curve_metrics
     from paperflow.decfus.simulation import simulate
@@ -461,7 +548,7 @@ def run_schedule(stability_ratio: float, rounds: int = 10, method: str = "decfus
         neighbours=NB,
         classes=10,
         model=cfg["model"],
-        train=cfg["train"] | {"rounds": rounds, "device": "cpu"},
+        train=cfg["train"] | {"rounds": rounds, "device": "cpu", "engine": engine},
         decfus=cfg["decfus"] | {"stability_ratio": stability_ratio},
         seed=0,
     )

@@ -12,7 +12,7 @@ every round, dampening 0), which tests/papers/test_decfus.py checks against torc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -23,6 +23,8 @@ from torch.func import functional_call
 from paperflow.decfus.fusion import States, fused_keys
 
 Plan = list[list[torch.Tensor]]  # plan[i][s]: global row indices of client i's batch at step s
+# (loss, tensors) -> d loss / d tensors: torch.autograd.grad in the plain loop, fabric.backward under Fabric
+GradFn = Callable[[torch.Tensor, list[torch.Tensor]], Sequence[torch.Tensor]]
 
 
 def stack_states(net: nn.Module, m: int, device: torch.device | str = "cpu") -> States:
@@ -153,9 +155,11 @@ def local_round(
     lr: float,
     momentum: float,
     gossip: np.ndarray | None = None,
+    grad: GradFn = torch.autograd.grad,
 ) -> States:
     """One round of local SGD for every client from `states`; a fresh momentum buffer per client.
-    With `gossip` (D-PSGD) the fused tensors are mixed by that matrix after every step."""
+    With `gossip` (D-PSGD) the fused tensors are mixed by that matrix after every step. `grad` computes the
+    step's gradients (paperflow.decfus.lightning.fabric_grad under the Fabric engine; the same numbers)."""
     trainable = set(clients.trainable)
     work = {k: v.detach().clone().requires_grad_(k in trainable) for k, v in states.items()}
     params = [k for k in clients.trainable]
@@ -169,7 +173,7 @@ def local_round(
     for step in range(max(len(p) for p in plan)):
         active = [step < len(p) for p in plan]
         batches = [(x[p[step]], y[p[step]]) if a else None for p, a in zip(plan, active)]
-        grads = torch.autograd.grad(clients.loss_sum(work, batches), [work[k] for k in params])
+        grads = grad(clients.loss_sum(work, batches), [work[k] for k in params])
         mask = torch.tensor(active, device=x.device)
         with torch.no_grad():
             for k, g in zip(params, grads):

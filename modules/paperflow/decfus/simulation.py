@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ from paperflow.decfus.fusion import States, consensus_distance, round_fusion
 from paperflow.decfus.nets import build_network
 from paperflow.decfus.schedule import DetectorSteps, StabilityDetector, client_threshold
 from paperflow.decfus.topology import Neighbours, closed_neighbourhood, metropolis_mixing
+
+if TYPE_CHECKING:  # Lightning is imported by the Fabric engine only (paperflow.decfus.lightning)
+    from lightning_fabric import Fabric
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ TRAIN_KEYS = (
     "seeds_per_job",
     "backend",
     "device",
+    "engine",
 )
 DECFUS_KEYS = (
     "theta0",
@@ -84,13 +88,24 @@ def simulate(
     decfus: Mapping[str, Any],
     seed: int,
     progress: bool = False,
+    fabric: Fabric | None = None,
 ) -> RunResult:
     """Run `method` for train["rounds"] rounds from one shared initialisation (seeded by `seed`);
-    `model`, `train` and `decfus` are the config blocks of those names."""
+    `model`, `train` and `decfus` are the config blocks of those names. With `fabric` (train.engine: lightning,
+    paperflow.decfus.lightning) the same loop runs on the Fabric's device, its gradients come from fabric.backward
+    and the evaluated rounds are logged to its loggers as seed<seed>/<column>."""
     reject_unknown(model, MODEL_KEYS, "decfus model")
     reject_unknown(train, TRAIN_KEYS, "decfus train")
     reject_unknown(decfus, DECFUS_KEYS, "decfus decfus")
-    device = pick_device(train["device"])
+    if (fabric is not None) != (train["engine"] == "lightning"):
+        raise ValueError(f"train.engine = {train['engine']!r} but simulate got {'a' if fabric else 'no'} Fabric")
+    if fabric is None:
+        device, grad = pick_device(train["device"]), torch.autograd.grad
+    else:
+        from paperflow.decfus.lightning import fabric_grad
+
+        device, grad = fabric.device, fabric_grad(fabric)
+        fabric.seed_everything(seed, verbose=False)  # python, numpy, torch; the run's own streams are seeded below
     torch.manual_seed(seed)
     plan_rng, fusion_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     net = build_network(model, x_train.shape[1:], classes).to(device)
@@ -107,7 +122,7 @@ def simulate(
     curves, rows = [], []
     for r in tqdm(range(rounds), desc=f"{method} seed {seed}", disable=not progress, mininterval=5):
         plan = batch_plan(parts, train["batch_size"], train["local_epochs"], plan_rng, device)
-        states = local_round(clients, states, xtr, ytr, plan, train["lr"], train["momentum"], gossip)
+        states = local_round(clients, states, xtr, ytr, plan, train["lr"], train["momentum"], gossip, grad)
         evaluated = r % test_round == 0 or r == rounds - 1
         if evaluated:
             acc, loss = test_metrics(clients, states, xte, yte, train["eval_batch_size"])
@@ -121,6 +136,8 @@ def simulate(
                     "consensus": consensus_distance(states),
                 }
             )
+            if fabric is not None:
+                fabric.log_dict({f"seed{seed}/{k}": v for k, v in curves[-1].items() if k != "round"}, step=r)
         used = list(thetas)
         fusion = round_fusion(method, states, neighbours, n, thetas, decfus["p_exchange"], fusion_rng)
         if fusion is not None:

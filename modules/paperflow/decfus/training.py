@@ -21,6 +21,8 @@ from paperflow.decfus.topology import check_topology, paper_topology
 
 log = logging.getLogger(__name__)
 
+ENGINES = ("loop", "lightning")
+
 
 def load_split(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     frame, meta = read_frame(path)
@@ -39,9 +41,25 @@ def train_run(
     train: Mapping[str, Any],
     decfus: Mapping[str, Any],
     out: Mapping[str, str],
+    run_dir: str | Path | None = None,
+    wandb: Mapping[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run `method` once per seed (seed s on the clients of partition_files[s]); write the curves and
-    per-client logs of all seeds (column `seed`) and one checkpoint with every seed's final states."""
+    per-client logs of all seeds (column `seed`) and one checkpoint with every seed's final states.
+    train["engine"]: `loop` (the plain torch loop) or `lightning` (the same loop under Lightning Fabric,
+    paperflow.decfus.lightning, logging to run_dir/csv/<method> and wandb when enabled)."""
+    engine = train["engine"]
+    if engine == "loop":
+        fabric = None
+    elif engine == "lightning":
+        from paperflow.decfus.lightning import make_fabric
+
+        if run_dir is None:
+            raise ValueError("train.engine = 'lightning' needs a run_dir for its loggers")
+        fabric = make_fabric(train["device"], run_dir, method, wandb, tags or {})
+    else:
+        raise ValueError(f"train.engine = {engine!r}: not one of {ENGINES}")
     x_train, y_train, meta = load_split(train_file)
     x_test, y_test, _ = load_split(test_file)
     neighbours = paper_topology()
@@ -67,6 +85,7 @@ def train_run(
             decfus=decfus,
             seed=seed,
             progress=sys.stderr.isatty(),
+            fabric=fabric,
         )
         walls[seed] = round(time.perf_counter() - t0, 3)
         curves.append(result.curves.assign(seed=seed))
@@ -82,7 +101,11 @@ def train_run(
         )
     pd.concat(curves).to_csv(out["curves"], index=False)
     pd.concat(clients).to_csv(out["clients"], index=False)
-    torch.save(
-        {"method": method, "model": dict(model), "classes": meta["classes"], "states": states}, out["checkpoint"]
-    )
-    return {"simulation_s": walls}
+    checkpoint = {"method": method, "model": dict(model), "classes": meta["classes"], "states": states}
+    if fabric is None:
+        torch.save(checkpoint, out["checkpoint"])
+        return {"simulation_s": walls, "engine": engine}
+    from paperflow.decfus.lightning import tracking
+
+    fabric.save(out["checkpoint"], checkpoint)
+    return {"simulation_s": walls} | tracking(fabric)

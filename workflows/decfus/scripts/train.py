@@ -13,5 +13,13 @@ with snakemake_job(snakemake) as job:
         train=dict(job.params.train),
         decfus=dict(job.params.decfus),
         out=dict(job.output.items()),
+        run_dir=job.params.run_dir,
+        wandb=job.params.wandb,
+        tags={
+            "paper": "decfus",
+            "rule": job.rule,
+            "dataset": job.wildcards.dataset,
+            "partition": job.wildcards.partition,
+        },
     )
     job.note(seeds=seeds, **info)
