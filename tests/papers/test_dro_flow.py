@@ -632,6 +632,7 @@ def test_uls_training_with_the_closed_form_energy_is_bit_identical_to_autograd(m
     dro = {**SAMPLER, "lam": 0.1, "eps": 0.5, "steps": 10, "clamp": [-1.0, 1.0], "grad_scale": 10.0}
     dro |= {"rgo_smoothness": 0.1} if method == "rgo" else {}
     train = {"optimizer": "sgd", "lr": 0.01, "epochs": 4, "batch_size": 7, "grad_clip": 100.0, "shuffle": True}
+    train |= {"engine": "loop"}
     now, history = fit(problem, method, dro, train, 3)
     monkeypatch.setattr(Problem, "energy", lambda self, model, y: lambda z: self.loss(model, z, y))
     before, history_before = fit(problem, method, dro, train, 3)
@@ -654,8 +655,9 @@ def test_plain_sgd_takes_torch_sgds_steps_bit_for_bit():
     assert torch.equal(params[0], params[1]) and not torch.equal(params[0], start)
 
 
-def test_uls_training_does_not_import_torch_dynamo():
-    """torch.optim's first use imports torch._dynamo (about 2 s of CPU); the ULS SGD path must not."""
+def test_uls_training_does_not_import_torch_dynamo_or_lightning():
+    """torch.optim's first use imports torch._dynamo (about 2 s of CPU); the ULS SGD path must not. Nor may the
+    plain loop engine of tiny/smoke/cpu import Lightning (lightning_fabric alone is about 6 s of CPU)."""
     code = (
         "import sys\n"
         "sys.path.insert(0, 'tests/papers')\n"
@@ -663,11 +665,91 @@ def test_uls_training_does_not_import_torch_dynamo():
         "from paperflow.dro_flow.training import fit\n"
         "dro = dict(lam=0.1, eps=0.5, particles=2, steps=2, lr=0.01, weight_lr=0.08, clamp=[-1.0, 1.0], birth_death=False,"
         " grad_scale=10.0, svgd_init_std=None, rgo_smoothness=None, rgo_trials=None, dual_max_level=4, dual_noise='official')\n"
-        "fit(uls_problem(), 'wgf', dro, dict(optimizer='sgd', lr=0.01, epochs=1, batch_size=20, grad_clip=100.0, shuffle=False), 0)\n"
+        "fit(uls_problem(), 'wgf', dro, dict(optimizer='sgd', lr=0.01, epochs=1, batch_size=20, grad_clip=100.0, shuffle=False,"
+        " engine='loop'), 0)\n"
         "print('torch._dynamo' in sys.modules)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'lightning_fabric', 'pytorch_lightning')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo_root(), check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert out.stdout.strip().splitlines()[-2:] == ["False", "[]"]
+
+
+# Training engines (issue 54) --------------------------------------------------------------------
+
+ENGINE_CASES = {  # least squares (float64, PlainSGD, closed-form energy) and a classifier (float32 MLP, Adam, autograd)
+    "uls": (
+        lambda: uls_problem("independent"),
+        {"lam": 0.1, "eps": 0.5, "steps": 5, "clamp": [-1.0, 1.0], "grad_scale": 10.0, "rgo_smoothness": 0.1},
+        {"optimizer": "sgd", "lr": 0.01, "epochs": 3, "batch_size": 7, "grad_clip": 0.5, "shuffle": True},
+    ),
+    "classifier": (
+        lambda: classifier_problem(n=24)[0],
+        {"lam": 1.0, "eps": 0.15, "steps": 3, "rgo_smoothness": 1.0},
+        {"optimizer": "adam", "lr": 0.05, "epochs": 3, "batch_size": 5, "grad_clip": 0.5, "shuffle": True},
+    ),
+}
+
+
+def engine_fit(case: str, method: str, engine: str, seed: int = 3, run_dir=None, **train):
+    make, dro, base = ENGINE_CASES[case]
+    model, history = fit(make(), method, {**SAMPLER, **dro}, {**base, **train, "engine": engine}, seed, run_dir)
+    return model.state_dict(), history.drop(columns="seconds").sort_index(axis=1)
+
+
+def same_fit(a, b) -> bool:
+    return a[0].keys() == b[0].keys() and all(torch.equal(a[0][k], b[0][k]) for k in a[0]) and a[1].equals(b[1])
+
+
+@pytest.mark.parametrize(
+    ("case", "method"), [("uls", "wfr"), ("uls", "rgo"), ("classifier", "svg"), ("classifier", "dual")]
+)
+def test_loop_and_lightning_engines_train_the_same_models(case, method, tmp_path):
+    """The paper-scale Fabric engine and the plain loop give the same weights and history bit for bit on the CPU
+    (same steps, clipping, optimiser and random streams), and the Fabric run logs one CSV row per epoch. The
+    controls show that the comparison can fail: another seed or no effective clipping changes the weights."""
+    loop = engine_fit(case, method, "loop")
+    fabric = engine_fit(case, method, "lightning", run_dir=tmp_path)
+    assert same_fit(loop, fabric)
+    assert not same_fit(loop, engine_fit(case, method, "loop", seed=4))
+    assert not same_fit(loop, engine_fit(case, method, "loop", grad_clip=1.0e6))
+    logged = pd.read_csv(tmp_path / "csv" / "seed3" / "metrics.csv")
+    assert logged["epoch"].tolist() == [0, 1, 2]
+    assert logged["train/loss"].tolist() == fabric[1]["loss"].tolist()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_check.sh on a GPU machine)")
+@pytest.mark.parametrize(
+    ("case", "method"),
+    [("uls", "wfr"), ("uls", "rgo"), ("classifier", "wgf"), ("classifier", "svg"), ("classifier", "dual")],
+)
+def test_fabric_engine_on_cuda_matches_the_cpu_loop(case, method):
+    """Fabric's `auto` device is the GPU: every sampler's tensors live there (their draws come from the CPU generator,
+    so both devices see the same noise) and the weights match the CPU loop's up to floating-point reordering (float64
+    least squares: 1e-8; float32 classifier after 3 Adam epochs: 1e-4)."""
+    from paperflow.dro_flow.fabric import make_fabric
+
+    assert make_fabric().device.type == "cuda"
+    loop, fabric = engine_fit(case, method, "loop"), engine_fit(case, method, "lightning")
+    tol = 1e-8 if case == "uls" else 1e-4
+    for key, value in loop[0].items():
+        assert fabric[0][key].device.type == "cpu"
+        torch.testing.assert_close(fabric[0][key], value, rtol=tol, atol=tol)
+
+
+def test_an_unknown_engine_names_the_key_and_the_allowed_values(config_root):
+    edit_config(config_root, lambda c: c["defaults"]["datasets"]["circle"]["train"].update(engine="trainer"))
+    with pytest.raises(
+        ConfigError, match=r"train\.engine = 'trainer' is not allowed; allowed values: 'loop', 'lightning'"
+    ) as err:
+        load_paper_config("dro_flow", "smoke", config_root)
+    assert len(str(err.value).strip().splitlines()[1:]) == 1  # under the "invalid configuration:" header, one line
+
+
+def test_paper_scale_trains_under_fabric_and_the_smaller_scales_with_the_loop():
+    for scale in ("tiny", "smoke", "cpu", "paper"):
+        engines = {spec["train"]["engine"] for spec in run_specs(scale).values()}
+        assert engines == ({"lightning"} if scale == "paper" else {"loop"}), scale
 
 
 def test_an_unpinned_cifar_source_is_refused_naming_its_full_config_key(tmp_path, monkeypatch):

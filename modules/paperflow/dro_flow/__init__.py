@@ -3,6 +3,6 @@ distribution of entropy-regularised Wasserstein DRO, with ERM, WRM and dual Sink
 
 Modules: `data` (seeded generators, numpy/scikit-learn), `prepare` (download/preprocess stages),
 `problems` (per-particle losses and models, torch), `samplers` (the inner particle flows),
-`training` (the outer loop), `attacks` + `evaluation` (test loss under shift, FGSM/PGD),
+`training` (the outer loop; `fabric` drives it at paper scale), `attacks` + `evaluation` (test loss under shift, FGSM/PGD),
 `features` (CIFAR-10 ResNet-50 features without torchvision), `claims` (report), `settings`.
 """

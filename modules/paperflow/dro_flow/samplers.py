@@ -6,7 +6,8 @@ i.e. a Gaussian base N(x_i, eps/2 I) tilted by exp(l / (lam eps)). Every sampler
 `energy(z) -> (B, M)` (the per-particle loss l(theta, .) with theta frozen), the data points
 x of shape (B, 1, d) and a `SamplerConfig`, and returns `Particles`: locations z (B, M, d),
 weights w (B, M) summing to one per point, and diagnostics. All updates are vectorised over
-(batch x particles). Particles start at x_i every call (cold start).
+(batch x particles). Particles start at x_i every call (cold start). The particles live on x's device;
+random draws come from the CPU generator `gen` and move there, so every device sees the same draws.
 """
 
 from __future__ import annotations
@@ -68,14 +69,19 @@ def _clamp(z: torch.Tensor, cfg: SamplerConfig) -> torch.Tensor:
 
 
 def _uniform(z: torch.Tensor) -> torch.Tensor:
-    return torch.full(z.shape[:2], 1.0 / z.shape[1], dtype=z.dtype)
+    return torch.full(z.shape[:2], 1.0 / z.shape[1], dtype=z.dtype, device=z.device)
+
+
+def _randn(shape: tuple[int, ...] | torch.Size, gen: torch.Generator | None, like: torch.Tensor) -> torch.Tensor:
+    """N(0, I) of `like`'s dtype, drawn on the CPU from `gen` and moved to `like`'s device (a no-op on the CPU)."""
+    return torch.randn(shape, generator=gen, dtype=like.dtype).to(like.device)
 
 
 def langevin_step(
     z: torch.Tensor, grad: torch.Tensor, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generator | None
 ) -> torch.Tensor:
     """Alg. 3: z + eta (grad l - 2 lam (z - x)) + sqrt(2 eta lam eps) N(0, I); ULA on the Gibbs law."""
-    noise = torch.randn(z.shape, generator=gen, dtype=z.dtype)
+    noise = _randn(z.shape, gen, z)
     z = z + cfg.lr * (grad - 2.0 * cfg.lam * (z - x)) + math.sqrt(2.0 * cfg.lr * cfg.lam * cfg.eps) * noise
     return _clamp(z, cfg)
 
@@ -123,7 +129,7 @@ def birth_death(
     if not n_dead:  # nothing moves and no weight changes (the caller keeps its log-weights)
         return z, w, 0, grad
     best = w.argmax(dim=1)
-    rows = torch.arange(z.shape[0])
+    rows = torch.arange(z.shape[0], device=z.device)
     z = torch.where(dead[..., None], z[rows, best][:, None, :], z)
     if grad is not None:
         grad = torch.where(dead[..., None], grad[rows, best][:, None, :], grad)
@@ -173,7 +179,7 @@ def svgd(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generat
     code (decay 0.9, eps 1e-6)."""
     std = math.sqrt(cfg.eps / 2.0) if cfg.svgd_init_std is None else cfg.svgd_init_std
     shape = (x.shape[0], cfg.particles, x.shape[2])
-    z = _clamp(x + std * torch.randn(shape, generator=gen, dtype=x.dtype), cfg)
+    z = _clamp(x + std * _randn(shape, gen, x), cfg)
     hist = None
     for _ in range(cfg.steps):
         _, grad = loss_and_grad(energy, z, cfg.grad_scale)
@@ -203,12 +209,12 @@ def rgo(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generato
 
     g_star = g(z_star)
     z = z_star.clone()
-    pending = torch.ones(z.shape[:2], dtype=torch.bool)
+    pending = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
     for _ in range(cfg.rgo_trials):
-        step = math.sqrt(var) * torch.randn(z.shape, generator=gen, dtype=z.dtype)
+        step = math.sqrt(var) * _randn(z.shape, gen, z)
         cand = _clamp(z_star + step, cfg)
         log_acc = -g(cand) + g_star + (step**2).sum(-1) / (2.0 * var)
-        u = torch.rand(log_acc.shape, generator=gen, dtype=z.dtype)
+        u = torch.rand(log_acc.shape, generator=gen, dtype=z.dtype).to(z.device)
         accept = pending & (torch.log(u) < log_acc)
         z = torch.where(accept[..., None], cand, z)
         pending &= ~accept
@@ -239,7 +245,7 @@ def dual(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Generat
     """Dual Sinkhorn-DRO: m = 2^L reference samples per point, softmax(l / (lam eps)) weights."""
     m = 2 ** dual_level(cfg.dual_max_level, gen)
     std = math.sqrt(cfg.eps) if cfg.dual_noise == "official" else math.sqrt(cfg.eps / 2.0)
-    z = x + std * torch.randn((x.shape[0], m, x.shape[2]), generator=gen, dtype=x.dtype)
+    z = x + std * _randn((x.shape[0], m, x.shape[2]), gen, x)
     with torch.no_grad():
         loss = energy(z)
     return Particles(
@@ -255,9 +261,7 @@ def fisher_rao_reweighting(
     """Pure Fisher-Rao flow (no transport) on particles from the Gaussian reference N(x, eps/2 I),
     the entropy taken relative to that reference, so the energy is l alone; its weights converge to
     softmax(l / (lam eps)), the dual estimator's weights (spec section 2, reductions)."""
-    z = x + math.sqrt(cfg.eps / 2.0) * torch.randn(
-        (x.shape[0], cfg.particles, x.shape[2]), generator=gen, dtype=x.dtype
-    )
+    z = x + math.sqrt(cfg.eps / 2.0) * _randn((x.shape[0], cfg.particles, x.shape[2]), gen, x)
     with torch.no_grad():
         loss = energy(z)
     log_w = torch.log(_uniform(z))
@@ -271,7 +275,7 @@ def noise(energy: Energy, x: torch.Tensor, cfg: SamplerConfig, gen: torch.Genera
     N(x_i, eps/2 I) (WGF's stationary law without the loss gradient), clamped to the domain, equal weights;
     Gaussian data augmentation at the samplers' own noise level. The energy is never evaluated."""
     shape = (x.shape[0], cfg.particles, x.shape[2])
-    z = _clamp(x + math.sqrt(cfg.eps / 2.0) * torch.randn(shape, generator=gen, dtype=x.dtype), cfg)
+    z = _clamp(x + math.sqrt(cfg.eps / 2.0) * _randn(shape, gen, x), cfg)
     return Particles(z, _uniform(z))
 
 

@@ -1,9 +1,16 @@
 """The outer DRO loop (Alg. 2): per minibatch, sample the worst-case particles, then one optimiser
 step on sum_j w_ij l(theta, z_ij), averaged over the batch.
 
-Plain torch, not Lightning: the models are a 10-parameter vector, a 2-4-2 MLP or a linear head, and
-the per-step work is the inner particle loop; Lightning's per-step overhead and import time would
-dominate the smoke run (see the README).
+The loop is the paper's own (the sampler runs inside every step), so two engines drive the one loop
+body `run_epochs` (`train.engine`):
+- `loop` (tiny, smoke, cpu): plain torch on the CPU. The models are a 10-parameter vector, a 2-4-2 MLP
+  or a linear head, and the per-step work is the inner particle loop; importing Lightning Fabric costs
+  about 4-6 s of CPU per job, which the smoke budget (CI's 120 s on 2 cores) does not leave.
+- `lightning` (paper scale): `paperflow.dro_flow.fabric`, Lightning Fabric on the job's device
+  (`accelerator="auto"`), with `fabric.backward` and CSV logging (wandb when enabled) through Fabric's
+  loggers; imported only on that branch.
+Both take the same steps in the same order from the same random streams; on the CPU they agree bit for
+bit (tests check it).
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +34,8 @@ from paperflow.dro_flow.problems import Problem
 from paperflow.dro_flow.samplers import SAMPLERS, SamplerConfig
 
 log = logging.getLogger(__name__)
+
+ENGINES = ("loop", "lightning")
 
 
 def sampler_config(dro: dict[str, Any]) -> SamplerConfig:
@@ -81,28 +92,65 @@ def batch_objective(
 
 
 def fit(
-    problem: Problem, method: str, dro: dict[str, Any], train: dict[str, Any], seed: int
+    problem: Problem,
+    method: str,
+    dro: dict[str, Any],
+    train: dict[str, Any],
+    seed: int,
+    run_dir: str | Path | None = None,
+    wandb: Mapping[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> tuple[nn.Module, pd.DataFrame]:
-    """Train one model; returns it and its per-epoch history (mean outer loss, sampler diagnostics)."""
+    """Train one model with `train["engine"]`; returns it (on the CPU) and its per-epoch history (mean outer
+    loss, sampler diagnostics). The lightning engine (Fabric) logs each epoch to run_dir/csv/seed<seed>/metrics.csv
+    (nothing when run_dir is None) and to wandb when `wandb` enables it; the loop engine logs nothing."""
+    engine = train["engine"]
+    if engine not in ENGINES:
+        raise ValueError(f"train.engine = {engine!r}: not one of {ENGINES}")
     model = problem.build(seed)
     gen = torch.Generator().manual_seed(seed)
     cfg = None if method == "erm" else sampler_config(dro)  # ERM uses no sampler (and gets no `dro` block)
-    grad_scale = 1.0 if cfg is None else cfg.grad_scale
-    if method == "erm" and problem.kind == "least_squares":
+    if method == "erm" and problem.kind == "least_squares":  # closed form, not gradient training: no engine
         model.erm_fit(problem.x.numpy())
         with torch.no_grad():
             value = float(problem.loss(model, problem.x[:, None, :], problem.y).mean())
         return model, pd.DataFrame([{"epoch": 0, "loss": value, "seconds": 0.0}])
-    opt = optimizer(model, train)
+    if engine == "loop":
+        return model, run_epochs(problem, model, optimizer(model, train), method, cfg, train, seed, gen)
+    from paperflow.dro_flow.fabric import fit_fabric
+
+    return fit_fabric(problem, model, method, cfg, train, seed, gen, run_dir, wandb, tags or {})
+
+
+def run_epochs(
+    problem: Problem,
+    model: nn.Module,
+    opt: Any,
+    method: str,
+    cfg: SamplerConfig | None,
+    train: dict[str, Any],
+    seed: int,
+    gen: torch.Generator,
+    backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
+    device: torch.device | None = None,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> pd.DataFrame:
+    """The loop body both engines run. The engine gives `backward` (plain: Tensor.backward), the `device`
+    the minibatches move to (None: they stay where the data are, the CPU) and `on_epoch` (each epoch's row,
+    for its loggers). Shuffling and the samplers draw from the CPU generator `gen` on every device."""
+    grad_scale = 1.0 if cfg is None else cfg.grad_scale
     n, rows = len(problem.x), []
     for epoch in tqdm(range(train["epochs"]), desc=f"{method} seed {seed}", disable=None, mininterval=5):
         t0, losses, infos = time.perf_counter(), [], []
         order = torch.randperm(n, generator=gen) if train["shuffle"] else torch.arange(n)
         for start in range(0, n, train["batch_size"]):
             idx = order[start : start + train["batch_size"]]
-            loss, info = batch_objective(problem, model, method, problem.x[idx], problem.y[idx], cfg, gen)
+            xb, yb = problem.x[idx], problem.y[idx]
+            if device is not None:
+                xb, yb = xb.to(device), yb.to(device)
+            loss, info = batch_objective(problem, model, method, xb, yb, cfg, gen)
             opt.zero_grad()
-            (loss * grad_scale).backward()
+            backward(loss * grad_scale)
             nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
             opt.step()
             losses.append(float(loss.detach()))
@@ -111,6 +159,8 @@ def fit(
         for key in {k for i in infos for k in i}:
             row[key] = float(np.mean([i[key] for i in infos if key in i]))
         rows.append(row)
+        if on_epoch is not None:
+            on_epoch(row)
         if not math.isfinite(row["loss"]):
             raise FloatingPointError(f"{method} seed {seed}: non-finite training loss at epoch {epoch}")
-    return model, pd.DataFrame(rows)
+    return pd.DataFrame(rows)

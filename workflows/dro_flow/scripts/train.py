@@ -9,11 +9,21 @@ from paperflow.dro_flow.training import fit
 with snakemake_job(snakemake) as job:
     train, meta = read_frame(job.input.train)
     problem = make_problem(train, meta, dict(job.params.model))
+    tags = {"paper": "dro_flow", "rule": job.rule, "dataset": job.wildcards.dataset, "method": job.wildcards.method}
     states, histories = {}, []
     for seed in job.params.seeds:
-        model, history = fit(problem, job.wildcards.method, dict(job.params.dro), dict(job.params.train), seed)
+        model, history = fit(
+            problem,
+            job.wildcards.method,
+            dict(job.params.dro),
+            dict(job.params.train),
+            seed,
+            job.params.run_dir,
+            job.params.wandb,
+            tags,
+        )
         states[seed] = model.state_dict()
         histories.append(history.assign(dataset=job.wildcards.dataset, method=job.wildcards.method, seed=seed))
     torch.save(states, job.output.checkpoint)
     pd.concat(histories).to_csv(job.output.history, index=False)
-    job.note(seeds=job.params.seeds)
+    job.note(seeds=job.params.seeds, engine=job.params.train["engine"])
