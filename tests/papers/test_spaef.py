@@ -611,7 +611,7 @@ def test_the_claims_judged_at_each_scale_are_those_its_data_measure():
     [
         lambda: run_baselines(np.zeros((2, 2)), None, None, [], {"smooth_alpha": 0.5, "smoth_alpha": 0.5}),
         lambda: generate({"kind": "synthetic", "n_rowz": 4}, 0),
-        lambda: evaluate_stage("unused", {}, "unused", [0], {"n_pcs": 2, "n_marker_gene": 3}),
+        lambda: evaluate_stage("unused", {}, "unused", [0], {"n_pcs": 2, "n_marker_gene": 3, "gmm_starts": 1}),
     ],
 )
 def test_library_code_refuses_a_config_key_it_does_not_read(call):
@@ -832,3 +832,27 @@ def test_paper_dlpfc_positions_and_labels_are_pinned_at_a_humanpilot_commit():
         )
         assert re.fullmatch(r"[0-9a-f]{64}", files[key]["sha256"])
     assert files["labels"]["sample"] == "151673" and "/151673/" in files["spatial"]["url"]
+
+
+def test_domain_clustering_keeps_the_best_of_its_gmm_starts():
+    """domain_scores' GMM is sklearn's GaussianMixture with n_init = gmm_starts on the same PCs (the reference),
+    and its fit is never less likely than the single start it replaced (the first of the starts)."""
+    from sklearn.decomposition import PCA
+    from sklearn.metrics import adjusted_rand_score
+    from sklearn.mixture import GaussianMixture
+
+    from paperflow.spaef.metrics import domain_scores
+
+    rng = np.random.default_rng(3)
+    centres = rng.normal(scale=3.0, size=(4, 6))
+    labels = np.repeat(np.arange(4), [60, 25, 10, 5])
+    x = centres[labels] + rng.normal(size=(len(labels), 6))
+    pcs = PCA(n_components=5, random_state=1).fit_transform(x - x.mean(0))
+    fits = {
+        n: GaussianMixture(4, covariance_type="full", random_state=1, reg_covar=1e-4, n_init=n).fit(pcs) for n in (1, 8)
+    }
+    assert fits[8].score(pcs) >= fits[1].score(pcs)
+    expected = {n: adjusted_rand_score(labels, fit.predict(pcs)) for n, fit in fits.items()}
+    assert expected[8] > expected[1] + 0.3  # an instance where the single start lands in a poor partition
+    for n in fits:
+        assert domain_scores(x, labels, n_pcs=5, seed=1, gmm_starts=n)["ari_gmm"] == pytest.approx(expected[n])

@@ -57,7 +57,7 @@ KEYS = {
     "model": ("hidden", "latent", "heads", "dropout", "gate"),
     "train": ("epochs", "lr", "gamma", "mu_penalty", "engine"),
     "baseline": ("smooth_alpha", "magic_k", "magic_t", "magic_pcs", "seed", "magic_impute", "graphst"),
-    "evaluate": ("n_pcs", "n_marker_genes"),
+    "evaluate": ("n_pcs", "n_marker_genes", "gmm_starts"),
 }
 
 

@@ -207,7 +207,7 @@ def evaluate_stage(
         if clean is not None:
             values["pcc"] = genewise_pcc(x, clean)
         if labels is not None:
-            values |= domain_scores(x, labels, cfg["n_pcs"], seed)
+            values |= domain_scores(x, labels, cfg["n_pcs"], seed, cfg["gmm_starts"])
         values["morans_i"] = float(np.nanmean(morans_i(x[:, markers], w)))
         rows.extend({"method": method, "seed": seed, "metric": k, "value": v} for k, v in values.items())
 
