@@ -590,3 +590,84 @@ def test_nearest_prototype_matches_the_brute_force_distance():
     rows, protos = rng.standard_normal((300, 6)), rng.standard_normal((7, 6))
     brute = np.linalg.norm(rows[:, None] - protos[None], axis=-1).argmin(1)
     assert np.array_equal(nearest_prototype(rows, protos), brute)
+
+
+# training engines (train.engine)
+def engine_fits(digits, engine, seed=0):
+    """GRACE (with a node sample per epoch), SAFER's experts (energy margin after its warmup) and EWC's stages
+    (the penalty from stage 2 on), a few epochs each, under `engine`."""
+    from paperflow.safer.backbone import pretrain_grace
+    from paperflow.safer.graph import submatrix
+
+    nodes = digits.nodes(0)
+    bcfg = TINY["backbone"] | {"epochs": 3, "batch_nodes": 64}
+    encoder, grace = pretrain_grace(
+        digits.features[nodes], submatrix(digits.adjacency, nodes), bcfg, seed, engine=engine
+    )
+    safer_cfg = mcfg("safer")
+    safer_cfg["expert"] = safer_cfg["expert"] | {
+        "epochs": 4,
+        "regularizer": safer_cfg["expert"]["regularizer"] | {"warmup": 1},
+    }
+    ewc_cfg = mcfg("ewc")
+    ewc_cfg["class_il"] = ewc_cfg["class_il"] | {"epochs": 3}
+    safer, safer_hist = train_method("safer", digits, encoder, safer_cfg, seed, engine=engine)
+    ewc, ewc_hist = train_method("ewc", digits, encoder, ewc_cfg, seed, engine=engine)
+    states = (
+        {f"backbone.{k}": v for k, v in encoder.state_dict().items()} | safer | {f"ewc.{k}": v for k, v in ewc.items()}
+    )
+    losses = grace + [r["loss"] for r in safer_hist + ewc_hist]
+    return states, losses, encoder
+
+
+def test_loop_and_lightning_engines_train_the_same_models(tmp_path, digits):
+    """train.engine: the plain loop (tiny/smoke/cpu) and the Lightning Trainer (paper) take the same steps with the
+    same generators: every fit's weights and per-epoch losses are equal bit for bit on the CPU."""
+    from paperflow.safer.fitting import LOOP, Engine
+
+    states, losses, encoder = engine_fits(digits, LOOP)
+    states2, losses2, encoder2 = engine_fits(digits, Engine("lightning", tmp_path, None, {"paper": "safer"}))
+    assert states.keys() == states2.keys() and all(torch.equal(states[k], states2[k]) for k in states)
+    assert losses == losses2
+    assert not encoder2.training and not any(p.requires_grad for p in encoder2.parameters())
+    assert (tmp_path / "csv" / "grace_seed0" / "metrics.csv").exists()
+    assert (tmp_path / "csv" / "ewc_seed0_stage4" / "metrics.csv").exists()
+    # the comparison can fail: another seed is another set of models
+    other, other_losses, _ = engine_fits(digits, LOOP, seed=1)
+    assert not torch.equal(other["backbone.lin.weight"], states["backbone.lin.weight"]) and other_losses != losses
+
+
+def test_loop_engine_does_not_import_lightning(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, scipy.sparse as sp\n"
+        "from paperflow.safer.prepare import pretrain\n"
+        "from paperflow.safer.training import run_training\n"
+        "from paperflow.safer.backbone import pretrain_grace\n"
+        "cfg = dict(k=1, hidden=4, epochs=1, lr=0.01, weight_decay=0.0, edge_drop=0.2, feature_drop=0.2, tau=0.5,"
+        " batch_nodes=None)\n"
+        "pretrain_grace(np.ones((5, 3), np.float32), sp.identity(5, format='csr'), cfg, 0)\n"
+        "print(sorted(m for m in sys.modules if 'lightning' in m))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_unknown_engine_is_refused_by_name(repo_copy):
+    import yaml
+
+    from paperflow.safer.fitting import Engine
+
+    with pytest.raises(ValueError, match=r"train.engine = 'keras': not one of \('loop', 'lightning'\)"):
+        Engine("keras")
+    with pytest.raises(ValueError, match="train.engine = 'lightning' needs a run_dir"):
+        Engine("lightning")
+    assert TINY["train"]["engine"] == "loop" and load_paper_config("safer", "paper")["train"]["engine"] == "lightning"
+    path = repo_copy / "config" / "safer.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["paper"]["train"]["engine"] = "fabric"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="train.engine.*allowed values: 'loop', 'lightning'"):
+        load_paper_config("safer", "paper", repo_copy)

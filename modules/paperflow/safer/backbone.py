@@ -11,9 +11,9 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from paperflow.core.config import reject_unknown
+from paperflow.safer.fitting import LOOP, Engine, fit_steps
 from paperflow.safer.graph import gcn_norm, propagate, to_torch
 
 BACKBONE_KEYS = ("k", "hidden", "epochs", "lr", "weight_decay", "edge_drop", "feature_drop", "tau", "batch_nodes")
@@ -41,7 +41,7 @@ def drop_edges(adj: sp.csr_matrix, p: float, rng: np.random.Generator) -> sp.csr
 
 def mask_features(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tensor:
     """Zero each feature dimension (a whole column) with probability p."""
-    keep = (torch.rand(x.shape[1], generator=gen) >= p).to(x.dtype)
+    keep = (torch.rand(x.shape[1], generator=gen) >= p).to(device=x.device, dtype=x.dtype)
     return x * keep
 
 
@@ -60,10 +60,15 @@ def grace_loss(h1: torch.Tensor, h2: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 def pretrain_grace(
-    x: np.ndarray, adj: sp.csr_matrix, cfg: Mapping[str, Any], seed: int, progress: bool = False
+    x: np.ndarray,
+    adj: sp.csr_matrix,
+    cfg: Mapping[str, Any],
+    seed: int,
+    progress: bool = False,
+    engine: Engine = LOOP,
 ) -> tuple[SGC, list[float]]:
-    """Pretrain an SGC on one graph (task 1) with GRACE; returns the frozen encoder and the loss per epoch.
-    `cfg` is the `backbone` config block."""
+    """Pretrain an SGC on one graph (task 1) with GRACE; returns the frozen encoder (on the CPU) and the loss per
+    epoch. `cfg` is the `backbone` config block; `engine` the `train.engine` (paperflow.safer.fitting)."""
     reject_unknown(cfg, BACKBONE_KEYS, "safer backbone")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -74,20 +79,24 @@ def pretrain_grace(
     head = nn.Sequential(nn.Linear(d, d), nn.ELU(), nn.Linear(d, d))
     opt = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     batch = cfg["batch_nodes"]
-    losses = []
-    for _ in tqdm(range(cfg["epochs"]), desc="GRACE", disable=not progress, leave=False):
+
+    def step(epoch: int, data: Mapping[str, Any]) -> torch.Tensor:
+        xt = data["x"]
         views = [
-            (to_torch(gcn_norm(drop_edges(adj, cfg["edge_drop"], rng))), mask_features(xt, cfg["feature_drop"], gen))
+            (
+                to_torch(gcn_norm(drop_edges(adj, cfg["edge_drop"], rng))).to(xt.device),
+                mask_features(xt, cfg["feature_drop"], gen),
+            )
             for _ in range(2)
         ]
         h1, h2 = (head(encoder(a, v)) for a, v in views)
         if batch and batch < len(x):  # the loss is O(n^2): large task graphs use a node sample per epoch
-            idx = torch.randperm(len(x), generator=gen)[:batch]
+            idx = torch.randperm(len(x), generator=gen)[:batch].to(xt.device)
             h1, h2 = h1[idx], h2[idx]
-        loss = grace_loss(h1, h2, cfg["tau"])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+        return grace_loss(h1, h2, cfg["tau"])
+
+    losses = fit_steps(
+        step, {"x": xt}, [encoder, head], opt, cfg["epochs"], "GRACE", progress, engine, f"grace_seed{seed}"
+    )
     encoder.requires_grad_(False)
     return encoder.eval(), losses

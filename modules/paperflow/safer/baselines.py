@@ -12,10 +12,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from paperflow.core.config import reject_unknown
 from paperflow.safer.backbone import SGC
+from paperflow.safer.fitting import LOOP, Engine, fit_steps
 
 CLASS_IL_KEYS = ("epochs", "lr", "weight_decay", "ewc_strength", "energy_temperature")
 
@@ -53,22 +53,24 @@ def train_stage(
     cfg: Mapping[str, Any],
     anchors: list | None,
     progress: bool = False,
+    engine: Engine = LOOP,
+    name: str = "class_il",
 ) -> list[float]:
     """One stage: cross-entropy over the `seen` classes on this task's training nodes (labels `y` are
     learning-order positions), plus strength × the EWC penalty when `anchors` is given; `cfg` is the
-    `class_il` config block (fine-tuning's without `ewc_strength`)."""
+    `class_il` config block (fine-tuning's without `ewc_strength`); `engine` the `train.engine`
+    (paperflow.safer.fitting; `name` names a Lightning fit's logs)."""
     reject_unknown(cfg, CLASS_IL_KEYS, "safer class_il")
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    losses = []
-    for _ in tqdm(range(cfg["epochs"]), desc="class-IL", disable=not progress, leave=False):
-        loss = F.cross_entropy(model(a_hat, x, seen)[train_idx], y)
-        if anchors:
-            loss = loss + cfg["ewc_strength"] * ewc_penalty(model, anchors)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses
+
+    def step(epoch: int, data: Mapping[str, Any]) -> torch.Tensor:
+        loss = F.cross_entropy(model(data["a_hat"], data["x"], seen)[data["train_idx"]], data["y"])
+        if data["anchors"]:
+            loss = loss + cfg["ewc_strength"] * ewc_penalty(model, data["anchors"])
+        return loss
+
+    data = {"a_hat": a_hat, "x": x, "train_idx": train_idx, "y": y, "anchors": anchors}
+    return fit_steps(step, data, [model], opt, cfg["epochs"], "class-IL", progress, engine, name)
 
 
 def fisher_anchor(

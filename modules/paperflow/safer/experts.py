@@ -14,10 +14,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from paperflow.core.config import reject_unknown
 from paperflow.safer.backbone import SGC
+from paperflow.safer.fitting import LOOP, Engine, fit_steps
 
 RESHAPES = ("subspace", "none")
 # an expert's settings: the `expert` config block and SAFER's own keys (paperflow.safer.training.expert_config)
@@ -130,7 +130,7 @@ def compactness(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean_i ‖ẑ_i − c_{y_i}‖² with ẑ L2-normalised and c the class centroids of the batch."""
     z = F.normalize(z, dim=1)
     classes, inverse = torch.unique(y, return_inverse=True)
-    centroids = torch.zeros(len(classes), z.shape[1], dtype=z.dtype).index_add_(0, inverse, z)
+    centroids = torch.zeros(len(classes), z.shape[1], dtype=z.dtype, device=z.device).index_add_(0, inverse, z)
     centroids = centroids / torch.bincount(inverse, minlength=len(classes)).unsqueeze(1).to(z.dtype)
     return (z - centroids[inverse]).pow(2).sum(1).mean()
 
@@ -145,10 +145,13 @@ def train_expert(
     cfg: Mapping[str, Any],
     seed: int,
     progress: bool = False,
+    engine: Engine = LOOP,
+    name: str = "expert",
 ) -> tuple[Expert, list[float]]:
     """Train (p_t, φ_t) on one task graph: CE + λ_c compactness + λ_s consistency + λ_e energy margin
     (spec §2.2 step 5). `x` and `a_hat` are the task's own graph, `y` the local labels 0..n_classes-1
-    of `train_idx`. The backbone stays frozen; the fingerprint is taken from its unprompted embeddings."""
+    of `train_idx`. The backbone stays frozen; the fingerprint is taken from its unprompted embeddings. `engine`
+    is the `train.engine` (paperflow.safer.fitting; `name` names a Lightning fit's logs)."""
     reject_unknown(cfg, EXPERT_KEYS, "safer expert")
     with torch.no_grad():
         z0 = backbone(a_hat, x)[train_idx]
@@ -161,13 +164,14 @@ def train_expert(
     )
     reg = cfg["regularizer"]
     margin = None
-    losses = []
-    for epoch in tqdm(range(cfg["epochs"]), desc="expert", disable=not progress, leave=False):
-        z = expert.embed(backbone, a_hat, x)[train_idx]
+
+    def step(epoch: int, data: Mapping[str, Any]) -> torch.Tensor:
+        nonlocal margin
+        z = expert.embed(backbone, data["a_hat"], data["x"])[data["train_idx"]]
         logits = expert.logits(z)
-        loss = F.cross_entropy(logits, y)
+        loss = F.cross_entropy(logits, data["y"])
         if reg["compactness"]:
-            loss = loss + reg["compactness"] * compactness(reshape(z, expert.fingerprint, expert.mode), y)
+            loss = loss + reg["compactness"] * compactness(reshape(z, expert.fingerprint, expert.mode), data["y"])
         if reg["consistency"]:
             loss = loss + reg["consistency"] * expert.scaled_residual(z).mean()
         if reg["energy"]:
@@ -176,9 +180,9 @@ def train_expert(
                 margin = energy.detach().median()
             if margin is not None:
                 loss = loss + reg["energy"] * F.relu(energy - margin).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+        return loss
+
+    data = {"a_hat": a_hat, "x": x, "train_idx": train_idx, "y": y}
+    losses = fit_steps(step, data, [expert, backbone], opt, cfg["epochs"], "expert", progress, engine, name)
     expert.requires_grad_(False)
     return expert.eval(), losses

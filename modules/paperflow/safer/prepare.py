@@ -16,6 +16,7 @@ from sklearn.datasets import load_digits
 from paperflow.core.config import reject_unknown
 from paperflow.core.download import pinned_fetch
 from paperflow.safer.backbone import pretrain_grace
+from paperflow.safer.fitting import LOOP, Engine
 from paperflow.safer.graph import knn_graph, submatrix
 from paperflow.safer.settings import NEEDS
 from paperflow.safer.sources import Graph, drop_classes, load_graph, read_source, save_graph
@@ -106,12 +107,14 @@ def pretrain(
     out: str | Path,
     losses_out: str | Path,
     progress: bool = False,
+    engine: Engine = LOOP,
 ) -> dict[int, float]:
-    """One GRACE-pretrained SGC per seed on the first task's graph only (spec §2.2 step 0)."""
+    """One GRACE-pretrained SGC per seed on the first task's graph only (spec §2.2 step 0); `engine`: the
+    `train.engine` (paperflow.safer.fitting)."""
     x, adj = first_task(load_task_graph(tasks_file))
     states, rows = {}, []
     for seed in seeds:
-        encoder, losses = pretrain_grace(x, adj, cfg, seed, progress)
+        encoder, losses = pretrain_grace(x, adj, cfg, seed, progress, engine)
         states[seed] = encoder.state_dict()
         rows += [{"seed": seed, "epoch": e, "loss": l} for e, l in enumerate(losses)]
         log.info("seed %d: GRACE loss %.4f -> %.4f", seed, losses[0], losses[-1])

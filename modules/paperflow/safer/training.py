@@ -24,6 +24,7 @@ from tqdm import tqdm
 from paperflow.safer.backbone import SGC
 from paperflow.safer.baselines import ClassIL, fisher_anchor, train_stage
 from paperflow.safer.experts import Expert, Fingerprint, train_expert
+from paperflow.safer.fitting import LOOP, Engine
 from paperflow.safer.graph import gcn_norm, smooth, submatrix, to_torch
 from paperflow.safer.settings import CLASS_IL_METHODS, EXPERT_METHODS, METHODS
 from paperflow.safer.tasks import TRAIN, TaskGraph, load_task_graph
@@ -61,7 +62,13 @@ def task_block(graph: TaskGraph, a_hat: Any, t: int) -> TaskBlock:
 
 
 def train_experts(
-    method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int, progress: bool = False
+    method: str,
+    graph: TaskGraph,
+    backbone: SGC,
+    cfg: Mapping[str, Any],
+    seed: int,
+    progress: bool = False,
+    engine: Engine = LOOP,
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """Experts 0..K-1 (and, for TPP, the task prototypes: the mean of Â^k X over each task's training nodes)."""
     a_hat = gcn_norm(graph.adjacency)
@@ -82,6 +89,8 @@ def train_experts(
             ecfg,
             seed * 1000 + t,
             progress,
+            engine,
+            f"{method}_seed{seed}_task{t}",
         )
         state |= {f"expert{t}.{k}": v for k, v in expert.state_dict().items()}
         if smoothed is not None:
@@ -94,7 +103,13 @@ def train_experts(
 
 
 def train_class_il(
-    method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int, progress: bool = False
+    method: str,
+    graph: TaskGraph,
+    backbone: SGC,
+    cfg: Mapping[str, Any],
+    seed: int,
+    progress: bool = False,
+    engine: Engine = LOOP,
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """The network after each stage, trained on each task's graph alone (EWC: with the penalty)."""
     a_hat = gcn_norm(graph.adjacency)
@@ -107,7 +122,19 @@ def train_class_il(
         block = task_block(graph, a_hat, t)
         y = positions(order, block.labels)
         seen = (t + 1) * graph.task_classes.shape[1]
-        losses = train_stage(model, block.a_hat, block.x, block.train_idx, y, seen, cfg["class_il"], anchors, progress)
+        losses = train_stage(
+            model,
+            block.a_hat,
+            block.x,
+            block.train_idx,
+            y,
+            seen,
+            cfg["class_il"],
+            anchors,
+            progress,
+            engine,
+            f"{method}_seed{seed}_stage{t}",
+        )
         if anchors is not None:
             anchors.append(fisher_anchor(model, block.a_hat, block.x, block.train_idx, y, seen))
         state |= {f"stage{t}.{k}": v.detach().clone() for k, v in model.state_dict().items()}
@@ -116,13 +143,19 @@ def train_class_il(
 
 
 def train_method(
-    method: str, graph: TaskGraph, backbone: SGC, cfg: Mapping[str, Any], seed: int, progress: bool = False
+    method: str,
+    graph: TaskGraph,
+    backbone: SGC,
+    cfg: Mapping[str, Any],
+    seed: int,
+    progress: bool = False,
+    engine: Engine = LOOP,
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
-    """`cfg` is the method's own config (`method_config`)."""
+    """`cfg` is the method's own config (`method_config`); `engine` the `train.engine` (paperflow.safer.fitting)."""
     if method in EXPERT_METHODS:
-        return train_experts(method, graph, backbone, cfg, seed, progress)
+        return train_experts(method, graph, backbone, cfg, seed, progress, engine)
     if method in CLASS_IL_METHODS:
-        return train_class_il(method, graph, backbone, cfg, seed, progress)
+        return train_class_il(method, graph, backbone, cfg, seed, progress, engine)
     raise ValueError(f"method {method!r} is not known; known: {', '.join(METHODS)}")
 
 
@@ -176,19 +209,22 @@ def run_training(
     out: str | Path,
     history_out: str | Path,
     progress: bool = False,
+    engine: Engine = LOOP,
 ) -> dict[str, Any]:
-    """Train `method` for each seed on the task sequence; write the states and the loss history."""
+    """Train `method` for each seed on the task sequence; write the states and the loss history. `engine`: the
+    `train.engine` (`loop`, or `lightning` with its loggers' run_dir; paperflow.safer.fitting)."""
     graph = load_task_graph(tasks_file)
     backbones, _ = load_states(backbones_file)
     states, history = {}, []
     for seed in seeds:
         states[seed], rows = train_method(
-            method, graph, rebuild_backbone(backbones[seed], cfg["k"]), cfg, seed, progress
+            method, graph, rebuild_backbone(backbones[seed], cfg["k"]), cfg, seed, progress, engine
         )
         history += rows
     save_states(out, states, {"method": method, "learned": graph.learned})
     pd.DataFrame(history).to_csv(history_out, index=False)
     return {
+        "engine": engine.name,
         "tasks_learned": graph.learned,
         "state_numel": {s: int(sum(v.numel() for v in st.values())) for s, st in states.items()},
     }
