@@ -440,18 +440,11 @@ def test_summary_table_keeps_the_metrics_over_all_preferences():
     assert np.isnan(table.r1.iloc[1]) and table["mean"].tolist() == [2.0, 3.0] and table.n_seeds.tolist() == [2, 2]
 
 
-# z_final.sum(1) per preference and the history's K summed, after 300 steps on quadratic(0), computed by the plain
-# loop before Lightning Fabric drove it (issue 54): Fabric must leave the arithmetic exactly as it was.
-PLAIN_LOOP = {
-    "wc": ([-0.4608021926091788, -0.3069327625897534, -0.18678220797676665, -0.11028360628078793, 0.09191080644536254],
-           118.10602430086767),
-    "wc_sto": ([-0.7090134807299555, -0.7765364544596138, 0.02384155445417102, -0.22463066992028252,
-                0.36788125105760794], 119.8990535555994),
-    "ls": ([-0.7896454587067535, -0.5808736547417379, -0.3721018507767224, -0.1633300468117061, 0.04544175715330867],
-           109.22912569293118),
-    "mgda": ([-0.2028857715213762, -0.20288577152137555, -0.2028857715213762, -0.20288577152137555,
-              -0.20288577152137643], 109.1214740756775),
-}  # fmt: skip
+# The methods whose runs the Fabric test compares with the plain loop (fabric=None), on the same CPU in the same
+# process: the comparison is bit for bit. (Numbers written down on one CPU do not carry to another: the wc run's
+# last preference row ends at 0.0919 on an AMD EPYC and at 0.0397 on an Intel Xeon after 300 steps, as the
+# optimisation amplifies rounding.)
+PLAIN_LOOP = ("ls", "mgda", "wc", "wc_sto")
 
 
 @pytest.mark.parametrize("method", sorted(PLAIN_LOOP))
@@ -459,13 +452,16 @@ def test_fabric_run_reproduces_the_plain_loop_and_logs_every_evaluation(method, 
     from paperflow.core.training import make_loggers
 
     inst, exact = quadratic(0)
+    solver = SOLVER | {"steps": 300, "eval_every": 100}
     fabric = make_fabric(make_loggers(tmp_path, "seed0", None, {}))
     problem = build_problem("quadratic", inst, fabric.device)
     z0 = np.tile(np.random.default_rng(0).normal(size=problem.dim_x + problem.dim_y), (len(PREFS), 1))
-    res = run(problem, method, PREFS, z0, exact["ideal"], SOLVER | {"steps": 300, "eval_every": 100}, 0, fabric)
-    sums, k_total = PLAIN_LOOP[method]
-    np.testing.assert_allclose(res.z_final.sum(1), sums, rtol=1e-12, atol=1e-14)
-    assert res.history.K.sum() == pytest.approx(k_total, rel=1e-12)
+    res = run(problem, method, PREFS, z0, exact["ideal"], solver, 0, fabric)
+    plain = run(build_problem("quadratic", inst), method, PREFS, z0, exact["ideal"], solver, 0)
+    np.testing.assert_array_equal(res.z_final, plain.z_final)  # Fabric leaves the arithmetic exactly as it was
+    np.testing.assert_array_equal(res.history.K, plain.history.K)
+    other = run(build_problem("quadratic", inst), method, PREFS, z0 + 1e-3, exact["ideal"], solver, 0)
+    assert not np.array_equal(other.z_final, plain.z_final)  # the comparison can fail
     logged = pd.read_csv(tmp_path / "csv" / "seed0" / "metrics.csv")
     assert logged.step.tolist() == [0, 100, 200, 300]
     for i in range(len(PREFS)):

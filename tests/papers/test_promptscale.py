@@ -145,14 +145,19 @@ def test_the_sft_step_is_trls_and_equals_a_hand_computed_adamw_step_on_the_compl
     mask = enc.completion_mask.float()
     loss = -(sequence_logprobs(hand, enc.input_ids, enc.attention_mask) * mask).sum() / mask.sum()
     loss.backward()
+    grads = [p.grad.detach().clone() for p in hand.parameters()]
     opt.step()
     trl_model = copy.deepcopy(model)
     rows = pm.fit(trl_model, tok, pairs, 1, len(pairs), 1e-2, np.random.default_rng(0), "test")
     assert rows[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
     moved = 0
-    for (name, a), b, c in zip(trl_model.named_parameters(), hand.parameters(), model.parameters()):
-        # 0.1% of the step: Adam's first step is lr g / (|g| + eps), float noise moves a few near-zero gradients
-        assert torch.allclose(a, b, atol=1e-5), name
+    for (name, a), b, c, g in zip(trl_model.named_parameters(), hand.parameters(), model.parameters(), grads):
+        # Adam's first step is lr g / (|g| + eps): about lr for |g| >> eps, to 0.1% of it (atol 1e-5); where |g| is
+        # within 10 x eps (1e-8) the step is about lr g / eps and follows g's float noise (summation order differs
+        # by CPU: one entry of 4096 in q_proj, |g| 5e-10, moved 2.4e-5 on an Intel Xeon), so there within lr / 10
+        noisy = g.abs() < 1e-7
+        assert torch.allclose(a[~noisy], b[~noisy], atol=1e-5), name
+        assert torch.allclose(a[noisy], b[noisy], atol=1e-3), name
         moved += int(not torch.allclose(a, c, atol=1e-4))
     assert moved > 0  # the step did move the weights (lr 1e-2: about 1e-2 per entry)
     # a fine-tuned model leaves no trainer state behind: a copy of it trains on its own weights (EM copies q_0, p_0)
