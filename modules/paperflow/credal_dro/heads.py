@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from paperflow.core.loop import run_loop
 from paperflow.credal_dro.tables import features
 from paperflow.credal_dro.text import slice_accuracy
 
@@ -85,12 +86,9 @@ class HeadObjective(torch.nn.Module):
 
 
 def fit_loop(head: HeadObjective, opt: torch.optim.Optimizer, epochs: int) -> None:
-    """The plain loop: `epochs` full-batch Adam steps."""
-    for _ in range(epochs):
-        obj = head()
-        opt.zero_grad()
-        obj.backward()
-        opt.step()
+    """The plain loop (`paperflow.core.loop.run_loop`): `epochs` full-batch Adam steps, no progress bar (a job runs
+    many fits of a second each)."""
+    run_loop(lambda _: head(), opt, epochs, progress=False)
 
 
 def _fit(head: HeadObjective, opt: torch.optim.Optimizer, epochs: int, engine: str, fabric: Any, step0: int) -> None:
@@ -118,12 +116,12 @@ def train_head(
     step0: int = 0,
 ) -> tuple[np.ndarray, float]:
     """Full-batch Adam on a linear head (features are cached; one batch per step), driven by the engine
-    `cfg["engine"]` (default loop); with the lightning engine, `fabric` is the seed's Fabric (its logged steps
+    `cfg["engine"]`; with the lightning engine, `fabric` is the seed's Fabric (its logged steps
     start at `step0`)."""
     torch.manual_seed(seed)
     head = HeadObjective(method, eps, x, label, group, bulk_doc, cfg)
     opt = torch.optim.Adam(head.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    _fit(head, opt, cfg["epochs"], cfg.get("engine", "loop"), fabric, step0)
+    _fit(head, opt, cfg["epochs"], cfg["engine"], fabric, step0)
     return head.w.detach().cpu().numpy().astype(float), float(head.b.item())
 
 
@@ -141,7 +139,7 @@ def train_text(
     With `train.engine: lightning`, one Fabric per seed drives that seed's fits, logging to
     run_dir/csv/seed<seed>/metrics.csv (and wandb when enabled)."""
     grid = list(cfg["methods"][method])
-    engine = cfg["train"].get("engine", "loop")
+    engine = cfg["train"]["engine"]
     out = {"experiment": "text", "method": method, "grid": grid, "seeds": {}}
     for seed in seeds:
         fit, select = splits[seed]["fit"], splits[seed]["select"]

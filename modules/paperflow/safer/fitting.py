@@ -1,7 +1,8 @@
 """The two engines of safer's gradient fits (`train.engine`): each fit (GRACE pretraining, one expert, one
 class-IL stage) is a `step(epoch, data) -> loss` closure plus its Adam optimizer, and
 
-- `loop` (tiny, smoke, cpu): the plain loop below: step, zero_grad, backward, Adam step, record float(loss);
+- `loop` (tiny, smoke, cpu): the plain loop `paperflow.core.loop.run_loop`: step, zero_grad, backward, Adam
+  step, record the loss;
 - `lightning` (paper): `paperflow.safer.lightning`, a LightningModule whose training_step is that step, fitted by
   `paperflow.core.training.make_trainer` on the job's device (the module imports Lightning, so it is imported
   only in that branch).
@@ -19,7 +20,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
+
+from paperflow.core.loop import run_loop
 
 ENGINES = ("loop", "lightning")
 Step = Callable[[int, Mapping[str, Any]], torch.Tensor]
@@ -58,14 +60,7 @@ def fit_steps(
     """`epochs` full-batch steps of `step` with `opt` over the parameters of `modules`; the loss of each epoch.
     `modules` (trained and frozen ones) and `data` are what the Lightning engine moves to its device."""
     if engine.name == "loop":
-        losses = []
-        for epoch in tqdm(range(epochs), desc=desc, disable=not progress, leave=False):
-            loss = step(epoch, data)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
-        return losses
+        return [r["loss"] for r in run_loop(lambda epoch: step(epoch, data), opt, epochs, desc=desc, progress=progress)]
     from paperflow.safer.lightning import fit_lightning
 
     return fit_lightning(step, data, modules, opt, epochs, engine, name)
