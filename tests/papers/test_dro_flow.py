@@ -727,7 +727,7 @@ def test_fabric_engine_on_cuda_matches_the_cpu_loop(case, method):
     """Fabric's `auto` device is the GPU: every sampler's tensors live there (their draws come from the CPU generator,
     so both devices see the same noise) and the weights match the CPU loop's up to floating-point reordering (float64
     least squares: 1e-8; float32 classifier after 3 Adam epochs: 1e-4)."""
-    from paperflow.dro_flow.fabric import make_fabric
+    from paperflow.core.training import make_fabric
 
     assert make_fabric().device.type == "cuda"
     loop, fabric = engine_fit(case, method, "loop"), engine_fit(case, method, "lightning")

@@ -29,10 +29,14 @@ from typing import Any
 
 import pandas as pd
 import pytorch_lightning as pl
+import torch
+from lightning_fabric import Fabric
 from lightning_fabric.plugins.environments import LightningEnvironment
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.strategies import DDPStrategy
+from torch import nn
+from torch.utils.data import DataLoader
 
 from paperflow.core.ranks import agree
 from paperflow.core.resume import EVERY_S, Timer
@@ -93,8 +97,15 @@ class ResumeCheckpoint(Callback):
 
     LAST = "last.ckpt"
 
-    def __init__(self, folder: str | Path, every_s: float = EVERY_S, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        folder: str | Path,
+        every_s: float = EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        at_end: bool = False,
+    ):
         self.folder = Path(folder)
+        self.at_end = at_end
         self.every_s = every_s
         self.clock = clock
         self.timer = Timer(every_s, clock)
@@ -115,6 +126,12 @@ class ResumeCheckpoint(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.timer = Timer(self.every_s, self.clock)
+        self._restore_log(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore_log(trainer)  # a fit restored at its end trains no step: on_train_start did not run
+
+    def _restore_log(self, trainer: pl.Trainer) -> None:
         if self._resumed and trainer.is_global_zero:
             for logger in _csv_loggers(trainer):
                 _restore_csv(logger, self._csv_copy(logger), trainer.global_step)
@@ -135,6 +152,10 @@ class ResumeCheckpoint(Callback):
         if agree(self.timer.due(ahead_s=epoch_s)):
             self._save(trainer)
             self._saved_at_epoch_end = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.at_end:  # a job of several fits, rerun, skips the finished ones (each loads its last state)
+            self._save(trainer)
 
     def _csv_copy(self, logger: CSVLogger) -> Path:
         return self.folder / "csv" / f"{logger.version}.csv"
@@ -204,10 +225,12 @@ def make_trainer(
     devices: int = 1,
     checkpoint_dir: str | Path | None = None,
     checkpoint_every_s: float = EVERY_S,
+    checkpoint_at_end: bool = False,
     **trainer_kwargs: Any,
 ) -> pl.Trainer:
     """A seeded Trainer (module docstring); with `checkpoint_dir`, one that saves there every `checkpoint_every_s`
-    seconds at most (`ResumeCheckpoint`; train it with `fit` to resume)."""
+    seconds at most, and at the fit's end with `checkpoint_at_end` (`ResumeCheckpoint`; train it with `fit` to
+    resume)."""
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
     strategy: Any = "auto"
@@ -216,7 +239,10 @@ def make_trainer(
         strategy = SpawnDDPStrategy(start_method="spawn", cluster_environment=LightningEnvironment())
     if checkpoint_dir is not None:
         callbacks = list(trainer_kwargs.pop("callbacks", None) or [])
-        trainer_kwargs["callbacks"] = [*callbacks, ResumeCheckpoint(checkpoint_dir, checkpoint_every_s)]
+        trainer_kwargs["callbacks"] = [
+            *callbacks,
+            ResumeCheckpoint(checkpoint_dir, checkpoint_every_s, at_end=checkpoint_at_end),
+        ]
     return pl.Trainer(
         max_epochs=max_epochs,
         accelerator="auto",
@@ -252,4 +278,89 @@ def tracking_ids(trainer: pl.Trainer) -> dict[str, Any]:
             ids["wandb"] = {"id": exp.id, "offline": bool(exp.offline), "dir": str(exp.dir)}
         elif isinstance(logger, CSVLogger):
             ids["csv"] = logger.log_dir
+    return ids
+
+
+class StepModule(pl.LightningModule):
+    """A full-batch fit as a LightningModule: each epoch is one training step, `step(epoch) -> loss or (loss, logs)`
+    (the closure `paperflow.core.loop.run_loop` steps in the plain engine), each log value logged once per epoch.
+    `modules` are registered so that the Trainer moves them (trained and frozen ones) to its device, and
+    `on_device(device)` moves whatever else the step reads (tensors held outside the modules) at fit start.
+    `optimizers` is what `configure_optimizers` returns: the plain loop's optimizer, or a dict with its scheduler.
+    `state` (an object with state_dict/load_state_dict) is what the step keeps outside the modules (its records, a
+    best iterate): it is saved in the Trainer's checkpoints and restored from them, so a resumed fit has it too."""
+
+    def __init__(
+        self,
+        step: Callable[[int], torch.Tensor | tuple[torch.Tensor, Mapping[str, Any]]],
+        modules: list[nn.Module],
+        optimizers: Any,
+        on_device: Callable[[torch.device], None] | None = None,
+        state: Any | None = None,
+    ):
+        super().__init__()
+        self.fits = nn.ModuleList(modules)
+        self.fit_step, self.fit_optimizers, self.on_device, self.fit_state = step, optimizers, on_device, state
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.fit_state is not None:
+            checkpoint["fit_state"] = self.fit_state.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.fit_state is not None:
+            self.fit_state.load_state_dict(checkpoint["fit_state"])
+
+    def on_fit_start(self) -> None:
+        if self.on_device is not None:
+            self.on_device(self.device)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        out = self.fit_step(self.current_epoch)
+        loss, logs = out if isinstance(out, tuple) else (out, {"loss": out.detach()})
+        for key, value in logs.items():
+            self.log(key, value, on_epoch=True, on_step=False, batch_size=1)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return self.fit_optimizers
+
+
+def fit_steps(
+    module: StepModule, epochs: int, checkpoint_dir: str | Path | None = None, **trainer_kwargs: Any
+) -> pl.Trainer:
+    """`epochs` steps of `module` under `make_trainer(max_epochs=epochs, **trainer_kwargs)` (deterministic="warn"
+    unless given). The "dataset" is one dummy batch per epoch, drawn by its loader from its own generator, so the
+    global torch stream (dropout, sampling inside the step) is the one the plain loop sees: on the CPU the two
+    engines agree bit for bit. With `checkpoint_dir` (a folder of its own per fit, under the job's
+    `checkpoint_dir()`), the fit saves there at epoch ends every 30 min at most and at its end, and resumes from
+    there when rerun (one step per epoch: a resumed fit equals an uninterrupted one). Returns the fitted trainer
+    (its CSV log: `epoch_history`; its ids: `tracking_ids`)."""
+    trainer_kwargs.setdefault("deterministic", "warn")
+    if checkpoint_dir is not None:
+        trainer_kwargs.update(checkpoint_dir=checkpoint_dir, checkpoint_at_end=True)
+    trainer = make_trainer(max_epochs=epochs, **trainer_kwargs)
+    fit(trainer, module, train_dataloaders=DataLoader([0], batch_size=1, generator=torch.Generator().manual_seed(0)))
+    return trainer
+
+
+def make_fabric(
+    loggers: list[Logger] | None = None, *, accelerator: str = "auto", precision: str = "32-true"
+) -> Fabric:
+    """The Fabric that drives a paper's own loop (federated rounds, penalty steps, sampler-driven DRO; CONVENTIONS
+    section 6): one device of the job's (`auto`: a GPU where the job has one), `precision` as the plain loop
+    computes ("32-true" converts nothing; "64-true" for float64 programs), `loggers` from `make_loggers`. One
+    device: these loops are full-batch and their own, so there is nothing for DDP to shard."""
+    return Fabric(accelerator=accelerator, devices=1, precision=precision, loggers=loggers or [])
+
+
+def finish_fabric(fabric: Fabric) -> dict[str, Any]:
+    """Close the Fabric's loggers; the engine, the device and the loggers' run folders (for the provenance record)."""
+    ids: dict[str, Any] = {"engine": "lightning", "device": str(fabric.device)}
+    for logger in fabric.loggers:
+        logger.finalize("success")
+        if isinstance(logger, CSVLogger):
+            ids["csv"] = logger.log_dir
+        elif isinstance(logger, WandbLogger):
+            exp = logger.experiment
+            ids["wandb"] = {"id": exp.id, "offline": bool(exp.offline), "dir": str(exp.dir)}
     return ids

@@ -146,11 +146,11 @@ def train_text(
         t0 = time.perf_counter()
         fabric = None
         if engine == "lightning":
-            from paperflow.credal_dro.lightning import make_fabric
+            from paperflow.core.training import make_fabric, make_loggers
 
             if run_dir is None:
                 raise ValueError("text.train.engine = 'lightning' needs a run_dir for its loggers")
-            fabric = make_fabric(run_dir, f"seed{seed}", wandb, tags or {})
+            fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}))
         fits = []
         for k, value in enumerate(grid):
             theta, theta0 = train_head(
@@ -177,8 +177,9 @@ def train_text(
                 }
             )
         if fabric is not None:
-            for logger in fabric.loggers:
-                logger.finalize("success")
+            from paperflow.core.training import finish_fabric
+
+            finish_fabric(fabric)
         chosen = max(fits, key=lambda f: f["select_worst_acc"])
         out["seeds"][str(seed)] = {"grid": fits, "chosen": chosen, "runtime_s": time.perf_counter() - t0}
     return out

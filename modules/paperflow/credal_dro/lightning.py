@@ -1,7 +1,7 @@
 """Paper-scale training of the text heads under Lightning Fabric (`text.train.engine: lightning`).
 
 The fit is the paper's own DRO loop (GroupDRO's exponentiated-gradient slice weights move before every step, and
-LV-Group adds the closed-form sup over the bulk), so Fabric drives it (CONVENTIONS section 6) rather than a
+LV-Group adds the closed-form sup over the bulk), so Fabric drives it (CONVENTIONS section 6; `paperflow.core.training.make_fabric`) rather than a
 LightningModule + Trainer: the loop of `paperflow.credal_dro.heads.fit_loop`, step for step, on Fabric's device
 (`accelerator="auto"`: a GPU where the job has one), float32 as the plain loop, backward through
 `fabric.backward`, the objective of every step logged through the Fabric's loggers (CSV always, wandb when
@@ -12,19 +12,8 @@ this one. On the CPU the two engines give the same heads bit for bit (tests chec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
 import torch
 from lightning_fabric import Fabric
-
-from paperflow.core.training import make_loggers
-
-
-def make_fabric(run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]) -> Fabric:
-    """One device (`auto`), float32 as the plain loop; logs to run_dir/csv/<name>/metrics.csv (and wandb)."""
-    return Fabric(accelerator="auto", devices=1, precision="32-true", loggers=make_loggers(run_dir, name, wandb, tags))
 
 
 def fit_fabric(fabric: Fabric, head: torch.nn.Module, opt: torch.optim.Optimizer, epochs: int, step0: int) -> None:

@@ -1,7 +1,7 @@
 """Paper-scale training under Lightning Fabric (`train.engine: lightning`, conventions section 6: the loop is the
 paper's own, sampler-driven DRO, so Fabric drives it rather than a LightningModule + Trainer).
 
-Fabric places the model on the job's device (`accelerator="auto"`: the GPU where the job has one, one device),
+Fabric (`paperflow.core.training.make_fabric`) places the model on the job's device (`accelerator="auto"`: the GPU where the job has one, one device),
 back-propagates with `fabric.backward` and logs each epoch's row through its loggers (CSV always, wandb when
 enabled; `paperflow.core.training.make_loggers`). The loop body is `paperflow.dro_flow.training.run_epochs`, the
 one the plain engine runs: the same optimiser (`training.optimizer`), the same gradient clipping, the same CPU
@@ -20,18 +20,12 @@ from typing import Any
 
 import pandas as pd
 import torch
-from lightning_fabric import Fabric
 from torch import nn
 
-from paperflow.core.training import make_loggers
+from paperflow.core.training import finish_fabric, make_fabric, make_loggers
 from paperflow.dro_flow.problems import Problem
 from paperflow.dro_flow.samplers import SamplerConfig
 from paperflow.dro_flow.training import optimizer, run_epochs
-
-
-def make_fabric(loggers: list | None = None) -> Fabric:
-    """One device of the job's (`auto`: a GPU where there is one); "32-true" leaves the models' dtypes as they are."""
-    return Fabric(accelerator="auto", devices=1, precision="32-true", loggers=loggers or [])
 
 
 def fit_fabric(
@@ -73,6 +67,5 @@ def fit_fabric(
         device=fabric.device,
         on_epoch=log_row,
     )
-    for logger in fabric.loggers:
-        logger.finalize("success")
+    finish_fabric(fabric)
     return wrapped.module.to("cpu"), history
