@@ -1,6 +1,6 @@
 """Paper-scale training under Lightning Fabric (`train.engine: lightning`; CONVENTIONS §6). The federated rounds are
 the paper's own loop (local SGD on all clients' stacked states, then fusion, then the phase control), so Fabric
-drives that loop rather than a Trainer: the device is the Fabric's (`train.device` as its accelerator, `auto` by
+drives that loop rather than a Trainer (`paperflow.core.training.make_fabric`): the device is the Fabric's (`train.device` as its accelerator, `auto` by
 default: a GPU where the job has one), the gradients of each local step come from `fabric.backward`, the evaluated
 rounds go to the Fabric's loggers (CSV always, wandb when enabled), the seeds are set by `fabric.seed_everything`,
 and the final checkpoint is written by `fabric.save`. The arithmetic is the plain loop's
@@ -11,24 +11,12 @@ Fabric branch of `paperflow.decfus.training` imports it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 from lightning_fabric import Fabric
-from pytorch_lightning.loggers import CSVLogger, WandbLogger
 
-from paperflow.core.training import make_loggers
 from paperflow.decfus.clients import GradFn
-
-
-def make_fabric(
-    device: str, run_dir: str | Path, name: str, wandb: Mapping[str, Any] | None, tags: dict[str, str]
-) -> Fabric:
-    """One device (`train.device`: auto | cpu | cuda, Fabric's accelerator names), float32 as the plain loop, the
-    run's metrics logged to run_dir/csv/<name>/metrics.csv (and wandb when enabled)."""
-    return Fabric(accelerator=device, devices=1, precision="32-true", loggers=make_loggers(run_dir, name, wandb, tags))
 
 
 def fabric_grad(fabric: Fabric) -> GradFn:
@@ -43,16 +31,3 @@ def fabric_grad(fabric: Fabric) -> GradFn:
         return grads
 
     return grad
-
-
-def tracking(fabric: Fabric) -> dict[str, Any]:
-    """Close the Fabric's loggers and name their run folders (for the provenance record)."""
-    ids: dict[str, Any] = {"engine": "lightning", "device": str(fabric.device)}
-    for logger in fabric.loggers:
-        logger.finalize("success")
-        if isinstance(logger, CSVLogger):
-            ids["csv"] = logger.log_dir
-        elif isinstance(logger, WandbLogger):
-            exp = logger.experiment
-            ids["wandb"] = {"id": exp.id, "offline": bool(exp.offline), "dir": str(exp.dir)}
-    return ids

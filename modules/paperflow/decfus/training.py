@@ -53,11 +53,11 @@ def train_run(
     if engine == "loop":
         fabric = None
     elif engine == "lightning":
-        from paperflow.decfus.lightning import make_fabric
+        from paperflow.core.training import make_fabric, make_loggers
 
         if run_dir is None:
             raise ValueError("train.engine = 'lightning' needs a run_dir for its loggers")
-        fabric = make_fabric(train["device"], run_dir, method, wandb, tags or {})
+        fabric = make_fabric(make_loggers(run_dir, method, wandb, tags or {}), accelerator=train["device"])
     else:
         raise ValueError(f"train.engine = {engine!r}: not one of {ENGINES}")
     x_train, y_train, meta = load_split(train_file)
@@ -105,7 +105,7 @@ def train_run(
     if fabric is None:
         torch.save(checkpoint, out["checkpoint"])
         return {"simulation_s": walls, "engine": engine}
-    from paperflow.decfus.lightning import tracking
+    from paperflow.core.training import finish_fabric
 
     fabric.save(out["checkpoint"], checkpoint)
-    return {"simulation_s": walls} | tracking(fabric)
+    return {"simulation_s": walls} | finish_fabric(fabric)
