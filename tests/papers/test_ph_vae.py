@@ -143,3 +143,46 @@ def test_a_dataset_kind_names_the_key_it_lacks(kind, key):
     del cfg["datasets"][name][key]
     with pytest.raises(ConfigError, match=rf"datasets\.{name} \(kind {kind}\) is missing key\(s\) {key}"):
         check(cfg, "config/ph_vae.yaml")
+
+
+def test_a_fit_killed_mid_run_resumes_to_the_uninterrupted_weights_and_history(tmp_path, monkeypatch):
+    """ph_vae_train hands each seed's fit a folder under the job's checkpoint_dir(): a fit that dies in epoch 2
+    (saves every epoch here; every 30 min in a job) and is rerun ends with the weights and the epoch history of an
+    uninterrupted fit, the shuffles' generator restored with the checkpoint (without it the resumed epochs would
+    reshuffle from the seed and the weights would differ)."""
+    import functools
+
+    import torch
+
+    from paperflow.core import training as core_training
+    from paperflow.ph_vae import training
+    from paperflow.ph_vae.checkpoint import load_vae
+
+    model = {"latent_dim": 2, "encoder_hidden": [8], "decoder_hidden": [8], "n_phases": 3, "beta": 1.0}
+    model["likelihood"] = "expm"
+    train = {"epochs": 4, "batch_size": 32, "lr": 1e-2, "weight_decay": 0.0, "grad_clip": 1.0, "devices": 1}
+    x = np.random.default_rng(0).pareto(2.2, size=(128, 1)) + 1.0
+    monkeypatch.setattr(training, "make_trainer", functools.partial(core_training.make_trainer, checkpoint_every_s=0.0))
+
+    def run(name, resume_dir=None):
+        history, _ = training.fit(
+            x, decoder="ph", seed=5, model=model, train=train, run_dir=tmp_path / name,
+            checkpoint=tmp_path / f"{name}.ckpt", resume_dir=resume_dir,
+        )  # fmt: skip
+        return load_vae(tmp_path / f"{name}.ckpt").state_dict(), history
+
+    clean, history = run("clean")
+    step = training.VAEModule.training_step
+
+    def dies_in_epoch_2(self, batch, batch_idx):
+        if self.current_epoch == 2:
+            raise RuntimeError("killed")
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(training.VAEModule, "training_step", dies_in_epoch_2)
+    with pytest.raises(RuntimeError, match="killed"):
+        run("resumed", tmp_path / "ckpt")
+    monkeypatch.setattr(training.VAEModule, "training_step", step)
+    resumed, history2 = run("resumed", tmp_path / "ckpt")
+    assert [k for k in clean if not torch.equal(clean[k], resumed[k])] == []
+    pd.testing.assert_frame_equal(history, history2)

@@ -637,6 +637,31 @@ def test_loop_and_lightning_engines_train_the_same_models(tmp_path, digits):
     assert not torch.equal(other["backbone.lin.weight"], states["backbone.lin.weight"]) and other_losses != losses
 
 
+def test_lightning_fits_checkpoint_and_a_rerun_loads_the_finished_ones(tmp_path, digits, monkeypatch):
+    """With the job's checkpoint folder (paper scale) every Lightning fit checkpoints into its own subfolder at its
+    end; a rerun of the job loads each finished fit instead of training it (no training step runs) and returns the
+    same weights and losses (the resume of a fit killed mid-way: tests/core/test_training.py)."""
+    from paperflow.core.training import StepModule
+    from paperflow.safer.fitting import Engine
+
+    def engine(run):
+        return Engine("lightning", tmp_path / run, None, {}, checkpoint_dir=tmp_path / "ckpt")
+
+    states, losses, _ = engine_fits(digits, engine("first"))
+    assert (tmp_path / "ckpt" / "grace_seed0" / "last.ckpt").exists()
+    assert (tmp_path / "ckpt" / "ewc_seed0_stage4" / "last.ckpt").exists()
+
+    def no_training(self, batch, batch_idx):
+        raise AssertionError("a finished fit was trained again")
+
+    monkeypatch.setattr(StepModule, "training_step", no_training)
+    again, losses2, _ = engine_fits(digits, engine("rerun"))
+    assert states.keys() == again.keys() and [k for k in states if not torch.equal(states[k], again[k])] == []
+    assert losses2 == losses
+    with pytest.raises(ValueError, match="'loop' takes no checkpoint_dir"):
+        Engine("loop", checkpoint_dir=tmp_path)
+
+
 def test_loop_engine_does_not_import_lightning(tmp_path):
     import subprocess
     import sys

@@ -397,6 +397,59 @@ def test_loop_and_lightning_engines_train_the_same_models(tmp_path, proc):
     assert not np.allclose(other, mu)
 
 
+def test_a_lightning_fit_rerun_loads_its_checkpoint_with_the_best_iterate(tmp_path, proc, monkeypatch):
+    """At paper scale each fit checkpoints into the job's folder (checkpoint_dir/<name>); a rerun of a finished fit
+    loads it without a training step, the denoiser's best mu, gate, epoch and log included (the resume of a fit
+    killed mid-way: tests/core/test_training.py)."""
+    from paperflow.core.training import StepModule
+    from paperflow.spaef.training import fit_denoiser
+
+    x = np.asarray(proc.X, dtype=np.float64)
+    spot = gr.symmetric(gr.upper(np.column_stack(proc.obsp["spatial_connectivities"].nonzero())))
+    gene = gr.symmetric(gr.knn_edges(gr.cosine_topk(x.T, 3)))
+    model = {"hidden": [8, 4], "latent": 4, "heads": 2, "dropout": 0.2}
+    train = {"lr": 1e-2, "gamma": 0.9, "mu_penalty": 1e-3, "epochs": 5, "engine": "lightning"}
+    runs = []
+    for run in ("first", "rerun"):
+        if run == "rerun":
+            monkeypatch.setattr(StepModule, "training_step", lambda *a: pytest.fail("a finished fit was trained again"))
+        runs.append(
+            fit_denoiser(
+                x,
+                spot,
+                gene,
+                model=model,
+                train=train,
+                fusion="learned",
+                seed=2,
+                run_dir=tmp_path / run,
+                name="d",
+                wandb=None,
+                tags={},
+                checkpoint_dir=tmp_path / "ckpt",
+            )
+        )
+    (mu, w, hist, track), (mu2, w2, hist2, track2) = runs
+    assert (tmp_path / "ckpt" / "d" / "last.ckpt").exists()
+    assert np.array_equal(mu, mu2) and np.array_equal(w, w2) and track["best_epoch"] == track2["best_epoch"]
+    np.testing.assert_allclose(hist.to_numpy(float), hist2.to_numpy(float), rtol=1e-12)  # the log came back too
+    with pytest.raises(ValueError, match="'loop' takes no checkpoint_dir"):
+        fit_denoiser(
+            x,
+            spot,
+            gene,
+            model=model,
+            train={**train, "engine": "loop"},
+            fusion="learned",
+            seed=2,
+            run_dir=tmp_path,
+            name="d",
+            wandb=None,
+            tags={},
+            checkpoint_dir=tmp_path / "ckpt",
+        )
+
+
 def test_an_unknown_engine_is_refused_by_name(proc):
     from paperflow.spaef.training import fit_denoiser
 

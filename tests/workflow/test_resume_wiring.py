@@ -4,7 +4,7 @@
 The rules and their limits come from the paper-scale DAG (a dry run, offline), their scripts from the workflow as
 Snakemake loads it at paper scale. A script is wired when it, or a module of its own paper that it imports, calls
 `checkpoint_dir()` (job.checkpoint_dir(), or a helper of the paper's that does) and hands a folder to one of the
-engines of README's "Long jobs resume": Lightning's `make_trainer(checkpoint_dir=...)`, transformers/TRL's
+engines of README's "Long jobs resume": Lightning's `make_trainer(checkpoint_dir=...)` or `fit_steps(checkpoint_dir=...)`, transformers/TRL's
 `paperflow.core.lm.resume.train`, the plain loop's `LoopCheckpoint`, a generation job's `RowJournal` (or `row_journal`), or an official
 recipe's own resume switch (verl's `trainer.resume_mode`). A rule that is not wired is in `EXEMPT` (why it needs
 no checkpoint) or in `NOT_WIRED` (the ratchet: the issue that wires it and why it is not wired yet); an entry that
@@ -55,6 +55,10 @@ UKA_SEED = (
 )
 # The same rule and script run at smoke and cpu scale, so wiring changes code whose cpu/smoke results are on record
 # (`paperflow record write` refuses: checked on ph_vae_train's script).
+FABRIC = (
+    "a Lightning Fabric loop (the paper's own; core.training.make_fabric) that keeps no mid-run state yet: wiring it "
+    "means saving the loop's state with LoopCheckpoint every 30 min"
+)
 SHARED = "job script shared with smoke/cpu: wiring it needs a cpu rerun"
 OTHERS = "not wired yet: the paper is being edited by others (its scripts are theirs to wire)"
 NOT_WIRED: dict[str, tuple[int, str]] = {
@@ -63,10 +67,12 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     # credal_dro
     "credal_dro_embed": (43, SHARED),
     "credal_dro_train": (43, SHARED),
-    "credal_dro_train_text": (43, SHARED),
+    "credal_dro_train_text": (43, FABRIC),
     # decfus
     "decfus_evaluate": (43, SHARED),
-    "decfus_train": (43, SHARED),
+    "decfus_train": (43, FABRIC),
+    # dro_flow
+    "dro_flow_train": (43, FABRIC),
     # doubt
     "doubt_download": (43, OTHERS),
     "doubt_download_judge": (43, OTHERS),
@@ -77,8 +83,6 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     "doubt_rephrase": (43, OTHERS),
     "doubt_sample": (43, OTHERS),
     "doubt_sample_perturbed": (43, OTHERS),
-    # dro_flow
-    "dro_flow_train": (43, SHARED),
     # dualreform
     "dualreform_download": (43, OTHERS),
     "dualreform_download_dense": (43, OTHERS),
@@ -108,9 +112,7 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     "lozo_plus_train": (43, LOZO_ZO),
     "lozo_plus_train_node": (43, LOZO_ZO),
     # mtbl_wc
-    "mtbl_wc_train_cleaning": (43, OTHERS),
-    # ph_vae
-    "ph_vae_train": (43, SHARED),
+    "mtbl_wc_train_cleaning": (43, FABRIC),
     # promptscale
     "promptscale_annotate": (43, OTHERS),
     "promptscale_code_rollouts": (43, OTHERS),
@@ -130,14 +132,17 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     "promptscale_synthesize": (43, OTHERS),
     "promptscale_train": (43, OTHERS),
     # safer
-    "safer_evaluate": (43, SHARED),
-    "safer_pretrain": (43, SHARED),
-    "safer_train": (43, SHARED),
-    # spaef
-    "spaef_graphs": (43, OTHERS),
-    "spaef_train": (43, OTHERS),
+    "safer_evaluate": (
+        43,
+        "fits nothing (scores every seed's saved states in one pass): no training engine applies; resuming it "
+        "needs its (seed, variant) results journalled as rows",
+    ),
     # st_gfn
-    "st_gfn_train": (43, OTHERS),
+    "st_gfn_train": (
+        43,
+        "a fit is one Lightning epoch of `iterations` sampled batches (TrainingRun): resuming it needs the run's "
+        "records, visit counts and reward-noise generator saved mid-epoch, which nothing saves yet",
+    ),
     # uka
     "uka_evaluate": (43, UKA_SEED),
     "uka_train": (43, UKA_SEED),
@@ -221,7 +226,7 @@ def resume_wiring(script: Path, paper: str) -> tuple[bool, set[str]]:
                 engines.add("loop")
             elif name in ("RowJournal", "row_journal"):
                 engines.add("rows")
-            elif name == "make_trainer" and any(k.arg == "checkpoint_dir" for k in node.keywords):
+            elif name in ("make_trainer", "fit_steps") and any(k.arg == "checkpoint_dir" for k in node.keywords):
                 engines.add("lightning")
             elif isinstance(node, ast.ImportFrom) and node.module == "paperflow.core.lm.resume":
                 engines.add("transformers")
@@ -276,6 +281,9 @@ WIRED = {
     "lightning": "from paperflow.core.training import fit, make_trainer\n"
     "with snakemake_job(snakemake) as job:\n"
     "    fit(make_trainer(max_epochs=1, checkpoint_dir=job.checkpoint_dir()), None)\n",
+    "lightning, a step fit": "from paperflow.core.training import fit_steps\n"
+    "with snakemake_job(snakemake) as job:\n"
+    "    fit_steps(None, 1, checkpoint_dir=job.checkpoint_dir() / 'fit')\n",
     "loop": "from paperflow.core.loop import LoopCheckpoint, run_loop\n"
     "with snakemake_job(snakemake) as job:\n"
     "    run_loop(None, None, steps=1, checkpoint=LoopCheckpoint(job.checkpoint_dir(), {}))\n",

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from paperflow.core.training import epoch_history, make_trainer, seed_everything, tracking_ids
+from paperflow.core.training import fit as resume_fit
 from paperflow.ph_vae.checkpoint import build_vae
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,23 @@ class ArrayDataModule(pl.LightningDataModule):
         self.x = torch.tensor(x, dtype=torch.float32)
         self.batch_size = batch_size
         self.seed = seed
+        self._gen: torch.Generator | None = None  # made where it is used: a spawned DDP worker gets no generator
+
+    @property
+    def gen(self) -> torch.Generator:
+        """The shuffles' stream: each epoch draws its order from it."""
+        if self._gen is None:
+            self._gen = torch.Generator().manual_seed(self.seed)
+        return self._gen
 
     def train_dataloader(self) -> DataLoader:
-        gen = torch.Generator().manual_seed(self.seed)
-        return DataLoader(TensorDataset(self.x), batch_size=self.batch_size, shuffle=True, generator=gen)
+        return DataLoader(TensorDataset(self.x), batch_size=self.batch_size, shuffle=True, generator=self.gen)
+
+    def state_dict(self) -> dict[str, Any]:  # in the Trainer's checkpoints: a resumed fit shuffles on as it would have
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.gen.set_state(state["gen"])
 
 
 def fit(
@@ -77,11 +91,14 @@ def fit(
     checkpoint: str | Path,
     wandb: Mapping[str, Any] | None = None,
     tags: dict[str, str] | None = None,
+    resume_dir: str | Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Train one model on x (n, D), save a Lightning checkpoint; return the epoch history and run ids.
 
     With `train["devices"] > 1` training is DDP over that many devices; each takes batch_size/devices
-    rows per step, so the global batch (and the optimisation) matches a single-device run."""
+    rows per step, so the global batch (and the optimisation) matches a single-device run. With `resume_dir`
+    (this fit's folder under the job's `checkpoint_dir()`) the fit saves its state there every 30 min at most and
+    at its end, and a rerun resumes from it (the shuffles' generator included) or loads the finished fit."""
     devices = int(train["devices"])
     if train["batch_size"] % devices:
         raise ValueError(f"batch_size {train['batch_size']} is not divisible by devices {devices}")
@@ -95,8 +112,10 @@ def fit(
         tags=tags,
         gradient_clip_val=train["grad_clip"],
         devices=devices,
+        checkpoint_dir=resume_dir,
+        checkpoint_at_end=resume_dir is not None,
     )
-    trainer.fit(module, datamodule=ArrayDataModule(x, train["batch_size"] // devices, seed))
+    resume_fit(trainer, module, datamodule=ArrayDataModule(x, train["batch_size"] // devices, seed))
     trainer.save_checkpoint(str(checkpoint))
     frame = epoch_history(trainer).assign(seed=seed, decoder=decoder)
     last = frame.iloc[-1]

@@ -29,18 +29,23 @@ Step = Callable[[int, Mapping[str, Any]], torch.Tensor]
 
 @dataclass(frozen=True)
 class Engine:
-    """`train.engine` and, for `lightning`, where its loggers write (run_dir/csv/<fit name>, wandb when enabled)."""
+    """`train.engine` and, for `lightning`, where its loggers write (run_dir/csv/<fit name>, wandb when enabled) and
+    where its fits checkpoint (`checkpoint_dir`/<fit name>: the job's `checkpoint_dir()`; a rerun of a killed job
+    resumes the fit it was in and loads the finished ones)."""
 
     name: str = "loop"
     run_dir: str | Path | None = None
     wandb: Mapping[str, Any] | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
         if self.name not in ENGINES:
             raise ValueError(f"train.engine = {self.name!r}: not one of {ENGINES}")
         if self.name == "lightning" and self.run_dir is None:
             raise ValueError("train.engine = 'lightning' needs a run_dir for its loggers")
+        if self.name == "loop" and self.checkpoint_dir is not None:
+            raise ValueError("train.engine = 'loop' takes no checkpoint_dir: the plain loop's fits do not checkpoint")
 
 
 LOOP = Engine()

@@ -1,21 +1,21 @@
-"""Paper-scale fits as Lightning jobs (`train.engine: lightning`; CONVENTIONS §6): a LightningModule whose
-training step is one step of a safer fit (`paperflow.safer.fitting.Step`: GRACE, one expert, one class-IL stage),
-fitted by `paperflow.core.training.make_trainer` (`accelerator="auto"`: a GPU where the job has one; CSV logging
-always, wandb when enabled). The "dataset" is one dummy batch per epoch (the whole task graph is the batch), drawn
-from its loader's own generator; the steps draw only from their own generators, and the optimizer is the one the
-plain loop would use, so on the CPU both engines agree bit for bit. This module imports Lightning; only the
-lightning branch of `paperflow.safer.fitting.fit_steps` imports it."""
+"""Paper-scale fits as Lightning jobs (`train.engine: lightning`; CONVENTIONS §6): a
+`paperflow.core.training.StepModule` whose training step is one step of a safer fit (`paperflow.safer.fitting.Step`:
+GRACE, one expert, one class-IL stage), fitted by `paperflow.core.training.fit_steps` (`accelerator="auto"`: a GPU
+where the job has one; CSV logging always, wandb when enabled). The whole task graph is the batch; the steps draw
+only from their own generators, and the optimizer is the one the plain loop would use, so on the CPU both engines
+agree bit for bit. With the engine's `checkpoint_dir` each fit checkpoints into its own folder there
+(`paperflow.core.training.fit_steps`) and a rerun resumes it. This module imports Lightning; only the lightning branch of `paperflow.safer.fitting.fit_steps`
+imports it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
-from paperflow.core.training import make_trainer
+from paperflow.core.training import StepModule, fit_steps
 from paperflow.safer.fitting import Engine, Step
 
 
@@ -29,24 +29,17 @@ def _to(value: Any, device: torch.device) -> Any:
     return value
 
 
-class StepModule(pl.LightningModule):
-    def __init__(self, step: Step, data: dict[str, Any], modules: list[nn.Module], opt: torch.optim.Optimizer):
-        super().__init__()
-        self.fits = nn.ModuleList(modules)
-        self.fit_step, self.fit_data, self.fit_opt = step, data, opt
-        self.losses: list[float] = []
+class _Losses:
+    """The fit's losses so far, kept in its checkpoints (a resumed fit returns every epoch's loss)."""
 
-    def on_fit_start(self) -> None:
-        self.fit_data = _to(self.fit_data, self.device)
+    def __init__(self, losses: list[float]):
+        self.losses = losses
 
-    def training_step(self, batch, batch_idx):
-        loss = self.fit_step(self.current_epoch, self.fit_data)
-        self.losses.append(float(loss))
-        self.log("loss", loss.detach(), on_epoch=True, on_step=False, batch_size=1)
-        return loss
+    def state_dict(self) -> dict[str, list[float]]:
+        return {"losses": list(self.losses)}
 
-    def configure_optimizers(self):
-        return self.fit_opt
+    def load_state_dict(self, state: dict[str, list[float]]) -> None:
+        self.losses[:] = state["losses"]
 
 
 def fit_lightning(
@@ -59,20 +52,32 @@ def fit_lightning(
     name: str,
 ) -> list[float]:
     """The plain loop's `epochs` steps under a Trainer; the modules come back on the CPU in their own train/eval
-    modes (the Trainer sets train mode), `data` is left as it was."""
+    modes (the Trainer sets train mode), `data` is left as it was (the step reads a copy on the Trainer's device)."""
     modes = [[m.training for m in module.modules()] for module in modules]
-    module = StepModule(step, data, modules, opt)
-    trainer = make_trainer(
-        max_epochs=epochs,
+    on_device = dict(data)
+    losses: list[float] = []
+
+    def move(device: torch.device) -> None:
+        on_device.update(_to(data, device))
+
+    def one_step(epoch: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss = step(epoch, on_device)
+        losses.append(float(loss))
+        return loss, {"loss": loss.detach()}
+
+    module = StepModule(one_step, modules, opt, on_device=move, state=_Losses(losses))
+    folder = None if engine.checkpoint_dir is None else Path(engine.checkpoint_dir) / name
+    fit_steps(
+        module,
+        epochs,
+        checkpoint_dir=folder,
         run_dir=engine.run_dir,
         name=name,
         wandb=engine.wandb,
         tags=dict(engine.tags),
-        deterministic="warn",
     )
-    trainer.fit(module, DataLoader([0], batch_size=1, generator=torch.Generator().manual_seed(0)))
     for m, flags in zip(modules, modes):
         m.to("cpu")
         for sub, flag in zip(m.modules(), flags):
             sub.training = flag
-    return module.losses
+    return losses

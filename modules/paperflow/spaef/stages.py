@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anndata as ad
@@ -55,6 +56,7 @@ def graphs_stage(
     tags: dict[str, str],
     *,
     engine: str,
+    checkpoint_dir: str | Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     from paperflow.spaef import graphs as gr
     from paperflow.spaef.training import fit_spot_latent
@@ -91,7 +93,7 @@ def graphs_stage(
         },
     )
     for seed, out in zip(seeds, outs):
-        z, hist, track = fit_spot_latent(spot_emb, ae_edges, sc, seed, run_dir, wandb, tags, engine)
+        z, hist, track = fit_spot_latent(spot_emb, ae_edges, sc, seed, run_dir, wandb, tags, engine, checkpoint_dir)
         lm_spot = gr.knn_edges(gr.cosine_topk(z, sc["k"]))
         sets = {
             "spot_lm": finish(lm_spot),
@@ -130,9 +132,11 @@ def train_stage(
     run_dir: str,
     wandb: Mapping[str, Any] | None,
     tags: dict[str, str],
+    checkpoint_dir: str | Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Train every method of `outs` ({method: denoised .h5ad path}) on one (sample, seed) graph file, one
-    after the other in this process, each from the same seed (so the order does not matter)."""
+    after the other in this process, each from the same seed (so the order does not matter). `checkpoint_dir`:
+    the job's (Lightning engine), where each method's fit checkpoints and resumes."""
     from paperflow.spaef.settings import METHODS
     from paperflow.spaef.training import fit_denoiser
 
@@ -155,6 +159,7 @@ def train_stage(
             name=f"{method}_seed{seed}",
             wandb=wandb,
             tags=tags | {"method": method},
+            checkpoint_dir=checkpoint_dir,
         )
         result = ad.AnnData(X=mu.astype(np.float32), obs=adata.obs[[]].copy(), var=adata.var[[]].copy())
         result.obs["w"] = w.mean(1) if w.ndim == 2 else w

@@ -132,13 +132,19 @@ def _fit(
     name: str,
     wandb: Mapping[str, Any] | None,
     tags: dict[str, str],
+    checkpoint_dir: str | Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """`task` fitted by `engine`; with `checkpoint_dir` (the job's, Lightning only) the fit checkpoints into
+    `checkpoint_dir`/<name> and a rerun resumes it."""
     if engine == "loop":
+        if checkpoint_dir is not None:
+            raise ValueError("train.engine = 'loop' takes no checkpoint_dir: the plain loop's fits do not checkpoint")
         return fit_loop(task, epochs, name), {"engine": "loop"}
     if engine == "lightning":
         from paperflow.spaef.lightning import fit_lightning
 
-        return fit_lightning(task, epochs, run_dir, name, wandb, tags)
+        folder = None if checkpoint_dir is None else Path(checkpoint_dir) / name
+        return fit_lightning(task, epochs, run_dir, name, wandb, tags, folder)
     raise ValueError(f"train.engine = {engine!r}: not one of {ENGINES}")
 
 
@@ -151,11 +157,14 @@ def fit_spot_latent(
     wandb: Mapping[str, Any] | None,
     tags: dict[str, str],
     engine: str,
+    checkpoint_dir: str | Path | None = None,
 ) -> tuple[np.ndarray, pd.DataFrame, dict[str, Any]]:
     """Train the adjacency AE on (embeddings, Delaunay edges as given); return Z in eval mode."""
     seed_all(seed)
     task = AdjacencyTask(emb, edges, cfg)
-    history, tracking = _fit(task, int(cfg["epochs"]), engine, run_dir, f"spot_graph_seed{seed}", wandb, tags)
+    history, tracking = _fit(
+        task, int(cfg["epochs"]), engine, run_dir, f"spot_graph_seed{seed}", wandb, tags, checkpoint_dir
+    )
     return task.latent(), history.assign(seed=seed), tracking
 
 
@@ -172,11 +181,12 @@ def fit_denoiser(
     name: str,
     wandb: Mapping[str, Any] | None,
     tags: dict[str, str],
+    checkpoint_dir: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, dict[str, Any]]:
     """Returns (mu at the lowest training loss, its gate w, epoch history, tracking ids)."""
     seed_all(seed)
     task = DenoiserTask(x, spot_edges, gene_edges, model, train, fusion)
-    history, tracking = _fit(task, int(train["epochs"]), train["engine"], run_dir, name, wandb, tags)
+    history, tracking = _fit(task, int(train["epochs"]), train["engine"], run_dir, name, wandb, tags, checkpoint_dir)
     log.info("%s: best training loss %.5f at epoch %d", name, task.best_loss, task.best_epoch)
     return (
         task.best_mu,

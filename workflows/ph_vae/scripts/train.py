@@ -18,6 +18,7 @@ with snakemake_job(snakemake) as job:
             checkpoint=ckpt,
             wandb=job.params.wandb,
             tags={"paper": "ph_vae", "rule": job.rule, "dataset": job.wildcards.dataset},
+            resume_dir=job.checkpoint_dir() / f"seed{seed}",  # a rerun resumes this seed's fit or loads it
         )
         histories.append(history)
     pd.concat(histories).to_csv(job.output.history, index=False)

@@ -11,6 +11,7 @@ with snakemake_job(snakemake) as job:
         job.params.run_dir,
         job.params.wandb,
         {"paper": "safer", "rule": job.rule, "dataset": job.wildcards.dataset},
+        checkpoint_dir=job.checkpoint_dir() if job.params.engine == "lightning" else None,  # fits resume
     )
     final = pretrain(
         job.input[0],

@@ -11,6 +11,7 @@ with snakemake_job(snakemake) as job:
         job.params.run_dir,
         job.params.wandb,
         {"paper": "safer", "rule": job.rule, "dataset": job.wildcards.dataset, "method": job.wildcards.method},
+        checkpoint_dir=job.checkpoint_dir() if job.params.engine == "lightning" else None,  # fits resume
     )
     info = run_training(
         job.wildcards.method,

@@ -15,6 +15,7 @@ with snakemake_job(snakemake) as job:
         job.params.wandb,
         {"paper": "spaef", "rule": job.rule, "sample": job.wildcards.sample},
         engine=job.params.engine,
+        checkpoint_dir=job.checkpoint_dir() if job.params.engine == "lightning" else None,  # the AE fits resume
     )
     history.to_csv(job.output.history, index=False)
     job.note(seeds=[seed], engine=job.params.engine, graphs=stats)

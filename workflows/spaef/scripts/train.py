@@ -15,6 +15,7 @@ with snakemake_job(snakemake) as job:
         job.params.run_dir,
         job.params.wandb,
         {"paper": "spaef", "rule": job.rule, "sample": job.wildcards.sample},
+        checkpoint_dir=job.checkpoint_dir() if job.params.train["engine"] == "lightning" else None,  # fits resume
     )
     for method, path in histories.items():
         history[history.method == method].to_csv(path, index=False)
