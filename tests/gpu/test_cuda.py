@@ -112,8 +112,9 @@ def test_lm_kit_samples_and_scores_on_cuda_like_on_cpu():
 
 
 def test_mtbl_wc_penalty_method_on_cuda_matches_cpu():
+    from paperflow.core.training import make_fabric
     from paperflow.mtbl_wc import fronts
-    from paperflow.mtbl_wc.algorithm import make_fabric, run
+    from paperflow.mtbl_wc.algorithm import run
     from paperflow.mtbl_wc.experiment import build_problem
     from paperflow.mtbl_wc.prepare import preference_matrix
 

@@ -5,6 +5,7 @@ to end in tests/workflow/test_every_paper.py."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -409,6 +410,41 @@ def test_loop_and_lightning_engines_train_the_same_models(tmp_path):
     # the comparison resolves what each method adds: the slice weights and the sup term move the heads
     erm, groupdro, lv_group = (heads["loop", m][0] for m in methods)
     assert erm != groupdro and groupdro != lv_group
+
+
+def test_text_fits_killed_mid_job_resume_from_the_journal(tmp_path, monkeypatch):
+    """credal_dro_train_text journals each finished (seed, grid value) fit in the job's checkpoint folder: a job
+    killed in its third fit and rerun fits only the fits left and writes the uninterrupted job's document (heads,
+    select accuracies, choices) exactly; a finished job rerun fits nothing."""
+    from paperflow.credal_dro import heads
+
+    cases = {seed: _text_case(seed) for seed in (0, 1)}
+    splits, bulks = {s: c[0] for s, c in cases.items()}, {str(s): c[1] for s, c in cases.items()}
+    train = {"epochs": 25, "lr": 0.05, "weight_decay": 0.01, "group_step": 0.5, "engine": "loop"}
+    cfg = {"methods": {"lv_group": [0.1, 0.3]}, "train": train}
+
+    def run(journal):
+        doc = heads.train_text("lv_group", splits, bulks, cfg, [0, 1], tmp_path, None, {}, journal=journal)
+        return {seed: {k: v for k, v in s.items() if k != "runtime_s"} for seed, s in doc["seeds"].items()}
+
+    clean = run(None)
+    fit, calls = heads.train_head, []
+
+    def dies_in_fit_3(*args):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise RuntimeError("killed")
+        return fit(*args)
+
+    monkeypatch.setattr(heads, "train_head", dies_in_fit_3)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(tmp_path / "fits.jsonl")
+    calls.clear()
+    monkeypatch.setattr(heads, "train_head", lambda *a: (calls.append(a[1]), fit(*a))[1])
+    assert json.dumps(run(tmp_path / "fits.jsonl")) == json.dumps(clean)
+    assert calls == [0.1, 0.3]  # seed 1's two fits; seed 0's came from the journal
+    calls.clear()
+    assert json.dumps(run(tmp_path / "fits.jsonl")) == json.dumps(clean) and calls == []
 
 
 @pytest.mark.slow

@@ -317,7 +317,9 @@ def digits_files(tmp_path_factory):
     return cfg, tmp
 
 
-def train_with(engine: str, digits_files, out_dir, seeds=(0, 1), parts=None, method="dpsgd", **train):
+def train_with(
+    engine: str, digits_files, out_dir, seeds=(0, 1), parts=None, method="dpsgd", checkpoint_dir=None, **train
+):
     """train_run on 3 rounds of the digits on the CPU; seed s on the IID partition of parts.get(s, s)."""
     from paperflow.decfus.training import train_run
 
@@ -339,6 +341,7 @@ def train_with(engine: str, digits_files, out_dir, seeds=(0, 1), parts=None, met
         run_dir=out_dir / "logs",
         wandb=None,
         tags={"paper": "decfus"},
+        checkpoint_dir=checkpoint_dir,
     )
     ckpt = torch.load(out["checkpoint"], weights_only=False)
     return info, pd.read_csv(out["curves"]), pd.read_csv(out["clients"]), ckpt
@@ -371,6 +374,42 @@ def test_loop_and_lightning_engines_train_the_same_models(tmp_path, digits_files
     fewer = train_with("lightning", digits_files, tmp_path / "rounds", seeds=(1,), rounds=2, backend=backend)[3]
     for other in (seed2["states"][2], fewer["states"][1]):
         assert not torch.equal(other["0.weight"], ckpt["states"][1]["0.weight"])
+
+
+@pytest.mark.parametrize("engine", ["loop", "lightning"])
+def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_run(tmp_path, digits_files, one_thread, monkeypatch, engine):
+    """decfus_train hands each seed's run a folder under the job's checkpoint_dir(): DecFus killed in round 4 of 6
+    (saving every round here; every 30 min in a job) and rerun ends with the uninterrupted run's client states,
+    curves and client rows (thresholds, detectors, batch-plan and fusion generators restored with the states); a
+    finished run rerun simulates no round. Both engines."""
+    import functools
+
+    from paperflow.decfus import simulation, training
+
+    monkeypatch.setattr(training, "simulate", functools.partial(simulation.simulate, checkpoint_every_s=0.0))
+    kwargs = {"seeds": (0,), "method": "decfus", "rounds": 6, "test_round": 1}
+    clean = train_with(engine, digits_files, tmp_path / "clean", **kwargs)
+    local_round, calls = simulation.local_round, []
+
+    def dies_in_round_4(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("killed")
+        return local_round(*args)
+
+    monkeypatch.setattr(simulation, "local_round", dies_in_round_4)
+    with pytest.raises(RuntimeError, match="killed"):
+        train_with(engine, digits_files, tmp_path / "run", checkpoint_dir=tmp_path / "ckpt", **kwargs)
+    monkeypatch.setattr(simulation, "local_round", local_round)
+    resumed = train_with(engine, digits_files, tmp_path / "run", checkpoint_dir=tmp_path / "ckpt", **kwargs)
+    monkeypatch.setattr(simulation, "local_round", lambda *a: pytest.fail("a finished run simulated a round"))
+    reloaded = train_with(engine, digits_files, tmp_path / "run", checkpoint_dir=tmp_path / "ckpt", **kwargs)
+    for _, curves, clients, ckpt in (resumed, reloaded):
+        for k, v in clean[3]["states"][0].items():
+            assert torch.equal(v, ckpt["states"][0][k]), k
+        pd.testing.assert_frame_equal(curves, clean[1], check_exact=True)
+        pd.testing.assert_frame_equal(clients, clean[2], check_exact=True)
+    assert clean[2].theta.nunique() > 1  # the thresholds moved: their restore is tested
 
 
 def test_an_unknown_engine_is_refused_by_name(tmp_path, digits_files, repo_copy):

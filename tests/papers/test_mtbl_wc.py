@@ -10,10 +10,11 @@ import torch
 
 from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
+from paperflow.core.training import make_fabric
 from paperflow.mtbl_wc import data, fronts
-from paperflow.mtbl_wc.algorithm import make_fabric, run
+from paperflow.mtbl_wc.algorithm import run
 from paperflow.mtbl_wc.claims import metrics_table, summary_table
-from paperflow.mtbl_wc.experiment import angle_to_ray, build_problem, hypervolume_2d, train
+from paperflow.mtbl_wc.experiment import PRECISION, angle_to_ray, build_problem, hypervolume_2d, train
 from paperflow.mtbl_wc.kkt import kkt_measure
 from paperflow.mtbl_wc.prepare import preference_matrix
 from paperflow.mtbl_wc.problems import QuadraticECMO, constraint_autograd, penalty_grad_autograd
@@ -453,7 +454,7 @@ def test_fabric_run_reproduces_the_plain_loop_and_logs_every_evaluation(method, 
 
     inst, exact = quadratic(0)
     solver = SOLVER | {"steps": 300, "eval_every": 100}
-    fabric = make_fabric(make_loggers(tmp_path, "seed0", None, {}))
+    fabric = make_fabric(make_loggers(tmp_path, "seed0", None, {}), precision=PRECISION)
     problem = build_problem("quadratic", inst, fabric.device)
     z0 = np.tile(np.random.default_rng(0).normal(size=problem.dim_x + problem.dim_y), (len(PREFS), 1))
     res = run(problem, method, PREFS, z0, exact["ideal"], solver, 0, fabric)
@@ -468,6 +469,49 @@ def test_fabric_run_reproduces_the_plain_loop_and_logs_every_evaluation(method, 
         mine = res.history[res.history.pref == i]
         np.testing.assert_allclose(logged[f"pref{i}/K"], mine.K, rtol=1e-12)
         np.testing.assert_allclose(logged[f"pref{i}/h_norm"], mine.h_norm, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["wc_sto", "wc"])
+def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_run(method, tmp_path, monkeypatch):
+    """mtbl_wc_train hands each run a folder under the job's checkpoint_dir(): a run killed after its second
+    evaluation (saving at every evaluation here; every 30 min in a job) and rerun ends with the uninterrupted run's
+    best and final iterates and history (wc_sto's noise generator restored with them); a finished run rerun takes
+    no step; the Fabric's fresh log has every evaluation."""
+    from paperflow.core.training import make_loggers
+    from paperflow.mtbl_wc import algorithm
+
+    inst, exact = quadratic(0)
+    solver = SOLVER | {"steps": 300, "eval_every": 100}
+
+    def go(folder, name="run"):
+        fabric = make_fabric(make_loggers(tmp_path, name, None, {}), precision=PRECISION)
+        problem = build_problem("quadratic", inst, fabric.device)
+        z = np.tile(np.random.default_rng(0).normal(size=problem.dim_x + problem.dim_y), (len(PREFS), 1))
+        return algorithm.run(
+            problem, method, PREFS, z, exact["ideal"], solver, 0, fabric, checkpoint_dir=folder, checkpoint_every_s=0.0
+        )
+
+    clean = go(None, "clean")
+    weights, calls = algorithm.ul_weights, []
+
+    def dies_at_step_250(*args):
+        calls.append(1)
+        if len(calls) == 250:
+            raise RuntimeError("killed")
+        return weights(*args)
+
+    monkeypatch.setattr(algorithm, "ul_weights", dies_at_step_250)
+    with pytest.raises(RuntimeError, match="killed"):
+        go(tmp_path / "ckpt")
+    monkeypatch.setattr(algorithm, "ul_weights", weights)
+    resumed = go(tmp_path / "ckpt")
+    monkeypatch.setattr(algorithm, "ul_weights", lambda *a: pytest.fail("a finished run took a step"))
+    reloaded = go(tmp_path / "ckpt", "reloaded")
+    for res in (resumed, reloaded):
+        np.testing.assert_array_equal(res.z_best, clean.z_best)
+        np.testing.assert_array_equal(res.z_final, clean.z_final)
+        pd.testing.assert_frame_equal(res.history, clean.history, check_dtype=False)
+    assert pd.read_csv(tmp_path / "csv" / "reloaded" / "metrics.csv").step.tolist() == [0, 100, 200, 300]
 
 
 def test_train_logs_each_seed_to_its_own_csv_and_rejects_unknown_solver_keys(tmp_path):

@@ -55,10 +55,6 @@ UKA_SEED = (
 )
 # The same rule and script run at smoke and cpu scale, so wiring changes code whose cpu/smoke results are on record
 # (`paperflow record write` refuses: checked on ph_vae_train's script).
-FABRIC = (
-    "a Lightning Fabric loop (the paper's own; core.training.make_fabric) that keeps no mid-run state yet: wiring it "
-    "means saving the loop's state with LoopCheckpoint every 30 min"
-)
 SHARED = "job script shared with smoke/cpu: wiring it needs a cpu rerun"
 OTHERS = "not wired yet: the paper is being edited by others (its scripts are theirs to wire)"
 NOT_WIRED: dict[str, tuple[int, str]] = {
@@ -67,12 +63,8 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     # credal_dro
     "credal_dro_embed": (43, SHARED),
     "credal_dro_train": (43, SHARED),
-    "credal_dro_train_text": (43, FABRIC),
     # decfus
     "decfus_evaluate": (43, SHARED),
-    "decfus_train": (43, FABRIC),
-    # dro_flow
-    "dro_flow_train": (43, FABRIC),
     # doubt
     "doubt_download": (43, OTHERS),
     "doubt_download_judge": (43, OTHERS),
@@ -111,8 +103,6 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     # lozo_plus
     "lozo_plus_train": (43, LOZO_ZO),
     "lozo_plus_train_node": (43, LOZO_ZO),
-    # mtbl_wc
-    "mtbl_wc_train_cleaning": (43, FABRIC),
     # promptscale
     "promptscale_annotate": (43, OTHERS),
     "promptscale_code_rollouts": (43, OTHERS),

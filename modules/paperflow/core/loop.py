@@ -99,6 +99,20 @@ class LoopCheckpoint:
         self.timer.saved()
 
 
+class GeneratorState:
+    """A private `torch.Generator` (a loop's shuffles or sampler draws) as an object `LoopCheckpoint` saves: the
+    global generators are in every checkpoint, a loop's own are not unless it lists them."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"state": self.generator.get_state()}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.generator.set_state(state["state"])
+
+
 def run_loop(
     step: Callable[[int], StepOutput],
     optimizer: torch.optim.Optimizer | None,

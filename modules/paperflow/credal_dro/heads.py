@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from paperflow.core.loop import run_loop
+from paperflow.core.resume import RowJournal, row_journal
 from paperflow.credal_dro.tables import features
 from paperflow.credal_dro.text import slice_accuracy
 
@@ -134,10 +135,28 @@ def train_text(
     run_dir: str | Path | None = None,
     wandb: Mapping[str, Any] | None = None,
     tags: dict[str, str] | None = None,
+    journal: str | Path | None = None,
 ) -> dict:
     """Every grid value per seed; the chosen one has the best worst-slice accuracy on the select split.
     With `train.engine: lightning`, one Fabric per seed drives that seed's fits, logging to
-    run_dir/csv/seed<seed>/metrics.csv (and wandb when enabled)."""
+    run_dir/csv/seed<seed>/metrics.csv (and wandb when enabled). Each finished fit is a row of the `journal`
+    (a file in the job's checkpoint folder; a scratch file when None): a rerun of a killed job takes the finished
+    fits from it and fits only the rest (each fit seeds itself, so the others do not depend on them)."""
+    with row_journal(journal) as rows:
+        return _train_text(method, splits, bulks, cfg, seeds, run_dir, wandb, tags, rows)
+
+
+def _train_text(
+    method: str,
+    splits: Mapping[int, Mapping[str, Any]],
+    bulks: Mapping[str, dict],
+    cfg: Mapping[str, Any],
+    seeds: list[int],
+    run_dir: str | Path | None,
+    wandb: Mapping[str, Any] | None,
+    tags: dict[str, str] | None,
+    journal: RowJournal,
+) -> dict:
     grid = list(cfg["methods"][method])
     engine = cfg["train"]["engine"]
     out = {"experiment": "text", "method": method, "grid": grid, "seeds": {}}
@@ -153,29 +172,34 @@ def train_text(
             fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}))
         fits = []
         for k, value in enumerate(grid):
-            theta, theta0 = train_head(
-                method,
-                value,
-                features(fit),
-                fit["label"].to_numpy(),
-                fit["group"].to_numpy(),
-                bulks[str(seed)] if method == "lv_group" else None,
-                cfg["train"],
-                seed,
-                fabric,
-                k * cfg["train"]["epochs"],
-            )
-            acc = slice_accuracy(
-                features(select) @ theta + theta0, select["label"].to_numpy(), select["group"].to_numpy()
-            )
-            fits.append(
-                {
-                    "param": float(value),
-                    "theta": theta.tolist(),
-                    "theta0": theta0,
-                    "select_worst_acc": acc["worst_slice_acc"],
-                }
-            )
+            row_id = f"seed{seed}/grid{k}"
+            if row_id not in journal:
+                theta, theta0 = train_head(
+                    method,
+                    value,
+                    features(fit),
+                    fit["label"].to_numpy(),
+                    fit["group"].to_numpy(),
+                    bulks[str(seed)] if method == "lv_group" else None,
+                    cfg["train"],
+                    seed,
+                    fabric,
+                    k * cfg["train"]["epochs"],
+                )
+                acc = slice_accuracy(
+                    features(select) @ theta + theta0, select["label"].to_numpy(), select["group"].to_numpy()
+                )
+                journal.append(
+                    {
+                        "id": row_id,
+                        "param": float(value),
+                        "theta": theta.tolist(),
+                        "theta0": theta0,
+                        "select_worst_acc": acc["worst_slice_acc"],
+                    }
+                )
+            (row,) = journal.complete([row_id])  # the fit as the journal holds it, fresh or from before a kill
+            fits.append({key: row[key] for key in ("param", "theta", "theta0", "select_worst_acc")})
         if fabric is not None:
             from paperflow.core.training import finish_fabric
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,8 @@ import torch
 from tqdm import tqdm
 
 from paperflow.core.config import reject_unknown
+from paperflow.core.loop import LoopCheckpoint
+from paperflow.core.resume import EVERY_S
 from paperflow.decfus.clients import batch_plan, local_losses, local_round, make_clients, stack_states, test_metrics
 from paperflow.decfus.fusion import States, consensus_distance, round_fusion
 from paperflow.decfus.nets import build_network
@@ -62,6 +65,59 @@ class RunResult:
     states: States  # the clients' models after the last fusion
 
 
+class RunState:
+    """What a run carries from round to round, as an object `LoopCheckpoint` saves (tensors, numbers and lists, so
+    the checkpoint loads with torch's weights_only): the clients' stacked states, their thresholds θ_i, the
+    stability detectors, the batch-plan and fusion generators, and the curves and client rows so far. The lists and
+    detectors are the loop's own objects, restored in place; `states` is rebound each round."""
+
+    def __init__(
+        self,
+        states: States,
+        thetas: list[float],
+        detectors: list[StabilityDetector],
+        plan_rng: np.random.Generator,
+        fusion_rng: np.random.Generator,
+        curves: list[dict[str, Any]],
+        rows: list[dict[str, Any]],
+    ) -> None:
+        self.states, self.thetas, self.detectors = states, thetas, detectors
+        self.plan_rng, self.fusion_rng, self.curves, self.rows = plan_rng, fusion_rng, curves, rows
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "states": {k: v.detach().cpu() for k, v in self.states.items()},
+            "thetas": list(self.thetas),
+            "detectors": [
+                {
+                    "history": list(d.history),
+                    "reference_values": list(d.reference_values),
+                    "reference": d.reference,
+                    "stable_step": d.stable_step,
+                }
+                for d in self.detectors
+            ],
+            "plan_rng": self.plan_rng.bit_generator.state,
+            "fusion_rng": self.fusion_rng.bit_generator.state,
+            "curves": list(self.curves),
+            "rows": list(self.rows),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        device = next(iter(self.states.values())).device
+        self.states = {k: v.to(device) for k, v in state["states"].items()}
+        self.thetas[:] = state["thetas"]
+        for detector, saved in zip(self.detectors, state["detectors"], strict=True):
+            detector.history.clear()
+            detector.history.extend(saved["history"])
+            detector.reference_values[:] = saved["reference_values"]
+            detector.reference, detector.stable_step = saved["reference"], saved["stable_step"]
+        self.plan_rng.bit_generator.state = state["plan_rng"]
+        self.fusion_rng.bit_generator.state = state["fusion_rng"]
+        self.curves[:] = state["curves"]
+        self.rows[:] = state["rows"]
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,11 +145,15 @@ def simulate(
     seed: int,
     progress: bool = False,
     fabric: Fabric | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float = EVERY_S,
 ) -> RunResult:
     """Run `method` for train["rounds"] rounds from one shared initialisation (seeded by `seed`);
     `model`, `train` and `decfus` are the config blocks of those names. With `fabric` (train.engine: lightning,
     paperflow.decfus.lightning) the same loop runs on the Fabric's device, its gradients come from fabric.backward
-    and the evaluated rounds are logged to its loggers as seed<seed>/<column>."""
+    and the evaluated rounds are logged to its loggers as seed<seed>/<column>. With `checkpoint_dir` (this run's
+    folder under the job's checkpoint_dir()) the run's state (`RunState`) is saved there after a round every
+    `checkpoint_every_s` at most and after the last, and a rerun continues from it (a finished run is loaded)."""
     reject_unknown(model, MODEL_KEYS, "decfus model")
     reject_unknown(train, TRAIN_KEYS, "decfus train")
     reject_unknown(decfus, DECFUS_KEYS, "decfus decfus")
@@ -120,7 +180,17 @@ def simulate(
     detectors = make_detectors(m, rounds, test_round, decfus)
     gossip = metropolis_mixing(neighbours) if method == "dpsgd" else None
     curves, rows = [], []
-    for r in tqdm(range(rounds), desc=f"{method} seed {seed}", disable=not progress, mininterval=5):
+    run = RunState(states, thetas, detectors, plan_rng, fusion_rng, curves, rows)
+    start, checkpoint = 0, None
+    if checkpoint_dir is not None:
+        checkpoint = LoopCheckpoint(checkpoint_dir, {"run": run}, checkpoint_every_s)
+        start, _ = checkpoint.restore()
+        states = run.states
+        if fabric is not None:  # a fresh log has every evaluated round
+            for row in curves:
+                fabric.log_dict({f"seed{seed}/{k}": v for k, v in row.items() if k != "round"}, step=int(row["round"]))
+    rounds_left = range(start, rounds)
+    for r in tqdm(rounds_left, desc=f"{method} seed {seed}", disable=not progress, mininterval=5, initial=start):
         plan = batch_plan(parts, train["batch_size"], train["local_epochs"], plan_rng, device)
         states = local_round(clients, states, xtr, ytr, plan, train["lr"], train["momentum"], gossip, grad)
         evaluated = r % test_round == 0 or r == rounds - 1
@@ -172,4 +242,10 @@ def simulate(
             )
         if evaluated and r % max(1, rounds // 10) == 0:
             log.info("%s seed %d round %d: test acc %.4f", method, seed, r, curves[-1]["test_acc"])
+        if checkpoint is not None:
+            run.states = states
+            checkpoint.step_done(r, [])
+    if checkpoint is not None and start < rounds:
+        run.states = states
+        checkpoint.save(rounds, [])  # a rerun of the job loads this seed's run instead of simulating it again
     return RunResult(pd.DataFrame(curves), pd.DataFrame(rows), {k: v.cpu() for k, v in states.items()})

@@ -44,11 +44,13 @@ def train_run(
     run_dir: str | Path | None = None,
     wandb: Mapping[str, Any] | None = None,
     tags: dict[str, str] | None = None,
+    checkpoint_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run `method` once per seed (seed s on the clients of partition_files[s]); write the curves and
     per-client logs of all seeds (column `seed`) and one checkpoint with every seed's final states.
     train["engine"]: `loop` (the plain torch loop) or `lightning` (the same loop under Lightning Fabric,
-    paperflow.decfus.lightning, logging to run_dir/csv/<method> and wandb when enabled)."""
+    paperflow.decfus.lightning, logging to run_dir/csv/<method> and wandb when enabled). `checkpoint_dir`: the
+    job's checkpoint folder, where each seed's run saves its state (checkpoint_dir/seed<s>) and resumes from."""
     engine = train["engine"]
     if engine == "loop":
         fabric = None
@@ -86,6 +88,7 @@ def train_run(
             seed=seed,
             progress=sys.stderr.isatty(),
             fabric=fabric,
+            checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir) / f"seed{seed}",
         )
         walls[seed] = round(time.perf_counter() - t0, 3)
         curves.append(result.curves.assign(seed=seed))

@@ -9,7 +9,8 @@ generator for shuffling and the samplers (their draws move to the device), so on
 bit for bit. Precision "32-true" converts nothing: the models keep their own dtype (float64 least squares,
 float32 classifiers), as in the plain loop.
 
-No checkpoint: the plain loop keeps none (a fit is minutes; the job saves every seed's weights at its end).
+With the job's checkpoint folder the loop's state (model, optimiser, generators, the rows so far) is saved as the plain
+loop saves it (`training.loop_checkpoint`), and a rerun continues from it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from torch import nn
 from paperflow.core.training import finish_fabric, make_fabric, make_loggers
 from paperflow.dro_flow.problems import Problem
 from paperflow.dro_flow.samplers import SamplerConfig
-from paperflow.dro_flow.training import optimizer, run_epochs
+from paperflow.dro_flow.training import loop_checkpoint, optimizer, run_epochs
 
 
 def fit_fabric(
@@ -39,6 +40,7 @@ def fit_fabric(
     run_dir: str | Path | None,
     wandb: Mapping[str, Any] | None,
     tags: dict[str, str],
+    resume: tuple[Path, float] | None = None,
 ) -> tuple[nn.Module, pd.DataFrame]:
     """`model` (built by `problem.build(seed)`) trained by `run_epochs` under Fabric; returns it on the CPU and
     the history. Each epoch's row goes to run_dir/csv/seed<seed>/metrics.csv (no loggers when run_dir is None)."""
@@ -66,6 +68,7 @@ def fit_fabric(
         backward=fabric.backward,
         device=fabric.device,
         on_epoch=log_row,
+        checkpoint=loop_checkpoint(resume, wrapped, opt, gen),
     )
     finish_fabric(fabric)
     return wrapped.module.to("cpu"), history

@@ -30,6 +30,8 @@ from torch import nn
 from tqdm import tqdm
 
 from paperflow.core.config import reject_unknown, require_keys
+from paperflow.core.loop import GeneratorState, LoopCheckpoint
+from paperflow.core.resume import EVERY_S
 from paperflow.dro_flow.problems import Problem
 from paperflow.dro_flow.samplers import SAMPLERS, SamplerConfig
 
@@ -64,6 +66,12 @@ class PlainSGD:
         for p in self.params:
             if p.grad is not None:
                 p.add_(p.grad, alpha=-self.lr)
+
+    def state_dict(self) -> dict[str, Any]:  # no state: plain SGD (for LoopCheckpoint)
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
 
 
 def optimizer(model: nn.Module, train: dict[str, Any]) -> PlainSGD | torch.optim.Optimizer:
@@ -100,10 +108,14 @@ def fit(
     run_dir: str | Path | None = None,
     wandb: Mapping[str, Any] | None = None,
     tags: dict[str, str] | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float = EVERY_S,
 ) -> tuple[nn.Module, pd.DataFrame]:
     """Train one model with `train["engine"]`; returns it (on the CPU) and its per-epoch history (mean outer
     loss, sampler diagnostics). The lightning engine (Fabric) logs each epoch to run_dir/csv/seed<seed>/metrics.csv
-    (nothing when run_dir is None) and to wandb when `wandb` enables it; the loop engine logs nothing."""
+    (nothing when run_dir is None) and to wandb when `wandb` enables it; the loop engine logs nothing.
+    With `checkpoint_dir` (this fit's folder under the job's checkpoint_dir()), either engine saves the loop's
+    state there every `checkpoint_every_s` at most and at the end, and a rerun continues from it (`run_epochs`)."""
     engine = train["engine"]
     if engine not in ENGINES:
         raise ValueError(f"train.engine = {engine!r}: not one of {ENGINES}")
@@ -115,11 +127,26 @@ def fit(
         with torch.no_grad():
             value = float(problem.loss(model, problem.x[:, None, :], problem.y).mean())
         return model, pd.DataFrame([{"epoch": 0, "loss": value, "seconds": 0.0}])
+    resume = None if checkpoint_dir is None else (Path(checkpoint_dir), checkpoint_every_s)
     if engine == "loop":
-        return model, run_epochs(problem, model, optimizer(model, train), method, cfg, train, seed, gen)
+        opt = optimizer(model, train)
+        return model, run_epochs(
+            problem, model, opt, method, cfg, train, seed, gen, checkpoint=loop_checkpoint(resume, model, opt, gen)
+        )
     from paperflow.dro_flow.fabric import fit_fabric
 
-    return fit_fabric(problem, model, method, cfg, train, seed, gen, run_dir, wandb, tags or {})
+    return fit_fabric(problem, model, method, cfg, train, seed, gen, run_dir, wandb, tags or {}, resume)
+
+
+def loop_checkpoint(
+    resume: tuple[Path, float] | None, model: nn.Module, opt: Any, gen: torch.Generator
+) -> LoopCheckpoint | None:
+    """What a fit saves to resume (None: nothing): the model, the optimiser, the shuffles' and samplers'
+    generator (and, as every LoopCheckpoint, the global generators and the epoch rows so far)."""
+    if resume is None:
+        return None
+    folder, every_s = resume
+    return LoopCheckpoint(folder, {"model": model, "optimizer": opt, "gen": GeneratorState(gen)}, every_s)
 
 
 def run_epochs(
@@ -134,13 +161,23 @@ def run_epochs(
     backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
     device: torch.device | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    checkpoint: LoopCheckpoint | None = None,
 ) -> pd.DataFrame:
     """The loop body both engines run. The engine gives `backward` (plain: Tensor.backward), the `device`
     the minibatches move to (None: they stay where the data are, the CPU) and `on_epoch` (each epoch's row,
-    for its loggers). Shuffling and the samplers draw from the CPU generator `gen` on every device."""
+    for its loggers). Shuffling and the samplers draw from the CPU generator `gen` on every device.
+    `checkpoint` (`loop_checkpoint`): the epochs it holds are restored (their rows given to `on_epoch` again, so
+    a fresh log is whole), each later epoch may save, and the last one does."""
     grad_scale = 1.0 if cfg is None else cfg.grad_scale
     n, rows = len(problem.x), []
-    for epoch in tqdm(range(train["epochs"]), desc=f"{method} seed {seed}", disable=None, mininterval=5):
+    start = 0
+    if checkpoint is not None:
+        start, rows = checkpoint.restore()
+        for row in rows:
+            if on_epoch is not None:
+                on_epoch(row)
+    epochs = range(start, train["epochs"])
+    for epoch in tqdm(epochs, desc=f"{method} seed {seed}", disable=None, mininterval=5, initial=start):
         t0, losses, infos = time.perf_counter(), [], []
         order = torch.randperm(n, generator=gen) if train["shuffle"] else torch.arange(n)
         for start in range(0, n, train["batch_size"]):
@@ -163,4 +200,8 @@ def run_epochs(
             on_epoch(row)
         if not math.isfinite(row["loss"]):
             raise FloatingPointError(f"{method} seed {seed}: non-finite training loss at epoch {epoch}")
+        if checkpoint is not None:
+            checkpoint.step_done(epoch, rows)
+    if checkpoint is not None and start < train["epochs"]:
+        checkpoint.save(train["epochs"], rows)  # a rerun of the job loads this seed's fit instead of refitting
     return pd.DataFrame(rows)

@@ -9,7 +9,8 @@ One loop serves every method; only the weights on the UL gradients differ:
 and the update is z <- z - eta_t * scale * (sum_s w_s grad f_s + rho_t J_h^T h), with
 rho_t = min(rho_max, rho_0 (1 + t / ramp)) and eta_t = eta_0 / (L_f + rho_t L_h).
 The returned point is the best iterate by the KKT measure K, evaluated every `eval_every` steps.
-The loop is the paper's own, so Lightning Fabric drives it (CONVENTIONS §6): the device is the Fabric's, and every
+The loop is the paper's own, so Lightning Fabric drives it (CONVENTIONS §6; `paperflow.core.training.make_fabric`,
+float64): the device is the Fabric's, and every
 evaluation is logged through its loggers (CSV always; wandb when enabled).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,8 @@ import torch
 from lightning_fabric import Fabric
 from tqdm import tqdm
 
+from paperflow.core.loop import LoopCheckpoint
+from paperflow.core.resume import EVERY_S
 from paperflow.mtbl_wc.kkt import kkt_measure
 from paperflow.mtbl_wc.problems import Problem, penalty_grad_autograd
 from paperflow.mtbl_wc.qp import min_norm_weights
@@ -85,9 +89,29 @@ class RunResult:
     history: pd.DataFrame
 
 
-def make_fabric(loggers: list | None = None) -> Fabric:
-    """The Fabric that drives a run: one device (`auto`: a GPU where the job has one), float64 throughout."""
-    return Fabric(accelerator="auto", devices=1, precision="64-true", loggers=loggers or [])
+class RunState:
+    """What a run carries from step to step, as an object `LoopCheckpoint` saves: the iterates z and the best ones
+    with their K, the noise generator (wc_sto) and the history rows so far; restored in place into the run's own
+    tensors, array and list. A checkpoint is taken right after an evaluation, so every state is saved whole."""
+
+    def __init__(self, z: torch.Tensor, z_best: torch.Tensor, best_k: np.ndarray, gen: torch.Generator, rows: list):
+        self.z, self.z_best, self.best_k, self.gen, self.rows = z, z_best, best_k, gen, rows
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "z": self.z.detach().cpu(),
+            "z_best": self.z_best.detach().cpu(),
+            "best_k": torch.from_numpy(self.best_k.copy()),
+            "gen": self.gen.get_state(),
+            "rows": [{k: float(v) if k not in ("step", "pref") else int(v) for k, v in r.items()} for r in self.rows],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.z.copy_(state["z"])
+        self.z_best.copy_(state["z_best"])
+        self.best_k[:] = state["best_k"].numpy()
+        self.gen.set_state(state["gen"])
+        self.rows[:] = state["rows"]
 
 
 def run(
@@ -100,11 +124,15 @@ def run(
     seed: int,
     fabric: Fabric | None = None,
     labels: list[str] | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float = EVERY_S,
 ) -> RunResult:
     """Run `method` from z0 (B, d) for every preference row of prefs (B, S) on the problem's device; returns
     best/final iterates and the history (K, its parts, f, ||h|| per evaluation step and row), which is also
     logged through `fabric`'s loggers (none when fabric is None) under each row's label (default pref<row>).
-    f_ref is one reference point (S,) or one per row (B, S)."""
+    f_ref is one reference point (S,) or one per row (B, S). With `checkpoint_dir` (this run's folder under the
+    job's checkpoint_dir()) the run's state (`RunState`) is saved there after an evaluation step every
+    `checkpoint_every_s` at most and at the end, and a rerun continues from it (a finished run is loaded)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     device = _device_of(problem)
@@ -150,8 +178,19 @@ def run(
                 step=t,
             )
 
-    record(0)
-    for t in tqdm(range(steps), desc=f"{method}", mininterval=5.0, disable=None):
+    state = RunState(z, z_best, best_k, gen, rows)
+    checkpoint = None if checkpoint_dir is None else LoopCheckpoint(checkpoint_dir, {"run": state}, checkpoint_every_s)
+    start, _ = (0, []) if checkpoint is None else checkpoint.restore()
+    if start == 0:
+        record(0)
+    elif fabric is not None:  # a fresh log has every evaluation
+        for t, group in pd.DataFrame(rows).groupby("step", sort=True):
+            fabric.log_dict(
+                {f"{names[int(r.pref)]}/{key}": float(r[key]) for _, r in group.iterrows() for key in r.index
+                 if key not in ("step", "pref")},
+                step=int(t),
+            )  # fmt: skip
+    for t in tqdm(range(start, steps), desc=f"{method}", mininterval=5.0, disable=None, initial=start):
         with torch.no_grad():
             f = problem.objectives(z)
             grads = problem.objective_grads(z)
@@ -166,6 +205,10 @@ def run(
             z -= step_size(t, rho, smooth, cfg, stochastic) * scale * direction
         if (t + 1) % cfg["eval_every"] == 0 or t + 1 == steps:
             record(t + 1)
+            if checkpoint is not None:
+                checkpoint.step_done(t, [])
+    if checkpoint is not None and start < steps:
+        checkpoint.save(steps, [])  # a rerun of the job loads this run instead of running it again
     log.info("%s: %d steps, best K per preference %s", method, steps, np.array2string(best_k, precision=3))
     if fabric is not None:
         for logger in fabric.loggers:

@@ -12,10 +12,12 @@ import pandas as pd
 import torch
 
 from paperflow.core.config import reject_unknown
-from paperflow.core.training import make_loggers
+from paperflow.core.training import make_fabric, make_loggers
 from paperflow.mtbl_wc import data
-from paperflow.mtbl_wc.algorithm import RunResult, make_fabric, measure, run
+from paperflow.mtbl_wc.algorithm import RunResult, measure, run
 from paperflow.mtbl_wc.problems import ConcaveECMO, HyperCleaning, Problem, QuadraticECMO, as_tensor
+
+PRECISION = "64-true"  # the Fabric's: the problems and the loop are float64 throughout
 
 
 def build_problem(kind: str, inst: dict[str, np.ndarray], dev: torch.device | str = "cpu") -> Problem:
@@ -75,28 +77,39 @@ def train(
     run_dir: str | Path,
     wandb: Mapping[str, Any] | None = None,
     tags: dict[str, str] | None = None,
+    checkpoint_dir: str | Path | None = None,
 ) -> dict[int, RunResult]:
     """Every seed's run ({seed: instance}) of one method under Lightning Fabric, its evaluations logged to
     run_dir/csv/<name>/metrics.csv (and wandb when enabled). The concave instances of all seeds run as one stacked
     tensor program (one row per seed and preference, name `seeds`; the rows do not interact), every other kind
-    seed by seed (name `seed<seed>`)."""
+    seed by seed (name `seed<seed>`). `checkpoint_dir`: the job's checkpoint folder, where each run saves its state
+    (checkpoint_dir/<name>) and resumes from."""
     reject_unknown(solver, SOLVER_KEYS, "mtbl_wc solver")
+
+    def folder(name: str) -> Path | None:
+        return None if checkpoint_dir is None else Path(checkpoint_dir) / name
+
     if kind == "concave":
-        return _train_stacked(method, insts, solver, make_loggers(run_dir, "seeds", wandb, tags or {}))
+        return _train_stacked(method, insts, solver, make_loggers(run_dir, "seeds", wandb, tags or {}), folder("seeds"))
     runs = {}
     for seed, inst in insts.items():
-        fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}))
+        fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}), precision=PRECISION)
         fabric.seed_everything(seed)
         problem = build_problem(kind, inst, fabric.device)
         z0 = starting_point(kind, problem, inst, len(inst["prefs"]), seed)
-        runs[seed] = run(problem, method, inst["prefs"], z0, reference_point(solver, inst), solver, seed, fabric)
+        f_ref = reference_point(solver, inst)
+        runs[seed] = run(
+            problem, method, inst["prefs"], z0, f_ref, solver, seed, fabric, checkpoint_dir=folder(f"seed{seed}")
+        )
     return runs
 
 
-def _train_stacked(method: str, insts: Mapping[int, dict], solver: dict[str, Any], loggers: list) -> dict:
+def _train_stacked(
+    method: str, insts: Mapping[int, dict], solver: dict[str, Any], loggers: list, checkpoint_dir: Path | None
+) -> dict:
     seeds = list(insts)
     n_prefs = len(insts[seeds[0]]["prefs"])
-    fabric = make_fabric(loggers)
+    fabric = make_fabric(loggers, precision=PRECISION)
     fabric.seed_everything(seeds[0])
     problem = ConcaveECMO.stack([insts[s] for s in seeds], n_prefs, fabric.device)
     z0 = np.concatenate([starting_point("concave", problem, insts[s], n_prefs, s) for s in seeds])
@@ -110,6 +123,7 @@ def _train_stacked(method: str, insts: Mapping[int, dict], solver: dict[str, Any
         seeds[0],
         fabric,
         labels=[f"seed{s}/pref{i}" for s in seeds for i in range(n_prefs)],
+        checkpoint_dir=checkpoint_dir,
     )
     runs = {}
     for k, seed in enumerate(seeds):

@@ -14,6 +14,7 @@ with snakemake_job(snakemake) as job:
         job.params.run_dir,
         job.params.wandb,
         {"paper": "credal_dro", "rule": job.rule, "method": job.wildcards.method},
+        journal=job.checkpoint_dir() / "fits.jsonl",  # finished (seed, grid value) fits; a rerun fits only the rest
     )
     open(job.output[0], "w").write(json.dumps(doc, indent=1))
     job.note(seeds=job.params.seeds, engine=job.params.cfg["train"]["engine"])

@@ -21,5 +21,6 @@ with snakemake_job(snakemake) as job:
             "dataset": job.wildcards.dataset,
             "partition": job.wildcards.partition,
         },
+        checkpoint_dir=job.checkpoint_dir(),  # each seed's rounds, saved every 30 min; a rerun continues them
     )
     job.note(seeds=seeds, **info)

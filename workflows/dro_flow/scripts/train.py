@@ -21,6 +21,7 @@ with snakemake_job(snakemake) as job:
             job.params.run_dir,
             job.params.wandb,
             tags,
+            checkpoint_dir=job.checkpoint_dir() / f"seed{seed}",  # a rerun continues this seed's fit or loads it
         )
         states[seed] = model.state_dict()
         histories.append(history.assign(dataset=job.wildcards.dataset, method=job.wildcards.method, seed=seed))

@@ -9,7 +9,14 @@ with snakemake_job(snakemake) as job:
     instances = {seed: load_npz(path) for seed, path in sorted(unkey(job.input, "instance", types=(int,)).items())}
     tags = {"paper": "mtbl_wc", "rule": job.rule, "problem": problem, "method": method}
     results = train(
-        job.params.kind, method, instances, dict(job.params.solver), job.params.run_dir, job.params.wandb, tags
+        job.params.kind,
+        method,
+        instances,
+        dict(job.params.solver),
+        job.params.run_dir,
+        job.params.wandb,
+        tags,
+        checkpoint_dir=job.checkpoint_dir(),  # each run's iterates, saved every 30 min; a rerun continues them
     )
     runs, histories = unkey(job.output, "run", types=(int,)), unkey(job.output, "history", types=(int,))
     for seed, result in results.items():
