@@ -282,3 +282,44 @@ def test_uniform_grid_gives_every_path_ulas_step_with_the_schedule():
         assert np.allclose(np.diff(grid.t), 1.0 / 900) and np.allclose(grid.tau, schedule(grid.t, 1.0, 0.99))
     with pytest.raises(ValueError, match="unknown grid 'adaptiv'"):
         build_grid("diffusion", GMM1, 1.0, 0.99, 1.0, 10, grid="adaptiv")
+
+
+def test_an_em_chain_killed_mid_way_resumes_to_the_uninterrupted_chain(tmp_path):
+    """annealed_langevin_train hands each seed's chain a folder under the job's checkpoint_dir(): a chain killed at
+    step 30 of 60 (saving every step here; every 30 min in a job) and rerun keeps the uninterrupted chain's
+    snapshots bit for bit, the generator restored with the particles (a fresh one would redraw the noise); a
+    finished chain rerun takes no step."""
+    gmm = GMM([[-1.0], [2.0]], [[0.5], [0.7]], [0.4, 0.6])
+    times = np.linspace(0.0, 0.6, 61)
+    taus = schedule(times, 1.0, 0.99)
+    base = path_drift("diffusion", gmm)
+    keep = np.array([0, 20, 40, 60])
+
+    def chain(folder, drift=base, seed=3):
+        return run_em(
+            np.zeros((500, 1)), times, taus, drift, np.random.default_rng(seed), keep,
+            checkpoint_dir=folder, checkpoint_every_s=0.0,
+        )  # fmt: skip
+
+    clean = chain(None)
+    calls = []
+
+    def dies_at_step_30(x, tau):
+        calls.append(1)
+        if len(calls) == 31:
+            raise RuntimeError("killed")
+        return base(x, tau)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        chain(tmp_path / "ckpt", dies_at_step_30)
+    resumed = chain(tmp_path / "ckpt")
+    reloaded = chain(tmp_path / "ckpt", lambda x, tau: pytest.fail("a finished chain took a step"))
+    for snaps in (resumed, reloaded):
+        assert sorted(snaps) == [0, 20, 40, 60]
+        for it, x in clean.items():
+            np.testing.assert_array_equal(snaps[it], x)
+    calls.clear()
+    with pytest.raises(RuntimeError, match="killed"):
+        chain(tmp_path / "other", dies_at_step_30)
+    other = chain(tmp_path / "other", seed=4)  # the rerun's generator is the saved one, not the one it was given
+    np.testing.assert_array_equal(other[60], clean[60])

@@ -58,8 +58,6 @@ UKA_SEED = (
 SHARED = "job script shared with smoke/cpu: wiring it needs a cpu rerun"
 OTHERS = "not wired yet: the paper is being edited by others (its scripts are theirs to wire)"
 NOT_WIRED: dict[str, tuple[int, str]] = {
-    # annealed_langevin
-    "annealed_langevin_train": (43, SHARED),
     # credal_dro
     "credal_dro_embed": (43, SHARED),
     "credal_dro_train": (43, SHARED),

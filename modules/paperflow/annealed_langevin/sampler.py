@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from tqdm import tqdm
 
 from paperflow.annealed_langevin.gmm import GMM
 from paperflow.annealed_langevin.paths import schedule, step_constants
+from paperflow.core.loop import LoopCheckpoint
+from paperflow.core.resume import EVERY_S
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +60,57 @@ def run_em(
     rng: np.random.Generator,
     snapshots: np.ndarray | None = None,
     progress: bool = False,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float = EVERY_S,
 ) -> dict[int, np.ndarray]:
     """Iterate EM over the grid (len(times) - 1 steps); return {iteration: particles} at `snapshots`
-    (default: only the last iterate). The drift at step n uses tau_n, the step is t_{n+1} - t_n."""
+    (default: only the last iterate). The drift at step n uses tau_n, the step is t_{n+1} - t_n. With
+    `checkpoint_dir` (this chain's folder under the job's checkpoint_dir()) the chain (`ChainState`) is saved there
+    after a step every `checkpoint_every_s` at most and at the end, and a rerun continues from it."""
     n_steps = len(times) - 1
     keep = set(int(i) for i in (snapshots if snapshots is not None else [n_steps]))
     x = np.array(x0, dtype=np.float64)
     out = {0: x.copy()} if 0 in keep else {}
     h = np.diff(times)
-    for n in tqdm(range(n_steps), disable=not progress, mininterval=5.0, desc="EM"):
+    chain = ChainState(x, out, rng)
+    checkpoint = (
+        None if checkpoint_dir is None else LoopCheckpoint(checkpoint_dir, {"chain": chain}, checkpoint_every_s)
+    )
+    start = 0 if checkpoint is None else checkpoint.restore()[0]
+    x = chain.x
+    for n in tqdm(range(start, n_steps), disable=not progress, mininterval=5.0, desc="EM", initial=start):
         x = x + h[n] * drift(x, float(taus[n])) + np.sqrt(2.0 * h[n]) * rng.standard_normal(x.shape)
         if n + 1 in keep:
             out[n + 1] = x.copy()
+        if checkpoint is not None and checkpoint.timer.due():
+            chain.x = x
+            checkpoint.save(n + 1, [])
+    if checkpoint is not None and start < n_steps:
+        chain.x = x
+        checkpoint.save(n_steps, [])  # a rerun of the job loads this chain instead of running it again
     return out
+
+
+class ChainState:
+    """An EM chain between steps, as an object `LoopCheckpoint` saves: the particles, the snapshots kept so far and
+    the chain's generator (arrays as tensors, so the checkpoint loads with torch's weights_only); the snapshot dict
+    and the generator are the chain's own, restored in place."""
+
+    def __init__(self, x: np.ndarray, snapshots: dict[int, np.ndarray], rng: np.random.Generator) -> None:
+        self.x, self.snapshots, self.rng = x, snapshots, rng
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "x": torch.from_numpy(self.x.copy()),
+            "snapshots": {int(k): torch.from_numpy(v.copy()) for k, v in self.snapshots.items()},
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.x = state["x"].numpy().copy()
+        self.snapshots.clear()
+        self.snapshots.update({int(k): v.numpy().copy() for k, v in state["snapshots"].items()})
+        self.rng.bit_generator.state = state["rng"]
 
 
 def snapshots_frame(snaps: dict[int, np.ndarray], times: np.ndarray, seed: int) -> pd.DataFrame:
@@ -92,15 +135,19 @@ def sample_path(
     seeds: list[int],
     check_every: int,
     progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
 ) -> pd.DataFrame:
-    """All seeds of one (target, path, horizon): particles start at the point x0 (every coordinate)."""
+    """All seeds of one (target, path, horizon): particles start at the point x0 (every coordinate).
+    `checkpoint_dir`: the job's checkpoint folder, where each seed's chain saves (checkpoint_dir/seed<s>) and
+    resumes from."""
     times, taus = grid["t"].to_numpy(), grid["tau"].to_numpy()
     snaps_at = snapshot_iterations(len(times) - 1, check_every)
     frames = []
     for seed in seeds:
         rng = np.random.default_rng(seed)
         start = np.full((n_particles, gmm.dim), float(x0))
-        snaps = run_em(start, times, taus, drift, rng, snaps_at, progress=progress)
+        folder = None if checkpoint_dir is None else Path(checkpoint_dir) / f"seed{seed}"
+        snaps = run_em(start, times, taus, drift, rng, snaps_at, progress=progress, checkpoint_dir=folder)
         frames.append(snapshots_frame(snaps, times, seed))
         log.info("seed %d: %d EM steps to t = %.4g", seed, len(times) - 1, times[-1])
     return pd.concat(frames, ignore_index=True)

@@ -24,6 +24,7 @@ with snakemake_job(snakemake) as job:
         n_particles=job.params.n_particles,
         seeds=job.params.seeds,
         check_every=job.params.check_every,
+        checkpoint_dir=job.checkpoint_dir(),  # each seed's chain, saved every 30 min; a rerun continues it
     )
     write_frame(job.output[0], snaps, {"path": job.wildcards.path, "T": job.wildcards.T, "drift": dict(d)})
     job.note(seeds=job.params.seeds, iterations=len(grid) - 1)
