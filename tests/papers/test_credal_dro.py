@@ -447,6 +447,50 @@ def test_text_fits_killed_mid_job_resume_from_the_journal(tmp_path, monkeypatch)
     assert json.dumps(run(tmp_path / "fits.jsonl")) == json.dumps(clean) and calls == []
 
 
+def test_convex_fits_killed_mid_job_resume_from_the_journal(tmp_path, monkeypatch):
+    """credal_dro_train journals each finished seed in the job's checkpoint folder: a newsvendor LV job killed in its
+    third seed and rerun fits only that seed and writes the uninterrupted job's document (decisions, bulk counts)
+    exactly, as JSON text; a finished job rerun fits nothing."""
+    from paperflow.credal_dro import fitting
+    from paperflow.credal_dro.bulk import calibrate
+
+    cfg = load_paper_config("credal_dro", "smoke")
+    nv_cfg = dict(cfg["newsvendor"]) | {"methods": {"lv": [0.0, 0.1]}}
+    splits, bulks = {}, {}
+    for seed in (0, 1, 2):
+        rng = np.random.default_rng(seed)
+        fit, select = 20 + 4 * rng.standard_t(3, size=(60, 2)), 20 + 4 * rng.standard_t(3, size=(60, 2))
+        splits[seed] = {p: pd.DataFrame(v, columns=["x0", "x1"]) for p, v in (("fit", fit), ("select", select))}
+        bulks[str(seed)] = calibrate(fit, select, [("box", range(2))], 0.25, 0.1, box_quantile=0.75).to_json()
+
+    def untimed(value):  # the document without its timings (runtime_s, central_s, solve_s)
+        if isinstance(value, dict):
+            return {k: untimed(v) for k, v in value.items() if not k.endswith("_s")}
+        return [untimed(v) for v in value] if isinstance(value, list) else value
+
+    def run(journal):
+        doc = fitting.train_convex("newsvendor", "lv", splits, bulks, nv_cfg, cfg["solver"], [0, 1, 2], journal)
+        return json.dumps(untimed(doc))
+
+    clean = run(None)
+    fit_seed, calls = fitting._fit_seed, []
+
+    def dies_in_seed_2(*args):
+        calls.append(args[-1])
+        if args[-1] == 2:
+            raise RuntimeError("killed")
+        return fit_seed(*args)
+
+    monkeypatch.setattr(fitting, "_fit_seed", dies_in_seed_2)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(tmp_path / "seeds.jsonl")
+    calls.clear()
+    monkeypatch.setattr(fitting, "_fit_seed", lambda *a: (calls.append(a[-1]), fit_seed(*a))[1])
+    assert run(tmp_path / "seeds.jsonl") == clean and calls == [2]
+    calls.clear()
+    assert run(tmp_path / "seeds.jsonl") == clean and calls == []
+
+
 @pytest.mark.slow
 def test_regression_diagnostic_measures_every_eps_and_solve_at_tiny():
     spec = importlib.util.spec_from_file_location(

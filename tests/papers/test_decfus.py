@@ -412,6 +412,43 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_run(tmp_path, digits_
     assert clean[2].theta.nunique() > 1  # the thresholds moved: their restore is tested
 
 
+def test_an_evaluation_killed_mid_job_resumes_from_the_journal(tmp_path, digits_files, one_thread, monkeypatch):
+    """decfus_evaluate journals each evaluated training run in the job's checkpoint folder: a job killed in its second
+    run and rerun evaluates only the runs left and returns the uninterrupted job's frame exactly; a finished job
+    rerun evaluates nothing."""
+    from paperflow.decfus import evaluation
+
+    cfg, data = digits_files
+    runs = []
+    for method in ("dpsgd", "decfus"):
+        train_with("loop", digits_files, tmp_path / method, method=method)
+        files = {k: str(tmp_path / method / f) for k, f in (("curves", "curves.csv"), ("clients", "clients.csv"))}
+        runs.append({"method": method, **files, "checkpoint": str(tmp_path / method / "f.pt")})
+
+    def run(journal):
+        return evaluation.evaluate(runs, str(data / "test.parquet"), 2, "batched", 256, "cpu", journal=journal)
+
+    clean = run(None)
+    fused, calls = evaluation.fused_accuracy, []
+
+    def dies_in_run_2(checkpoint, *args):
+        calls.append(checkpoint)
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return fused(checkpoint, *args)
+
+    monkeypatch.setattr(evaluation, "fused_accuracy", dies_in_run_2)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(tmp_path / "runs.jsonl")
+    calls.clear()
+    monkeypatch.setattr(evaluation, "fused_accuracy", lambda c, *a: (calls.append(c), fused(c, *a))[1])
+    pd.testing.assert_frame_equal(run(tmp_path / "runs.jsonl"), clean, check_exact=True)
+    assert calls == [runs[1]["checkpoint"]]
+    calls.clear()
+    pd.testing.assert_frame_equal(run(tmp_path / "runs.jsonl"), clean, check_exact=True)
+    assert calls == [] and len(clean) == 4
+
+
 def test_an_unknown_engine_is_refused_by_name(tmp_path, digits_files, repo_copy):
     import yaml
 

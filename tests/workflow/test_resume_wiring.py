@@ -53,16 +53,14 @@ UKA_SEED = (
     "against one served model, the agent's memory growing); a seed can outlast 30 min, so resuming needs the agent's "
     "memory and generators saved mid-seed (dialogue.py is paper-only: no cpu rerun needed)"
 )
-# The same rule and script run at smoke and cpu scale, so wiring changes code whose cpu/smoke results are on record
-# (`paperflow record write` refuses: checked on ph_vae_train's script).
-SHARED = "job script shared with smoke/cpu: wiring it needs a cpu rerun"
 OTHERS = "not wired yet: the paper is being edited by others (its scripts are theirs to wire)"
 NOT_WIRED: dict[str, tuple[int, str]] = {
     # credal_dro
-    "credal_dro_embed": (43, SHARED),
-    "credal_dro_train": (43, SHARED),
-    # decfus
-    "decfus_evaluate": (43, SHARED),
+    "credal_dro_embed": (
+        43,
+        "encodes every text in one pass (core.lm.encoders): resuming needs the vectors saved in shards as they come "
+        "(a row journal of float vectors would be gigabytes of JSON at paper scale)",
+    ),
     # doubt
     "doubt_download": (43, OTHERS),
     "doubt_download_judge": (43, OTHERS),

@@ -4,13 +4,16 @@ clients' models after the last fusion (re-scored from the checkpoints)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from paperflow.core.resume import row_journal
 from paperflow.decfus.clients import make_clients, test_metrics
 from paperflow.decfus.nets import build_network
 from paperflow.decfus.simulation import pick_device
@@ -49,16 +52,43 @@ def fused_accuracy(
 
 
 def evaluate(
-    runs: Iterable[Mapping[str, Any]], test_file: str, tail: int, backend: str, batch_size: int, device: str
+    runs: Iterable[Mapping[str, Any]],
+    test_file: str,
+    tail: int,
+    backend: str,
+    batch_size: int,
+    device: str,
+    journal: str | Path | None = None,
 ) -> pd.DataFrame:
-    """One row per (method, seed); `runs`: dicts with method, curves, clients, checkpoint (paths of one training job)."""
+    """One row per (method, seed); `runs`: dicts with method, curves, clients, checkpoint (paths of one training job).
+    Each evaluated run's rows are a row of the `journal` (a file in the job's checkpoint folder; a scratch file when
+    None), as JSON text: a rerun of a killed job evaluates only the runs left and returns the same frame."""
     x_test, y_test, _ = load_split(test_file)
     rows = []
-    for run in runs:
-        curves, clients = pd.read_csv(run["curves"]), pd.read_csv(run["clients"])
-        fused = fused_accuracy(run["checkpoint"], x_test, y_test, backend, batch_size, device)
-        for seed, c in curves.groupby("seed"):
-            row = {"method": run["method"], "seed": int(seed)}
-            row |= curve_metrics(c, clients[clients.seed == seed], tail)
-            rows.append(row | {"fused_acc": fused[int(seed)]})
+    with row_journal(journal) as done:
+        for run in runs:
+            if run["checkpoint"] not in done:
+                done.append({"id": run["checkpoint"], "rows": json.dumps(_run_rows(run, x_test, y_test, tail,
+                                                                                  backend, batch_size, device))})  # fmt: skip
+            (row,) = done.complete([run["checkpoint"]])
+            rows += json.loads(row["rows"])  # fresh or from before a kill: the same JSON
     return pd.DataFrame(rows)
+
+
+def _run_rows(
+    run: Mapping[str, Any],
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    tail: int,
+    backend: str,
+    batch_size: int,
+    device: str,
+) -> list[dict[str, Any]]:
+    curves, clients = pd.read_csv(run["curves"]), pd.read_csv(run["clients"])
+    fused = fused_accuracy(run["checkpoint"], x_test, y_test, backend, batch_size, device)
+    rows = []
+    for seed, c in curves.groupby("seed"):
+        row = {"method": run["method"], "seed": int(seed)}
+        row |= curve_metrics(c, clients[clients.seed == seed], tail)
+        rows.append(row | {"fused_acc": fused[int(seed)]})
+    return rows

@@ -13,6 +13,7 @@ with snakemake_job(snakemake) as job:
         dict(job.params.cfg),
         dict(job.params.solver),
         job.params.seeds,
+        journal=job.checkpoint_dir() / "seeds.jsonl",  # finished seeds; a rerun fits only the rest
     )
     open(job.output[0], "w").write(json.dumps(doc, indent=1))
     job.note(seeds=job.params.seeds, central_seed_offset=CENTRAL_SEED_OFFSET)

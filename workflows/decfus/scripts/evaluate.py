@@ -9,6 +9,14 @@ with snakemake_job(snakemake) as job:
         {"method": method, "curves": path, "clients": clients[(method, group)], "checkpoint": ckpts[(method, group)]}
         for (method, group), path in curves.items()
     ]
-    frame = evaluate(runs, job.input.test, job.params.tail, train["backend"], train["eval_batch_size"], train["device"])
+    frame = evaluate(
+        runs,
+        job.input.test,
+        job.params.tail,
+        train["backend"],
+        train["eval_batch_size"],
+        train["device"],
+        journal=job.checkpoint_dir() / "runs.jsonl",  # evaluated runs; a rerun evaluates only the rest
+    )
     write_frame(job.output[0], frame, {"dataset": job.wildcards.dataset, "partition": job.wildcards.partition})
     job.note(seeds=job.params.seeds)
