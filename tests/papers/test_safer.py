@@ -406,6 +406,38 @@ def test_evaluation_rows(digits, backbone, safer_state):
     assert opn.auroc.between(0, 1).all() and acc.acc.between(0, 1).all()
 
 
+def test_an_evaluation_killed_mid_job_resumes_from_the_journal(digits, backbone, safer_state, tmp_path, monkeypatch):
+    """safer_evaluate journals each evaluated seed in the job's checkpoint folder: a job killed in its second seed
+    and rerun evaluates only that seed and returns the uninterrupted job's frames exactly, dtypes included; a
+    finished job rerun evaluates nothing."""
+    from paperflow.core.resume import RowJournal
+    from paperflow.safer import evaluation
+
+    states = {0: safer_state, 1: safer_state}
+    args = ("safer", states, digits, mcfg("safer"), TINY["evaluation"]["tpr"])
+    clean = evaluate_states(*args)
+    rows, calls = evaluation._seed_rows, []
+
+    def dies_in_seed_1(method, seed, *rest):
+        calls.append(seed)
+        if seed == 1:
+            raise RuntimeError("killed")
+        return rows(method, seed, *rest)
+
+    monkeypatch.setattr(evaluation, "_seed_rows", dies_in_seed_1)
+    with pytest.raises(RuntimeError, match="killed"), RowJournal(tmp_path / "seeds.jsonl") as journal:
+        evaluate_states(*args, journal)
+    calls.clear()
+    monkeypatch.setattr(evaluation, "_seed_rows", lambda m, s, *r: (calls.append(s), rows(m, s, *r))[1])
+    for expected in ([1], []):
+        with RowJournal(tmp_path / "seeds.jsonl") as journal:
+            acc, opn = evaluate_states(*args, journal)
+        pd.testing.assert_frame_equal(acc, clean[0], check_exact=True)
+        pd.testing.assert_frame_equal(opn, clean[1], check_exact=True)
+        assert calls == expected
+        calls.clear()
+
+
 def test_held_out_classes_are_never_learned():
     g = digits_graph("digits", 10, 0.0, 0)
     tasks = build_task_graph(

@@ -117,12 +117,6 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     "promptscale_sft": (43, OTHERS),
     "promptscale_synthesize": (43, OTHERS),
     "promptscale_train": (43, OTHERS),
-    # safer
-    "safer_evaluate": (
-        43,
-        "fits nothing (scores every seed's saved states in one pass): no training engine applies; resuming it "
-        "needs its (seed, variant) results journalled as rows",
-    ),
     # st_gfn
     "st_gfn_train": (
         43,

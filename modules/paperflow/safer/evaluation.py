@@ -13,6 +13,7 @@ Evaluation variants (the open-set add-on is chosen at evaluation, so one trained
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 from sklearn.metrics import f1_score
 
 from paperflow.core.io import write_frame
+from paperflow.core.resume import RowJournal, row_journal
 from paperflow.safer.experts import free_energy
 from paperflow.safer.graph import gcn_norm, smooth, to_torch
 from paperflow.safer.metrics import auroc, fpr_at_tpr, known_threshold
@@ -198,20 +200,54 @@ def stage_metrics(
 
 
 def evaluate_states(
-    method: str, states: Mapping[int, Mapping[str, torch.Tensor]], graph: TaskGraph, cfg: Mapping[str, Any], tpr: float
+    method: str,
+    states: Mapping[int, Mapping[str, torch.Tensor]],
+    graph: TaskGraph,
+    cfg: Mapping[str, Any],
+    tpr: float,
+    journal: RowJournal | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(accuracy rows, open-set rows) for every seed, evaluation variant and stage; `cfg` is the
-    method's own config (`method_config`), `tpr` the true-positive rate of FPR@TPR and the threshold."""
+    method's own config (`method_config`), `tpr` the true-positive rate of FPR@TPR and the threshold.
+    With a `journal` each evaluated seed's rows are a row of it, as JSON text: a rerun of a killed job evaluates
+    only the seeds left and returns the same frames."""
     acc_rows, open_rows = [], []
     for seed, state in states.items():
-        for variant, outputs in stage_outputs(method, state, graph, cfg).items():
-            for stage, out in enumerate(outputs):
-                acc, opn = stage_metrics(graph, out, stage, tpr)
-                tags = {"method": method, "variant": variant, "seed": seed}
-                acc_rows += [tags | row for row in acc]
-                if opn is not None:
-                    open_rows.append(tags | opn)
+        if journal is None:
+            seed_acc, seed_open = _seed_rows(method, seed, state, graph, cfg, tpr)
+        else:
+            if f"seed{seed}" not in journal:
+                seed_acc, seed_open = _seed_rows(method, seed, state, graph, cfg, tpr)
+                journal.append(
+                    {"id": f"seed{seed}", "acc": json.dumps(seed_acc, default=_plain),
+                     "open": json.dumps(seed_open, default=_plain)}
+                )  # fmt: skip
+            (row,) = journal.complete([f"seed{seed}"])
+            seed_acc, seed_open = json.loads(row["acc"]), json.loads(row["open"])
+        acc_rows += seed_acc
+        open_rows += seed_open
     return pd.DataFrame(acc_rows), pd.DataFrame(open_rows)
+
+
+def _seed_rows(
+    method: str, seed: int, state: Mapping[str, torch.Tensor], graph: TaskGraph, cfg: Mapping[str, Any], tpr: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    acc_rows, open_rows = [], []
+    for variant, outputs in stage_outputs(method, state, graph, cfg).items():
+        for stage, out in enumerate(outputs):
+            acc, opn = stage_metrics(graph, out, stage, tpr)
+            tags = {"method": method, "variant": variant, "seed": seed}
+            acc_rows += [tags | row for row in acc]
+            if opn is not None:
+                open_rows.append(tags | opn)
+    return acc_rows, open_rows
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number JSON writes (int64 -> int, float64 -> float: the frame's dtypes stay)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def run_evaluation(
@@ -222,10 +258,14 @@ def run_evaluation(
     tpr: float,
     acc_out: str | Path,
     open_out: str | Path,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
+    """Evaluate every seed's states and write the two frames; `journal`: a file in the job's checkpoint folder,
+    where each evaluated seed is kept and from which a rerun of a killed job resumes (a scratch file when None)."""
     graph = load_task_graph(tasks_file)
     states, _ = load_states(states_file)
-    acc, opn = evaluate_states(method, states, graph, cfg, tpr)
+    with row_journal(journal) as done:
+        acc, opn = evaluate_states(method, states, graph, cfg, tpr, done)
     write_frame(acc_out, acc, {"dataset": graph.name, "method": method})
     write_frame(open_out, opn, {"dataset": graph.name, "method": method})
     return {"variants": sorted(acc.variant.unique()), "seeds": sorted(int(s) for s in acc.seed.unique())}

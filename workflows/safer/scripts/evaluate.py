@@ -10,5 +10,6 @@ with snakemake_job(snakemake) as job:
         job.params.tpr,
         job.output.acc,
         job.output.open,
+        journal=job.checkpoint_dir() / "seeds.jsonl",  # evaluated seeds; a rerun evaluates only the rest
     )
     job.note(**info)
