@@ -5,7 +5,7 @@ The rules and their limits come from the paper-scale DAG (a dry run, offline), t
 Snakemake loads it at paper scale. A script is wired when it, or a module of its own paper that it imports, calls
 `checkpoint_dir()` (job.checkpoint_dir(), or a helper of the paper's that does) and hands a folder to one of the
 engines of README's "Long jobs resume": Lightning's `make_trainer(checkpoint_dir=...)` or `fit_steps(checkpoint_dir=...)`, transformers/TRL's
-`paperflow.core.lm.resume.train`, the plain loop's `LoopCheckpoint`, a generation job's `RowJournal` (or `row_journal`), or an official
+`paperflow.core.lm.resume.train`, the plain loop's `LoopCheckpoint` (a numpy loop's `ArrayCheckpoint`), a generation job's `RowJournal` (or `row_journal`), or an official
 recipe's own resume switch (verl's `trainer.resume_mode`). A rule that is not wired is in `EXEMPT` (why it needs
 no checkpoint) or in `NOT_WIRED` (the ratchet: the issue that wires it and why it is not wired yet); an entry that
 no longer matches a long rule, or names a wired one, fails too, so the tables only shrink.
@@ -202,7 +202,7 @@ def resume_wiring(script: Path, paper: str) -> tuple[bool, set[str]]:
             name = _called(node)
             if name == "checkpoint_dir":
                 asks = True
-            elif name in ("LoopCheckpoint", "RankCheckpoint"):  # RankCheckpoint: confu's per-rank LoopCheckpoint
+            elif name in ("LoopCheckpoint", "RankCheckpoint", "ArrayCheckpoint"):  # Rank: confu's; Array: numpy loops
                 engines.add("loop")
             elif name in ("RowJournal", "row_journal"):
                 engines.add("rows")

@@ -9,16 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from paperflow.annealed_langevin.gmm import GMM
 from paperflow.annealed_langevin.paths import schedule, step_constants
-from paperflow.core.loop import LoopCheckpoint
+from paperflow.core.array_checkpoint import ArrayCheckpoint
 from paperflow.core.resume import EVERY_S
 
 log = logging.getLogger(__name__)
@@ -65,52 +63,37 @@ def run_em(
 ) -> dict[int, np.ndarray]:
     """Iterate EM over the grid (len(times) - 1 steps); return {iteration: particles} at `snapshots`
     (default: only the last iterate). The drift at step n uses tau_n, the step is t_{n+1} - t_n. With
-    `checkpoint_dir` (this chain's folder under the job's checkpoint_dir()) the chain (`ChainState`) is saved there
-    after a step every `checkpoint_every_s` at most and at the end, and a rerun continues from it."""
+    `checkpoint_dir` (this chain's folder under the job's checkpoint_dir()) the chain (particles, snapshots so far,
+    generator) is saved there after a step every `checkpoint_every_s` at most and at the end
+    (`core.array_checkpoint.ArrayCheckpoint`: numpy only, as the rule's env), and a rerun continues from it."""
     n_steps = len(times) - 1
     keep = set(int(i) for i in (snapshots if snapshots is not None else [n_steps]))
     x = np.array(x0, dtype=np.float64)
     out = {0: x.copy()} if 0 in keep else {}
     h = np.diff(times)
-    chain = ChainState(x, out, rng)
-    checkpoint = (
-        None if checkpoint_dir is None else LoopCheckpoint(checkpoint_dir, {"chain": chain}, checkpoint_every_s)
-    )
-    start = 0 if checkpoint is None else checkpoint.restore()[0]
-    x = chain.x
+    checkpoint = None if checkpoint_dir is None else ArrayCheckpoint(checkpoint_dir, checkpoint_every_s)
+    start = 0
+    if checkpoint is not None:
+        start, arrays, meta = checkpoint.restore()
+        if start:  # the chain as saved: particles, snapshots so far, generator
+            x = arrays["x"]
+            out.clear()
+            out.update({int(k.removeprefix("it")): v for k, v in arrays.items() if k.startswith("it")})
+            rng.bit_generator.state = meta["rng"]
     for n in tqdm(range(start, n_steps), disable=not progress, mininterval=5.0, desc="EM", initial=start):
         x = x + h[n] * drift(x, float(taus[n])) + np.sqrt(2.0 * h[n]) * rng.standard_normal(x.shape)
         if n + 1 in keep:
             out[n + 1] = x.copy()
-        if checkpoint is not None and checkpoint.timer.due():
-            chain.x = x
-            checkpoint.save(n + 1, [])
-    if checkpoint is not None and start < n_steps:
-        chain.x = x
-        checkpoint.save(n_steps, [])  # a rerun of the job loads this chain instead of running it again
+        if checkpoint is not None and checkpoint.due():
+            checkpoint.save(n + 1, chain_arrays(x, out), {"rng": rng.bit_generator.state})
+    if checkpoint is not None and start < n_steps:  # a rerun of the job loads this chain instead of running it again
+        checkpoint.save(n_steps, chain_arrays(x, out), {"rng": rng.bit_generator.state})
     return out
 
 
-class ChainState:
-    """An EM chain between steps, as an object `LoopCheckpoint` saves: the particles, the snapshots kept so far and
-    the chain's generator (arrays as tensors, so the checkpoint loads with torch's weights_only); the snapshot dict
-    and the generator are the chain's own, restored in place."""
-
-    def __init__(self, x: np.ndarray, snapshots: dict[int, np.ndarray], rng: np.random.Generator) -> None:
-        self.x, self.snapshots, self.rng = x, snapshots, rng
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "x": torch.from_numpy(self.x.copy()),
-            "snapshots": {int(k): torch.from_numpy(v.copy()) for k, v in self.snapshots.items()},
-            "rng": self.rng.bit_generator.state,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.x = state["x"].numpy().copy()
-        self.snapshots.clear()
-        self.snapshots.update({int(k): v.numpy().copy() for k, v in state["snapshots"].items()})
-        self.rng.bit_generator.state = state["rng"]
+def chain_arrays(x: np.ndarray, snapshots: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """What an EM chain saves between steps besides its generator: the particles and the snapshots so far."""
+    return {"x": x, **{f"it{k}": v for k, v in snapshots.items()}}
 
 
 def snapshots_frame(snaps: dict[int, np.ndarray], times: np.ndarray, seed: int) -> pd.DataFrame:
