@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from paperflow.core.resume import RowJournal, row_journal
+from paperflow.core.resume import row_journal
 from paperflow.credal_dro import newsvendor as nv
 from paperflow.credal_dro import regression as rg
 from paperflow.credal_dro.bulk import Bulk
@@ -35,29 +35,16 @@ def train_convex(
     Each finished seed is a row of the `journal` (a file in the job's checkpoint folder; a scratch file when None),
     its result kept as the JSON text the document gets: a rerun of a killed job takes the finished seeds from it
     and fits only the rest (each seed draws from its own generator), and writes the same document."""
-    with row_journal(journal) as rows:
-        return _train_convex(exp, method, splits, bulks, cfg, solver, seeds, rows)
-
-
-def _train_convex(
-    exp: str,
-    method: str,
-    splits: Mapping[int, Mapping[str, Any]],
-    bulks: Mapping[str, dict],
-    cfg: Mapping[str, Any],
-    solver: Mapping[str, str],
-    seeds: Sequence[int],
-    journal: RowJournal,
-) -> dict:
-    grid = list(cfg["methods"][method])
-    out = {"experiment": exp, "method": method, "grid": grid, "seeds": {}}
-    for seed in tqdm(seeds, desc=f"{exp}/{method}", mininterval=5):
-        if f"seed{seed}" not in journal:
-            result = _fit_seed(exp, method, grid, splits[seed], bulks[str(seed)], cfg, solver, seed)
-            journal.append({"id": f"seed{seed}", "result": json.dumps(result)})
-        (row,) = journal.complete([f"seed{seed}"])
-        out["seeds"][str(seed)] = json.loads(row["result"])  # fresh or from before a kill: the same JSON
-    return out
+    with row_journal(journal) as done:
+        grid = list(cfg["methods"][method])
+        out = {"experiment": exp, "method": method, "grid": grid, "seeds": {}}
+        for seed in tqdm(seeds, desc=f"{exp}/{method}", mininterval=5):
+            if f"seed{seed}" not in done:
+                result = _fit_seed(exp, method, grid, splits[seed], bulks[str(seed)], cfg, solver, seed)
+                done.append({"id": f"seed{seed}", "result": json.dumps(result)})
+            (row,) = done.complete([f"seed{seed}"])
+            out["seeds"][str(seed)] = json.loads(row["result"])  # fresh or from before a kill: the same JSON
+        return out
 
 
 def _fit_seed(

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from paperflow.core.loop import run_loop
-from paperflow.core.resume import RowJournal, row_journal
+from paperflow.core.resume import row_journal
 from paperflow.credal_dro.tables import features
 from paperflow.credal_dro.text import slice_accuracy
 
@@ -142,68 +142,54 @@ def train_text(
     run_dir/csv/seed<seed>/metrics.csv (and wandb when enabled). Each finished fit is a row of the `journal`
     (a file in the job's checkpoint folder; a scratch file when None): a rerun of a killed job takes the finished
     fits from it and fits only the rest (each fit seeds itself, so the others do not depend on them)."""
-    with row_journal(journal) as rows:
-        return _train_text(method, splits, bulks, cfg, seeds, run_dir, wandb, tags, rows)
+    with row_journal(journal) as done:
+        grid = list(cfg["methods"][method])
+        engine = cfg["train"]["engine"]
+        out = {"experiment": "text", "method": method, "grid": grid, "seeds": {}}
+        for seed in seeds:
+            fit, select = splits[seed]["fit"], splits[seed]["select"]
+            t0 = time.perf_counter()
+            fabric = None
+            if engine == "lightning":
+                from paperflow.core.training import make_fabric, make_loggers
 
+                if run_dir is None:
+                    raise ValueError("text.train.engine = 'lightning' needs a run_dir for its loggers")
+                fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}))
+            fits = []
+            for k, value in enumerate(grid):
+                row_id = f"seed{seed}/grid{k}"
+                if row_id not in done:
+                    theta, theta0 = train_head(
+                        method,
+                        value,
+                        features(fit),
+                        fit["label"].to_numpy(),
+                        fit["group"].to_numpy(),
+                        bulks[str(seed)] if method == "lv_group" else None,
+                        cfg["train"],
+                        seed,
+                        fabric,
+                        k * cfg["train"]["epochs"],
+                    )
+                    acc = slice_accuracy(
+                        features(select) @ theta + theta0, select["label"].to_numpy(), select["group"].to_numpy()
+                    )
+                    done.append(
+                        {
+                            "id": row_id,
+                            "param": float(value),
+                            "theta": theta.tolist(),
+                            "theta0": theta0,
+                            "select_worst_acc": acc["worst_slice_acc"],
+                        }
+                    )
+                (row,) = done.complete([row_id])  # the fit as the journal holds it, fresh or from before a kill
+                fits.append({key: row[key] for key in ("param", "theta", "theta0", "select_worst_acc")})
+            if fabric is not None:
+                from paperflow.core.training import finish_fabric
 
-def _train_text(
-    method: str,
-    splits: Mapping[int, Mapping[str, Any]],
-    bulks: Mapping[str, dict],
-    cfg: Mapping[str, Any],
-    seeds: list[int],
-    run_dir: str | Path | None,
-    wandb: Mapping[str, Any] | None,
-    tags: dict[str, str] | None,
-    journal: RowJournal,
-) -> dict:
-    grid = list(cfg["methods"][method])
-    engine = cfg["train"]["engine"]
-    out = {"experiment": "text", "method": method, "grid": grid, "seeds": {}}
-    for seed in seeds:
-        fit, select = splits[seed]["fit"], splits[seed]["select"]
-        t0 = time.perf_counter()
-        fabric = None
-        if engine == "lightning":
-            from paperflow.core.training import make_fabric, make_loggers
-
-            if run_dir is None:
-                raise ValueError("text.train.engine = 'lightning' needs a run_dir for its loggers")
-            fabric = make_fabric(make_loggers(run_dir, f"seed{seed}", wandb, tags or {}))
-        fits = []
-        for k, value in enumerate(grid):
-            row_id = f"seed{seed}/grid{k}"
-            if row_id not in journal:
-                theta, theta0 = train_head(
-                    method,
-                    value,
-                    features(fit),
-                    fit["label"].to_numpy(),
-                    fit["group"].to_numpy(),
-                    bulks[str(seed)] if method == "lv_group" else None,
-                    cfg["train"],
-                    seed,
-                    fabric,
-                    k * cfg["train"]["epochs"],
-                )
-                acc = slice_accuracy(
-                    features(select) @ theta + theta0, select["label"].to_numpy(), select["group"].to_numpy()
-                )
-                journal.append(
-                    {
-                        "id": row_id,
-                        "param": float(value),
-                        "theta": theta.tolist(),
-                        "theta0": theta0,
-                        "select_worst_acc": acc["worst_slice_acc"],
-                    }
-                )
-            (row,) = journal.complete([row_id])  # the fit as the journal holds it, fresh or from before a kill
-            fits.append({key: row[key] for key in ("param", "theta", "theta0", "select_worst_acc")})
-        if fabric is not None:
-            from paperflow.core.training import finish_fabric
-
-            finish_fabric(fabric)
-        chosen = max(fits, key=lambda f: f["select_worst_acc"])
-        out["seeds"][str(seed)] = {"grid": fits, "chosen": chosen, "runtime_s": time.perf_counter() - t0}
-    return out
+                finish_fabric(fabric)
+            chosen = max(fits, key=lambda f: f["select_worst_acc"])
+            out["seeds"][str(seed)] = {"grid": fits, "chosen": chosen, "runtime_s": time.perf_counter() - t0}
+        return out
