@@ -13,7 +13,7 @@ from paperflow.core.cli import main as cli_main
 from paperflow.core.provenance import audit, build_record, lineage, read_record, record_path, utc_now, write_record
 
 
-def make_job(tmp: Path, rule: str, inputs: list[Path], outputs: dict[str, str]) -> list[Path]:
+def make_job(tmp: Path, rule: str, inputs: list[Path], outputs: dict[str, str], temporary=()) -> list[Path]:
     paths = []
     for name, text in outputs.items():
         p = tmp / "results" / name
@@ -28,6 +28,7 @@ def make_job(tmp: Path, rule: str, inputs: list[Path], outputs: dict[str, str]) 
         outputs=[str(p) for p in paths],
         generated_roots=[str(tmp / "results")],
         started=utc_now(),
+        temporary=[str(tmp / "results" / n) for n in temporary],
     )
     write_record(rec)
     return paths
@@ -141,6 +142,30 @@ def test_audit_fails_on_a_missing_record_or_file(chain):
     assert any(p.startswith(f"MISSING {chain['model']}") for p in audit(chain["report"]).problems)
 
 
+def test_a_deleted_temporary_output_passes_the_audit_while_its_records_agree(tmp_path):
+    """A temp() output (Snakemake deletes it once its consumers ran) marked temporary by its producer: the audit
+    accepts it gone, walks on to its producer, and still fails when the consumer's record of it disagrees with the
+    producer's; the same file gone without the mark is MISSING."""
+    source = tmp_path / "source.csv"
+    source.write_text("1\n")
+    (model,) = make_job(tmp_path, "train", [source], {"model.bin": "weights"}, temporary=["model.bin"])
+    (score,) = make_job(tmp_path, "evaluate", [model], {"score.json": "{}"})
+    assert read_record(model)["outputs"][0]["temporary"] is True and "temporary" not in read_record(score)["outputs"][0]
+    model.unlink()
+    report = audit(score)
+    assert report.ok, report.problems
+    assert report.deleted == [str(model)] and set(report.rules.values()) == {"train", "evaluate"}
+    assert report.sources == [str(source)]
+    consumer = read_record(score)
+    consumer["inputs"][0]["sha256"] = "0" * 64  # the evaluation read other bytes than the training wrote
+    write_record(consumer)
+    assert any(p.startswith(f"MISMATCH {model}: a deleted temporary file") for p in audit(score).problems)
+    (plain,) = make_job(tmp_path, "train2", [source], {"plain.bin": "w"})
+    (score2,) = make_job(tmp_path, "evaluate2", [plain], {"score2.json": "{}"})
+    plain.unlink()
+    assert any(p.startswith(f"MISSING {plain}") for p in audit(score2).problems)
+
+
 def test_lineage_lists_every_job(chain):
     text = "\n".join(lineage(chain["report"]))
     for rule in ("report", "train", "preprocess", "download"):
@@ -205,3 +230,31 @@ def test_a_missing_json_file_is_an_error_or_passes_through(tmp_path):
         read_json_file(tmp_path / "none.json", "fix")
     with pytest.raises(FileNotFoundError):
         read_json_file(tmp_path / "none.json", "fix", missing_raises=True)
+
+
+def test_a_job_marks_the_outputs_its_rule_declares_temporary_and_refuses_an_unknown_name(tmp_path):
+    """snakemake_job reads `params.temporary` (a script sees no temp() flags): the named outputs are marked in the
+    record; a name that is no output of the rule fails the job by name."""
+    from snakemake.iocontainers import Namedlist
+
+    from paperflow.core.job import snakemake_job
+
+    def smk(temporary):
+        out = Namedlist(fromdict={"models": str(tmp_path / "m.bin"), "curve": str(tmp_path / "c.csv")})
+        params = {"temporary": temporary, "code": {"hash": "abc", "generated_roots": [str(tmp_path)]}}
+        return type(
+            "Smk",
+            (),
+            {"rule": "x_train", "input": Namedlist([]), "output": out, "params": Namedlist(fromdict=params),
+             "wildcards": Namedlist(fromdict={}), "threads": 1, "log": Namedlist([])},
+        )()  # fmt: skip
+
+    with snakemake_job(smk(["models"])) as job:
+        for path in job.output:
+            Path(path).write_text("x")
+    marks = {Path(o["path"]).name: o.get("temporary", False) for o in read_record(tmp_path / "c.csv")["outputs"]}
+    assert marks == {"m.bin": True, "c.csv": False}
+    with pytest.raises(ValueError, match=r"params.temporary names \['weights'\], not outputs"):
+        with snakemake_job(smk(["weights"])) as job:
+            for path in job.output:
+                Path(path).write_text("x")

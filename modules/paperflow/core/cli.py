@@ -246,6 +246,7 @@ def _audit(target: str) -> int:
     print(
         f"audit {status}: {report.target}: {report.jobs} job(s) and {len(report.checked)} record(s) checked across "
         f"{len(set(report.rules.values()))} rule(s), {report.hashed} file(s) hashed, "
+        f"{len(report.deleted)} temporary file(s) deleted (checked by their records), "
         f"{len(report.sources)} source file(s), {len(report.problems)} problem(s)"
     )
     return 0 if report.ok else 1

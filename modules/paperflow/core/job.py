@@ -143,6 +143,7 @@ def snakemake_job(smk: Any) -> Iterator[Job]:
             if not Path(out).exists():
                 raise FileNotFoundError(f"rule {job.rule} finished without writing its output {out}")
         record = build_record(
+            temporary=_temporary(smk),
             rule=job.rule,
             wildcards=_named(smk.wildcards),
             params=params | {"code_hash": code.get("hash")},
@@ -160,6 +161,20 @@ def snakemake_job(smk: Any) -> Iterator[Job]:
         if job.checkpoints is not None:
             remove_checkpoints(job.checkpoints)
             log.info("removed the finished job's checkpoints %s", job.checkpoints)
+
+
+def _temporary(smk: Any) -> list[str]:
+    """The outputs the rule declares temporary in `params.temporary` (the names of its `temp()` outputs: a script
+    sees plain paths, without Snakemake's flags), so the provenance record marks them and the audit accepts them
+    deleted. A name that is not an output of the rule is refused by name."""
+    names = list(getattr(smk.params, "temporary", None) or [])
+    outputs = _named(smk.output)
+    unknown = [n for n in names if n not in outputs]
+    if unknown:
+        raise ValueError(
+            f"rule {smk.rule}: params.temporary names {unknown}, not outputs of the rule ({sorted(outputs)})"
+        )
+    return [str(outputs[n]) for n in names]
 
 
 def _limit_threads(threads: int) -> None:

@@ -194,9 +194,14 @@ def build_record(
     conda_env: str | None = None,
     seeds: Iterable[int] = (),
     extra: Mapping[str, Any] | None = None,
+    temporary: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The record of one finished job. Inputs outside `generated_roots` are marked as sources."""
+    """The record of one finished job. Inputs outside `generated_roots` are marked as sources; outputs in
+    `temporary` (the rule's `temp()` files, which Snakemake deletes once their consumers ran) are marked so, and the
+    audit then accepts them gone, their hash still checked against every consumer's record."""
     roots = [str(Path(r)) for r in generated_roots]
+    temporary = {str(p) for p in temporary}
+    out_entries = [file_entry(p) | ({"temporary": True} if str(p) in temporary else {}) for p in outputs]
     in_entries = []
     for path in inputs:
         entry = file_entry(path)
@@ -208,7 +213,7 @@ def build_record(
         "wildcards": _jsonable(wildcards),
         "params": _jsonable(params),
         "inputs": in_entries,
-        "outputs": [file_entry(p) for p in outputs],
+        "outputs": out_entries,
         "code": code_state(script),
         "environment": environment_state(conda_env),
         "host": host_state(),
@@ -348,6 +353,7 @@ class AuditReport:
     rules: dict[str, str] = field(default_factory=dict)
     jobs: int = 0  # distinct jobs whose outputs and inputs were checked
     hashed: int = 0  # distinct files hashed
+    deleted: list[str] = field(default_factory=list)  # temporary outputs gone as Snakemake deletes them (checked)
 
     @property
     def ok(self) -> bool:
@@ -387,9 +393,27 @@ class _Auditor:
             self.report.hashed += self._hashes[path] is not None
         return self._hashes[path]
 
+    def _temporary_sha(self, base: Path, path: str) -> str | None:
+        """The sha256 its producer recorded for `path` if that job marked it temporary (a `temp()` output), else
+        None."""
+        try:
+            producer = read_record(base / path)
+        except (FileNotFoundError, UnreadableRecord):
+            return None
+        entry = next((o for o in producer["outputs"] if o["path"] == path), None)
+        return entry["sha256"] if entry is not None and entry.get("temporary") else None
+
     def _check_hash(self, base: Path, path: str, recorded: str, what: str) -> None:
         actual = self._sha(base / path)
-        if actual is None:
+        if actual is None and (produced := self._temporary_sha(base, path)) is not None:
+            if produced != recorded:  # gone, as temp() files go: the records must still agree on its bytes
+                self.report.problems.append(
+                    f"MISMATCH {path}: a deleted temporary file, recorded by its producer as {produced[:12]}... "
+                    f"but as {recorded[:12]}... {what}"
+                )
+            elif path not in self.report.deleted:
+                self.report.deleted.append(path)
+        elif actual is None:
             self.report.problems.append(f"MISSING {path}: {what} but the file is gone")
         elif actual != recorded:
             self.report.problems.append(
