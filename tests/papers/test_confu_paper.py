@@ -588,6 +588,51 @@ def test_a_draft_run_killed_after_a_checkpoint_resumes_and_ends_as_an_uninterrup
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
+def test_the_smoke_and_the_paper_scale_train_drafts_with_one_loop(tmp_path):
+    """Issue 49: the smoke's path (train.py: the padded set made (ids, prompt length) per sequence, then
+    `training.train_draft` on CPU, float32, one process) and `paper_train.run` (sharded data, the pretrained folder
+    saved with the kit's save_model) give the same EAGLE-3 and ConFu heads, bit for bit, and the same histories."""
+    from safetensors.torch import load_file, save_file
+
+    from paperflow.confu.model import save_head
+    from paperflow.confu.training import train_draft, unpadded
+    from paperflow.core.lm.models import build_model, load_model, save_model
+    from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
+
+    tok = word_level_tokenizer(WORDS)
+    folder = tmp_path / "target"
+    save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+    save_tokenizer(tok, folder)
+    pj = tmp_path / "pretrained.json"
+    pj.write_text(json.dumps({"folder": str(folder)}))
+    pad = int(paper.load_tokenizer(str(folder)).pad_token_id)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(8, 21, (12,), generator=g)
+    plens = torch.randint(3, 7, (12,), generator=g)
+    seqs = [torch.randint(4, len(tok), (int(n),), generator=g) for n in lengths]
+    shard = str(tmp_path / "data" / "draft_shard0.safetensors")
+    Path(shard).parent.mkdir(parents=True)
+    save_file({"ids": torch.cat(seqs), "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+               "prompt_lengths": plens}, shard)  # fmt: skip
+    width = int(lengths.max())  # the smoke's set: left-padded as stages.regenerate pads it
+    ids, mask = torch.full((12, width), pad, dtype=torch.long), torch.zeros(12, width, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, width - len(s) :], mask[r, width - len(s) :] = s, 1
+    smoke_seqs = unpadded({"input_ids": ids, "attention_mask": mask, "prompt_lengths": plens})
+    cfg = cfg_for()
+    smoke_cfg = {"target": {"model": MODEL_SPEC}, "draft": cfg["draft"], "confu": cfg["confu"]}
+    target = load_model(folder).eval()
+    smoke, paper_heads = {}, {}
+    for method, init in (("eagle3", None), ("confu", "eagle3")):
+        head, rows = train_draft(method, target, smoke_seqs, smoke_cfg, 0, init=smoke.get(init), pad=pad,
+                                 max_length=width)  # fmt: skip
+        smoke[method] = str(save_head(head, tmp_path / "smoke" / f"{method}.safetensors", {"seed": 0}))
+        paper_heads[method], paper_rows = _train(method, str(pj), [shard], tmp_path, cfg, init=paper_heads.get(init))
+        assert len(rows) >= 1 and rows == paper_rows, method
+        want, got = load_file(smoke[method]), load_file(paper_heads[method])
+        assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want), method
+
+
 def test_generation_jobs_journal_their_rows_and_a_rerun_redoes_only_the_missing_ones(hub, bench, tmp_path):
     """regenerate and plain decoding append each finished batch / question to the job's journal; a rerun with half
     the journal (a kill) redoes only the rest and writes what an uninterrupted run writes (issue 43)."""

@@ -1,6 +1,7 @@
 """ConFu's stages, one function per rule (the scripts pass paths and params): the digit-world problems, the target
-trained once and shared by every draft seed (with its regenerated draft data and the lossless references), the draft heads, and the
-speculative-decoding evaluation."""
+trained once and shared by every draft seed (with its regenerated draft data and the lossless references), the draft
+heads' shape (trained by `training.train_draft`, the loop of every scale), and the speculative-decoding
+evaluation."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import pandas as pd
 import torch
 
 from paperflow.confu.problems import examples, world_of
-from paperflow.confu.settings import method_of
 from paperflow.core.lm.digitworld import Example
 from paperflow.core.lm.models import build_model
 from paperflow.core.lm.sampling import sample, sequence_logprobs
@@ -168,49 +168,6 @@ def draft_config(kind: str, cfg: Mapping[str, Any], vocab_size: int):
     )
 
 
-def train_head(method: str, target, data: Mapping[str, torch.Tensor], cfg: Mapping[str, Any], seed: int, init=None):
-    """Train `method`'s head (settings.METHODS: kind, steps, start) on the regenerated data; `init` is the EAGLE-3
-    head a continued method starts from. Returns (head, history rows)."""
-    from paperflow.confu.model import DraftHead, load_head
-    from paperflow.confu.training import response_mask, sample_anchors, ttt_loss
-
-    m = method_of(method, cfg)
-    d = cfg["draft"]
-    vocab = target.config.vocab_size
-    if m.start == "eagle3":
-        if init is None:
-            raise ValueError(f"{method} starts from the EAGLE-3 head; none given")
-        head = load_head(init, kind=m.kind)
-    else:
-        head = DraftHead(draft_config(m.kind, cfg, vocab), target.get_input_embeddings().weight, seed=seed)
-    if m.kind == "confu" and m.n_expert is not None:  # the static-embedding ablation: one expert
-        head = _one_expert(head)
-    head.train()
-    for p in target.parameters():
-        p.requires_grad_(False)
-    opt = torch.optim.AdamW(head.trainable(), lr=float(m.lr), weight_decay=0.0)
-    steps = int(m.steps)
-    ids, mask, plen = data["input_ids"], data["attention_mask"], data["prompt_lengths"]
-    resp = response_mask(mask, plen)
-    g = torch.Generator().manual_seed(seed * 7 + 3)
-    window = int(m.window)
-
-    def step(i: int):
-        idx = torch.randint(0, ids.shape[0], (int(d["batch_size"]),), generator=g)
-        x, mk, r = ids[idx], mask[idx], resp[idx]
-        x, mk, r = _trim(x, mk, r)
-        anchors = None
-        if m.kind == "confu":
-            valid = torch.zeros(x.shape[0], x.shape[1] - 1, dtype=torch.bool)
-            valid[:, : x.shape[1] - 2] = r[:, 2:].bool()  # rows j that predict a response token x_{j+2}
-            anchors = sample_anchors(valid, int(m.anchors), g)
-        return ttt_loss(head, target, x, mk, r, steps=int(d["ttt_steps"]), decay=float(d["ttt_decay"]),
-                        layers=tuple(d["feature_layers"]), anchors=anchors, window=window)  # fmt: skip
-
-    rows = run_loop(step, opt, steps, grad_clip=1.0, desc=f"{method} seed {seed}")
-    return head.eval(), rows
-
-
 def _one_expert(head):
     from dataclasses import replace
 
@@ -221,12 +178,6 @@ def _one_expert(head):
     state = {k: v for k, v in head.state_dict().items() if not k.startswith(("moe_con", "moe_f"))}
     new.load_state_dict(state, strict=False)
     return new
-
-
-def _trim(ids, mask, *aligned):
-    """Drop the columns that are padding in every row (left padding of a batch drawn from a wider set)."""
-    keep = int(mask.sum(1).max())
-    return tuple(t[:, -keep:] for t in (ids, mask, *aligned))
 
 
 # ------------------------------------------------------------------ evaluation

@@ -19,7 +19,7 @@ prefix the later rows attend to) read g alone, so no row's keys depend on an f i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,5 +193,114 @@ def response_mask(mask: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Ten
     return (mask.bool() & (real_index >= prompt_lengths[:, None])).long()
 
 
-def optimizer_for(params, cfg: Mapping[str, Any]):
-    return torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=float(cfg.get("weight_decay", 0.0)))
+# ------------------------------------------------------------------ the draft-training loop (every scale)
+def unpadded(data: Mapping[str, torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """The sequences of a left-padded set (`stages.regenerate`'s input_ids, attention_mask, prompt_lengths) as
+    `train_draft` reads them: (ids without the padding, prompt length) per row."""
+    rows = zip(data["input_ids"], data["attention_mask"], data["prompt_lengths"].tolist())
+    return [(ids[mask.bool()], int(plen)) for ids, mask, plen in rows]
+
+
+def padded_batch(seqs: Sequence[tuple[torch.Tensor, int]], idx: Sequence[int], pad: int, max_length: int):
+    """Left-padded ids, mask and response mask of the sequences `idx` (each cut to `max_length`), as wide as the
+    longest of them."""
+    cut = [seqs[i][0][:max_length] for i in idx]
+    width = max(len(s) for s in cut)
+    ids = torch.full((len(cut), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, s in enumerate(cut):
+        ids[r, width - len(s) :] = s
+        mask[r, width - len(s) :] = 1
+    plen = torch.tensor([min(seqs[i][1], max_length) for i in idx])
+    return ids, mask, response_mask(mask, plen)
+
+
+def batch_seed(seed: int, rank: int = 0) -> int:
+    """The batch generator's seed of `seed` on `rank`: rank 0 draws the batches a one-process run draws (smoke, cpu,
+    tiny), the other ranks their own. (The paper scale used seed * 1009 + rank before issue 49; it had never run.)"""
+    return int(seed) * 7 + 3 + 1_000_003 * int(rank)
+
+
+def train_draft(
+    method: str,
+    target,
+    seqs: Sequence[tuple[torch.Tensor, int]],
+    cfg: Mapping[str, Any],
+    seed: int,
+    *,
+    init: str | None = None,
+    pad: int,
+    max_length: int,
+    device: torch.device | str = "cpu",
+    dtype: str = "float32",
+    rank: int = 0,
+    world: int = 1,
+    checkpoint: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> tuple[DraftHead, list[dict[str, float]]]:
+    """Train `method`'s head (settings.METHODS: kind, steps, lr, start) on the frozen `target`; the one loop of every
+    scale (smoke, cpu and tiny through `workflows/confu/scripts/train.py`, the paper through `paper_train.run`).
+
+    `seqs`: (ids, prompt length) per regenerated sequence (`unpadded` of a padded set, `paper_train.load_data`);
+    each step draws `draft.batch_size` of them, left-pads them with `pad` (cut to `max_length`) and minimises
+    `ttt_loss` under the `device` context and `dtype`'s autocast. `cfg`: the `target.model`, `draft` and `confu`
+    blocks (`stages.draft_config`; `paper.head_config` at paper scale). `init`: the EAGLE-3 head a continued method
+    starts from. With `world` > 1 (torchrun) the gradients are averaged across the ranks before each clipped AdamW
+    step, so the head stays identical on every rank, and each rank draws its own batches (`batch_seed`).
+    `checkpoint(objects)`: the loop's LoopCheckpoint, given the objects to save (head, optimizer, batches).
+    Returns (head in eval mode, history rows)."""
+    from paperflow.confu.model import load_head
+    from paperflow.confu.paper import autocast
+    from paperflow.confu.settings import method_of
+    from paperflow.confu.stages import _one_expert, draft_config
+    from paperflow.core.loop import GeneratorState, run_loop
+
+    device = torch.device(device)
+    m = method_of(method, cfg)
+    d = cfg["draft"]
+    if m.start == "eagle3":
+        if not init:
+            raise ValueError(f"{method} starts from the EAGLE-3 head; none given")
+        head = load_head(init, kind=m.kind)
+    else:
+        embedding = target.get_input_embeddings().weight.float()
+        head = DraftHead(draft_config(m.kind, cfg, target.config.vocab_size), embedding, seed=seed)
+    if m.kind == "confu" and m.n_expert is not None:  # the static-embedding ablation: one expert
+        head = _one_expert(head)
+    head = head.to(device).train()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    params = head.trainable()
+    opt = torch.optim.AdamW(params, lr=float(m.lr), weight_decay=0.0)
+    g = torch.Generator().manual_seed(batch_seed(seed, rank))
+    layers = tuple(int(i) for i in d["feature_layers"])
+
+    def step(i: int):
+        idx = torch.randint(0, len(seqs), (int(d["batch_size"]),), generator=g).tolist()
+        ids, mask, resp = padded_batch(seqs, idx, pad, int(max_length))
+        anchors = None
+        if m.kind == "confu":
+            valid = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.bool)
+            valid[:, : ids.shape[1] - 2] = resp[:, 2:].bool()  # rows j that predict a response token x_{j+2}
+            anchors = sample_anchors(valid, int(m.anchors), g).to(device)
+        with torch.device(device), autocast(device, dtype):
+            loss, logs = ttt_loss(head, target, ids.to(device), mask.to(device), resp.to(device),
+                                  steps=int(d["ttt_steps"]), decay=float(d["ttt_decay"]), layers=layers,
+                                  anchors=anchors, window=int(m.window))  # fmt: skip
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        if world > 1:
+            import torch.distributed as dist
+
+            for p in params:
+                if p.grad is None:  # a part this kind leaves unused (vanilla's feature projection)
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+                p.grad /= world
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss.detach(), logs
+
+    objects = {"head": head, "optimizer": opt, "batches": GeneratorState(g)}
+    desc = f"{method} seed {seed}" + (f" rank {rank}" if world > 1 else "")
+    rows = run_loop(step, None, int(m.steps), desc=desc, checkpoint=checkpoint(objects) if checkpoint else None)
+    return head.eval(), rows
