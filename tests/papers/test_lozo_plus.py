@@ -8,6 +8,7 @@ the workflow tests' run (tests/tiny_outputs.py)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -369,7 +370,6 @@ GATED = {
     "rho_refresh_lozoplus_gt_lozo_every_seed",
     "control_random_rho_ratio_le_high",
     "train_loss_lozoplus_lt_lozo",
-    "test_accuracy_lozoplus_ge_lozo_minus_1pt",
 }
 
 
@@ -398,7 +398,6 @@ def test_claims_hold_on_an_effect_and_fail_on_their_negative_controls():
         out["control_random_rho_ratio_le_high"] == "refuted"
         and out["rho_refresh_lozoplus_gt_lozo_every_seed"] == "refuted"
     )
-    assert out["test_accuracy_lozoplus_ge_lozo_minus_1pt"] == "refuted"
 
 
 def test_a_control_that_gains_as_much_voids_the_claims():
@@ -411,9 +410,6 @@ def test_a_control_that_gains_as_much_voids_the_claims():
     assert out["control_random_rho_ratio_le_high"] == "refuted"
     out = verdicts(_align(1.0, 1.0), _curves(-0.05), _final(0.0))
     assert out["control_random_rho_ratio_le_high"] == "control also holds"
-    # a source model already within a point of LOZO: non-inferiority cannot tell fine-tuning from none
-    out = verdicts(_align(1.4, 1.0), _curves(-0.05), _final(0.0, source=0.72))
-    assert out["test_accuracy_lozoplus_ge_lozo_minus_1pt"] == "control also holds"
 
 
 def test_rho_is_judged_where_the_subspace_is_chosen():
@@ -521,3 +517,78 @@ def test_every_scale_resolves():
         cfg = load_paper_config("lozo_plus", scale)
         for m in ("mezo", "lozo", "lozom", "lozoplus", "lozoplus_random"):
             assert zo.settings_from(cfg, m).lr > 0
+
+
+# -- the cpu scale's real pretrained model (issue 52): its rows, its reported claims, its report part ---------------
+def _lm_frames(loss_gain: float, seeds=(0, 1, 2, 3)) -> dict[str, pd.DataFrame]:
+    """The pretrained-model runs' frames as the rules write them: LOZO+'s final loss `loss_gain` off LOZO's."""
+    jitter = (0.01, -0.02, 0.015, 0.0)
+    runs = (
+        [("lozo", s, 0.0) for s in seeds] + [("lozoplus", s, loss_gain + jitter[s]) for s in seeds] + [("mezo", 0, 0.1)]
+    )
+    curves = pd.DataFrame(
+        [{"task": "sst2", "method": m, "seed": s, "forwards": f, "step": f // 2, "train_loss": 0.9 - f / 400 + d * (f > 0)}
+         for m, s, d in runs for f in (0, 100, 200)]
+    )  # fmt: skip
+    summaries = pd.DataFrame(
+        [{"method": m, "seed": s, "peak_rss_bytes": 3 * 2**30, "forwards": 200} for m, s, _ in runs]
+    )
+    evals = pd.DataFrame(
+        [{"method": "pretrained", "seed": 0, "test_accuracy": 0.53}]
+        + [{"method": m, "seed": s, "test_accuracy": 0.88 - d} for m, s, d in runs]
+    )
+    align = pd.DataFrame(
+        [{"method": m, "seed": s, "step": 0, "refresh": 1.0, "rho": 0.05 * (1.2 if m == "lozoplus" else 1.0) + 0.001 * s}
+         for m, s, _ in runs if m != "mezo"]
+    )  # fmt: skip
+    return {"evals": evals, "curves": curves, "summaries": summaries, "align": align}
+
+
+def test_the_pretrained_model_claims_are_judged_on_their_rows_at_cpu_only():
+    """lm/ rows for every run (MeZO on its one report seed, the pretrained model at every seed); the reported lm_
+    claims follow a constructed effect both ways; at smoke, where no pretrained model runs, they are not measured."""
+    from paperflow.core.claims import judge_all, parse_claims
+
+    cfg = load_paper_config("lozo_plus", "cpu")
+    lm_cfg = cfg["pretrained_cpu"]
+    params = PARAMS | {"scale": "cpu", "pretrained_cpu": lm_cfg}
+
+    def lm_verdicts(gain):
+        table = claims.metrics_table(_curves(-0.05), _align(1.4, 1.0), _final(0.0), HISTORY, params, _lm_frames(gain))
+        judged = judge_all(parse_claims(cfg["claims"], "x"), table, "cpu")
+        return table, {v.id: v.verdict for v in judged if v.id.startswith("lm_")}
+
+    table, out = lm_verdicts(-0.05)
+    lm = table[table["metric"].str.startswith("lm/")]
+    assert set(lm.loc[lm["method"] == "mezo", "seed"]) == {0}
+    assert set(lm.loc[lm["method"] == "pretrained", "seed"]) == {0, 1, 2, 3}
+    gain = lm[(lm["metric"] == "lm/accuracy_gain") & (lm["method"] == "lozo")]["value"]
+    assert gain.tolist() == pytest.approx([0.35] * 4)
+    assert out["lm_train_loss_lozoplus_lt_lozo"] == "held" and out["lm_test_accuracy_lozoplus_minus_lozo"] == "held"
+    assert out["lm_lozo_accuracy_gain"] == "held" and out["lm_rho_refresh_ratio_lozoplus_over_lozo"] == "held"
+    _, out = lm_verdicts(+0.05)
+    assert (
+        out["lm_train_loss_lozoplus_lt_lozo"] == "refuted" and out["lm_test_accuracy_lozoplus_minus_lozo"] == "refuted"
+    )
+    smoke = {c["id"] for c in load_paper_config("lozo_plus", "smoke")["claims"]}
+    assert not any(i.startswith("lm_") for i in smoke)  # not measured at smoke: listed apart, never judged
+
+
+def test_the_report_carries_the_pretrained_models_section_table_and_figure(tmp_path):
+    from paperflow.core.report import publish
+
+    cfg = load_paper_config("lozo_plus", "cpu")
+    params = PARAMS | {"scale": "cpu", "pretrained_cpu": cfg["pretrained_cpu"], "run": cfg["run"], "zo": cfg["zo"]}
+    params |= {"lr": cfg["lr"], "report_seeds": [0], "pretrain": cfg["pretrain"]}
+    logs = pd.DataFrame([{"method": "lozoplus", "seed": 0, "kept": 1.0}])
+    report = claims.build_report(
+        _curves(-0.05), logs, _align(1.4, 1.0), _final(0.0), HISTORY, params, _lm_frames(-0.05)
+    )
+    names = ["table_methods", "table_capture", "figure_loss", "figure_capture", "table_lm", "figure_lm_loss"]
+    outputs = {k: str(tmp_path / f"{k}.{'png' if k.startswith('figure') else 'csv'}") for k in names}
+    outputs |= {k: str(tmp_path / f"{k}.x") for k in ("report", "metrics", "metrics_table")}
+    publish(report, outputs, paper="lozo_plus", scale="cpu", claims=cfg["claims"])
+    text = Path(outputs["report"]).read_text()
+    assert "A real pretrained model: HuggingFaceTB/SmolLM2-135M-Instruct" in text and "0.5300" in text
+    # nine runs and the pretrained model at each of the four seeds
+    assert len(pd.read_csv(outputs["table_lm"])) == 9 + 4 and Path(outputs["figure_lm_loss"]).stat().st_size > 0

@@ -884,3 +884,85 @@ def test_first_order_reference_runs_on_the_sharded_path(hub, tmp_path, monkeypat
     assert list(curve["step"]) == [0, 2, 4] and curve["forwards"].iloc[-1] == 4
     ev = paper.evaluate("rte", "ft", [0], pj, out["models"], {"dev": data["dev"], "test": data["test"]}, cfg)
     assert 0.0 <= float(ev["test_score"].iloc[0]) <= 1.0
+
+
+# -- the cpu scale's real-pretrained-model part (issue 52): an offline task through the paper-scale functions ---------
+def test_the_offline_reviews_follow_their_labelling_rules_and_seeds():
+    from paperflow.lozo_plus import offline_task as ot
+
+    spec = {"generator": "reviews", "seed": 4, "train_rows": 3000, "validation_rows": 50}
+    frames = ot.generate(spec)
+    train = frames["train"]
+    assert list(train.columns[:3]) == ["sentence", "label", "idx"] and len(frames["validation"]) == 50
+    pd.testing.assert_frame_equal(train, ot.generate(spec)["train"])
+    assert not train["sentence"].equals(ot.generate(spec | {"seed": 5})["train"]["sentence"])
+    assert not frames["validation"]["sentence"].equals(train["sentence"].head(50))  # its own stream
+    shares = train["shape"].value_counts(normalize=True)
+    for shape, share in ot.SHAPES.items():
+        assert abs(shares[shape] - share) < 0.04, (shape, shares[shape])
+
+    def polarity(word):
+        return 1 if word.strip(".,") in ot.POSITIVE else 0 if word.strip(".,") in ot.NEGATIVE else None
+
+    for row in train.itertuples():
+        adjectives = [p for p in map(polarity, row.sentence.split()) if p is not None]
+        if row.shape == "negated":
+            assert " not " in row.sentence and row.label == 1 - adjectives[0]
+        elif row.shape == "contrast":
+            assert ", but " in row.sentence and adjectives[0] != adjectives[1] and row.label == adjectives[1]
+        else:
+            assert set(adjectives) == {row.label}
+    with pytest.raises(ConfigError, match="pretrained_cpu.task.generator: 'other'"):
+        ot.split_frame("other", 3, 0, "train")
+
+
+def test_the_offline_task_runs_the_paper_functions_and_reports_before_and_after(tmp_path):
+    """generate_task -> preprocess_task -> train (probes at refresh steps only) -> evaluate (the pretrained model
+    with models None, and a run's weights) -> the report's lm/ rows, on a tiny model over the reviews' words."""
+    from paperflow.core.lm.models import build_model, save_model
+    from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
+    from paperflow.lozo_plus import offline_task as ot
+    from paperflow.lozo_plus import pretrained_report as pr
+
+    spec = {"name": "sst2", "generator": "reviews", "seed": 1, "train_rows": 120, "validation_rows": 40}
+    raw = {s: str(tmp_path / "raw" / f"{s}.parquet") for s in sg.HF_SPLITS}
+    assert paper.generate_task("sst2", spec, raw) == {"train": 120, "validation": 40}
+    frames = ot.generate(spec)
+    words = [w for f in frames.values() for t in sg.prompts("sst2", f) for w in t.split()]
+    tok = word_level_tokenizer(words + list(sg.TEMPLATES["sst2"].words))
+    folder = tmp_path / "model"
+    save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+    save_tokenizer(tok, folder)
+    pj = tmp_path / "pretrained.json"
+    pj.write_text(json.dumps({"hub": "org/tiny", "revision": SHA, "folder": str(folder), "offline": None}))
+    data = {s: str(tmp_path / "data" / f"{s}.parquet") for s in ("train", "dev", "test")}
+    paper.preprocess_task("sst2", raw, str(pj), {"seed": 3, "train": 60, "test": 30}, 10, 48, data)
+    cfg = {
+        "pretrained": PRETRAINED,
+        "run": RUN | {"probe_every": 10**6},
+        "zo": load_paper_config("lozo_plus", "cpu")["zo"],
+    }
+    cfg["lr"] = {"mezo": 1e-3, "lozo": 1e-3, "lozoplus": 1e-3}
+    lm = {"curves": [], "summaries": [], "align": [], "evals": []}
+    splits = {"dev": data["dev"], "test": data["test"]}
+    base = paper.evaluate("sst2", "pretrained", [0], str(pj), None, splits, cfg)
+    lm["evals"].append(base)
+    for method in ("lozo", "lozoplus"):
+        out = _train_outputs(tmp_path / method)
+        summary = paper.train("sst2", method, [0], str(pj), data["train"], cfg | {"zo": {**cfg["zo"], "nu": 2}}, out)
+        assert summary["peak_rss_bytes"] > 2**20
+        align = pd.read_csv(out["align"])
+        assert len(align) and align["refresh"].eq(1).all()  # probes at refresh steps only
+        lm["curves"].append(pd.read_csv(out["curve"]))
+        lm["summaries"].append(pd.read_csv(out["summary"]))
+        lm["align"].append(align)
+        lm["evals"].append(paper.evaluate("sst2", method, [0], str(pj), out["models"], splits, cfg))
+    lm = {k: pd.concat(v, ignore_index=True) for k, v in lm.items()}
+    assert base["test_rows"].iloc[0] == 30
+    settings = {"seeds": [0], "methods": ["lozo", "lozoplus"], "report_only": [], "report_seeds": [0]}
+    rows = pd.DataFrame(pr.metric_rows(lm, settings)).set_index(["method", "metric"])["value"]
+    assert rows[("pretrained", "lm/test_accuracy")] == float(base["test_accuracy"].iloc[0])
+    for method in ("lozo", "lozoplus"):
+        acc = rows[(method, "lm/test_accuracy")]
+        assert rows[(method, "lm/accuracy_gain")] == pytest.approx(acc - float(base["test_accuracy"].iloc[0]))
+        assert np.isfinite(rows[(method, "lm/rho_refresh")]) and rows[(method, "lm/peak_rss_gib")] > 0

@@ -22,3 +22,31 @@ def lozo_plus_run_files(name):
 
 def lozo_plus_seeds_of_group(wildcards):
     return lozo_plus_groups(wildcards.method)[wildcards.group]
+
+
+def lozo_plus_lm_report_inputs():
+    """The pretrained-model runs' files the synthetic report reads (cpu scale, `pretrained_cpu`); none elsewhere."""
+    if not LOZO_PLUS.get("pretrained_cpu"):
+        return {}
+    return {
+        **lozo_plus_lm_files("curve", "csv"),
+        **lozo_plus_lm_files("summary", "csv"),
+        **lozo_plus_lm_files("align", "csv"),
+        **lozo_plus_lm_evals(),
+    }
+
+
+def lozo_plus_lm_report_outputs():
+    """The report's table and figure of the pretrained-model runs (cpu scale, `pretrained_cpu`); none elsewhere."""
+    if not LOZO_PLUS.get("pretrained_cpu"):
+        return {}
+    return {
+        "table_lm": report(
+            lozo_plus_path("tables", "pretrained_runs.csv"), category="lozo_plus", labels={"table": "pretrained model"}
+        ),
+        "figure_lm_loss": report(
+            lozo_plus_path("figures", "pretrained_loss_vs_forwards.png"),
+            category="lozo_plus",
+            labels={"figure": "pretrained model: train loss vs forwards"},
+        ),
+    }

@@ -135,6 +135,7 @@ rule lozo_plus_train:
     resources:
         **heavy_resources("train_gpu", LOZO_PLUS, stage="train"),
     params:
+        temporary=["models"],  # its temp() output: the record marks it, the audit accepts it deleted
         seeds=lozo_plus_seeds_of_group,
         pretrained=LOZO_PLUS["pretrained"],
         run=LOZO_PLUS["run"],
@@ -170,6 +171,7 @@ rule lozo_plus_train_node:
     resources:
         **heavy_resources("train_node_gpu", LOZO_PLUS, gpus=lambda wc: LOZO_PLUS_GPUS[wc.method]),
     params:
+        temporary=["models"],  # its temp() output: the record marks it, the audit accepts it deleted
         seeds=lozo_plus_seeds_of_group,
         pretrained=LOZO_PLUS["pretrained"],
         run=LOZO_PLUS["run"],

