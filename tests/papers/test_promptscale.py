@@ -108,6 +108,51 @@ def test_the_e_step_reward_is_one_teacher_forced_pass_and_its_spans_split_exactl
     assert lz[0] == pytest.approx(per_token[-n_x - n_z : -n_x].sum(), abs=1e-6)
 
 
+def test_the_e_step_samples_through_the_served_completions_path_and_scores_log_q_as_paper_scale(
+    tok, spec, items, monkeypatch
+):
+    """The tiny models sample as paper scale's E-step does: one /v1/completions request per (c, x) with n = K and
+    seed `seed + i` (vllm_server.complete_each against the kit's local server); the samples are the kit sampler's
+    on that prompt with that seed, their text without special tokens (as vLLM's), and log q is the teacher-forced score of each sample with its EOS."""
+    from paperflow.core.lm.local_server import LocalServer
+    from paperflow.core.lm.sampling import sample
+    from paperflow.core.lm.tokenizer import encode_words
+
+    bodies = []
+    answer = LocalServer.answer
+
+    def spy(self, path, body):
+        bodies.append((path, body))
+        return answer(self, path, body)
+
+    monkeypatch.setattr(LocalServer, "answer", spy)
+    q = pm.new_model(spec, 2).eval()
+    pairs = [(it.concepts, it.problem) for it in items[:7]]
+    words, logq = em.sample_rationales(q, tok, pairs, 3, 6, seed=40)
+    assert [path for path, _ in bodies] == ["/v1/completions"] * 7
+    assert sorted(b["seed"] for _, b in bodies) == list(range(40, 47))
+    assert {(b["n"], b["temperature"], b["max_tokens"]) for _, b in bodies} == {(3, 1.0, 7)}
+    for i, (c, x) in enumerate(pairs):
+        enc = encode_words(tok, [pm.q_pair(c, x, ())[0]] * 3)
+        out = sample(
+            q,
+            enc["input_ids"],
+            enc["attention_mask"],
+            max_new_tokens=7,
+            temperature=1.0,
+            generator=torch.Generator().manual_seed(40 + i),
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+        expected = [
+            tuple(tok.convert_ids_to_tokens([t for t, m in zip(row, mask) if m and t not in tok.all_special_ids]))
+            for row, mask in zip(out.completion_ids.tolist(), out.completion_mask.tolist())
+        ]
+        assert words[3 * i : 3 * i + 3] == expected
+    rescored = pm.completion_logprob(q, tok, [pm.q_pair(c, x, z) for (c, x) in pairs for z in words[:3]][:3])
+    np.testing.assert_allclose(logq[0], rescored, atol=1e-6)
+
+
 # 10.3 reductions -----------------------------------------------------------------------------------------------
 
 

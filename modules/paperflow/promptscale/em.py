@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from scipy.special import logsumexp
 
 from paperflow.promptscale import models as pm
@@ -44,10 +43,19 @@ def choose(rewards: np.ndarray, select: str, rng: np.random.Generator) -> np.nda
     raise ValueError(f"select {select!r}: allowed {SELECT}")
 
 
-def sample_rationales(q, tok, items: Sequence[tuple], k: int, max_plan: int, generator) -> tuple[list, np.ndarray]:
-    """K rationales per (c, x) from q at T = 1: (words [items*K] item-major, log q [items, K])."""
-    prompts = [pm.q_pair(c, x, ())[0] for c, x in items for _ in range(k)]
-    words, logq, _ = pm.generate(q, tok, prompts, max_plan + 1, 1.0, generator)
+def sample_rationales(
+    q, tok, items: Sequence[tuple], k: int, max_plan: int, seed: int, score: bool = True
+) -> tuple[list, np.ndarray | None]:
+    """K rationales per (c, x) from q at T = 1, through the served model (item i with seed `seed + i`, as paper
+    scale's E-step samples), then, with `score`, scored as paper scale scores them: (words [items*K] item-major,
+    log q(z | c, x) [items, K] with the rationale's EOS, also for a sample cut at max_plan + 1 tokens; None without
+    `score`: the E-step selects by R alone)."""
+    prompts = [pm.q_pair(c, x, ())[0] for c, x in items]
+    words, _ = pm.generate(q, tok, prompts, max_plan + 1, 1.0, seed, n=k)
+    if not score:
+        return words, None
+    triples = [(c, x, z) for (c, x), i in zip(items, range(len(items))) for z in words[i * k : (i + 1) * k]]
+    logq = pm.completion_logprob(q, tok, [pm.q_pair(c, x, z) for c, x, z in triples])
     return words, logq.reshape(len(items), k)
 
 
@@ -62,9 +70,8 @@ def evaluate_heldout(
     q, p, tok, heldout: Sequence[w.Item], m: int, k: int, max_plan: int, seed: int
 ) -> dict[str, float]:
     """The held-out bound (M samples) and the best-of-K recovery of the true plan (K of the same samples)."""
-    gen = torch.Generator().manual_seed(seed)
     items = [(it.concepts, it.problem) for it in heldout]
-    zs, logq = sample_rationales(q, tok, items, m, max_plan, gen)
+    zs, logq = sample_rationales(q, tok, items, m, max_plan, seed)
     joint = score_joint(p, tok, items, zs, m)
     best = joint[:, :k].argmax(axis=1)
     recovery = [w.alignment_accuracy(zs[i * m + best[i]], it.plan) for i, it in enumerate(heldout)]
@@ -98,7 +105,7 @@ def run_em(
     selection streams for the same seed (two random-of-K runs from one cold start)."""
     q, p = copy.deepcopy(q0), copy.deepcopy(p0)
     rng = np.random.default_rng([seed, 7, replicate])
-    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, replicate]).generate_state(1)[0]))
+    sampling = np.random.default_rng(np.random.SeedSequence([seed, replicate]))  # EM and random-of-K share it
     k, max_plan = int(settings["k"]), int(settings["max_plan"])
     ev = settings["evaluation"]
     if initial is None:
@@ -106,7 +113,7 @@ def run_em(
     records = [{**initial, "iteration": 0}]
     last = int(settings["iterations"])
     for e in range(1, last + 1):
-        zs, _ = sample_rationales(q, tok, seeds, k, max_plan, gen)
+        zs, _ = sample_rationales(q, tok, seeds, k, max_plan, int(sampling.integers(2**31)), score=False)
         rewards = score_joint(p, tok, seeds, zs, k)
         keep = choose(rewards, select, rng)
         kept = [zs[i * k + j] for i, j in enumerate(keep)]

@@ -1,5 +1,6 @@
 """The three sequence models of the designer world on the kit (tiny Qwen2 from a config, word-level tokenizer,
-`sequence_logprobs`, `sample`) and one template per model, so that q and p score exactly the spans they generate
+`sequence_logprobs`; sampling through the kit's local OpenAI-compatible server and paper scale's client path,
+`served` / `generate`) and one template per model, so that q and p score exactly the spans they generate
 (spec section 9):
 
     p_theta (prompt model):     <bos> <c> c... <z> | z... <x> x... <eos>      log p(z | c) = z + <x>; log p(x | z, c) = x + <eos>
@@ -12,19 +13,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from paperflow.core.lm.local_server import LocalServer
 from paperflow.core.lm.models import build_model
-from paperflow.core.lm.sampling import sample, sequence_logprobs
-from paperflow.core.lm.tokenizer import decode_words, encode_pairs, encode_words, word_level_tokenizer
+from paperflow.core.lm.sampling import sequence_logprobs
+from paperflow.core.lm.serve import Client
+from paperflow.core.lm.tokenizer import encode_pairs, word_level_tokenizer
 from paperflow.promptscale import world as w
+from paperflow.promptscale.vllm_server import complete_each
 
 CHUNK = 1024
+SERVER_BATCH_ROWS = 4096  # rows the local server samples in one batch
+SERVER_CONCURRENCY = 64  # requests in flight from one client
 
 
 def tokenizer():
@@ -155,33 +162,40 @@ def fit(model, tok, pairs, steps: int, batch_size: int, lr: float, rng: np.rando
     return [{"step": int(r["step"]) - 1, "loss": float(r["loss"])} for r in logged]
 
 
+@contextmanager
+def served(model, tok, name: str) -> Iterator[Client]:
+    """A kit Client of `model` served by the kit's local OpenAI-compatible server (paperflow.core.lm.local_server)
+    for the block: the tiny models sample through the HTTP path paper scale's vLLM servers serve
+    (`vllm_server.complete_each`), not through an in-process sampler of their own."""
+    with LocalServer(model, tok, name, max_batch_rows=SERVER_BATCH_ROWS) as server:
+        yield server.client(concurrency=SERVER_CONCURRENCY, timeout_s=600)
+
+
+def prompt_text(tok, words: Sequence[str]) -> str:
+    """A word prompt as the text the server tokenizes: BOS, then the words (the layout `Encoded.of` and TRL's rows
+    use)."""
+    return " ".join((tok.bos_token, *words))
+
+
 def generate(
-    model, tok, prompts: Sequence[tuple], max_new_tokens: int, temperature: float, generator: torch.Generator
-) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:
-    """Samples, one per prompt: (completion words before EOS, log-prob of the completion with its EOS, ended with
-    EOS). Batches of CHUNK prompts."""
-    words, logps, ended = [], [np.zeros(0)], [np.zeros(0, bool)]
-    eos = tok.eos_token_id
-    with torch.no_grad():
-        for i in range(0, len(prompts), CHUNK):
-            enc = encode_words(tok, prompts[i : i + CHUNK])
-            r = sample(
-                model,
-                enc["input_ids"],
-                enc["attention_mask"],
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                generator=generator,
-                eos_token_id=eos,
-                pad_token_id=tok.pad_token_id,
-            )
-            logps.append((r.logprobs * r.completion_mask).sum(1).double().numpy())
-            ended.append(((r.completion_ids == eos) & r.completion_mask.bool()).any(1).numpy())
-            for row in r.completion_ids:
-                out = decode_words(tok, row)
-                words.append(tuple(t for t in out if t != tok.eos_token))
-    return words, np.concatenate(logps), np.concatenate(ended)
+    model, tok, prompts: Sequence[tuple], max_new_tokens: int, temperature: float, seed: int, n: int = 1
+) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """`n` samples per prompt (prompt-major) through the local server's /v1/completions, prompt i with seed
+    `seed + i` (as paper scale's `complete_each`): (completion words before EOS, ended with EOS)."""
+    with served(model, tok, "tiny") as client:
+        samples = complete_each(
+            client,
+            [prompt_text(tok, p) for p in prompts],
+            n=n,
+            temperature=float(temperature),
+            top_p=1.0,
+            max_tokens=int(max_new_tokens),
+            seed=int(seed),
+        )
+    words = [tuple(c["text"].split()) for choices in samples for c in choices]
+    ended = np.array([c["finish_reason"] == "stop" for choices in samples for c in choices], bool)
+    return words, ended
 
 
 def greedy(model, tok, prompts: Sequence[tuple], max_new_tokens: int) -> list[tuple[str, ...]]:
-    return generate(model, tok, prompts, max_new_tokens, 0.0, None)[0]
+    return generate(model, tok, prompts, max_new_tokens, 0.0, 0)[0]

@@ -45,9 +45,7 @@ def accuracy(model, tok, problems: Sequence[w.Item]) -> float:
 
 def dpo_pairs(model, tok, problems: Sequence[tuple], samples: int, temperature: float, seed: int):
     """(x, chosen answer, rejected answer) per problem where the samples hold both a correct and a wrong answer."""
-    gen = torch.Generator().manual_seed(seed)
-    prompts = [x for x in problems for _ in range(samples)]
-    outs, _, _ = pm.generate(model, tok, prompts, ANSWER_TOKENS, temperature, gen)
+    outs, _ = pm.generate(model, tok, list(problems), ANSWER_TOKENS, temperature, seed, n=samples)
     pairs = []
     for i, x in enumerate(problems):
         gold = pm.answer_words(w.evaluate(x))

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from paperflow.core.io import read_frame
 from paperflow.core.lm.models import load_checkpoint, save_checkpoint
@@ -161,9 +160,10 @@ def synthesize(
     tok = pm.tokenizer()
     model = load_checkpoint(model_path)
     model.eval()
-    gen = torch.Generator().manual_seed(int(synth["seed"]) * 1000 + seed)
     prompts = [pm.p_pair(c, (), ())[0] if kind == "rationale" else pm.direct_pair(c, ())[0] for c in concepts]
-    outs, _, ended = pm.generate(model, tok, prompts, int(synth["max_new_tokens"]), float(synth["temperature"]), gen)
+    outs, ended = pm.generate(
+        model, tok, prompts, int(synth["max_new_tokens"]), float(synth["temperature"]), int(synth["seed"]) * 1000 + seed
+    )
     rows = []
     for c, out, done in zip(concepts, outs, ended):
         if kind == "rationale":

@@ -248,10 +248,32 @@ def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
 
 
+class RowStreams:
+    """Generators for consecutive row blocks of one batch: [(generator, rows), ...] in row order. `sample` given
+    one draws each block's uniforms from its own generator, so a block's samples are those it would get sampled
+    alone with that generator (the kit's local server batches requests so, each with its own seed)."""
+
+    def __init__(self, blocks: Sequence[tuple[torch.Generator, int]]):
+        self.blocks = [(g, int(n)) for g, n in blocks]
+
+    @property
+    def rows(self) -> int:
+        return sum(n for _, n in self.blocks)
+
+    def uniforms(self, rows: int, device) -> torch.Tensor:
+        if rows != self.rows:
+            raise ValueError(f"RowStreams covers {self.rows} rows, the batch has {rows}")
+        parts = [torch.rand(n, 1, generator=g, dtype=torch.float64) for g, n in self.blocks]
+        return torch.cat(parts).to(device)
+
+
 def _draw(logits: torch.Tensor, logp: torch.Tensor, temperature: float, generator) -> torch.Tensor:
     """One token per row by the inverse CDF of exp(logp) at a float64 uniform; the uniform is drawn even when
     greedy (argmax of the raw logits, `generate`'s tie-breaking), so the generator always advances the same."""
-    u = torch.rand(logp.shape[0], 1, generator=generator, dtype=torch.float64, device=logp.device)
+    if isinstance(generator, RowStreams):
+        u = generator.uniforms(logp.shape[0], logp.device)
+    else:
+        u = torch.rand(logp.shape[0], 1, generator=generator, dtype=torch.float64, device=logp.device)
     if temperature == 0:
         return logits.argmax(-1)
     return inverse_cdf(logp, u)
@@ -286,7 +308,7 @@ def sample(
     *,
     max_new_tokens: int,
     temperature: float,
-    generator: torch.Generator | None,
+    generator: torch.Generator | RowStreams | None,
     eos_token_id: int | Sequence[int] | None,
     pad_token_id: int,
     hook: Hook | None = None,
