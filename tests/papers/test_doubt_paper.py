@@ -991,3 +991,109 @@ def test_vl_uncertainty_config_errors_are_named():
     smoke = load_paper_config("doubt", "smoke")
     with pytest.raises(ConfigError, match="vl_uncertainty runs at paper scale only"):
         check({**smoke, "methods": [*smoke["methods"], "vl_uncertainty"]}, "doubt.yaml")
+
+
+# ---- long jobs resume (issue 43): each generation job journals its items and a rerun does only the rest ----------
+
+
+class Killed(RuntimeError):
+    """A job killed part way (raised by `Calls` at its call)."""
+
+
+class Calls:
+    """`owner.attr` wrapped: counts its calls, and the call number `kill_at` (when set) raises `Killed`."""
+
+    def __init__(self, monkeypatch, owner, attr):
+        real, self.n, self.kill_at = getattr(owner, attr), 0, None
+
+        def wrapped(*args, **kwargs):
+            self.n += 1
+            if self.n == self.kill_at:
+                raise Killed(f"{attr}: killed at call {self.n}")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, attr, wrapped)
+
+    def run(self, job, journal, kill_at=None):
+        self.n, self.kill_at = 0, kill_at
+        return job(journal)
+
+
+# the unit call each job makes per item: (owner, attribute, calls per item)
+UNITS = {
+    "sample": (paper.VLM, "generate", 4),  # ans0, A, the object list, B
+    "judge": (paper.ChatLLM, "reply", 1),
+    "rephrase": (paper.ChatLLM, "reply", 3),  # one per rephrasing temperature
+    "sample_perturbed": (paper.VLM, "generate", 3),  # one per perturbed prompt
+    "entail": ("entailment", "equivalence", 1),
+    "entail_perturbed": ("entailment", "equivalence", 1),
+}
+
+
+def resume_jobs(hub, tmp_path):
+    """{case: the generation rule's function as a function of its journal path}, on the tiny models and three
+    items each."""
+    from paperflow.core.io import write_frame
+    from paperflow.doubt import vl_uncertainty as vlu
+
+    _, cache = hub
+    raw, items = str(tmp_path / "raw.parquet"), str(tmp_path / "items.parquet")
+    vlm_json, judge_json = str(tmp_path / "vlm.json"), str(tmp_path / "judge.json")
+    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
+    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    paper.download_benchmark("ScienceQA", BENCHES["ScienceQA"], str(cache), raw)
+    assert paper.preprocess(raw, None, items) == 3  # idx 0, 2, 3
+    samples, prompts = str(tmp_path / "samples.parquet"), str(tmp_path / "prompts.parquet")
+    pd.DataFrame({"idx": [0, 2, 3], "ans0": ["1", "cat", "(0)"]}).to_parquet(samples)
+    questions = [[f"{q} cat", f"{q} dog", q] for q in read_frame(items)[0]["question"]]
+    pd.DataFrame({"idx": [0, 2, 3], "questions": questions}).to_parquet(prompts)
+    save_tiny_nli(tmp_path / "nli", 2)
+    nli_json = str(tmp_path / "nli.json")
+    Path(nli_json).write_text(json.dumps({"hub": "org/nli", "revision": SHA, "folder": str(tmp_path / "nli")}))
+    nli = {"device": "cpu", "batch_size": 4, "condition_on_question": True}
+    ff, ff_samples, ff_perturbed = (str(tmp_path / f"ff_{k}.parquet") for k in ("items", "samples", "perturbed"))
+    questions = ["What is it ?", "Which colour ?", "Why ?"]
+    write_frame(ff, pd.DataFrame({"idx": [3, 7, 8], "question": questions, "kind": bm.FREE_FORM}), {})
+    answers = [["cat", "a cat", "dog"], ["red", "blue", "red"], ["the cat", "the dog", "a cat"]]
+    pd.DataFrame({"idx": [3, 7, 8], "ans0": ["cat", "red", "a"], "A": answers, "B": answers[::-1]}).to_parquet(
+        ff_samples
+    )
+    pd.DataFrame({"idx": [3, 7, 8], "P": answers}).to_parquet(ff_perturbed)
+    return {
+        "sample": lambda j: paper.sample("tiny", vlm_json, VLM_SPEC, items, SAMPLING, 1, journal=j),
+        "judge": lambda j: paper.judge(judge_json, JUDGE_SPEC, raw, samples, 1, journal=j),
+        "rephrase": lambda j: vlu.rephrase(judge_json, JUDGE_SPEC, VLU, items, 1, journal=j),
+        "sample_perturbed": lambda j: vlu.sample(
+            "tiny", "ScienceQA", vlm_json, VLM_SPEC, items, prompts, VLU, 1, journal=j
+        ),
+        "entail": lambda j: paper.entail(nli_json, nli, ff, ff_samples, journal=j),
+        "entail_perturbed": lambda j: vlu.entail(nli_json, nli, ff, ff_perturbed, journal=j),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(UNITS))
+def test_a_generation_job_killed_part_way_reruns_only_the_items_left_and_writes_what_an_unkilled_one_writes(
+    case, hub, tmp_path, monkeypatch
+):
+    from paperflow.doubt import entailment
+
+    job, (owner, attr, per_item), items = resume_jobs(hub, tmp_path)[case], UNITS[case], 3
+    calls = Calls(monkeypatch, entailment if owner == "entailment" else owner, attr)
+    whole = calls.run(job, tmp_path / "whole" / "rows.jsonl")
+    assert calls.n == per_item * items
+    journal = tmp_path / "killed" / "rows.jsonl"
+    kill_at = per_item + min(2, per_item)  # in the second item (its second call where it has several)
+    with pytest.raises(Killed):
+        calls.run(job, journal, kill_at=kill_at)
+    assert len(journal.read_text().splitlines()) == 1  # the first item's row; the second item's calls are lost
+    resumed = calls.run(job, journal)
+    assert calls.n == per_item * (items - 1)  # the first item is not asked again
+    pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
+    written = [io.BytesIO() for _ in range(2)]
+    whole.to_parquet(written[0], index=False)
+    resumed.to_parquet(written[1], index=False)
+    assert written[0].getvalue() == written[1].getvalue()
+    # a finished job rerun asks nothing (not even a model load) and gives the same frame
+    again = calls.run(job, journal)
+    assert calls.n == 0
+    pd.testing.assert_frame_equal(again, whole, check_exact=True)

@@ -322,6 +322,167 @@ def test_the_paper_train_and_evaluate_path_runs_trl_with_lora_on_a_tiny_model(hu
     np.testing.assert_allclose(after, again, rtol=1e-6)
 
 
+class Interrupted(RuntimeError):
+    pass
+
+
+def _count_steps(monkeypatch, stop_after: int | None = None) -> list[int]:
+    """Every TRL run's optimizer steps (one entry per trainer), counted by a callback; with `stop_after`, the run is
+    killed when that many steps (all trainers together) have finished and been saved (at the next step's start)."""
+    from transformers import TrainerCallback
+
+    from paperflow.dualreform import lora
+
+    steps: list[int] = []
+    fit = lora._fit
+
+    class Count(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if stop_after is not None and sum(steps) >= stop_after:
+                raise Interrupted(f"killed after {stop_after} steps")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            steps[-1] += 1
+
+    def counted(trainer, every_s):
+        steps.append(0)
+        trainer.add_callback(Count())
+        return fit(trainer, every_s)
+
+    monkeypatch.setattr(lora, "_fit", counted)
+    return steps
+
+
+def _count_calls(monkeypatch, module, name: str, fail_at: int | None = None) -> list[int]:
+    """Calls of module.name (a list that grows by one per call); the `fail_at`-th call raises Interrupted."""
+    calls: list[int] = []
+    real = getattr(module, name)
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if fail_at is not None and len(calls) == fail_at:
+            raise Interrupted(f"{name}: call {fail_at}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapped)
+    return calls
+
+
+def _train_outputs(folder: Path) -> dict:
+    return {
+        "checkpoints": [str(folder / f"seed0_it{i}.safetensors") for i in (1, 2)],
+        "history": str(folder / "history_seed0.csv"),
+        "refs": str(folder / "refs_seed0.parquet"),
+    }
+
+
+@pytest.mark.parametrize("kill", ["round 2's SFT, after a step", "round 1's DPO, at its start", "round 2's ranking"])
+def test_paper_training_killed_mid_job_resumes_from_its_checkpoint_folder_to_the_uninterrupted_result(
+    hub, tmp_path, monkeypatch, kill
+):
+    """TRL resume (issue 43): a dualreform job killed part way reruns with the same checkpoint folder and does only
+    the rest: finished stages (references, SFT adapter, DPO round) are loaded, a trainer goes on from its last timed
+    save, a stage's model or the refiner is rebuilt from saved adapters; it writes what a run without checkpoints
+    writes (the rounds bit for bit, the history, the references)."""
+    from safetensors.torch import load_file
+
+    from paperflow.dualreform import lora
+
+    pj, table_path = prepared(hub, tmp_path)
+    with monkeypatch.context() as m:
+        steps = _count_steps(m)
+        ranked = _count_calls(m, lora, "rank_candidates")
+        want = _train_outputs(tmp_path / "plain")
+        paper.train("dualreform", 0, table_path, pj, CFG, want)
+    sft1, dpo1, sft2, dpo2 = steps  # one trainer per stage and round
+    assert sft2 >= 2 and len(ranked) == 2  # round 2's SFT has a step to resume; the refiner ranks in each round
+    stop, fail_rank, rest, rest_ranked = {
+        "round 2's SFT, after a step": (sft1 + dpo1 + 1, None, [sft2 - 1, dpo2], 0),
+        "round 1's DPO, at its start": (sft1, None, [dpo1, sft2, dpo2], 1),
+        "round 2's ranking": (None, 2, [sft2, dpo2], 1),  # the refiner: round 1's saved adapters
+    }[kill]
+    ckpt, got = tmp_path / "ckpt", _train_outputs(tmp_path / "resumed")
+    with monkeypatch.context() as m:
+        _count_steps(m, stop_after=stop)
+        _count_calls(m, lora, "rank_candidates", fail_at=fail_rank)
+        with pytest.raises(Interrupted):
+            paper.train("dualreform", 0, table_path, pj, CFG, got, checkpoint=ckpt, every_s=0)
+    with monkeypatch.context() as m:
+        steps = _count_steps(m)
+        ranked = _count_calls(m, lora, "rank_candidates")
+        history = paper.train("dualreform", 0, table_path, pj, CFG, got, checkpoint=ckpt, every_s=0)
+    assert steps == rest and len(ranked) == rest_ranked  # only the remaining steps and rankings
+    for a, b in zip(want["checkpoints"], got["checkpoints"]):
+        wa, wb = load_file(a), load_file(b)
+        assert sorted(wa) == sorted(wb) and all(torch_equal(wa[k], wb[k]) for k in wa)
+    assert Path(want["history"]).read_text() == Path(got["history"]).read_text()
+    assert len(history) == sft1 + dpo1 + sft2 + dpo2  # a row per step, those of the first run's included
+    pd.testing.assert_frame_equal(read_frame(want["refs"])[0], read_frame(got["refs"])[0])
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def test_paper_evaluation_killed_after_an_iteration_reruns_only_the_rest(hub, tmp_path, monkeypatch):
+    """Row journal (issue 43): evaluate keeps each iteration's row in the job's journal; killed in iteration 2, the
+    rerun ranks only iteration 2's rewrites and returns what an uninterrupted evaluation returns."""
+    from paperflow.dualreform import lora
+
+    pj, table_path = prepared(hub, tmp_path)
+    outputs = _train_outputs(tmp_path / "models")
+    paper.train(
+        "retpo", 0, table_path, pj, {**CFG, "iterations": 1}, {**outputs, "checkpoints": outputs["checkpoints"][:1]}
+    )
+    rounds = {1: outputs["checkpoints"][0], 2: outputs["checkpoints"][0]}  # two units: the same round twice
+    want = paper.evaluate("retpo", 0, table_path, pj, rounds, PRETRAINED)
+    journal = tmp_path / "ckpt" / "rows.jsonl"
+    with monkeypatch.context() as m:
+        _count_calls(m, lora, "rank_candidates", fail_at=2)
+        with pytest.raises(Interrupted):
+            paper.evaluate("retpo", 0, table_path, pj, rounds, PRETRAINED, journal=journal)
+    assert len(journal.read_text().splitlines()) == 1
+    with monkeypatch.context() as m:
+        ranked = _count_calls(m, lora, "rank_candidates")
+        got = paper.evaluate("retpo", 0, table_path, pj, rounds, PRETRAINED, journal=journal)
+    assert len(ranked) == 1
+    pd.testing.assert_frame_equal(want, got)
+
+
+def test_the_dense_index_killed_mid_corpus_encodes_only_the_missing_chunks_on_rerun(tmp_path):
+    """Row journal of chunks (issue 43): index_corpus with a checkpoint folder journals each flushed chunk; killed
+    in chunk 3 of 5, the rerun encodes chunks 3-5 only and moves the same array to the output."""
+    from paperflow.dualreform import dense as dn
+
+    texts = [f"passage {i} " + "word " * (i % 5) for i in range(18)]
+    calls: list[int] = []
+
+    class Encoder:  # deterministic per text, like a sentence encoder in eval mode
+        def __init__(self, fail_at=None):
+            self.fail_at = fail_at
+
+        def encode(self, batch, **_):
+            calls.append(len(batch))
+            if self.fail_at is not None and len(calls) == self.fail_at:
+                raise Interrupted("encoder killed")
+            return np.array([[len(t), sum(map(ord, t)) % 97, i % 3] for i, t in enumerate(batch)], dtype=np.float32)
+
+    want = tmp_path / "plain.npy"
+    assert dn.index_corpus(Encoder(), texts, 8, want, chunk=4) == (18, 3)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "dense.npy"
+    calls.clear()
+    with pytest.raises(Interrupted):
+        dn.index_corpus(Encoder(fail_at=4), texts, 8, out, chunk=4, checkpoint=ckpt)  # the dim probe, chunks 1-2
+    assert len((ckpt / "chunks.jsonl").read_text().splitlines()) == 2 and not out.exists()
+    calls.clear()
+    assert dn.index_corpus(Encoder(), texts, 8, out, chunk=4, checkpoint=ckpt) == (18, 3)
+    assert calls == [4, 4, 2]  # chunks 3, 4 and 5 only
+    np.testing.assert_array_equal(np.load(out), np.load(want))
+    assert np.load(out).dtype == np.float16 and not (ckpt / "index.npy").exists()
+
+
 def test_dense_search_in_chunks_is_exact_and_breaks_ties_by_pid(tmp_path):
     from paperflow.dualreform import dense as dn
 

@@ -209,6 +209,44 @@ def test_verification_appends_per_problem_and_a_rerun_after_a_crash_grades_only_
     assert len([c for c in graded if "</think>" in c]) == 4
 
 
+def test_verification_with_the_jobs_journal_resumes_there_and_writes_the_bytes_of_an_uninterrupted_run(
+    tmp_path, monkeypatch
+):
+    """At paper scale the rule passes a journal in its checkpoint folder (code_eval.JournalProgress): the graded
+    problems go there, not to `<out>.partial`, and a rerun after a kill grades only the rest, writing the bytes the
+    uninterrupted run (Progress) writes."""
+    from paperflow.promptscale import code_eval
+
+    lt.write_jsonl(
+        tmp_path / "tests.jsonl", [{"id": i, "problem": "sum", "tests": [stdin("1 2\n", "3")]} for i in (1, 2)]
+    )
+    rollouts = [{"id": i, "problem": "sum", "message": "m", "completions": [fenced(RIGHT), fenced(f"print({i})")]}
+                for i in (1, 2)]  # fmt: skip
+    lt.write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    args = (str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"))
+    whole = cs.verify(*args, LIMITS, 1, str(tmp_path / "whole.jsonl"))
+    real, graded = code_eval.grade, []
+
+    def crashing(completion, row, limits):
+        if graded and "print(2)" in completion:
+            raise KeyboardInterrupt  # the job killed while problem 2 is graded
+        graded.append(completion)
+        return real(completion, row, limits)
+
+    journal = tmp_path / "checkpoints" / "rows.jsonl"
+    monkeypatch.setattr(code_eval, "grade", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        cs.verify(*args, LIMITS, 1, str(tmp_path / "v.jsonl"), journal)
+    assert [json.loads(line)["id"] for line in journal.read_text().splitlines()] == ["graded:1"]
+    assert not (tmp_path / "v.jsonl.partial").exists()
+    graded.clear()
+    monkeypatch.setattr(code_eval, "grade", lambda c, r, lim: graded.append(c) or real(c, r, lim))
+    assert cs.verify(*args, LIMITS, 1, str(tmp_path / "v.jsonl"), journal) == whole
+    graded = [c for c in graded if "</think>" in c]  # the preflight's program aside
+    assert len(graded) == 2 and all(c in rollouts[1]["completions"] for c in graded)  # problem 2 only
+    assert (tmp_path / "v.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
 def verified(i, passed, texts=None):
     texts = texts or [fenced(f"print({i}{j})", f"r{j}") for j in range(len(passed))]
     return {"id": i, "problem": f"p{i}", "message": f"m{i}", "completions": texts, "passed": passed}

@@ -910,6 +910,45 @@ def test_the_code_evaluation_samples_the_policy_and_reports_lcb_pass_at_1(tmp_pa
         code_eval.preflight({**LIMITS, "memory_mb": 1})  # 1 MB of address space: not even the interpreter starts
 
 
+def test_the_code_evaluation_with_the_jobs_journal_asks_and_grades_only_what_it_lacks(tmp_path):
+    """evaluate_code with a journal: the samples (problem i seeded `seed + i` of all problems) and the graded
+    problems are journalled; a rerun missing a problem's grade grades it from the journalled samples without the
+    server, one missing a problem's samples asks for that problem only, with its own seed; the bytes are the same."""
+    from paperflow.promptscale import code_eval
+
+    rows = [{"id": "abc", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(1, 2)]},
+            {"id": "xyz", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(5, 6)]}]  # fmt: skip
+    lt.write_jsonl(tmp_path / "lcb.jsonl", rows)
+    right = fenced("a, b = map(int, input().split())\nprint(a + b)")
+    settings = {"samples": 2, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_tokens": 64, "seed": 0}
+
+    def policy(path, body):
+        return chat_choices([right, f"no code {body['seed']}"])
+
+    def run(out, journal, up=True):
+        with FakeOpenAI(policy, name="base") as server:
+            vllm = vllm_cfg(server.url.removesuffix("/v1") if up else "http://127.0.0.1:9", startup_timeout_s=1)
+            summary = code_eval.evaluate_code("/m", "base", str(tmp_path / "lcb.jsonl"), "lcb_v6", settings, LIMITS,
+                                              vllm, "bfloat16", str(tmp_path / out), str(tmp_path / "vllm.log"), 1,
+                                              journal=journal)  # fmt: skip
+            return summary, [b["seed"] for b in server.bodies]
+
+    whole, _ = run("whole.jsonl", None)
+    journal = tmp_path / "ckpt" / "rows.jsonl"
+    summary, seeds = run("j.jsonl", journal)
+    assert summary == whole and sorted(seeds) == [0, 1]
+    lines = journal.read_text().splitlines()
+    assert sorted(json.loads(x)["id"] for x in lines) == ["graded:abc", "graded:xyz", "sample:0", "sample:1"]
+    keep = [x for x in lines if json.loads(x)["id"] != "graded:xyz"]
+    journal.write_text("\n".join(keep) + "\n")
+    assert run("j.jsonl", journal, up=False) == (whole, [])  # no server: the samples are journalled
+    assert (tmp_path / "j.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    keep = [x for x in lines if json.loads(x)["id"] not in ("graded:xyz", "sample:1")]
+    journal.write_text("\n".join(keep) + "\n")
+    assert run("j.jsonl", journal) == (whole, [1])  # problem 1 only, its seed 0 + 1
+    assert (tmp_path / "j.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
 # --- the SFT arm: the released traces, TRL SFT of the prompt model --------------------------------------------------
 
 
@@ -960,3 +999,118 @@ def test_read_snapshot_records_reads_every_layout_in_path_order_and_names_what_t
         FileNotFoundError, match=r"no parquet/jsonl/json file matches \['test\.json'\]; it holds .*data/a"
     ):
         lt.read_snapshot_records(tmp_path, ["test.json"])
+
+
+# --- long jobs resume (issue 43) ----------------------------------------------------------------------------------
+
+
+def test_rollouts_cut_off_part_way_rerun_with_their_journal_ask_only_for_the_rest_and_write_the_same_bytes(
+    tiny_model_folder, tmp_path
+):
+    """The rollouts (selfplay.play, as every vLLM rule: vllm_server.chat_each) journal each finished request in the
+    job's checkpoint folder; a server lost after 3 of the 8 requests fails the job with those 3 journalled, and the
+    rerun sends only the 5 others, with their own seeds, and writes the bytes of an uninterrupted run."""
+    import threading
+
+    from paperflow.promptscale import selfplay as sp
+
+    synth = [{"problem": f"Find {i} squared.", "valid": True} for i in range(4)]
+    lt.write_jsonl(tmp_path / "synth.jsonl", synth)
+    answered, lock = [], threading.Lock()
+
+    def policy(path, body, up_to=None):
+        with lock:
+            if up_to is not None and len(answered) >= up_to:
+                raise AssertionError("the server went away")
+            answered.append(body["seed"])
+        i = int(re.match(r"Find (\d) squared\.\n\n", body["messages"][0]["content"]).group(1))
+        return chat_choices(rollout_texts(i, body["seed"]))
+
+    def run(answer, out, journal):
+        with FakeOpenAI(answer, name="base") as server:
+            try:
+                return sp.rollouts(str(tiny_model_folder), str(tmp_path / "synth.jsonl"), SELFPLAY,
+                                   vllm_cfg(server.url.removesuffix("/v1"), retries=0), "bfloat16", str(out),
+                                   str(tmp_path / "vllm.log"), journal=journal)  # fmt: skip
+            finally:
+                sent.append([b["seed"] for b in server.bodies])
+
+    sent: list[list[int]] = []
+    whole = run(policy, tmp_path / "whole.jsonl", None)
+    assert sorted(sent[-1]) == list(range(10, 18))  # 2 passes x 4 problems
+    journal = tmp_path / "checkpoints" / "rows.jsonl"
+    answered.clear()
+    with pytest.raises(serve.ServerError):
+        run(lambda path, body: policy(path, body, up_to=3), tmp_path / "cut.jsonl", journal)
+    first = list(answered)
+    assert len(first) == 3 and len(journal.read_text().splitlines()) == 3
+    assert not (tmp_path / "cut.jsonl").exists()
+    summary = run(policy, tmp_path / "cut.jsonl", journal)
+    assert sorted(sent[-1]) == sorted(set(range(10, 18)) - set(first))  # only the 5 missing, with their seeds
+    assert summary == whole
+    assert (tmp_path / "cut.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    # all journalled: a rerun asks for nothing; other sampling at the same places is refused
+    run(policy, tmp_path / "again.jsonl", journal)
+    assert sent[-1] == [] and (tmp_path / "again.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="journalled for another request"):
+        with FakeOpenAI(policy, name="base") as server:
+            sp.rollouts(str(tiny_model_folder), str(tmp_path / "synth.jsonl"), {**SELFPLAY, "temperature": 0.7},
+                        vllm_cfg(server.url.removesuffix("/v1")), "bfloat16", str(tmp_path / "x.jsonl"),
+                        str(tmp_path / "vllm.log"), journal=journal)  # fmt: skip
+
+
+def test_sft_killed_after_a_checkpoint_resumes_from_it_and_ends_as_an_uninterrupted_run(
+    tiny_model_folder, tmp_path, monkeypatch
+):
+    """With the job's checkpoint folder (the sft rule's `checkpoint_dir`) TRL saves there and trains through
+    paperflow.core.lm.resume.train: a run killed after step 1's checkpoint, rerun, trains steps 2 and 3 only and ends
+    with the weights and losses of an uninterrupted run."""
+    from safetensors.torch import load_file
+
+    from paperflow.core.lm import resume
+    from paperflow.promptscale import sft_arm
+
+    rows = [{"prompt": f"Find {i} plus {i}. ", "completion": f"It is {2 * i}."} for i in range(6)]
+    lt.write_jsonl(tmp_path / "traces.jsonl", rows)
+    (tmp_path / "start.json").write_text(json.dumps({"folder": str(tiny_model_folder)}))
+    settings = {"learning_rate": 1e-2, "per_device_train_batch_size": 2, "max_length": 64, "seed": 0, "max_steps": 3,
+                "bf16": False, "gradient_checkpointing": False, "warmup_steps": 0}  # fmt: skip
+
+    def job(name, checkpoint_dir=None):
+        out = tmp_path / name / "sft.json"
+        sft_arm.sft_job(str(tmp_path / "start.json"), str(tmp_path / "traces.jsonl"), settings, "cpu", 1, str(out),
+                        str(tmp_path / name / "history.json"), checkpoint_dir)  # fmt: skip
+        losses = [r["loss"] for r in json.loads((tmp_path / name / "history.json").read_text()) if "loss" in r]
+        return load_file(Path(lt.model_folder(out)) / "model.safetensors"), losses
+
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "resumed").mkdir()
+    whole, whole_losses = job("whole")
+    steps = []
+
+    class EveryStep(resume.TimedSave):  # a checkpoint after every step (the rule's: every 30 min)
+        def __init__(self, every_s=0, clock=None):
+            super().__init__(0)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            steps.append(state.global_step)
+            return super().on_step_end(args, state, control, **kwargs)
+
+    class KilledAfterStep1(EveryStep):
+        def on_save(self, args, state, control, **kwargs):
+            out = super().on_save(args, state, control, **kwargs)
+            if state.global_step == 1:
+                raise RuntimeError("killed")
+            return out
+
+    folder = tmp_path / "checkpoints" / "promptscale_sft"
+    monkeypatch.setattr(resume, "TimedSave", KilledAfterStep1)
+    with pytest.raises(RuntimeError, match="killed"):
+        job("resumed", str(folder))
+    assert steps == [1] and resume.last_checkpoint(folder).endswith("checkpoint-1")
+    steps.clear()
+    monkeypatch.setattr(resume, "TimedSave", EveryStep)
+    weights, losses = job("resumed", str(folder))
+    assert steps == [2, 3]  # resumed at step 1, not trained from step 0
+    assert losses == whole_losses and len(losses) == 3
+    assert all((weights[k] == whole[k]).all() for k in whole)

@@ -378,3 +378,84 @@ def test_a_paper_config_without_its_llm_keys_names_them(repo_copy):
     path.write_text(text.replace("  win_rate: {reference: principles}", "  win_rate: {reference: uka_no_eig_train}"))
     with pytest.raises(ConfigError, match="win_rate.reference"):
         load_paper_config("uka", "paper", repo_copy)
+
+
+class Cut:
+    """The job's client, cut off after `limit` requests (a job killed part way); counts the requests it passed."""
+
+    def __init__(self, client, limit: int | None = None):
+        import threading
+
+        self.client, self.limit, self.calls, self.lock = client, limit, 0, threading.Lock()
+
+    def chat(self, *args, **kwargs):
+        with self.lock:
+            if self.limit is not None and self.calls >= self.limit:
+                raise RuntimeError("killed")
+            self.calls += 1
+        return self.client.chat(*args, **kwargs)
+
+
+@pytest.fixture
+def llm_inputs(tmp_path, fake_llm):
+    """The cases, embeddings, ToM table, memory and transcripts of the LLM stages, made on the fake LLM."""
+    url, _ = fake_llm
+    cfg = paper_cfg(url)
+    cfg["server"]["concurrency"] = 2
+    pairs = [("anxiety", "job crisis"), ("sadness", "breakup with partner"), ("anger", "job crisis")]
+    raw = {}
+    for split in pp.SPLITS:
+        raw[split] = tmp_path / f"{split}.jsonl"
+        raw[split].write_text("\n".join(json.dumps(esconv_record(e, p, i)) for i, (e, p) in enumerate(pairs)) + "\n")
+    files = {"cases": str(tmp_path / "cases.parquet"), "emb": str(tmp_path / "emb.parquet")}
+    pp.preprocess(raw, {"kind": "hashed", "batch_size": 8}, files["cases"], files["emb"])
+    files["tom"] = str(tmp_path / "tom.json")
+    with pp.backbone(str(tmp_path / "unused.json"), cfg, str(tmp_path / "server.log")) as client:
+        from paperflow.core.io import write_frame
+
+        pp.tom(client, cfg, files["tom"])
+        files["memory"] = str(tmp_path / "memory.parquet")
+        write_frame(
+            files["memory"], pp.train(client, "uka", files["cases"], files["emb"], files["tom"], cfg, [0, 1])[0]
+        )
+        for method, memory in (("uka", files["memory"]), ("standard", None)):
+            tr = pp.evaluate(client, method, files["cases"], files["emb"], files["tom"], memory, cfg, [0, 1])[2]
+            files[method] = str(tmp_path / f"{method}.jsonl")
+            pp.write_transcripts(files[method], tr)
+        yield client, cfg, files
+
+
+STAGES = {  # stage -> (its run on a client with a journal, the requests of one journalled unit)
+    "train": (lambda c, cfg, f, j: pp.train(c, "uka", f["cases"], f["emb"], f["tom"], cfg, [0, 1], j), 4),
+    "evaluate": (
+        lambda c, cfg, f, j: pp.evaluate(c, "uka", f["cases"], f["emb"], f["tom"], f["memory"], cfg, [0, 1], j),
+        4,
+    ),
+    "win_rate": (
+        lambda c, cfg, f, j: (pp.win_rate(c, "uka", "standard", f["uka"], f["standard"], f["cases"], cfg, [0, 1], j),),
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_killed_llm_stage_resumes_from_its_journal_and_asks_only_the_rest(tmp_path, llm_inputs, stage):
+    client, cfg, files = llm_inputs
+    run, per_unit = STAGES[stage]
+    whole = Cut(client)
+    expected = run(whole, cfg, files, None)  # uninterrupted, outside a job (a scratch journal)
+    journal = tmp_path / "checkpoints" / "rows.jsonl"
+    cut = whole.calls // 2 + 1
+    with pytest.raises(RuntimeError, match="killed"):
+        run(Cut(client, cut), cfg, files, journal)
+    kept = len(journal.read_text().splitlines())
+    assert 0 < kept * per_unit <= cut  # the finished units were kept as they came
+    rerun = Cut(client)
+    got = run(rerun, cfg, files, journal)
+    assert rerun.calls == whole.calls - kept * per_unit  # only the units the killed run had not finished
+    for a, b in zip(got, expected, strict=True):
+        if isinstance(a, pd.DataFrame):
+            pd.testing.assert_frame_equal(a, b)
+        else:
+            assert a == b
+    assert len(journal.read_text().splitlines()) * per_unit == whole.calls

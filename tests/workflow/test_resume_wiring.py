@@ -34,11 +34,20 @@ HUB_DOWNLOAD = "Hub snapshot_download into a folder under resources/: a rerun sk
 EXEMPT: dict[str, str] = {
     "confu_download": HUB_DOWNLOAD,
     "confu_download_model": HUB_DOWNLOAD,
+    "doubt_download": HUB_DOWNLOAD,  # the parquet files, then read into the items (seconds)
+    "doubt_download_judge": HUB_DOWNLOAD,
+    "doubt_download_model": HUB_DOWNLOAD,
+    "dualreform_download": HUB_DOWNLOAD + " (then one pass over the shards into the passages table)",
+    "dualreform_download_dense": HUB_DOWNLOAD,
+    "dualreform_download_model": HUB_DOWNLOAD,
     "eapo_download_model": HUB_DOWNLOAD,
     "enterpriseops_gym_download_model": HUB_DOWNLOAD,
     "itpo_download_model": HUB_DOWNLOAD,
     "itpo_download_simulator": HUB_DOWNLOAD,
     "lozo_plus_download_model": HUB_DOWNLOAD,
+    "promptscale_download": HUB_DOWNLOAD,  # then rows of the local snapshot (paperflow.promptscale.paper)
+    "promptscale_download_annotator": HUB_DOWNLOAD,
+    "promptscale_download_model": HUB_DOWNLOAD,
     "specflow_download_model": HUB_DOWNLOAD,
     "uka_download_judge": HUB_DOWNLOAD,
     "uka_download_model": HUB_DOWNLOAD,
@@ -48,38 +57,14 @@ LOZO_ZO = (
     "the ZO methods' loop (lozo_plus.training.finetune_zo: run_loop, the ZO optimiser's state, the forward counter) "
     "is shared with smoke/cpu: wiring it needs a cpu rerun"
 )
-UKA_SEED = (
-    "uka.paper's unit of work is a whole seed (dialogue.acquire / run_test / win_rates run every dialogue of a seed "
-    "against one served model, the agent's memory growing); a seed can outlast 30 min, so resuming needs the agent's "
-    "memory and generators saved mid-seed (dialogue.py is paper-only: no cpu rerun needed)"
-)
-OTHERS = "not wired yet: the paper is being edited by others (its scripts are theirs to wire)"
 NOT_WIRED: dict[str, tuple[int, str]] = {
-    # credal_dro
-    "credal_dro_embed": (
-        43,
-        "encodes every text in one pass (core.lm.encoders): resuming needs the vectors saved in shards as they come "
-        "(a row journal of float vectors would be gigabytes of JSON at paper scale)",
-    ),
-    # doubt
-    "doubt_download": (43, OTHERS),
-    "doubt_download_judge": (43, OTHERS),
-    "doubt_download_model": (43, OTHERS),
-    "doubt_entail": (43, OTHERS),
-    "doubt_entail_perturbed": (43, OTHERS),
-    "doubt_judge": (43, OTHERS),
-    "doubt_rephrase": (43, OTHERS),
-    "doubt_sample": (43, OTHERS),
-    "doubt_sample_perturbed": (43, OTHERS),
     # dualreform
-    "dualreform_download": (43, OTHERS),
-    "dualreform_download_dense": (43, OTHERS),
-    "dualreform_download_model": (43, OTHERS),
-    "dualreform_evaluate": (43, OTHERS),
-    "dualreform_index_dense": (43, OTHERS),
-    "dualreform_preprocess": (43, OTHERS),
-    "dualreform_train": (43, OTHERS),
-    "dualreform_train_iterated": (43, OTHERS),
+    "dualreform_preprocess": (
+        43,
+        "builds bm25s's index over the 25.7M passages in memory, then retrieves every turn's 12 candidates in one "
+        "call (topiocqa.candidate_table): resuming needs the index saved (bm25s save/load with its Tokenizer's "
+        "vocabulary) and the queries journalled in batches (topiocqa.py is paper-only: no cpu rerun needed)",
+    ),
     # eapo
     "eapo_train_dapo": (
         43,
@@ -93,40 +78,20 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     # itpo
     "itpo_evaluate": (
         43,
-        "the recipe's scripts/eval/eval.sh dumps the generations once, at its end: resuming needs "
-        "the eval split into journalled shards",
+        "the recipe's scripts/eval/eval.sh dumps the generations once, at its end: resuming needs the eval split "
+        "into journalled shards, one evaluator run per shard (each restarting Ray, the checkpoint and vLLM; "
+        "data.val_files swapped in paper.py, since recipe.py is in the cpu provenance), sized to 30 min on the "
+        "paper's node, and whether verl's validation_shuffle keeps a shard's rows in order is not checked yet",
     ),
     # lozo_plus
     "lozo_plus_train": (43, LOZO_ZO),
     "lozo_plus_train_node": (43, LOZO_ZO),
-    # promptscale
-    "promptscale_annotate": (43, OTHERS),
-    "promptscale_code_rollouts": (43, OTHERS),
-    "promptscale_code_tests": (43, OTHERS),
-    "promptscale_code_verify": (43, OTHERS),
-    "promptscale_codeforces_generate": (43, OTHERS),
-    "promptscale_download": (43, OTHERS),
-    "promptscale_download_annotator": (43, OTHERS),
-    "promptscale_download_model": (43, OTHERS),
-    "promptscale_dpo": (43, OTHERS),
-    "promptscale_evaluate": (43, OTHERS),
-    "promptscale_evaluate_code": (43, OTHERS),
-    "promptscale_rollouts": (43, OTHERS),
-    "promptscale_sample": (43, OTHERS),
-    "promptscale_score": (43, OTHERS),
-    "promptscale_sft": (43, OTHERS),
-    "promptscale_synthesize": (43, OTHERS),
-    "promptscale_train": (43, OTHERS),
     # st_gfn
     "st_gfn_train": (
         43,
         "a fit is one Lightning epoch of `iterations` sampled batches (TrainingRun): resuming it needs the run's "
         "records, visit counts and reward-noise generator saved mid-epoch, which nothing saves yet",
     ),
-    # uka
-    "uka_evaluate": (43, UKA_SEED),
-    "uka_train": (43, UKA_SEED),
-    "uka_win_rate": (43, UKA_SEED),
 }
 
 # The rule -> (Snakefile, script) map of the workflow as Snakemake loads it at paper scale (a paper's paper.smk

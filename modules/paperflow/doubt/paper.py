@@ -27,6 +27,7 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
+from paperflow.core.resume import row_journal
 from paperflow.doubt import benchmarks as bm
 from paperflow.doubt import methods as M
 from paperflow.doubt import metrics
@@ -80,6 +81,20 @@ def preprocess(raw: str, limit: int | None, out: str) -> int:
 
 def _info(path: str) -> dict[str, str]:
     return json.loads(Path(path).read_text())
+
+
+def item_id(idx: Any) -> Any:
+    """An item's `idx` as the plain Python value a journal row holds (numpy integers are not JSON)."""
+    return idx.item() if hasattr(idx, "item") else idx
+
+
+def item_seed(seed: int, tag: str, idx: Any) -> int:
+    """The seed of one item's generations in a job: the job's seed, the job's kind (`tag`) and the item's id,
+    through a stable hash (not Python's salted one). Each item is seeded on its own, so it samples the same
+    whichever items ran before it: a job resumed from its journal samples what an uninterrupted one does."""
+    import zlib
+
+    return (int(seed) + zlib.crc32(f"{tag}:{item_id(idx)}".encode())) % 2**32
 
 
 # model types whose transformers processor carries a video processor, which imports torchvision
@@ -307,17 +322,28 @@ def load_vlm(info: Mapping[str, str], spec: Mapping[str, Any], device, key: str)
     raise ConfigError(f"{key}.backend = {backend!r}; choose one of {list(BACKENDS)}")
 
 
+SAMPLE_COLUMNS = ("idx", "ans0", "objects_pred", "A", "B")
+
+
 def sample(
-    name: str, vlm_json: str, spec: Mapping[str, Any], items_path: str, sampling: Mapping[str, Any], seed: int
+    name: str,
+    vlm_json: str,
+    spec: Mapping[str, Any],
+    items_path: str,
+    sampling: Mapping[str, Any],
+    seed: int,
+    journal: str | Path | None = None,
 ) -> pd.DataFrame:
-    """Per item (spec section 2, the code's order): ans0, the plain set A, the object list, the OUB set B."""
+    """Per item (spec section 2, the code's order): ans0, the plain set A, the object list, the OUB set B. Each
+    item is seeded by its id (`item_seed`) and its row goes to the `journal` file (the job's checkpoint folder) as
+    it finishes, so a rerun samples only the items left, as an uninterrupted run does (None: a scratch journal,
+    nothing resumes)."""
     from paperflow.core.device import pick
     from paperflow.core.seeding import seed_all
 
     device = pick(spec["device"], key=f"vlms.{name}.device")
     items = read_frame(items_path)[0]
-    seed_all(int(seed) * 1000 + int(sampling["seed"]))
-    vlm = load_vlm(_info(vlm_json), spec, device, key=f"vlms.{name}")
+    base = int(seed) * 1000 + int(sampling["seed"])
     n, t, t0, length = (
         int(sampling["n_max"]),
         float(sampling["temperature"]),
@@ -330,17 +356,24 @@ def sample(
         "top_p": float(sampling["top_p"]),
         **(spec.get("sampling_generation") or {}),
     }
-    rows = []
-    for k, r in enumerate(items.to_dict("records")):
-        image = bm.load_image(r["image"])
-        ans0 = vlm.generate(r["question"], image, 1, t0, length, **answer_kw)[0]
-        plain = vlm.generate(r["question"], image, n, t, length, **sample_kw)
-        objects = vlm.generate(bm.LIST_PROMPT, image, 1, t0, length, **answer_kw)[0]
-        oub = vlm.generate(bm.oub_prompt(r["question"], objects), image, n, t, length, **sample_kw)
-        rows.append({"idx": r["idx"], "ans0": ans0, "objects_pred": objects, "A": plain, "B": oub})
-        if k % 50 == 0:
-            log.info("item %d / %d", k + 1, len(items))
-    return pd.DataFrame(rows).assign(seed=int(seed))
+    records = items.to_dict("records")
+    with row_journal(journal, key="idx") as done:
+        todo = done.todo(records, key=lambda r: item_id(r["idx"]))
+        if todo:
+            log.info("%d of %d items to sample (%d in the journal)", len(todo), len(records), len(done))
+            vlm = load_vlm(_info(vlm_json), spec, device, key=f"vlms.{name}")
+        for k, r in enumerate(todo):
+            seed_all(item_seed(base, "sample", r["idx"]))
+            image = bm.load_image(r["image"])
+            ans0 = vlm.generate(r["question"], image, 1, t0, length, **answer_kw)[0]
+            plain = vlm.generate(r["question"], image, n, t, length, **sample_kw)
+            objects = vlm.generate(bm.LIST_PROMPT, image, 1, t0, length, **answer_kw)[0]
+            oub = vlm.generate(bm.oub_prompt(r["question"], objects), image, n, t, length, **sample_kw)
+            done.append({"idx": item_id(r["idx"]), "ans0": ans0, "objects_pred": objects, "A": plain, "B": oub})
+            if k % 50 == 0:
+                log.info("item %d / %d", k + 1, len(todo))
+        rows = done.complete([item_id(r["idx"]) for r in records])
+    return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS)).assign(seed=int(seed))
 
 
 def label_multi_choice(raw: str, samples: str) -> pd.DataFrame:
@@ -395,21 +428,27 @@ class ChatLLM:
         return self.tok.decode(ids[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def judge(judge_json: str, spec: Mapping[str, Any], raw: str, samples: str, seed: int) -> pd.DataFrame:
+def judge(
+    judge_json: str, spec: Mapping[str, Any], raw: str, samples: str, seed: int, journal: str | Path | None = None
+) -> pd.DataFrame:
     """The judge LLM's verdict on every ans0 of a free-form benchmark (the code's prompt, system message and
-    sampling), official and strict labels from its reply."""
+    sampling), official and strict labels from its reply. Each reply is seeded by its item's id (`item_seed`) and
+    goes to the `journal` file (the job's checkpoint folder) as it comes, so a rerun asks only the items left."""
     from paperflow.core.device import pick
     from paperflow.core.seeding import seed_all
 
     device = pick(spec["device"], key="judge.device")
-    seed_all(int(seed))
-    llm = ChatLLM(_info(judge_json), spec, device)
     gt = read_frame(raw)[0].set_index("idx")["gt"]
     frame = read_frame(samples)[0]
-    replies = [
-        llm.reply(bm.JUDGE_PROMPT.format(gt=gt[i], ans=ans), spec["temperature"])
-        for i, ans in zip(frame["idx"], frame["ans0"])
-    ]
+    asks = [(item_id(i), ans) for i, ans in zip(frame["idx"], frame["ans0"])]
+    with row_journal(journal, key="idx") as done:
+        todo = done.todo(asks, key=lambda a: a[0])
+        if todo:
+            llm = ChatLLM(_info(judge_json), spec, device)
+        for i, ans in todo:
+            seed_all(item_seed(seed, "judge", i))
+            done.append({"idx": i, "reply": llm.reply(bm.JUDGE_PROMPT.format(gt=gt[i], ans=ans), spec["temperature"])})
+        replies = [r["reply"] for r in done.complete([i for i, _ in asks])]
     marks = [bm.label_judge(r) for r in replies]
     return pd.DataFrame(
         {
@@ -465,10 +504,13 @@ def needs_entailment(method: str) -> bool:
     return M.METHODS[method].statistic in ENTAILMENT_STATISTICS
 
 
-def entail(nli_json: str, spec: Mapping[str, Any], items_path: str, samples: str) -> pd.DataFrame:
+def entail(
+    nli_json: str, spec: Mapping[str, Any], items_path: str, samples: str, journal: str | Path | None = None
+) -> pd.DataFrame:
     """Per item, the NLI judge's bidirectional entailment between every two of its distinct answer strings (those
     the sets embed, A and B together), "question answer" pairs where `condition_on_question` (Kuhn et al.).
-    Columns: idx, answers (sorted distinct strings), same (the flattened [k, k] equivalence)."""
+    Columns: idx, answers (sorted distinct strings), same (the flattened [k, k] equivalence). Each item's row goes
+    to the `journal` file (the job's checkpoint folder) as it is judged, so a rerun judges only the items left."""
     from paperflow.core.device import pick
     from paperflow.core.lm.models import require_pinned
     from paperflow.doubt import entailment
@@ -480,15 +522,19 @@ def entail(nli_json: str, spec: Mapping[str, Any], items_path: str, samples: str
     frame = read_frame(samples)[0]
     texts = answer_texts(items, frame)
     question = items.set_index("idx")["question"]
-    model, tok = entailment.load_nli(info["folder"], device, spec.get("dtype", "float32"))
-    rows = []
-    for i, idx in enumerate(frame["idx"]):
-        strings = sorted({a for s in SETS for a in texts[s][i]})
-        prefix = f"{question[idx]} " if spec["condition_on_question"] else ""
-        judge = entailment.NLIJudge(model, tok, device, int(spec["batch_size"]), prefix)
-        same = entailment.equivalence(strings, judge)
-        rows.append({"idx": idx, "answers": strings, "same": same.ravel().tolist()})
-    return pd.DataFrame(rows)
+    ids = [item_id(idx) for idx in frame["idx"]]
+    with row_journal(journal, key="idx") as done:
+        todo = done.todo(list(enumerate(ids)), key=lambda t: t[1])
+        if todo:
+            model, tok = entailment.load_nli(info["folder"], device, spec.get("dtype", "float32"))
+        for i, idx in todo:
+            strings = sorted({a for s in SETS for a in texts[s][i]})
+            prefix = f"{question[idx]} " if spec["condition_on_question"] else ""
+            judge = entailment.NLIJudge(model, tok, device, int(spec["batch_size"]), prefix)
+            same = entailment.equivalence(strings, judge)
+            done.append({"idx": idx, "answers": strings, "same": same.ravel().tolist()})
+        rows = done.complete(ids)
+    return pd.DataFrame(rows, columns=["idx", "answers", "same"])
 
 
 def score(

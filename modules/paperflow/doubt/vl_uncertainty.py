@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ import pandas as pd
 
 from paperflow.core.config import ConfigError
 from paperflow.core.io import read_frame
+from paperflow.core.resume import row_journal
 from paperflow.doubt import benchmarks as bm
 from paperflow.doubt.methods import SE_THRESHOLD
 
@@ -77,23 +79,35 @@ def temperature(vlu: Mapping[str, Any], vlm: str, bench: str) -> float:
     return float(table[bench].get(vlm, table[bench]["default"]))
 
 
-def rephrase(judge_json: str, spec: Mapping[str, Any], vlu: Mapping[str, Any], items_path: str, seed: int):
+def rephrase(
+    judge_json: str,
+    spec: Mapping[str, Any],
+    vlu: Mapping[str, Any],
+    items_path: str,
+    seed: int,
+    journal: str | Path | None = None,
+):
     """Per item, the LLM's rephrasings of the question's first line, one per temperature of
     `vlu.rephrase_temperatures` (in order), and the perturbed questions (`merge`). Columns: idx, rephrased,
-    questions."""
+    questions. Each item is seeded by its id (`paper.item_seed`) and its row goes to the `journal` file (the job's
+    checkpoint folder) as it finishes, so a rerun rephrases only the items left, as an uninterrupted run does."""
     from paperflow.core.device import pick
     from paperflow.core.seeding import seed_all
-    from paperflow.doubt.paper import ChatLLM, _info
+    from paperflow.doubt.paper import ChatLLM, _info, item_id, item_seed
 
     device = pick(spec["device"], key="judge.device")
-    seed_all(int(seed))
-    llm = ChatLLM(_info(judge_json), spec, device)
     items = read_frame(items_path)[0]
-    rows = []
-    for idx, question in zip(items["idx"], items["question"]):
-        prompt = instruction(vlu["instruction"], question)
-        replies = [llm.reply(prompt, t) for t in vlu["rephrase_temperatures"]]
-        rows.append({"idx": idx, "rephrased": replies, "questions": [merge(r, question) for r in replies]})
+    asks = [(item_id(idx), question) for idx, question in zip(items["idx"], items["question"])]
+    with row_journal(journal, key="idx") as done:
+        todo = done.todo(asks, key=lambda a: a[0])
+        if todo:
+            llm = ChatLLM(_info(judge_json), spec, device)
+        for idx, question in todo:
+            seed_all(item_seed(seed, "rephrase", idx))
+            prompt = instruction(vlu["instruction"], question)
+            replies = [llm.reply(prompt, t) for t in vlu["rephrase_temperatures"]]
+            done.append({"idx": idx, "rephrased": replies, "questions": [merge(r, question) for r in replies]})
+        rows = done.complete([idx for idx, _ in asks])
     return pd.DataFrame(rows, columns=["idx", "rephrased", "questions"])
 
 
@@ -106,13 +120,16 @@ def sample(
     perturb_path: str,
     vlu: Mapping[str, Any],
     seed: int,
+    journal: str | Path | None = None,
 ) -> pd.DataFrame:
     """One answer of the MLLM per perturbed prompt of each item: the i-th blurred image (`radii`) with the i-th
     rephrased question, at the run script's temperature, with the code's answer settings (`answer_generation`) and
-    `vlu.max_new_tokens`. Columns: idx, P (the k answers in pair order), seed."""
+    `vlu.max_new_tokens`. Columns: idx, P (the k answers in pair order), seed. Each item is seeded by its id
+    (`paper.item_seed`) and its row goes to the `journal` file (the job's checkpoint folder) as it finishes, so a
+    rerun samples only the items left, as an uninterrupted run does."""
     from paperflow.core.device import pick
     from paperflow.core.seeding import seed_all
-    from paperflow.doubt.paper import _info, load_vlm
+    from paperflow.doubt.paper import _info, item_id, item_seed, load_vlm
 
     device = pick(spec["device"], key=f"vlms.{name}.device")
     items = read_frame(items_path)[0]
@@ -121,16 +138,21 @@ def sample(
         raise ValueError(f"{perturb_path}: its items are not those of {items_path}")
     levels = radii(vlu, bench)
     t, length = temperature(vlu, name, bench), int(vlu["max_new_tokens"])
-    seed_all(int(seed))
-    vlm = load_vlm(_info(vlm_json), spec, device, key=f"vlms.{name}")
     kw = dict(spec.get("answer_generation") or {})
-    rows = []
-    for r, questions in zip(items.to_dict("records"), perturbed["questions"]):
+    pairs = list(zip(items.to_dict("records"), perturbed["questions"]))
+    for r, questions in pairs:
         if len(questions) != len(levels):
             raise ValueError(f"item {r['idx']}: {len(questions)} rephrasings for {len(levels)} blur radii")
-        image = bm.load_image(r["image"])
-        answers = [vlm.generate(q, blur(image, rad), 1, t, length, **kw)[0] for q, rad in zip(questions, levels)]
-        rows.append({"idx": r["idx"], "P": answers})
+    with row_journal(journal, key="idx") as done:
+        todo = done.todo(pairs, key=lambda p: item_id(p[0]["idx"]))
+        if todo:
+            vlm = load_vlm(_info(vlm_json), spec, device, key=f"vlms.{name}")
+        for r, questions in todo:
+            seed_all(item_seed(seed, "perturbed", r["idx"]))
+            image = bm.load_image(r["image"])
+            answers = [vlm.generate(q, blur(image, rad), 1, t, length, **kw)[0] for q, rad in zip(questions, levels)]
+            done.append({"idx": item_id(r["idx"]), "P": answers})
+        rows = done.complete([item_id(r["idx"]) for r, _ in pairs])
     return pd.DataFrame(rows, columns=["idx", "P"]).assign(seed=int(seed))
 
 
@@ -149,27 +171,35 @@ def choice_clusters(answers: Sequence[str], num_c: int) -> list[int]:
     return out
 
 
-def entail(nli_json: str, spec: Mapping[str, Any], items_path: str, perturbed_path: str) -> pd.DataFrame:
+def entail(
+    nli_json: str, spec: Mapping[str, Any], items_path: str, perturbed_path: str, journal: str | Path | None = None
+) -> pd.DataFrame:
     """Free-form benchmarks: per item, the NLI judge's bidirectional entailment between its distinct perturbed
     answers (raw strings), "question answer" on both sides where `condition_on_question` (the original question:
-    the perturbed ones differ per answer). Columns: idx, answers (sorted distinct strings), same (flattened)."""
+    the perturbed ones differ per answer). Columns: idx, answers (sorted distinct strings), same (flattened). Each
+    item's row goes to the `journal` file (the job's checkpoint folder) as it is judged; a rerun judges the rest."""
     from paperflow.core.device import pick
     from paperflow.core.lm.models import require_pinned
     from paperflow.doubt import entailment
-    from paperflow.doubt.paper import _info
+    from paperflow.doubt.paper import _info, item_id
 
     info = _info(nli_json)
     require_pinned(info["hub"], info["revision"])
     device = pick(spec["device"], key="nli.device")
     question = read_frame(items_path)[0].set_index("idx")["question"]
     frame = read_frame(perturbed_path)[0]
-    model, tok = entailment.load_nli(info["folder"], device, spec.get("dtype", "float32"))
-    rows = []
-    for idx, answers in zip(frame["idx"], frame["P"]):
-        strings = sorted(set(answers))
-        prefix = f"{question[idx]} " if spec["condition_on_question"] else ""
-        judge = entailment.NLIJudge(model, tok, device, int(spec["batch_size"]), prefix)
-        rows.append({"idx": idx, "answers": strings, "same": entailment.equivalence(strings, judge).ravel().tolist()})
+    asks = [(item_id(idx), list(answers)) for idx, answers in zip(frame["idx"], frame["P"])]
+    with row_journal(journal, key="idx") as done:
+        todo = done.todo(asks, key=lambda a: a[0])
+        if todo:
+            model, tok = entailment.load_nli(info["folder"], device, spec.get("dtype", "float32"))
+        for idx, answers in todo:
+            strings = sorted(set(answers))
+            prefix = f"{question[idx]} " if spec["condition_on_question"] else ""
+            judge = entailment.NLIJudge(model, tok, device, int(spec["batch_size"]), prefix)
+            same = entailment.equivalence(strings, judge).ravel().tolist()
+            done.append({"idx": idx, "answers": strings, "same": same})
+        rows = done.complete([idx for idx, _ in asks])
     return pd.DataFrame(rows, columns=["idx", "answers", "same"])
 
 

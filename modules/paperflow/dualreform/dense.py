@@ -1,6 +1,7 @@
 """The dense retriever of the paper's evaluation (spec section 2 step 7: GTR-T5-large), beside BM25: a
 sentence-transformers encoder at a pinned Hub commit, the corpus encoded once (float16 rows in a .npy file, read as a
-memory map), and exact inner-product search of the chosen rewrites in chunks of passages on the encoder's device.
+memory map; with a checkpoint folder, each chunk journalled as it is flushed, so a rerun encodes only the rest),
+and exact inner-product search of the chosen rewrites in chunks of passages on the encoder's device.
 The rank of the gold passage among the top DEPTH gives the same metrics as BM25's (`retrieval.retrieval_metrics`).
 """
 
@@ -36,15 +37,45 @@ def encode(model, texts: Sequence[str], batch_size: int) -> np.ndarray:
 
 
 def index_corpus(
-    model, texts: Sequence[str], batch_size: int, out: str | Path, chunk: int = 1 << 18
+    model, texts: Sequence[str], batch_size: int, out: str | Path, chunk: int = 1 << 18, checkpoint=None
 ) -> tuple[int, int]:
-    """Encode `texts` into `out` (float16 [n, dim] .npy, written chunk by chunk); returns its shape."""
-    first = encode(model, texts[:1], batch_size)
-    arr = np.lib.format.open_memmap(str(out), mode="w+", dtype=np.float16, shape=(len(texts), first.shape[1]))
-    for s in range(0, len(texts), chunk):
-        arr[s : s + chunk] = encode(model, texts[s : s + chunk], batch_size)
-    arr.flush()
-    return arr.shape
+    """Encode `texts` into `out` (float16 [n, dim] .npy, written chunk by chunk); returns its shape.
+
+    `checkpoint` (the job's checkpoint folder; README, "Long jobs resume"): the array is written there instead and
+    each chunk, once flushed, is a row of a `RowJournal`; a rerun with the same folder encodes only the chunks it
+    lacks, and the finished array is then moved to `out`. None: written straight into `out` (as before)."""
+    if checkpoint is None:
+        first = encode(model, texts[:1], batch_size)
+        arr = np.lib.format.open_memmap(str(out), mode="w+", dtype=np.float16, shape=(len(texts), first.shape[1]))
+        for s in range(0, len(texts), chunk):
+            arr[s : s + chunk] = encode(model, texts[s : s + chunk], batch_size)
+        arr.flush()
+        return arr.shape
+    import shutil
+
+    from paperflow.core.resume import RowJournal
+
+    folder = Path(checkpoint)
+    folder.mkdir(parents=True, exist_ok=True)
+    part, done = folder / "index.npy", folder / "chunks.jsonl"
+    if not part.exists():
+        done.unlink(missing_ok=True)  # chunks journalled for an array that is gone (moved to `out`, or never made)
+    if part.exists():
+        arr = np.load(str(part), mmap_mode="r+")
+    else:
+        first = encode(model, texts[:1], batch_size)
+        arr = np.lib.format.open_memmap(str(part), mode="w+", dtype=np.float16, shape=(len(texts), first.shape[1]))
+    starts = list(range(0, len(texts), chunk))
+    with RowJournal(done, key="start") as journal:
+        for s in journal.todo(starts, key=lambda start: start):
+            arr[s : s + chunk] = encode(model, texts[s : s + chunk], batch_size)
+            arr.flush()
+            journal.append({"start": s, "rows": len(texts[s : s + chunk])})
+        journal.complete(starts)
+    shape = arr.shape
+    del arr
+    shutil.move(str(part), str(out))
+    return shape
 
 
 def top(index_path: str | Path, queries: np.ndarray, k: int, device, chunk: int = 1 << 20) -> np.ndarray:

@@ -14,6 +14,10 @@ second paper trains a pretrained model with TRL and LoRA (proposal in /work/note
 A round's weights are two LoRA adapters, SFT then DPO, each merged into the model before the next: saved as one
 safetensors file (keys "sft." / "dpo." + PEFT's adapter keys, the LoRA settings in its metadata) and applied to
 the pretrained model again by `apply_round`.
+
+Long jobs resume (README, "Long jobs resume"): with `every_s` set, `train_sft` and `train_dpo` hand the trainer to
+`paperflow.core.lm.resume.train`, which saves into `out_dir` (then the job's checkpoint folder) at least every
+`every_s` seconds and resumes from the newest complete checkpoint there; None trains in one go, as before.
 """
 
 from __future__ import annotations
@@ -160,8 +164,26 @@ def _adapter_state(peft_model) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
 
 
-def train_sft(model, tokenizer, prompts, targets, lora, settings, seed: int, out_dir, device):
-    """TRL's SFTTrainer with a LoRA adapter on (prompt, target) strings; returns (merged model, adapter, history)."""
+def _fit(trainer, every_s: float | None) -> None:
+    """`trainer.train()`, or with `every_s` a timed save into its output_dir and a resume from there."""
+    if every_s is None:
+        trainer.train()
+        return
+    from paperflow.core.lm import resume
+
+    last = resume.last_checkpoint(trainer.args.output_dir)
+    if last is not None and hasattr(trainer, "_total_train_tokens"):
+        # TRL's logged num_tokens is a running count its checkpoints do not keep: go on from the last one logged
+        state = json.loads((Path(last) / "trainer_state.json").read_text())
+        logged = [r["num_tokens"] for r in state["log_history"] if "num_tokens" in r]
+        if logged:
+            trainer._total_train_tokens = logged[-1]
+    resume.train(trainer, every_s)
+
+
+def train_sft(model, tokenizer, prompts, targets, lora, settings, seed: int, out_dir, device, every_s=None):
+    """TRL's SFTTrainer with a LoRA adapter on (prompt, target) strings; returns (merged model, adapter, history).
+    `every_s`: checkpoint into `out_dir` that often and resume from it (None: no checkpoints)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -176,14 +198,14 @@ def train_sft(model, tokenizer, prompts, targets, lora, settings, seed: int, out
         processing_class=tokenizer,
         peft_config=lora_config(lora),
     )
-    trainer.train()
+    _fit(trainer, every_s)
     adapter = _adapter_state(trainer.model)
     return trainer.model.merge_and_unload(), adapter, history_frame(trainer.state.log_history)
 
 
-def train_dpo(model, tokenizer, prompts, chosen, rejected, lora, settings, seed: int, out_dir, device):
+def train_dpo(model, tokenizer, prompts, chosen, rejected, lora, settings, seed: int, out_dir, device, every_s=None):
     """TRL's DPOTrainer with a LoRA adapter on `model` (the SFT model, which is also the reference: the adapter
-    switched off); returns (merged model, adapter, history)."""
+    switched off); returns (merged model, adapter, history). `every_s`: as train_sft's."""
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
@@ -204,7 +226,7 @@ def train_dpo(model, tokenizer, prompts, chosen, rejected, lora, settings, seed:
         processing_class=tokenizer,
         peft_config=lora_config(lora),
     )
-    trainer.train()
+    _fit(trainer, every_s)
     adapter = _adapter_state(trainer.model)
     return trainer.model.merge_and_unload(), adapter, history_frame(trainer.state.log_history)
 
@@ -223,17 +245,26 @@ def save_round(adapters: Mapping[str, Mapping[str, torch.Tensor]], lora: Mapping
     return Path(path)
 
 
-def apply_round(model, path: str | Path):
-    """`model` (the pretrained model) with a saved round's adapters merged in, SFT first."""
-    from peft import get_peft_model, set_peft_model_state_dict
+def read_round(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+    """A saved round's adapters ({stage: state}, in stage order) and its LoRA settings."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    lora = json.loads(meta["lora"])
-    for stage in json.loads(meta["stages"]):
-        state = {k[len(stage) + 1 :]: v for k, v in tensors.items() if k.startswith(f"{stage}.")}
+    adapters = {
+        stage: {k[len(stage) + 1 :]: v for k, v in tensors.items() if k.startswith(f"{stage}.")}
+        for stage in json.loads(meta["stages"])
+    }
+    return adapters, json.loads(meta["lora"])
+
+
+def apply_round(model, path: str | Path):
+    """`model` (the pretrained model) with a saved round's adapters merged in, SFT first."""
+    from peft import get_peft_model, set_peft_model_state_dict
+
+    adapters, lora = read_round(path)
+    for state in adapters.values():
         peft_model = get_peft_model(model, lora_config(lora))
         result = set_peft_model_state_dict(peft_model, state)
         if result.unexpected_keys:

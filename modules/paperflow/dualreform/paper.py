@@ -25,6 +25,7 @@ import pandas as pd
 
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
+from paperflow.core.resume import EVERY_S
 from paperflow.dualreform import pipeline
 from paperflow.dualreform import topiocqa as tq
 from paperflow.dualreform.settings import TRAINED
@@ -97,14 +98,17 @@ def preprocess(passages: str, turns: str, bm25: Mapping[str, Any], threads: int,
     return table
 
 
-def index_dense(passages: str, dense_json: str, dense: Mapping[str, Any], out: str) -> tuple[int, int]:
-    """The corpus encoded by the dense retriever (float16 [n_passages, dim] .npy)."""
+def index_dense(
+    passages: str, dense_json: str, dense: Mapping[str, Any], out: str, checkpoint: str | Path | None = None
+) -> tuple[int, int]:
+    """The corpus encoded by the dense retriever (float16 [n_passages, dim] .npy). `checkpoint` (the job's
+    checkpoint folder): the chunks encoded so far are kept there and a rerun encodes the rest (None: no checkpoint)."""
     from paperflow.core.device import pick
     from paperflow.dualreform import dense as dn
 
     pas, _ = read_frame(passages)
     model = dn.encoder(dense_json, dense, pick(dense["device"], key="dense.device"))
-    return dn.index_corpus(model, pas["text"].tolist(), int(dense["batch_size"]), out)
+    return dn.index_corpus(model, pas["text"].tolist(), int(dense["batch_size"]), out, checkpoint=checkpoint)
 
 
 def _lists(frame: pd.DataFrame, columns) -> pd.DataFrame:
@@ -150,12 +154,92 @@ def _ranker(pretrained: Mapping[str, Any]) -> dict[str, int]:
     return {"batch_size": int(pretrained["score_batch_size"]), "max_prompt": int(pretrained["max_prompt_tokens"])}
 
 
+class _Stages:
+    """A training job's finished stages (each round's references, SFT adapter and DPO round) in its checkpoint folder
+    `it<i>/`, each with its history, the random generators' states when it ended and a `<stage>.done` marker written
+    last; None keeps nothing (every stage runs)."""
+
+    def __init__(self, folder: str | Path | None) -> None:
+        self.folder = None if folder is None else Path(folder)
+
+    def path(self, it: int, name: str) -> Path:
+        return self.folder / f"it{it}" / name
+
+    def trainer_dir(self, it: int, stage: str, work: Path) -> Path:
+        """TRL's output_dir: the stage's own folder here (its timed checkpoints), else the scratch `work`."""
+        return work / stage if self.folder is None else self.path(it, f"{stage}_trainer")
+
+    def done(self, it: int, stage: str) -> bool:
+        return self.folder is not None and self.path(it, f"{stage}.done").exists()
+
+    def save(self, it: int, stage: str, refs=None, adapters=None, lora_cfg=None, history=None) -> None:
+        import torch
+
+        from paperflow.core.seeding import rng_states
+        from paperflow.dualreform import lora
+
+        if self.folder is None:
+            return
+        self.path(it, "").mkdir(parents=True, exist_ok=True)
+        if refs is not None:
+            np.save(self.path(it, "refs.npy"), np.asarray(refs))
+        if adapters is not None:
+            lora.save_round(adapters, lora_cfg, self.path(it, f"{stage}.safetensors"))
+        if history is not None:
+            history.to_pickle(self.path(it, f"{stage}_history.pkl"))
+        torch.save(rng_states(), self.path(it, f"{stage}_rng.pt"))
+        marker = self.path(it, f"{stage}.done")
+        marker.with_suffix(".tmp").write_text(f"{stage} of round {it}\n")
+        marker.with_suffix(".tmp").replace(marker)
+        shutil.rmtree(self.path(it, f"{stage}_trainer"), ignore_errors=True)  # its timed checkpoints: not needed
+
+    def load(self, it: int, stage: str) -> dict[str, Any]:
+        """A finished stage's results; the random generators go back to where they were when it ended."""
+        import torch
+
+        from paperflow.core.seeding import set_rng_states
+        from paperflow.dualreform import lora
+
+        out: dict[str, Any] = {}
+        if stage == "refs":
+            out["refs"] = np.load(self.path(it, "refs.npy"))
+        else:
+            out["adapters"] = lora.read_round(self.path(it, f"{stage}.safetensors"))[0]
+            out["history"] = pd.read_pickle(self.path(it, f"{stage}_history.pkl"))
+        set_rng_states(torch.load(self.path(it, f"{stage}_rng.pt"), weights_only=True))
+        return out
+
+    @staticmethod
+    def quiet(load):
+        """`load()` with the random generators left as they were (a model rebuilt from a saved stage draws LoRA's
+        initial weights, which the uninterrupted run never drew)."""
+        from paperflow.core.seeding import rng_states, set_rng_states
+
+        states = rng_states()
+        try:
+            return load()
+        finally:
+            set_rng_states(states)
+
+
 def train(
-    method: str, seed: int, table_path: str, pretrained_json: str, cfg: Mapping[str, Any], outputs: Mapping[str, Any]
+    method: str,
+    seed: int,
+    table_path: str,
+    pretrained_json: str,
+    cfg: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+    checkpoint: str | Path | None = None,
+    every_s: float = EVERY_S,
 ) -> pd.DataFrame:
     """`method`'s rounds for one seed, each from the pretrained model: references (the dual role: ranked by the
     latest model), SFT on the best candidates, DPO on (best, worse). Writes each round's adapters
-    (outputs["checkpoints"][i - 1]), the training history and the references; returns the history."""
+    (outputs["checkpoints"][i - 1]), the training history and the references; returns the history.
+
+    `checkpoint` (the job's checkpoint folder; README, "Long jobs resume"): each round's references, SFT adapter and
+    DPO round are kept there as they finish, and TRL's trainers save there at least every `every_s` seconds; a rerun
+    with the same folder loads the finished stages and resumes the unfinished one, ending where an uninterrupted
+    run ends. None: no checkpoints (as before)."""
     from paperflow.core.device import pick
     from paperflow.core.seeding import seed_all
     from paperflow.dualreform import lora
@@ -172,25 +256,42 @@ def train(
     n_iter = int(cfg["iterations"]) if method == "dualreform" else 1
     if len(outputs["checkpoints"]) != n_iter:
         raise ValueError(f"{method}: {n_iter} rounds but {len(outputs['checkpoints'])} checkpoint paths")
+    stages = _Stages(checkpoint)
+    timed = every_s if checkpoint is not None else None
     histories, ref_rows = [], []
     seed_all(seed)
     tok = _tokenizer(pretrained_json)
-    refiner = _model(pretrained_json, cfg["pretrained"], device) if method == "dualreform" else None
+    refiner = None  # dualreform: the model that ranks the refinements (the pretrained one, then the latest round's)
     prompts = lora.rewrite_prompts(tok, train_turns)
+
+    def pretrained_model():
+        return _model(pretrained_json, cfg["pretrained"], device)
+
+    def saved_model(path: Path):  # a stage finished by an earlier run: its adapters on the pretrained model
+        return stages.quiet(lambda: lora.apply_round(pretrained_model(), path))
+
     for it in range(1, n_iter + 1):
-        if method == "dualreform":
-            choice = lora.rank_candidates(
-                refiner,
-                tok,
-                lora.refine_prompts(tok, train_turns),
-                list(train_turns["rcands"]),
-                **_ranker(cfg["pretrained"]),
-            )
-            refs = r_top1[np.arange(len(train_turns)), choice]
+        if stages.done(it, "refs"):
+            refs = stages.load(it, "refs")["refs"]
         else:
-            refs = pipeline.pseudo_references(
-                method, train_turns, int(meta["n_passages"]), np.random.default_rng([seed, 2])
-            )
+            if method == "dualreform":
+                if refiner is None and it == 1:
+                    refiner = pretrained_model()
+                elif refiner is None:  # the previous round finished in an earlier run
+                    refiner = saved_model(stages.path(it - 1, "dpo.safetensors")).eval()
+                choice = lora.rank_candidates(
+                    refiner,
+                    tok,
+                    lora.refine_prompts(tok, train_turns),
+                    list(train_turns["rcands"]),
+                    **_ranker(cfg["pretrained"]),
+                )
+                refs = r_top1[np.arange(len(train_turns)), choice]
+            else:
+                refs = pipeline.pseudo_references(
+                    method, train_turns, int(meta["n_passages"]), np.random.default_rng([seed, 2])
+                )
+            stages.save(it, "refs", refs=refs)
         ref_rows.append(
             pd.DataFrame({"iteration": it, "turn_index": np.arange(len(train_turns)), "ref": refs, "gold": gold})
         )
@@ -199,30 +300,47 @@ def train(
         if not pairs:
             raise ValueError(f"{method} iteration {it}: every candidate ties on every turn; no DPO pair")
         work = Path(tempfile.mkdtemp(prefix=f"dualreform_{method}_seed{seed}_it{it}_"))  # TRL's output_dir (unused)
-        model = _model(pretrained_json, cfg["pretrained"], device)
-        model, sft_adapter, h_sft = lora.train_sft(
-            model,
-            tok,
-            prompts,
-            [qc[i][best[i]] for i in range(len(qc))],
-            cfg["lora"],
-            cfg["trl_sft"],
-            seed,
-            work / "sft",
-            device,
-        )
-        model, dpo_adapter, h_dpo = lora.train_dpo(
-            model,
-            tok,
-            [prompts[i] for i in pairs],
-            [qc[i][best[i]] for i in pairs],
-            [qc[i][worse[i]] for i in pairs],
-            cfg["lora"],
-            cfg["trl_dpo"],
-            seed,
-            work / "dpo",
-            device,
-        )
+        model = None
+        if stages.done(it, "sft"):
+            done = stages.load(it, "sft")
+            sft_adapter, h_sft = done["adapters"]["sft"], done["history"]
+        else:
+            model = pretrained_model()
+            model, sft_adapter, h_sft = lora.train_sft(
+                model,
+                tok,
+                prompts,
+                [qc[i][best[i]] for i in range(len(qc))],
+                cfg["lora"],
+                cfg["trl_sft"],
+                seed,
+                stages.trainer_dir(it, "sft", work),
+                device,
+                every_s=timed,
+            )
+            stages.save(it, "sft", adapters={"sft": sft_adapter}, lora_cfg=cfg["lora"], history=h_sft)
+        if stages.done(it, "dpo"):
+            done = stages.load(it, "dpo")
+            dpo_adapter, h_dpo = done["adapters"]["dpo"], done["history"]
+            model = None
+        else:
+            if model is None:  # the SFT stage finished in an earlier run
+                model = saved_model(stages.path(it, "sft.safetensors"))
+            model, dpo_adapter, h_dpo = lora.train_dpo(
+                model,
+                tok,
+                [prompts[i] for i in pairs],
+                [qc[i][best[i]] for i in pairs],
+                [qc[i][worse[i]] for i in pairs],
+                cfg["lora"],
+                cfg["trl_dpo"],
+                seed,
+                stages.trainer_dir(it, "dpo", work),
+                device,
+                every_s=timed,
+            )
+            adapters = {"sft": sft_adapter, "dpo": dpo_adapter}
+            stages.save(it, "dpo", adapters=adapters, lora_cfg=cfg["lora"], history=h_dpo)
         shutil.rmtree(work, ignore_errors=True)
         lora.save_round({"sft": sft_adapter, "dpo": dpo_adapter}, cfg["lora"], outputs["checkpoints"][it - 1])
         histories += [
@@ -231,7 +349,7 @@ def train(
         ]
         for h in histories[-2:]:
             h["iteration"] = it
-        refiner = model.eval()
+        refiner = model.eval() if model is not None else None
     history = pd.concat(histories, ignore_index=True).assign(seed=seed, method=method)
     history.to_csv(outputs["history"], index=False)
     write_frame(outputs["refs"], pd.concat(ref_rows, ignore_index=True).assign(seed=seed), {"method": method})
@@ -246,39 +364,49 @@ def evaluate(
     checkpoints: Mapping[int, str],
     pretrained: Mapping[str, Any] | None,
     dense: Mapping[str, Any] | None = None,
+    journal: str | Path | None = None,
 ) -> pd.DataFrame:
     """Test-turn retrieval of a method per iteration (`raw`: the question; `prompted`: the pretrained model's
     ranking; a trained method: each round's model): MRR, nDCG@3, R@10, R@100 under BM25 and the share of each
     template; with `dense` ({"json", "index", "settings"}), the same metrics of the dense retriever, prefixed
-    "dense_", for the same chosen rewrites."""
-    from paperflow.dualreform.retrieval import retrieval_metrics
+    "dense_", for the same chosen rewrites. `journal` (a file in the job's checkpoint folder): each iteration's row
+    is kept there as it finishes and a rerun evaluates only the iterations it lacks (None: a scratch journal)."""
+    from paperflow.core.resume import row_journal
 
     table, _ = read_table(table_path)
     test = table[table["split"] == "test"].reset_index(drop=True)
     runs: dict[int, str | None] = {0: None} if method in ("raw", "prompted") else dict(checkpoints)
-    rows = []
-    for it, path in sorted(runs.items()):
-        if method == "raw":
-            choice = np.zeros(len(test), dtype=int)
-        else:
-            from paperflow.core.device import pick
-            from paperflow.dualreform import lora
+    with row_journal(journal, key="iteration") as rows:
+        for it, path in rows.todo(sorted(runs.items()), key=lambda run: run[0]):
+            row = _evaluate_iteration(method, seed, test, it, path, pretrained_json, pretrained, dense)
+            rows.append({"iteration": it, "row": list(row.items())})  # pairs: the columns keep their order
+        return pd.DataFrame([dict(r["row"]) for r in rows.complete(sorted(runs))])
 
-            device = pick(pretrained["device"], key="pretrained.device")
-            model, tok = _pretrained(pretrained_json, pretrained, device)
-            if path is not None:
-                model = lora.apply_round(model, path).eval()
-            prompts = lora.rewrite_prompts(tok, test)
-            choice = lora.rank_candidates(model, tok, prompts, list(test["qcands"]), **_ranker(pretrained))
-            del model
-        ranks = np.stack(test["q_gold_rank"].to_numpy())[np.arange(len(test)), choice]
-        shares = np.bincount(choice, minlength=len(tq.TEMPLATES)) / max(len(test), 1)
-        row = {"method": method, "seed": seed, "iteration": it, **retrieval_metrics(ranks)}
-        if dense is not None:
-            row |= {f"dense_{k}": v for k, v in _dense_metrics(test, choice, dense).items()}
-        row |= {f"share_{name}": float(shares[k]) for k, name in enumerate(tq.TEMPLATES)}
-        rows.append(row)
-    return pd.DataFrame(rows)
+
+def _evaluate_iteration(method, seed, test, it, path, pretrained_json, pretrained, dense) -> dict[str, Any]:
+    """One iteration's row of `evaluate`."""
+    from paperflow.dualreform.retrieval import retrieval_metrics
+
+    if method == "raw":
+        choice = np.zeros(len(test), dtype=int)
+    else:
+        from paperflow.core.device import pick
+        from paperflow.dualreform import lora
+
+        device = pick(pretrained["device"], key="pretrained.device")
+        model, tok = _pretrained(pretrained_json, pretrained, device)
+        if path is not None:
+            model = lora.apply_round(model, path).eval()
+        prompts = lora.rewrite_prompts(tok, test)
+        choice = lora.rank_candidates(model, tok, prompts, list(test["qcands"]), **_ranker(pretrained))
+        del model
+    ranks = np.stack(test["q_gold_rank"].to_numpy())[np.arange(len(test)), choice]
+    shares = np.bincount(choice, minlength=len(tq.TEMPLATES)) / max(len(test), 1)
+    row = {"method": method, "seed": seed, "iteration": it, **retrieval_metrics(ranks)}
+    if dense is not None:
+        row |= {f"dense_{k}": v for k, v in _dense_metrics(test, choice, dense).items()}
+    row |= {f"share_{name}": float(shares[k]) for k, name in enumerate(tq.TEMPLATES)}
+    return row
 
 
 def _dense_metrics(test: pd.DataFrame, choice: np.ndarray, dense: Mapping[str, Any]) -> dict[str, float]:

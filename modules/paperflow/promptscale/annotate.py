@@ -260,13 +260,15 @@ def annotate(
     out: str,
     out_summary: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """Annotator `annotator`'s job: its share of the statements (`assign`), served by vLLM from `model_folder`
     (the annotator's GPUs, tensor parallel), request 1 (concepts) for each, request 2 (rationale) for each whose
     concepts parse. Writes the kept triples {"concepts", "difficulty", "rationale", "problem", "domain": "code",
     "annotator", "id", "rating", "tags"} to `out` and the counts (share, kept, dropped by reason) to
-    `out_summary`; returns the counts."""
-    from paperflow.promptscale.vllm_server import chat_each, served
+    `out_summary`; returns the counts. With `journal` (a file in the job's checkpoint folder) every answer of both
+    requests is journalled as it finishes and a rerun asks only for the rest (vllm_server.chat_each)."""
+    from paperflow.promptscale.vllm_server import chat_each, journal_at, served
 
     spec = settings["annotators"][annotator]
     share = assign(lt.read_jsonl(statements_path), settings)[annotator]
@@ -278,11 +280,16 @@ def annotate(
     )
     dropped: Counter[str] = Counter()
     kept = []
-    with served(model_folder, annotator, job_vllm(vllm, spec), server_log, spec["dtype"]) as client:
+    with (
+        journal_at(journal) as done,
+        served(model_folder, annotator, job_vllm(vllm, spec), server_log, spec["dtype"]) as client,
+    ):
         first = chat_each(
             client,
             [concepts_message(r["problem"], int(settings["max_concepts"])) for r in share],
             max_tokens=int(settings["max_concept_tokens"]),
+            journal=done,
+            tag="concepts:",
             **sampling,
         )
         with_concepts = []
@@ -296,6 +303,8 @@ def annotate(
             client,
             [rationale_message(r["problem"], r["concepts"], r["difficulty"]) for r in with_concepts],
             max_tokens=int(settings["max_rationale_tokens"]),
+            journal=done,
+            tag="rationale:",
             **sampling,
         )
     for r, (choice,) in zip(with_concepts, second):

@@ -23,7 +23,10 @@ that cannot be compared is that test's failure ("wrong").
 
 evaluate_code and code_selfplay.verify append each problem's result to `<out>.partial` (after a first line holding the
 key of the job's inputs) as soon as the problem is graded; a rerun of the same job keeps those and grades only the
-rest, so a crash or a kill loses at most the problems in flight. The file is removed when `out` is written.
+rest, so a crash or a kill loses at most the problems in flight. The file is removed when `out` is written. At paper
+scale the rules pass `journal` (a file in the job's checkpoint folder, README "Long jobs resume"), and the graded
+problems go there instead (`JournalProgress`), with evaluate_code's samples (vllm_server.chat_each), so a rerun
+neither samples nor grades again what was done.
 """
 
 from __future__ import annotations
@@ -361,6 +364,38 @@ class Progress:
         self._handle.close()
 
 
+class JournalProgress:
+    """Progress kept in a RowJournal (vllm_server.journal_at: the job's checkpoint folder, whose key, made of the job's
+    rule, params, code and inputs, stands for Progress's key) instead of `<out>.partial`: each graded problem is the
+    row "graded:<id>" there, its keys' order kept, so `finish` writes the bytes an uninterrupted run writes."""
+
+    PREFIX = "graded:"
+
+    def __init__(self, out: str | os.PathLike, journal):
+        self.out = Path(out)
+        self.journal = journal
+        self.done: dict[str, dict[str, Any]] = {
+            str(r["id"])[len(self.PREFIX) :]: {k: r["row"][k] for k in r["keys"]}
+            for r in journal
+            if str(r["id"]).startswith(self.PREFIX)
+        }
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.journal.append({"id": f"{self.PREFIX}{row['id']}", "keys": list(row), "row": dict(row)})
+        self.done[str(row["id"])] = dict(row)
+
+    def finish(self, order: Sequence[Any]) -> list[dict[str, Any]]:
+        """The rows in `order` (ids), written to `out` (the journal stays until the job ends)."""
+        rows = [self.done[str(i)] for i in order]
+        with open(self.out, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return rows
+
+    def close(self) -> None:
+        pass  # the journal is closed by whoever opened it
+
+
 def file_digest(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -413,13 +448,18 @@ def evaluate_code(
     out: str,
     server_log: str,
     workers: int,
+    journal: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """The code evaluate rule: `llm_eval.samples` chat completions of the policy per problem, each graded in the
     sandbox (`workers` at a time); rows {"id", "status": [...], "correct": [...], "truncated": [...]}, appended per
     problem as graded (Progress: a rerun samples and grades only the problems not yet done). Returns pass@1 (as
-    `avg_at_k`, the benchmark table's column, and `pass_at_1`), the share cut at max_tokens and the isolation used."""
+    `avg_at_k`, the benchmark table's column, and `pass_at_1`), the share cut at max_tokens and the isolation used.
+    With `journal` (a file in the job's checkpoint folder) the samples (problem i seeded `seed + i` of all problems)
+    and the graded problems are kept there (`JournalProgress`) instead of `<out>.partial`."""
+    from contextlib import nullcontext
+
     from paperflow.promptscale.llm_text import read_jsonl
-    from paperflow.promptscale.vllm_server import chat_each, served
+    from paperflow.promptscale.vllm_server import journal_at, journalled, served
 
     limits = check_limits(limits, "code_eval")
     preflight(limits)
@@ -427,32 +467,14 @@ def evaluate_code(
     k = int(settings["samples"])
     key = {"rows": file_digest(benchmark_rows), "policy": policy, "model": folder_stamp(policy_folder),
            "settings": dict(settings), "limits": limits}  # fmt: skip
-    progress = Progress(out, key)
-    try:
-        todo = [r for r in rows if str(r["id"]) not in progress.done]
-        if todo:
-            with served(policy_folder, policy, vllm, server_log, dtype) as client:
-                samples = chat_each(
-                    client,
-                    [lcb_prompt(r) for r in todo],
-                    n=k,
-                    temperature=float(settings["temperature"]),
-                    top_p=float(settings["top_p"]),
-                    top_k=int(settings.get("top_k", -1)),
-                    max_tokens=int(settings["max_tokens"]),
-                    seed=int(settings["seed"]),
-                )
-            truncated = {str(r["id"]): [c["finish_reason"] == "length" for c in ch] for r, ch in zip(todo, samples)}
-
-            def record(ident, graded):
-                progress.add({"id": ident, "status": [g["status"] for g in graded],
-                              "correct": [g["passed"] for g in graded], "truncated": truncated[ident]})  # fmt: skip
-
-            jobs = [(str(r["id"]), c["text"], r) for r, choices in zip(todo, samples) for c in choices]
-            grade_by_problem(jobs, limits, workers, record)
-        graded = progress.finish([r["id"] for r in rows])
-    finally:
-        progress.close()
+    with journal_at(journal) as done:
+        progress = Progress(out, key) if done is None else JournalProgress(out, done)
+        try:
+            graded = _evaluate_code(rows, progress, done, k, settings, limits, workers,
+                                    lambda: nullcontext() if journalled(done, "sample:", len(rows)) else
+                                    served(policy_folder, policy, vllm, server_log, dtype))  # fmt: skip
+        finally:
+            progress.close()
     score = pass_at_1([g["correct"] for g in graded])
     return {
         "policy": policy,
@@ -465,3 +487,38 @@ def evaluate_code(
         "truncated": sum(sum(g["truncated"]) for g in graded) / (k * len(graded)),
         "isolation": limits["isolation"],
     }
+
+
+def _evaluate_code(rows, progress, journal, k, settings, limits, workers, serve) -> list[dict[str, Any]]:
+    """evaluate_code's sampling (`serve()`: the served policy's client) and grading of the problems `progress` has
+    not done; every problem's graded row. Without a journal only those problems are sampled (seeds `seed + i` over
+    them); with one every problem is asked for (seed `seed + i` over all), the journalled ones answered from it."""
+    from paperflow.promptscale.vllm_server import chat_each
+
+    todo = [r for r in rows if str(r["id"]) not in progress.done]
+    if todo:
+        asked = todo if journal is None else rows
+        with serve() as client:
+            samples = chat_each(
+                client,
+                [lcb_prompt(r) for r in asked],
+                n=k,
+                temperature=float(settings["temperature"]),
+                top_p=float(settings["top_p"]),
+                top_k=int(settings.get("top_k", -1)),
+                max_tokens=int(settings["max_tokens"]),
+                seed=int(settings["seed"]),
+                journal=journal,
+                tag="sample:",
+            )
+        by_id = {str(r["id"]): ch for r, ch in zip(asked, samples)}
+        samples = [by_id[str(r["id"])] for r in todo]
+        truncated = {str(r["id"]): [c["finish_reason"] == "length" for c in ch] for r, ch in zip(todo, samples)}
+
+        def record(ident, graded):
+            progress.add({"id": ident, "status": [g["status"] for g in graded],
+                          "correct": [g["passed"] for g in graded], "truncated": truncated[ident]})  # fmt: skip
+
+        jobs = [(str(r["id"]), c["text"], r) for r, choices in zip(todo, samples) for c in choices]
+        grade_by_problem(jobs, limits, workers, record)
+    return progress.finish([r["id"] for r in rows])

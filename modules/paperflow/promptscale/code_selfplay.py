@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from paperflow.promptscale import code_eval
@@ -232,11 +233,13 @@ def generate_tests(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """The test-case rule: the tester's `rounds` rounds over the code problems of `synth_jsonl` (round r, problem i:
     seed `seed + r * n_problems + i`), parsed and merged into `out` (JSONL; `tests_rows`). Returns the summary. No code
-    problem, or no problem keeping `min_tests` tests, is an error naming the counts."""
-    from paperflow.promptscale.vllm_server import served
+    problem, or no problem keeping `min_tests` tests, is an error naming the counts. With `journal` (a file in the
+    job's checkpoint folder) each answer is journalled as it finishes and a rerun asks only for the rest."""
+    from paperflow.promptscale.vllm_server import journal_at, served
 
     settings = check_settings(settings)
     problems = code_problems(lt.read_jsonl(synth_jsonl), settings["max_problems"])
@@ -244,8 +247,11 @@ def generate_tests(
         raise ValueError(f"{synth_jsonl}: no valid code problem (domain code) to write tests for")
     messages = [tester_message(p["problem"], int(settings["tests_per_round"])) for p in problems]
     passes = {**settings, "seeds": settings["rounds"], "completions_per_seed": 1}  # a round is a pass of one each
-    with served(tester_folder, "tester", job_vllm(vllm, settings), server_log, dtype) as client:
-        texts, reasons = sp.sample_passes(client, messages, passes)
+    with (
+        journal_at(journal) as done,
+        served(tester_folder, "tester", job_vllm(vllm, settings), server_log, dtype) as client,
+    ):
+        texts, reasons = sp.sample_passes(client, messages, passes, done)
     answers = [
         [{"text": texts[i][r], "finish_reason": reasons[i][r]} for i in range(len(problems))]
         for r in range(int(settings["rounds"]))
@@ -268,24 +274,41 @@ def code_rollouts(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """The code rollouts rule: the math self-play's sampling (selfplay.sample_passes: `seeds` passes of
     `completions_per_seed` at the self-play temperature) of the policy on each problem that has tests, the message
-    `solve_message`. Rows {"id", "problem", "message", "completions", "finish_reasons"}."""
+    `solve_message`. Rows {"id", "problem", "message", "completions", "finish_reasons"}. `journal`: selfplay.play."""
     selfplay = sp.check_settings(selfplay)
     problems = [{"id": r["id"], "problem": r["problem"]} for r in lt.read_jsonl(tests_jsonl)]
     if not problems:
         raise ValueError(f"{tests_jsonl}: no code problem with tests")
     messages = [solve_message(p["problem"]) for p in problems]
     with_message = [{**p, "message": m} for p, m in zip(problems, messages)]
-    return sp.play(policy_folder, with_message, messages, selfplay, vllm, dtype, out, server_log)
+    return sp.play(policy_folder, with_message, messages, selfplay, vllm, dtype, out, server_log, journal)
 
 
-def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], workers: int, out: str) -> dict[str, Any]:
+def verify(
+    tests_jsonl: str,
+    rollouts_jsonl: str,
+    limits: Mapping[str, Any],
+    workers: int,
+    out: str,
+    journal: str | Path | None = None,
+) -> dict[str, Any]:
     """The verify rule: every rollout's program against every test of its problem in the sandbox (`workers` at a
     time; a program repeated within a problem runs once), after the sandbox's preflight. Rows: the rollout rows
     plus "passed" and "status" per completion (code_eval.grade: pass, no_code, wrong, error, timeout, memory,
-    output_limit), appended per problem as graded (code_eval.Progress: a rerun grades only the problems not done)."""
+    output_limit), appended per problem as graded (code_eval.Progress: a rerun grades only the problems not done;
+    with `journal`, a file in the job's checkpoint folder, code_eval.JournalProgress there instead)."""
+    from paperflow.promptscale.vllm_server import journal_at
+
+    with journal_at(journal) as done:
+        return _verify(tests_jsonl, rollouts_jsonl, limits, workers, out, done)
+
+
+def _verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], workers: int, out: str,
+            journal) -> dict[str, Any]:  # fmt: skip
     limits = code_eval.check_limits(limits, "code_eval")
     code_eval.preflight(limits)
     tests = {r["id"]: r["tests"] for r in lt.read_jsonl(tests_jsonl)}
@@ -296,7 +319,7 @@ def verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], wor
     programs = [[code_eval.extract_code(text) for text in r["completions"]] for r in rows]
     key = {"tests": code_eval.file_digest(tests_jsonl), "rollouts": code_eval.file_digest(rollouts_jsonl),
            "limits": limits}  # fmt: skip
-    progress = code_eval.Progress(out, key)
+    progress = code_eval.Progress(out, key) if journal is None else code_eval.JournalProgress(out, journal)
     try:
         pending: dict[str, tuple[Mapping[str, Any], list[str], list[str]]] = {}
         jobs = []

@@ -335,15 +335,18 @@ def generate(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """The generate rule: `codeforces.attempts` chat completions of the policy per CodeElo problem, each turned into
-    an attempt (submissions); writes `out` (JSONL) and returns the summary."""
-    from paperflow.promptscale.vllm_server import chat_each, served
+    an attempt (submissions); writes `out` (JSONL) and returns the summary. With `journal` (a file in the job's
+    checkpoint folder) each problem's completions are journalled as they finish and a rerun asks only for the rest
+    (vllm_server.chat_each)."""
+    from paperflow.promptscale.vllm_server import chat_each, journal_at, served
 
     language = settings["language"]
     rows = lt.read_jsonl(problems)
     k = int(settings["attempts"])
-    with served(policy_folder, policy, vllm, server_log, dtype) as client:
+    with journal_at(journal) as done, served(policy_folder, policy, vllm, server_log, dtype) as client:
         samples = chat_each(
             client,
             [problem_prompt(r, language) for r in rows],
@@ -353,6 +356,7 @@ def generate(
             top_k=int(settings["top_k"]),
             max_tokens=int(settings["max_tokens"]),
             seed=int(settings["seed"]),
+            journal=done,
         )
     subs = submissions(rows, samples, language)
     lt.write_jsonl(out, subs)

@@ -91,10 +91,13 @@ def train(
     settings: Mapping[str, Any],
     device: str,
     history: str | None = None,
+    checkpoint_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """One rank of the DPO run: the policy and its tokenizer at `model_folder` (offline), the {"problem", "chosen",
     "rejected"} rows of `pairs` (JSONL), TRL's DPOTrainer with its own reference copy; rank 0 saves the model and
-    tokenizer in `out_folder` and the logged rows in `history` (JSON). Returns the logged rows."""
+    tokenizer in `out_folder` and the logged rows in `history` (JSON). Returns the logged rows. With
+    `checkpoint_dir` (the job's checkpoint folder) TRL saves there at least every 30 minutes and a rerun resumes
+    (paperflow.promptscale.sft.finish_training)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -118,11 +121,11 @@ def train(
     trainer = DPOTrainer(
         model=model,
         ref_model=None,
-        args=DPOConfig(**dpo_arguments(settings, f"{out_folder}.trl", device, world_size)),
+        args=DPOConfig(**dpo_arguments(settings, checkpoint_dir or f"{out_folder}.trl", device, world_size)),
         train_dataset=Dataset.from_list(data),
         processing_class=tok,
     )
-    return finish_training(trainer, tok, out_folder, history)
+    return finish_training(trainer, tok, out_folder, history, resumable=checkpoint_dir is not None)
 
 
 def run_dpo(
@@ -133,6 +136,7 @@ def run_dpo(
     device: str,
     n_procs: int,
     history: str,
+    checkpoint_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """`train` in this process (`n_procs` <= 1) or on `n_procs` ranks started by torchrun; the logged rows."""
     check_settings(settings)
@@ -143,6 +147,7 @@ def run_dpo(
         "settings": dict(settings),
         "device": device,
         "history": str(history),
+        "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir),
     }
     return run_ranks(train, __name__, kwargs, n_procs)
 
@@ -155,13 +160,15 @@ def dpo_job(
     n_procs: int,
     out_json: str,
     history: str,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """The dpo rule: `run_dpo` from the policy its download JSON names into the folder beside `out_json`
-    (models/selfplay/ for models/selfplay.json), and `out_json` naming that folder and its files."""
+    (models/selfplay/ for models/selfplay.json), and `out_json` naming that folder and its files. `checkpoint_dir`:
+    the job's checkpoint folder (TRL's checkpoints, resumed from on a rerun)."""
     from paperflow.promptscale.llm_text import loss_summary, model_folder, write_model_json
 
     folder = Path(out_json).with_suffix("")
-    logged = run_dpo(model_folder(policy_json), pairs, str(folder), settings, device, n_procs, history)
+    logged = run_dpo(model_folder(policy_json), pairs, str(folder), settings, device, n_procs, history, checkpoint_dir)
     write_model_json(out_json, "selfplay", folder)
     return loss_summary("selfplay", logged)
 

@@ -153,10 +153,12 @@ def fine_tune(
     n_procs: int,
     out_folder: str,
     history: str,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """q_`iteration` or p_`iteration` (`which`): TRL SFT of the model at `start` on (c, x) -> z (q) or c -> (z, x)
     (p), with z the cold-start rationale at iteration 0 and the E-step's kept one after. Returns the last logged
-    training loss and the number of rows."""
+    training loss and the number of rows. `checkpoint_dir`: the job's checkpoint folder (TRL's checkpoints, resumed
+    from on a rerun: paperflow.promptscale.sft)."""
     from paperflow.promptscale.sft import run_sft
 
     if which not in ("q", "p"):
@@ -173,7 +175,7 @@ def fine_tune(
     data = out.parent / f"{out.name}.sft.jsonl"
     lt.write_jsonl(data, pairs)
     try:
-        logged = run_sft(start, str(data), str(out), settings, device, n_procs, history)
+        logged = run_sft(start, str(data), str(out), settings, device, n_procs, history, checkpoint_dir)
     finally:
         data.unlink(missing_ok=True)
     losses = [r["loss"] for r in logged if "loss" in r]
@@ -189,9 +191,11 @@ def fine_tune_job(
     n_procs: int,
     out_json: str,
     history: str,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """The train rule: `fine_tune` from the model its `start` input names, into the folder beside `out_json`
-    (results/.../models/q1/ for models/q1.json), and `out_json` naming that folder and its files."""
+    (results/.../models/q1/ for models/q1.json), and `out_json` naming that folder and its files. `checkpoint_dir`:
+    the job's checkpoint folder (`fine_tune`)."""
     folder = Path(out_json).with_suffix("")
     summary = fine_tune(
         which,
@@ -204,6 +208,7 @@ def fine_tune_job(
         n_procs,
         str(folder),
         history,
+        checkpoint_dir,
     )
     lt.write_model_json(out_json, summary["model"], folder)
     return summary
@@ -219,11 +224,12 @@ def trl_layout(tok, prompt: str, completion: str) -> tuple[list[int], int]:
 
 
 def completion_logprobs(
-    model, tok, prompts: Sequence[str], completions: Sequence[str], batch_size: int, device
+    model, tok, prompts: Sequence[str], completions: Sequence[str], batch_size: int, device, journal=None, tag=""
 ) -> list[float]:
     """log model(completion + EOS | prompt) of each pair, summed over the completion's tokens, on the token layout
     TRL's SFTTrainer trains on: tok(prompt + completion + eos) with the completion starting where tok(prompt)
-    stops being its prefix."""
+    stops being its prefix. With `journal` (a RowJournal) batch b's values are its row `tag` + b there: the batches
+    journalled are not scored again (the batches are the same on a rerun, so are their values)."""
     import torch
 
     from paperflow.core.lm.sampling import sequence_logprobs
@@ -233,6 +239,9 @@ def completion_logprobs(
     out = []
     with torch.no_grad():
         for b in range(0, len(rows), batch_size):
+            if journal is not None and f"{tag}{b}" in journal:
+                out += journal.complete([f"{tag}{b}"])[0]["logprobs"]
+                continue
             chunk = rows[b : b + batch_size]
             width = max(len(ids) for ids, _ in chunk)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
@@ -244,7 +253,10 @@ def completion_logprobs(
                 mask[r, left:] = 1
                 completion[r, left + start :] = True
             logp = sequence_logprobs(model, ids.to(device), mask.to(device)).float().cpu()
-            out += (logp * completion).sum(1).double().tolist()
+            values = (logp * completion).sum(1).double().tolist()
+            if journal is not None:
+                journal.append({"id": f"{tag}{b}", "logprobs": values})
+            out += values
     return out
 
 
@@ -308,15 +320,20 @@ def score_estep(
     batch_size: int,
     out_kept: str | None,
     out_bound: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """For every sampled rationale z of seed (c, x): R = log p_m(z, x | c) and log q_m(z | c, x). Training seeds:
     the kept z* = argmax_k R (`llm_em.select` best) or a uniform one of the K (random: section 11's control), written
     to `out_kept` as {"index", "rationale", "reward"}. Held-out seeds: the importance-weighted bound
-    log (1/K) sum_k exp(R_k - log q_k) averaged (nats per problem). Writes and returns the iteration's measures."""
+    log (1/K) sum_k exp(R_k - log q_k) averaged (nats per problem). Writes and returns the iteration's measures.
+    With `journal` (a file in the job's checkpoint folder) each scored batch is journalled ("p:<b>", "q:<b>") and a
+    rerun scores only the batches left (a model whose batches are all there is not loaded)."""
+    import contextlib
+
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from paperflow.core.device import pick
+    from paperflow.core.resume import row_journal
 
     device = pick(model_cfg["device"], key="models.prompt.device")
     dtype = getattr(torch, model_cfg["dtype"])
@@ -324,23 +341,35 @@ def score_estep(
     rows = lt.read_jsonl(samples)
     items = [(r["split"], r["index"], z) for r in rows for z in r["rationales"]]
     scores = {}
-    for name, folder, template in (("p", p_folder, "p"), ("q", q_folder, "q")):
-        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype).to(device).eval()
-        prompts, completions = [], []
-        for split, i, z in items:
-            t = splits[split][i]
-            if template == "p":
-                prompts.append(lt.p_prompt(t["concepts"], t["difficulty"]))
-                completions.append(lt.p_completion(z, t["problem"]))
-            else:
-                prompts.append(lt.q_prompt(t["concepts"], t["difficulty"], t["problem"]))
-                completions.append(lt.q_completion(z))
-        scores[name] = completion_logprobs(model, tok, prompts, completions, batch_size, device)
-        del model
+    with contextlib.ExitStack() as stack:
+        done = None if journal is None else stack.enter_context(row_journal(journal))
+        for name, folder, template in (("p", p_folder, "p"), ("q", q_folder, "q")):
+            batches = [f"{name}:{b}" for b in range(0, len(items), batch_size)]
+            if done is not None and all(i in done for i in batches):
+                scores[name] = [v for row in done.complete(batches) for v in row["logprobs"]]
+                continue
+            scores[name] = _score_model(folder, template, items, splits, dtype, device, batch_size, done, f"{name}:")
     kept, summary = select_kept(rows, scores["p"], scores["q"], em, iteration)
     if out_kept:
         lt.write_jsonl(out_kept, kept)
     Path(out_bound).parent.mkdir(parents=True, exist_ok=True)
     Path(out_bound).write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _score_model(folder, template, items, splits, dtype, device, batch_size, journal, tag) -> list[float]:
+    """score_estep's log-probabilities of every (split, index, z) under the model at `folder` (p's or q's layout)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype).to(device).eval()
+    prompts, completions = [], []
+    for split, i, z in items:
+        t = splits[split][i]
+        if template == "p":
+            prompts.append(lt.p_prompt(t["concepts"], t["difficulty"]))
+            completions.append(lt.p_completion(z, t["problem"]))
+        else:
+            prompts.append(lt.q_prompt(t["concepts"], t["difficulty"], t["problem"]))
+            completions.append(lt.q_completion(z))
+    return completion_logprobs(model, tok, prompts, completions, batch_size, device, journal, tag)

@@ -5,6 +5,10 @@ the standard library only):
 sample_rationales   the E-step's K rationales per seed from q_m (training seeds while m < E; the held-out seeds always)
 synthesize          new (rationale, problem) pairs from p on held-out concept sets: validity, distinctness, length
 evaluate_benchmark  the policy's samples on a math benchmark, boxed-answer exact match, avg@k (spec 8)
+
+Each takes `journal`, a file in the job's checkpoint folder (the rules pass `job.checkpoint_dir() / "rows.jsonl"`):
+every prompt's samples are journalled as they finish and a rerun asks only for the rest (vllm_server.complete_each),
+writing what an uninterrupted run writes. Without it (None) nothing is journalled.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import logging
 import random
 import statistics
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from paperflow.promptscale import llm_text as lt
-from paperflow.promptscale.vllm_server import chat_each, complete_each, served
+from paperflow.promptscale.vllm_server import chat_each, complete_each, journal_at, served
 
 log = logging.getLogger(__name__)
 
@@ -31,16 +36,17 @@ def sample_rationales(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, int]:
     """K rationales per seed from q_`iteration` at T = `llm_em.temperature` (stopped at the end marker): the training
     seeds while `iteration` < E (the next M-step needs them) and the held-out seeds always (the bound of iteration
-    m). Rows: {"split", "index", "rationales": [K texts]}. Returns the rows per split."""
+    m). Rows: {"split", "index", "rationales": [K texts]}. Returns the rows per split. `journal`: module docstring."""
     splits = {"heldout": lt.read_jsonl(heldout)}
     if iteration < int(em["iterations"]):
         splits["train"] = lt.read_jsonl(train)
     k = int(em["k"])
     rows = []
-    with served(q_folder, f"q{iteration}", vllm, server_log, dtype) as client:
+    with journal_at(journal) as done, served(q_folder, f"q{iteration}", vllm, server_log, dtype) as client:
         for split, triples in splits.items():
             prompts = [lt.q_prompt(t["concepts"], t["difficulty"], t["problem"]) for t in triples]
             samples = complete_each(
@@ -52,6 +58,8 @@ def sample_rationales(
                 max_tokens=int(em["max_rationale_tokens"]),
                 seed=1_000_003 * iteration + (0 if split == "train" else 500_000),
                 stop=[lt.RATIONALE[1]],
+                journal=done,
+                tag=f"{split}:",
             )
             for i, choices in enumerate(samples):
                 texts = [lt.rationale_of_sample(c["text"]) or "" for c in choices]
@@ -80,13 +88,15 @@ def synthesize(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """`synthesis.n` problems from p on held-out concept sets; rows {"concepts", "difficulty", "domain", "text",
     "rationale", "problem", "valid", "finish_reason"} (the domain of the seed the concept set came from). Returns
     the summary: validity (both spans written), the share of distinct problems among the valid ones, their mean
-    length in words, the share cut at max_tokens; with more than one domain also `by_domain` (rows, validity)."""
+    length in words, the share cut at max_tokens; with more than one domain also `by_domain` (rows, validity).
+    `journal`: module docstring."""
     sets = concept_sets(lt.read_jsonl(heldout), int(synthesis["n"]), int(synthesis["seed"]))
-    with served(p_folder, f"p_{variant}", vllm, server_log, dtype) as client:
+    with journal_at(journal) as done, served(p_folder, f"p_{variant}", vllm, server_log, dtype) as client:
         samples = complete_each(
             client,
             [lt.p_prompt(s["concepts"], s["difficulty"]) for s in sets],
@@ -95,6 +105,7 @@ def synthesize(
             top_p=float(synthesis["top_p"]),
             max_tokens=int(synthesis["max_tokens"]),
             seed=int(synthesis["seed"]),
+            journal=done,
         )
     rows = []
     for s, (choice,) in zip(sets, samples):
@@ -131,13 +142,14 @@ def evaluate_benchmark(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """`llm_eval.samples` answers per problem from the policy (its chat template), each checked by boxed-answer
     exact match; rows {"id", "answer", "correct": [bools], "boxed": [answers]}. Returns avg@k accuracy (percent, the
-    tables' unit) and the share of answers cut at max_tokens."""
+    tables' unit) and the share of answers cut at max_tokens. `journal`: module docstring."""
     rows = lt.read_jsonl(benchmark_rows)
     k = int(settings["samples"])
-    with served(policy_folder, policy, vllm, server_log, dtype) as client:
+    with journal_at(journal) as done, served(policy_folder, policy, vllm, server_log, dtype) as client:
         samples = chat_each(
             client,
             [lt.eval_prompt(r["problem"]) for r in rows],
@@ -147,6 +159,7 @@ def evaluate_benchmark(
             top_k=int(settings.get("top_k", -1)),
             max_tokens=int(settings["max_tokens"]),
             seed=int(settings["seed"]),
+            journal=done,
         )
     graded = []
     for r, choices in zip(rows, samples):

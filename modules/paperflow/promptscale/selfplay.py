@@ -24,6 +24,7 @@ import random
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from paperflow.promptscale import llm_text as lt
@@ -179,9 +180,11 @@ def selfplay_problems(
     return out if max_problems is None else out[: int(max_problems)]
 
 
-def sample_passes(client, messages: Sequence[str], settings: Mapping[str, Any]) -> tuple[list, list]:
+def sample_passes(client, messages: Sequence[str], settings: Mapping[str, Any], journal=None) -> tuple[list, list]:
     """(texts, finish reasons) per message: `seeds` passes of `completions_per_seed` chat completions each, pass s
-    giving message i the seed `seed + s * n_messages + i` (shared by the math and code rollouts)."""
+    giving message i the seed `seed + s * n_messages + i` (shared by the math and code rollouts). With `journal` (a
+    RowJournal: vllm_server.journal_at) each message's samples of pass s are its row "pass<s>:<i>" there, and a rerun
+    asks only for the rest."""
     from paperflow.promptscale.vllm_server import chat_each
 
     texts = [[] for _ in messages]
@@ -196,6 +199,8 @@ def sample_passes(client, messages: Sequence[str], settings: Mapping[str, Any]) 
             top_k=int(settings["top_k"]),
             max_tokens=int(settings["max_tokens"]),
             seed=int(settings["seed"]) + s * len(messages),
+            journal=journal,
+            tag=f"pass{s}:",
         )
         for i, choices in enumerate(samples):
             texts[i] += [c["text"] for c in choices]
@@ -211,16 +216,18 @@ def rollouts(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """The rollouts rule: `seeds` x `completions_per_seed` chat completions of the policy per problem (the math
     instruction of the benchmarks appended), pass s giving prompt i the seed `seed + s * n_problems + i`. Rows
-    {"id", "problem", "completions", "finish_reasons"}. Returns counts and the share cut at max_tokens."""
+    {"id", "problem", "completions", "finish_reasons"}. Returns counts and the share cut at max_tokens. `journal`:
+    a file in the job's checkpoint folder where each prompt's samples are kept as they finish (`play`)."""
     settings = check_settings(settings)
     problems = selfplay_problems(lt.read_jsonl(synth_jsonl), settings["max_problems"])
     if not problems:
         raise ValueError(f"{synth_jsonl}: no valid synthesised math problem to play on")
     messages = [lt.eval_prompt(p["problem"]) for p in problems]
-    return play(policy_folder, problems, messages, settings, vllm, dtype, out, server_log)
+    return play(policy_folder, problems, messages, settings, vllm, dtype, out, server_log, journal)
 
 
 def play(
@@ -232,13 +239,16 @@ def play(
     dtype: str,
     out: str,
     server_log: str,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """The policy ("base") served, `sample_passes` on `messages` (one per problem), rows {**problem, "completions",
-    "finish_reasons"} written to `out`; returns counts and the share cut at max_tokens (the math and code rollouts)."""
-    from paperflow.promptscale.vllm_server import served
+    "finish_reasons"} written to `out`; returns counts and the share cut at max_tokens (the math and code rollouts).
+    With `journal` (a file in the job's checkpoint folder) every prompt's samples are journalled as they finish and
+    a rerun asks only for the rest, writing what an uninterrupted run writes; None: nothing is journalled."""
+    from paperflow.promptscale.vllm_server import journal_at, served
 
-    with served(policy_folder, "base", vllm, server_log, dtype) as client:
-        texts, reasons = sample_passes(client, messages, settings)
+    with journal_at(journal) as done, served(policy_folder, "base", vllm, server_log, dtype) as client:
+        texts, reasons = sample_passes(client, messages, settings, done)
     rows = [{**p, "completions": t, "finish_reasons": r} for p, t, r in zip(problems, texts, reasons)]
     lt.write_jsonl(out, rows)
     n = sum(len(t) for t in texts)

@@ -9,6 +9,11 @@ read the ranks torchrun sets, and `settings.fsdp` (e.g. "full_shard auto_wrap") 
 optimiser state across the GPUs. One process (a single GPU, or the CPU in the tests) runs `train` in place, and
 `fsdp` is then not passed (it needs a process group). The weights are trained in float32 with bf16 autocast
 (`bf16`), and saved with the tokenizer by `save_model` as a Hub-style folder that vLLM and the next iteration load.
+
+Long jobs resume: with `checkpoint_dir` (the rule's `job.checkpoint_dir()`) the trainer's output_dir is that folder,
+and `finish_training` trains with `paperflow.core.lm.resume.train`: a checkpoint there at least every 30 minutes and a
+rerun resumes from the newest complete one (weights, optimiser, scheduler, generators, data position). Without it
+(smoke, cpu, tests) the trainer saves nothing, as before.
 """
 
 from __future__ import annotations
@@ -77,10 +82,11 @@ def train(
     settings: Mapping[str, Any],
     device: str,
     history: str | None = None,
+    checkpoint_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """One rank of the fine-tuning: the model and tokenizer at `model_folder` (offline), the {"prompt",
     "completion"} rows of `data` (JSONL, read by `datasets` as memory-mapped Arrow), TRL's SFTTrainer; rank 0 saves the model and tokenizer in `out_folder`
-    and the logged rows in `history` (JSON). Returns the logged rows."""
+    and the logged rows in `history` (JSON). Returns the logged rows. `checkpoint_dir`: module docstring."""
     import torch
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,8 +103,8 @@ def train(
     rows = load_dataset("json", data_files=str(data), split="train", cache_dir=f"{out_folder}.trl/datasets")
     tok = AutoTokenizer.from_pretrained(model_folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_folder, local_files_only=True, dtype=torch.float32)
-    trainer = sft_trainer(model, tok, rows, settings, f"{out_folder}.trl", device, world_size)
-    return finish_training(trainer, tok, out_folder, history)
+    trainer = sft_trainer(model, tok, rows, settings, checkpoint_dir or f"{out_folder}.trl", device, world_size)
+    return finish_training(trainer, tok, out_folder, history, resumable=checkpoint_dir is not None)
 
 
 def sft_trainer(model, tok, rows, settings: Mapping[str, Any], out_dir: str, device: str, world_size: int = 1):
@@ -137,10 +143,19 @@ def fit(model, tok, rows: Sequence[Mapping[str, str]], settings: Mapping[str, An
     return [dict(r) for r in trainer.state.log_history if "loss" in r and "train_runtime" not in r]
 
 
-def finish_training(trainer, tok, out_folder: str, history: str | None) -> list[dict[str, Any]]:
+def finish_training(
+    trainer, tok, out_folder: str, history: str | None, resumable: bool = False
+) -> list[dict[str, Any]]:
     """Train a TRL trainer, save the model in `out_folder` (every rank: FSDP gathers the shards), and on rank 0 the
-    tokenizer beside it and the logged rows in `history` (JSON). Returns the logged rows (SFT here, DPO in dpo.py)."""
-    trainer.train()
+    tokenizer beside it and the logged rows in `history` (JSON). Returns the logged rows (SFT here, DPO in dpo.py).
+    `resumable`: the trainer's output_dir is the job's checkpoint folder, and it trains with
+    `paperflow.core.lm.resume.train` (timed checkpoints there, resuming from the newest complete one)."""
+    if resumable:
+        from paperflow.core.lm import resume
+
+        resume.train(trainer)
+    else:
+        trainer.train()
     trainer.save_model(out_folder)
     logged = [dict(r) for r in trainer.state.log_history]
     if trainer.is_world_process_zero():
@@ -184,8 +199,10 @@ def run_sft(
     device: str,
     n_procs: int,
     history: str,
+    checkpoint_dir: str | None = None,
 ) -> list[dict[str, Any]]:
-    """`train` in this process (`n_procs` <= 1) or on `n_procs` ranks started by torchrun; the logged rows."""
+    """`train` in this process (`n_procs` <= 1) or on `n_procs` ranks started by torchrun; the logged rows.
+    `checkpoint_dir`: module docstring."""
     check_settings(settings)
     kwargs = {
         "model_folder": str(model_folder),
@@ -194,6 +211,7 @@ def run_sft(
         "settings": dict(settings),
         "device": device,
         "history": str(history),
+        "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir),
     }
     return run_ranks(train, __name__, kwargs, n_procs)
 

@@ -78,14 +78,16 @@ def sft_job(
     n_procs: int,
     out_json: str,
     history: str,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """The sft rule: TRL SFT from the model the `start_json` names on `traces`, into the folder beside `out_json`
-    (models/sft/ for models/sft.json), and `out_json` naming that folder and its files."""
+    (models/sft/ for models/sft.json), and `out_json` naming that folder and its files. `checkpoint_dir`: the job's
+    checkpoint folder (TRL's checkpoints, resumed from on a rerun: paperflow.promptscale.sft)."""
     from paperflow.promptscale.llm_text import loss_summary, model_folder, write_model_json
     from paperflow.promptscale.sft import run_sft
 
     folder = Path(out_json).with_suffix("")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    logged = run_sft(model_folder(start_json), traces, str(folder), settings, device, n_procs, history)
+    logged = run_sft(model_folder(start_json), traces, str(folder), settings, device, n_procs, history, checkpoint_dir)
     write_model_json(out_json, "sft", folder)
     return loss_summary("sft", logged)

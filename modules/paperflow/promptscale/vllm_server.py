@@ -7,17 +7,27 @@ standard library only), under the config's `vllm` block:
 `vllm.base_url` set in the config (without /v1) uses that server instead of starting one (its served model name must
 be the one asked for). Requests run `vllm.max_concurrency` at a time, retried `vllm.retries` times. Each prompt's
 request carries the seed `seed + its index`, so a prompt's samples do not depend on the batching.
+
+Long jobs resume (README, "Long jobs resume"): a rule passes `journal_at(job.checkpoint_dir() / "rows.jsonl")`'s
+journal to `complete_each` / `chat_each` (with a `tag` per call of the job); each finished prompt's samples are appended
+there as {"id": tag + index, "request": digest, "samples"}, and a rerun sends only the prompts not journalled yet
+(their seeds are still `seed + index`), so its samples are those of an uninterrupted run. A journalled row whose
+request differs (another prompt or sampling at that place) is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from paperflow.core.lm import serve
 from paperflow.core.lm.serve import Client
+from paperflow.core.resume import RowJournal
 
 
 def serve_command(model_folder: str | Path, served_name: str, cfg: Mapping[str, Any], dtype: str) -> list[str]:
@@ -38,6 +48,56 @@ def _sample(choice: Mapping[str, Any]) -> dict[str, Any]:
     return {"text": serve.text_of(choice), "finish_reason": choice.get("finish_reason")}
 
 
+@contextmanager
+def journal_at(path: str | Path | None) -> Iterator[RowJournal | None]:
+    """The RowJournal at `path` (a file in the job's checkpoint folder) for the block, or None when `path` is None
+    (a caller outside a Snakemake job: nothing is journalled, as before)."""
+    if path is None:
+        yield None
+        return
+    with RowJournal(path, key="id") as journal:
+        yield journal
+
+
+def journalled(journal: RowJournal | None, tag: str, count: int) -> bool:
+    """Whether every one of `count` prompts of call `tag` has its row in `journal` (a rerun need not serve)."""
+    return journal is not None and all(f"{tag}{i}" in journal for i in range(count))
+
+
+def _digest(request: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:24]
+
+
+def _each(
+    client: Client | None,
+    requests: Sequence[dict[str, Any]],
+    send: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    journal: RowJournal | None,
+    tag: str,
+) -> list[list[dict[str, Any]]]:
+    """`send` of each request, `vllm.max_concurrency` at a time; with a journal, only the requests without a row
+    there, each one's samples appended as it finishes, and every request's samples read back from the journal."""
+    if journal is None:
+        return client.map(send, list(requests))
+    ids = [f"{tag}{i}" for i in range(len(requests))]
+    digests = [_digest(r) for r in requests]
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        samples = send(requests[i])
+        with lock:
+            journal.append({"id": ids[i], "request": digests[i], "samples": samples})
+
+    todo = [i for i in range(len(requests)) if ids[i] not in journal]
+    if todo:  # none left: the client (None where the caller did not serve) is not asked
+        client.map(one, todo)
+    rows = journal.complete(ids)
+    for row, digest in zip(rows, digests):
+        if row["request"] != digest:
+            raise ValueError(f"{journal.path}: row {row['id']!r} was journalled for another request; remove the file")
+    return [[{"text": c["text"], "finish_reason": c["finish_reason"]} for c in row["samples"]] for row in rows]
+
+
 def complete_each(
     client: Client,
     prompts: Sequence[str],
@@ -49,16 +109,26 @@ def complete_each(
     seed: int,
     stop: Sequence[str] | None = None,
     top_k: int = -1,
+    journal: RowJournal | None = None,
+    tag: str = "",
 ) -> list[list[dict[str, Any]]]:
     """`n` samples per prompt from /v1/completions (raw text, no chat template), prompt i with seed `seed + i`:
-    per prompt a list of {"text", "finish_reason"}."""
+    per prompt a list of {"text", "finish_reason"}. With `journal`, prompt i's samples are its row `tag` + i there
+    (module docstring): a rerun sends only the prompts without one."""
+    stop = list(stop) if stop else None
+    requests = [
+        dict(prompt=prompt, n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+             seed=seed + i, stop=stop)
+        for i, prompt in enumerate(prompts)
+    ]  # fmt: skip
 
-    def one(item):
-        i, prompt = item
-        params = dict(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed + i)
-        return [_sample(c) for c in client.complete(prompt, n=n, **params, stop=list(stop) if stop else None)]
+    def send(request):
+        return [
+            _sample(c)
+            for c in client.complete(request["prompt"], **{k: v for k, v in request.items() if k != "prompt"})
+        ]
 
-    return client.map(one, list(enumerate(prompts)))
+    return _each(client, requests, send, journal, tag)
 
 
 def chat_each(
@@ -71,16 +141,24 @@ def chat_each(
     max_tokens: int,
     seed: int,
     top_k: int = -1,
+    journal: RowJournal | None = None,
+    tag: str = "",
 ) -> list[list[dict[str, Any]]]:
     """`n` samples per user message from /v1/chat/completions (the model's chat template), message i with seed
-    `seed + i`: per message a list of {"text", "finish_reason"}."""
+    `seed + i`: per message a list of {"text", "finish_reason"}. With `journal`, as `complete_each`."""
+    requests = [
+        dict(messages=[{"role": "user", "content": content}], n=n, temperature=temperature, top_p=top_p, top_k=top_k,
+             max_tokens=max_tokens, seed=seed + i)
+        for i, content in enumerate(messages)
+    ]  # fmt: skip
 
-    def one(item):
-        i, content = item
-        params = dict(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed + i)
-        return [_sample(c) for c in client.chat([{"role": "user", "content": content}], n=n, **params)]
+    def send(request):
+        return [
+            _sample(c)
+            for c in client.chat(request["messages"], **{k: v for k, v in request.items() if k != "messages"})
+        ]
 
-    return client.map(one, list(enumerate(messages)))
+    return _each(client, requests, send, journal, tag)
 
 
 @contextmanager

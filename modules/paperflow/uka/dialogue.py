@@ -9,6 +9,12 @@ the permuted-ToM control reads another test case's belief (`agents.belief_shuffl
 strategy instruction at all. The test dialogues advance turn by turn over all cases (`run_test`), as at smoke scale,
 so that a turn's choices read every case's belief of that turn. Every request carries a seed derived from (seed, case, turn, attempt, role),
 so a rerun against the same server asks the same questions.
+
+A long job resumes (README, "Long jobs resume"): `run_test`, `acquire` and `win_rates` take an optional `journal`
+(a `RowJournal` keyed by "key", in the job's checkpoint folder) that keeps each finished LLM unit, a simulated turn or
+a judged pair, under the request seeds that name it. A rerun replays the planner (its beliefs, memory and generators
+are recomputed, not saved) and takes the units already there from the journal instead of the server, so it asks only
+the remaining ones and ends where an uninterrupted run ends.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from paperflow.core.lm.serve import Client
+from paperflow.core.resume import RowJournal
 from paperflow.uka import agents as ag
 from paperflow.uka import belief as bf
 from paperflow.uka import esconv
@@ -223,12 +230,40 @@ def _turn(roles: Roles, case, history, strategy: int, critic_samples: int, seeds
     return said, reply, verdicts, reward, feedback
 
 
+def unit_key(kind: str, parts: Sequence[int]) -> str:
+    """A journalled unit's key: its kind and the integer parts of its request seeds."""
+    return "/".join([kind, *(str(int(p)) for p in parts)])
+
+
+def _journalled(journal: RowJournal | None, key: str) -> dict | None:
+    return journal.complete([key])[0] if journal is not None and key in journal else None
+
+
+_TURN_FIELDS = ("said", "reply", "verdicts", "reward", "feedback")
+
+
+def _journal_turn(journal: RowJournal | None, seeds: Sequence[int], turn: tuple) -> tuple:
+    if journal is not None:
+        journal.append({"key": unit_key("turn", seeds), **dict(zip(_TURN_FIELDS, turn))})
+    return turn
+
+
+def _journalled_turn(roles: Roles, case, history, strategy: int, critic_samples: int, seeds: Sequence[int],
+                     journal: RowJournal | None) -> tuple:  # fmt: skip
+    """`_turn`, or its outcome from `journal` when a former run finished it (then nothing is asked)."""
+    row = _journalled(journal, unit_key("turn", seeds))
+    if row is not None:
+        return tuple(row[f] for f in _TURN_FIELDS)
+    return _journal_turn(journal, seeds, _turn(roles, case, history, strategy, critic_samples, seeds))
+
+
 def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float, seed: int,
-             concurrency: int) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
+             concurrency: int, journal: RowJournal | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
     """Every test case's dialogue (no backtracking), turn by turn over all cases as `agents.run_episodes` does at
     smoke scale: each turn the planner chooses for every running case from the beliefs of that turn (its own, or
     the permuted-ToM control's other case's), then the cases' turns run `concurrency` at a time. A dialogue ends
-    when r_t >= `success` or after `settings.turns` turns. Returns (per case, per turn, transcripts), in case order."""
+    when r_t >= `success` or after `settings.turns` turns. Returns (per case, per turn, transcripts), in case order.
+    `journal`: the finished turns, kept as they come and not asked again on a rerun (module docstring)."""
     records = cases.to_dict("records")
     n = len(records)
     history = [[{"role": "seeker", "content": c["first_user"]}] for c in records]
@@ -249,7 +284,12 @@ def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.
                 strategies = agent.choose_test(agent.decision_belief(b, idx), sit, u)
             jobs = [(records[i], history[i], int(strategies[k]), (seed, records[i]["case"], t, 0))
                     for k, i in enumerate(idx)]  # fmt: skip
-            turns = list(pool.map(lambda j: _turn(roles, j[0], j[1], j[2], settings.critic_samples, j[3]), jobs))
+            known = {k: _journalled(journal, unit_key("turn", j[3])) for k, j in enumerate(jobs)}
+            todo = [j for k, j in enumerate(jobs) if known[k] is None]
+            asked = pool.map(lambda j: _turn(roles, j[0], j[1], j[2], settings.critic_samples, j[3]), todo)
+            asked = iter([_journal_turn(journal, j[3], out) for j, out in zip(todo, asked)])  # kept as they come
+            turns = [next(asked) if known[k] is None else tuple(known[k][f] for f in _TURN_FIELDS)
+                     for k in range(len(jobs))]  # fmt: skip
             for k, i in enumerate(idx):
                 s, (said, reply, verdicts, reward, fb) = int(strategies[k]), turns[k]
                 history[i] += [
@@ -282,11 +322,12 @@ def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.
 
 
 def acquire(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float,
-            seed: int) -> pd.DataFrame:  # fmt: skip
+            seed: int, journal: RowJournal | None = None) -> pd.DataFrame:  # fmt: skip
     """Self-play knowledge acquisition on the training cases, as `agents.acquire` at smoke scale: a turn whose
     critic reward does not beat the previous one is revised (the seeker never saw it) up to `max_revisions` times,
     the budget counts every simulated turn, and a winning attempt writes the memory. One dialogue after another:
-    each uses what the earlier ones wrote. Returns one row per simulated attempt."""
+    each uses what the earlier ones wrote. Returns one row per simulated attempt. `journal`: the finished turns, kept
+    as they come; a rerun replays the dialogues (the memory grows again) asking only the turns not there."""
     rng = np.random.default_rng([int(seed), 11])
     rows, budget = [], settings.budget_turns
     for i, case in enumerate(cases.head(settings.dialogues).to_dict("records")):
@@ -301,8 +342,8 @@ def acquire(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.S
             tried, attempts = [], []
             for attempt in range(settings.max_revisions + 1):
                 s = agent.choose_train(b, sit, tried, float(rng.random()))
-                said, reply, _, reward, fb = _turn(roles, case, history, s, settings.critic_samples,
-                                                   (seed, 100000 + i, t, attempt))  # fmt: skip
+                said, reply, _, reward, fb = _journalled_turn(roles, case, history, s, settings.critic_samples,
+                                                              (seed, 100000 + i, t, attempt), journal)  # fmt: skip
                 budget -= 1
                 b_after = bf.update(b, agent.likelihood, [s], [fb]) if fb >= 0 else b
                 won = reward > r_prev
@@ -332,23 +373,35 @@ class _Out:
 
 
 def win_rates(roles: Roles, cases: pd.DataFrame, mine: Sequence[Mapping], theirs: Sequence[Mapping], seed: int,
-              concurrency: int) -> pd.DataFrame:  # fmt: skip
+              concurrency: int, journal: RowJournal | None = None) -> pd.DataFrame:  # fmt: skip
     """Per test case, the judge's preference for `mine` over `theirs`, asked in both orders (position bias): 1 when
     both answers prefer mine, 0 when both prefer theirs, 0.5 when they split (a tie counts half); an order whose
-    answer names neither is left out, NaN when both are."""
+    answer names neither is left out, NaN when both are. `journal`: the judged cases, kept as they come and not asked
+    again on a rerun."""
     by_case = {int(c["case"]): c for c in cases.to_dict("records")}
     a_of, b_of = {t["case"]: t["history"] for t in mine}, {t["case"]: t["history"] for t in theirs}
     if set(a_of) != set(b_of):
         raise ValueError(f"the two methods' transcripts cover different cases: {sorted(set(a_of) ^ set(b_of))[:5]}")
 
-    def one(case_id: int) -> dict:
+    def ask(case_id: int) -> tuple[str | None, str | None]:
         case = by_case[case_id]
         first = roles.judge(case, a_of[case_id], b_of[case_id], request_seed(seed, case_id, 0, 0, ROLE_IDS["judge"]))
         second = roles.judge(case, b_of[case_id], a_of[case_id], request_seed(seed, case_id, 0, 1, ROLE_IDS["judge"]))
+        return first, second
+
+    def row(case_id: int, first: str | None, second: str | None) -> dict:
         votes = [v for v in (None if first is None else first == "A", None if second is None else second == "B")
                  if v is not None]  # fmt: skip
         return {"case": case_id, "first": first, "second": second,
                 "win": float(np.mean(votes)) if votes else np.nan}  # fmt: skip
 
+    ids = sorted(a_of)
+    known = {c: _journalled(journal, unit_key("judge", (seed, c))) for c in ids}
+    known = {c: (r["first"], r["second"]) for c, r in known.items() if r is not None}
+    todo = [c for c in ids if c not in known]
     with ThreadPoolExecutor(max_workers=max(int(concurrency), 1)) as pool:
-        return pd.DataFrame(list(pool.map(one, sorted(a_of))))
+        for c, (first, second) in zip(todo, pool.map(ask, todo)):  # kept as they come
+            if journal is not None:
+                journal.append({"key": unit_key("judge", (seed, c)), "first": first, "second": second})
+            known[c] = (first, second)
+    return pd.DataFrame([row(c, *known[c]) for c in ids])

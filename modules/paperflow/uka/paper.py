@@ -12,6 +12,10 @@ win_rate(method, ...)                 the LLM judge on the paired test transcrip
 Every LLM stage but the judge runs inside `backbone(...)`: the job's own vLLM server on its GPU (or
 `server.base_url`); the win-rate stage runs inside `judge(...)`: the judge's model, served the same way (or
 `server.judge_base_url`).
+
+train, evaluate and win_rate resume (README, "Long jobs resume"): `journal`, a file in the job's checkpoint folder,
+keeps each finished LLM unit (a simulated turn, a judged pair) of every seed, and a rerun asks only the rest
+(dialogue's module docstring); None (a call outside a job) keeps them in a scratch folder for the call only.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pandas as pd
 
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.lm.serve import Client
+from paperflow.core.resume import row_journal
 from paperflow.uka import agents as ag
 from paperflow.uka import dialogue as dl
 from paperflow.uka import esconv
@@ -128,42 +133,46 @@ def tom(client: Client, cfg: Mapping[str, Any], out: str) -> dict[str, Any]:
 
 
 def train(client: Client, method: str, cases: str, embeddings: str, tom_json: str, cfg: Mapping[str, Any],
-          seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+          seeds: Sequence[int], journal: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """`method`'s knowledge acquisition per seed on the training cases: (memory rows, attempt rows), with seeds."""
     settings, emb, axes = _setting(cases, embeddings, cfg)
     train_cases, tom_doc = _cases(cases, "train"), json.loads(Path(tom_json).read_text())
     if len(train_cases) < settings.dialogues:
         raise ValueError(f"{len(train_cases)} training cases for training.dialogues = {settings.dialogues}")
     roles, memories, attempts = dl.Roles(client, cfg["llm"]), [], []
-    for seed in seeds:
-        agent = dl.make_agent(method, settings, tom_doc, emb, ag.new_memory(method))
-        rows = dl.acquire(roles, agent, axes, train_cases, settings, float(cfg["critic"]["success_reward"]), seed)
-        memories.append(agent.memory.frame().assign(seed=seed))
-        attempts.append(rows.assign(seed=seed, method=method))
-        log.info("%s seed %d: %d attempts, %d memory entries", method, seed, len(rows), len(agent.memory))
+    with row_journal(journal, key="key") as done:
+        for seed in seeds:
+            agent = dl.make_agent(method, settings, tom_doc, emb, ag.new_memory(method))
+            rows = dl.acquire(roles, agent, axes, train_cases, settings, float(cfg["critic"]["success_reward"]), seed,
+                              done)  # fmt: skip
+            memories.append(agent.memory.frame().assign(seed=seed))
+            attempts.append(rows.assign(seed=seed, method=method))
+            log.info("%s seed %d: %d attempts, %d memory entries", method, seed, len(rows), len(agent.memory))
     return pd.concat(memories, ignore_index=True), pd.concat(attempts, ignore_index=True)
 
 
 def evaluate(client: Client, method: str, cases: str, embeddings: str, tom_json: str, memory: str | None,
-             cfg: Mapping[str, Any], seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
+             cfg: Mapping[str, Any], seeds: Sequence[int],
+             journal: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
     """`method`'s test dialogues per seed: (per case, per turn, transcripts), each with seed and method."""
     settings, emb, axes = _setting(cases, embeddings, cfg)
     test_cases, tom_doc = _cases(cases, "test"), json.loads(Path(tom_json).read_text())
     mem_frame = read_frame(memory)[0] if memory else None
     roles, per_case, per_turn, transcripts = dl.Roles(client, cfg["llm"]), [], [], []
-    for seed in seeds:
-        mem = None
-        if mem_frame is not None:
-            # no entry at all: self-play never won a turn (possible with an LLM critic); the memory is empty
-            mem = memory_from_frame(mem_frame[mem_frame["seed"] == seed]) or ag.new_memory(method)
-            if not len(mem):
-                log.warning("%s: the memory of seed %d is empty (no turn won in self-play)", memory, seed)
-        agent = dl.make_agent(method, settings, tom_doc, emb, mem, ag.belief_shuffle(method, seed, len(test_cases)))
-        pc, pt, tr = dl.run_test(roles, agent, axes, test_cases, settings, float(cfg["critic"]["success_reward"]),
-                                 seed, int(cfg["server"]["concurrency"]))  # fmt: skip
-        per_case.append(pc.assign(seed=seed, method=method))
-        per_turn.append(pt.assign(seed=seed, method=method))
-        transcripts += [{**t, "seed": seed, "method": method} for t in tr]
+    with row_journal(journal, key="key") as done:
+        for seed in seeds:
+            mem = None
+            if mem_frame is not None:
+                # no entry at all: self-play never won a turn (possible with an LLM critic); the memory is empty
+                mem = memory_from_frame(mem_frame[mem_frame["seed"] == seed]) or ag.new_memory(method)
+                if not len(mem):
+                    log.warning("%s: the memory of seed %d is empty (no turn won in self-play)", memory, seed)
+            agent = dl.make_agent(method, settings, tom_doc, emb, mem, ag.belief_shuffle(method, seed, len(test_cases)))
+            pc, pt, tr = dl.run_test(roles, agent, axes, test_cases, settings, float(cfg["critic"]["success_reward"]),
+                                     seed, int(cfg["server"]["concurrency"]), done)  # fmt: skip
+            per_case.append(pc.assign(seed=seed, method=method))
+            per_turn.append(pt.assign(seed=seed, method=method))
+            transcripts += [{**t, "seed": seed, "method": method} for t in tr]
     return pd.concat(per_case, ignore_index=True), pd.concat(per_turn, ignore_index=True), transcripts
 
 
@@ -178,13 +187,14 @@ def read_transcripts(path: str) -> list[dict]:
 
 
 def win_rate(client: Client, method: str, reference: str, mine: str, theirs: str, cases: str,
-             cfg: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:  # fmt: skip
+             cfg: Mapping[str, Any], seeds: Sequence[int], journal: str | Path | None = None) -> pd.DataFrame:  # fmt: skip
     """Per seed and test case, the judge's preference for `method`'s dialogue over `reference`'s (see
     dialogue.win_rates for the order and tie rule)."""
     test_cases, roles = _cases(cases, "test"), dl.Roles(client, cfg["llm"])
     a, b, frames = read_transcripts(mine), read_transcripts(theirs), []
-    for seed in seeds:
-        wins = dl.win_rates(roles, test_cases, [t for t in a if t["seed"] == seed], [t for t in b if t["seed"] == seed],
-                            seed, int(cfg["server"]["concurrency"]))  # fmt: skip
-        frames.append(wins.assign(seed=seed, method=method, reference=reference))
+    with row_journal(journal, key="key") as done:
+        for seed in seeds:
+            mine_s, theirs_s = [t for t in a if t["seed"] == seed], [t for t in b if t["seed"] == seed]
+            wins = dl.win_rates(roles, test_cases, mine_s, theirs_s, seed, int(cfg["server"]["concurrency"]), done)
+            frames.append(wins.assign(seed=seed, method=method, reference=reference))
     return pd.concat(frames, ignore_index=True)

@@ -3,6 +3,7 @@ from paperflow.core.job import snakemake_job
 from paperflow.doubt.paper import entail
 
 with snakemake_job(snakemake) as job:
-    frame = entail(job.input.nli, job.params.spec, job.input.questions, job.input.samples)
+    journal = job.checkpoint_dir() / "rows.jsonl"
+    frame = entail(job.input.nli, job.params.spec, job.input.questions, job.input.samples, journal=journal)
     write_frame(job.output[0], frame, {"nli": job.params.spec["hub"]})
     job.note(items=len(frame))

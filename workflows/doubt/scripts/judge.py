@@ -4,6 +4,7 @@ from paperflow.doubt.paper import judge
 
 with snakemake_job(snakemake) as job:
     seed = int(job.wildcards.seed)
-    frame = judge(job.input.judge, job.params.spec, job.input.raw, job.input.samples, seed)
+    journal = job.checkpoint_dir() / "rows.jsonl"
+    frame = judge(job.input.judge, job.params.spec, job.input.raw, job.input.samples, seed, journal=journal)
     write_frame(job.output[0], frame)
     job.note(seeds=[seed], wrong_rate_official=float(1 - frame["correct_official"].mean()))

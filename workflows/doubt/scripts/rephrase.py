@@ -4,7 +4,8 @@ from paperflow.doubt.vl_uncertainty import rephrase
 
 with snakemake_job(snakemake) as job:
     seed = int(job.wildcards.seed)
-    frame = rephrase(job.input.judge, job.params.spec, job.params.vlu, job.input.questions, seed)
+    journal = job.checkpoint_dir() / "rows.jsonl"
+    frame = rephrase(job.input.judge, job.params.spec, job.params.vlu, job.input.questions, seed, journal=journal)
     write_frame(
         job.output[0], frame, {"llm": job.params.spec["hub"], "temperatures": job.params.vlu["rephrase_temperatures"]}
     )

@@ -10,6 +10,7 @@ with snakemake_job(snakemake) as job:
     if job.params.dense:
         dense = {"json": inputs["dense"], "index": inputs["dense_index"], "settings": job.params.dense}
     pretrained = job.params.pretrained if method != "raw" else None
-    frame = evaluate(method, seed, job.input.table, inputs.get("pretrained"), ckpts, pretrained, dense)
+    journal = job.checkpoint_dir() / "rows.jsonl"  # each iteration's row: a rerun evaluates the rest
+    frame = evaluate(method, seed, job.input.table, inputs.get("pretrained"), ckpts, pretrained, dense, journal)
     write_frame(job.output[0], frame, {"method": method, "seed": seed})
     job.note(seed=seed, mrr=frame.groupby("iteration")["mrr"].mean().to_dict())

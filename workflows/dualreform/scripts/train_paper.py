@@ -6,5 +6,7 @@ with snakemake_job(snakemake) as job:
     method = dict(w.items()).get("method") or p.method
     cfg = {k: p[k] for k in ("pretrained", "lora", "trl_sft", "trl_dpo", "iterations")}
     outputs = {"checkpoints": list(job.output.checkpoints), "history": job.output.history, "refs": job.output.refs}
-    history = train(method, int(w.seed), job.input.table, job.input.pretrained, cfg, outputs)
+    history = train(
+        method, int(w.seed), job.input.table, job.input.pretrained, cfg, outputs, checkpoint=job.checkpoint_dir()
+    )
     job.note(method=method, seed=int(w.seed), steps=len(history))

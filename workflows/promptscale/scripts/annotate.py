@@ -13,5 +13,6 @@ with snakemake_job(snakemake) as job:
         job.output.triples,
         job.output.summary,
         job.log_file + ".vllm",
+        journal=job.checkpoint_dir() / "rows.jsonl",  # finished prompts; a rerun asks only for the rest
     )
     job.note(seeds=[p.settings["seed"]], share=summary["share"], kept=summary["kept"], **summary["dropped"])

@@ -15,6 +15,7 @@ with snakemake_job(snakemake) as job:
         p.dtype,
         job.output.submissions,
         job.log_file + ".vllm",
+        journal=job.checkpoint_dir() / "rows.jsonl",  # finished prompts; a rerun asks only for the rest
     )
     with open(job.output.summary, "w") as out:
         json.dump(summary, out, indent=1)

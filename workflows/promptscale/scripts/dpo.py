@@ -11,5 +11,8 @@ with snakemake_job(snakemake) as job:
         pairs = str(Path(tmp) / "pairs.jsonl")  # the math pairs, then the code pairs when code is a domain
         files = job.input.pairs
         counts = merge_pairs([files] if isinstance(files, str) else list(files), pairs)
-        summary = dpo_job(job.input.policy, pairs, p.dpo, p.device, p.n_procs, job.output.model, job.output.history)
+        checkpoints = str(job.checkpoint_dir())  # TRL saves there every 30 min and a rerun resumes
+        summary = dpo_job(
+            job.input.policy, pairs, p.dpo, p.device, p.n_procs, job.output.model, job.output.history, checkpoints
+        )
     job.note(seeds=[p.dpo["seed"]], **counts, **summary)

@@ -18,6 +18,7 @@ with snakemake_job(snakemake) as job:
         job.output.graded,
         job.log_file + ".vllm",
         job.threads,
+        journal=job.checkpoint_dir() / "rows.jsonl",  # samples and graded problems; a rerun does only the rest
     )
     with open(job.output.summary, "w") as out:
         json.dump(summary, out, indent=1)

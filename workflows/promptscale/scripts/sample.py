@@ -14,5 +14,6 @@ with snakemake_job(snakemake) as job:
         p.dtype,
         job.output[0],
         job.log_file + ".vllm",
+        journal=job.checkpoint_dir() / "rows.jsonl",  # finished prompts; a rerun asks only for the rest
     )
     job.note(rows=rows)

@@ -15,5 +15,6 @@ with snakemake_job(snakemake) as job:
         job.params.em["score_batch_size"],
         job.output.kept,
         job.output.bound,
+        journal=job.checkpoint_dir() / "rows.jsonl",  # scored batches; a rerun scores only the rest
     )
     job.note(**summary)

@@ -12,5 +12,6 @@ with snakemake_job(snakemake) as job:
         p.n_procs,
         job.output.model,
         job.output.history,
+        checkpoint_dir=str(job.checkpoint_dir()),  # TRL saves there every 30 min and a rerun resumes
     )
     job.note(seeds=[p.sft["seed"]], **summary)
