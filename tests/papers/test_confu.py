@@ -229,6 +229,36 @@ def test_confus_loss_covers_every_row_not_only_those_an_anchor_covers(tmp_path):
     assert torch.equal(l_none, l_eagle) and not torch.allclose(loss, l_none, atol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["eagle3", "confu"])
+def test_gradient_checkpointing_gives_the_same_loss_and_head_gradients(kind):
+    """`draft.gradient_checkpointing` (the paper scale's memory saver: the contemplate pass's target layers and each
+    TTT step's LM head and soft cross-entropy recomputed in the backward pass) changes neither the loss, the logs
+    nor any gradient of the head; the memory it saves is measured by tools/measure/confu_step_memory.py."""
+    target = _target()
+    head = _head(target, kind)
+    enc = _prompts(4)
+    ids, mask = enc.prompt_ids, enc.prompt_mask
+    resp = tr.response_mask(mask, mask.sum(1) - 8)
+    m = ids.shape[1] - 1
+    anchors = torch.tensor([[m - 9, m - 5], [m - 6, -1], [m - 4, m - 8], [m - 7, m - 3]]) if kind == "confu" else None
+    got = []
+    for ck in (False, True):
+        head.zero_grad(set_to_none=True)
+        loss, logs = tr.ttt_loss(head, target, ids, mask, resp, steps=3, decay=0.8, layers=LAYERS, anchors=anchors,
+                                 window=2, checkpoint=ck)  # fmt: skip
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in head.named_parameters() if p.grad is not None}
+        got.append((loss.detach(), logs, grads))
+    (l0, logs0, g0), (l1, logs1, g1) = got
+    assert torch.allclose(l0, l1, rtol=1e-6, atol=1e-7) and logs0 == logs1
+    assert g0.keys() == g1.keys() and len(g0) > 5
+    if kind == "confu":
+        assert {"soft", "moe_con.experts", "fc_f.weight"} <= g0.keys()  # through the checkpointed target layers
+    for n in g0:
+        assert torch.allclose(g0[n], g1[n], rtol=1e-5, atol=1e-7), n
+    assert all(not hasattr(layer, "__dict__") or "forward" not in vars(layer) for layer in target.modules())
+
+
 def _ttt_logits(head, target, ids, mask, resp, anchors, window=1, steps=2):
     got = []
     orig = head.run

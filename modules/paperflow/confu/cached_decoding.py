@@ -15,8 +15,9 @@ The uncached `SpecDecoder.decode` re-reads [soft prompts] + every committed toke
 4. The cache keeps the soft prompts, the prefix, the root and the accepted path's entries (gathered in path order,
    which is position order), the rest is cut; the new bonus token is the next cycle's root.
 
-The draft builds `SpecDecoder._draft`'s tree with its one decoder layer's keys and values cached too: a committed
-row is run once, each depth runs only its k new rows, and the tree rows are cut after the cycle.
+The draft builds `SpecDecoder._draft`'s tree with the same builder (`decoding.grow_tree`) and its one decoder
+layer's keys and values cached too: a committed row is run once, each depth runs only its k new rows, and the
+tree rows are cut after the cycle.
 
 The smoke scale keeps `SpecDecoder.decode` (batched, uncached); the tests hold this decoder to it (same tokens,
 accepted depths, cycles, trees and draft inputs) and to the target's greedy output.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from paperflow.confu.decoding import Decoded, SpecDecoder, _left_align, _parents, grow_pool
+from paperflow.confu.decoding import Decoded, SpecDecoder, _left_align, _parents, grow_tree
 from paperflow.confu.model import control
 from paperflow.core.lm.sampling import cache_argument
 
@@ -110,44 +111,18 @@ class CachedSpecDecoder(SpecDecoder):
         hid, logits = head.run(new_in, allowed, torch.arange(c, root + 1, device=dev)[None], cache=cache)
         self._drows = root + 1
         base = root + 1  # the cache's first tree row
-        logp = torch.log_softmax(logits[:, n_new - 1 : n_new].float(), -1)  # [1, 1, V]
-        root_hidden = hid[:, n_new - 1 : n_new]
-        parent_score = torch.zeros(1, 1, device=dev)
-        parent_idx = torch.full((1, 1), -1, dtype=torch.long, device=dev)
-        pool_tok = pool_par = pool_depth = pool_score = None
-        most = k + (big_d - 1) * k * k
-        row_of = torch.full((1, most), -1, dtype=torch.long, device=dev)
-        tree_anc = torch.zeros(1, 0, 0, dtype=torch.bool, device=dev)
-        hidden_rows = torch.zeros(1, 0, root_hidden.shape[-1], dtype=root_hidden.dtype, device=dev)
-        frontier = None
-        for d in range(1, big_d + 1):
-            if d > 1:
-                n_old = tree_anc.shape[1]
-                grown = torch.zeros(1, n_old + k, n_old + k, dtype=torch.bool, device=dev)
-                grown[:, :n_old, :n_old] = tree_anc
-                if d > 2:
-                    prow = row_of.gather(1, pool_par.gather(1, frontier))
-                    parent_h = hidden_rows.gather(1, prow[..., None].expand(-1, -1, hidden_rows.shape[-1]))
-                    grown[:, n_old:, :n_old] = tree_anc.gather(1, prow[..., None].expand(-1, -1, n_old))
-                else:
-                    parent_h = root_hidden.expand(-1, k, -1)
-                grown[:, n_old:, n_old:] = torch.eye(k, dtype=torch.bool, device=dev)
-                tree_anc = grown
-                row_of.scatter_(1, frontier, (n_old + torch.arange(k, device=dev))[None])
-                allowed = torch.zeros(1, k, base + n_old + k, dtype=torch.bool, device=dev)
-                allowed[:, :, :base] = True  # the prefix rows up to the root row
-                allowed[:, :, base:] = grown[:, n_old:]
-                x = head.fuse(pool_tok.gather(1, frontier), parent_h) + future
-                hid, logits = head.run(x, allowed, root + pool_depth.gather(1, frontier), cache=cache)
-                hidden_rows = torch.cat([hidden_rows, hid], 1)
-                logp = torch.log_softmax(logits.float(), -1)  # [1, k, V]
-                parent_score = pool_score.gather(1, frontier)
-                parent_idx = frontier
-            pool_tok, pool_par, pool_depth, pool_score, frontier = grow_pool(
-                (pool_tok, pool_par, pool_depth, pool_score), logp, parent_score, parent_idx, k, d
-            )
+        root_logp = torch.log_softmax(logits[:, n_new - 1 : n_new].float(), -1)  # [1, 1, V]
+
+        def run_rows(tokens, parent_h, depth, tree_anc, n_old):
+            # only the k new tree rows, against the cached prefix rows and the tree rows so far
+            allowed = torch.zeros(1, k, base + n_old + k, dtype=torch.bool, device=dev)
+            allowed[:, :, :base] = True  # the prefix rows up to the root row
+            allowed[:, :, base:] = tree_anc[:, n_old:]
+            return head.run(head.fuse(tokens, parent_h) + future, allowed, root + depth, cache=cache)
+
+        pool = grow_tree(root_logp, hid[:, n_new - 1 : n_new], run_rows, k, big_d)
         self._keep(cache, torch.arange(self._drows, device=dev))  # the tree rows go
-        return self._select(pool_tok, pool_par, pool_depth, pool_score)
+        return self._select(*pool)
 
     @staticmethod
     def _keep(cache, keep: torch.Tensor) -> None:

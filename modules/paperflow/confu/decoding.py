@@ -156,46 +156,20 @@ class SpecDecoder:
         inputs = [prefix_in]
         positions = [rows[None].expand(b, -1)]
         base = m
-        # the pool of candidates, [B, P] each, grown by k * (parents) per depth
-        pool_tok = pool_par = pool_depth = pool_score = None
-        most = k + (big_d - 1) * k * k
-        row_of = torch.full((b, most), -1, dtype=torch.long, device=dev)  # pool index -> tree row (frontier nodes)
-        tree_anc = torch.zeros(b, 0, 0, dtype=torch.bool, device=dev)
-        frontier = None  # pool indices [B, k]
-        hidden_rows = None
-        for d in range(1, big_d + 1):
-            if d == 1:
-                hid, logits = self._draft_pass(inputs, positions, real, root_row, tree_anc)
-                parent_logits = logits.gather(1, root_row[:, None, None].expand(-1, 1, logits.shape[-1]))
-                logp = torch.log_softmax(parent_logits.float(), -1)  # [B, 1, V]
-                parent_score = torch.zeros(b, 1, device=dev)
-                parent_idx = torch.full((b, 1), -1, dtype=torch.long, device=dev)
-                root_hidden = hid.gather(1, root_row[:, None, None].expand(-1, 1, hid.shape[-1]))
-            else:
-                # one new draft row per frontier node: its token, and its parent's draft output and ancestors
-                n_old = tree_anc.shape[1]
-                grown = torch.zeros(b, n_old + k, n_old + k, dtype=torch.bool, device=dev)
-                grown[:, :n_old, :n_old] = tree_anc
-                if d > 2:
-                    prow = row_of.gather(1, pool_par.gather(1, frontier))  # [B, k] the parents' tree rows
-                    parent_h = hidden_rows.gather(1, prow[..., None].expand(-1, -1, hidden_rows.shape[-1]))
-                    grown[:, n_old:, :n_old] = tree_anc.gather(1, prow[..., None].expand(-1, -1, n_old))
-                else:  # the depth-1 nodes' parent is the root row
-                    parent_h = root_hidden.expand(-1, k, -1)
-                grown[:, n_old:, n_old:] = torch.eye(k, dtype=torch.bool, device=dev)
-                tree_anc = grown
-                row_of.scatter_(1, frontier, (n_old + torch.arange(k, device=dev)).expand(b, -1))
-                inputs.append(head.fuse(pool_tok.gather(1, frontier), parent_h) + future)
-                positions.append(root_row[:, None] + pool_depth.gather(1, frontier))
-                hid, logits = self._draft_pass(inputs, positions, real, root_row, tree_anc)
-                hidden_rows = hid[:, base:]
-                logp = torch.log_softmax(logits[:, base + n_old :].float(), -1)  # [B, k, V]
-                parent_score = pool_score.gather(1, frontier)
-                parent_idx = frontier
-            pool_tok, pool_par, pool_depth, pool_score, frontier = grow_pool(
-                (pool_tok, pool_par, pool_depth, pool_score), logp, parent_score, parent_idx, k, d
-            )
-        return self._select(pool_tok, pool_par, pool_depth, pool_score)
+        hid, logits = self._draft_pass(inputs, positions, real, root_row, torch.zeros(b, 0, 0, dtype=torch.bool))
+        root = root_row[:, None, None]
+        root_logp = torch.log_softmax(logits.gather(1, root.expand(-1, 1, logits.shape[-1])).float(), -1)
+        root_hidden = hid.gather(1, root.expand(-1, 1, hid.shape[-1]))
+
+        def run_rows(tokens, parent_h, depth, tree_anc, n_old):
+            # the whole draft again: the prefix rows, the tree rows so far and the k new ones
+            inputs.append(head.fuse(tokens, parent_h) + future)
+            positions.append(root_row[:, None] + depth)
+            hid, logits = self._draft_pass(inputs, positions, real, root_row, tree_anc)
+            return hid[:, base + n_old :], logits[:, base + n_old :]
+
+        pool = grow_tree(root_logp, root_hidden, run_rows, k, big_d)
+        return self._select(*pool)
 
     def _draft_pass(self, inputs, positions, real, root_row, tree_anc):
         x = torch.cat(inputs, 1)
@@ -359,6 +333,49 @@ def grow_pool(pool, logp, parent_score, parent_idx, k: int, depth: int):
     first = 0 if pool[0] is None else pool[0].shape[1]
     grown = new if pool[0] is None else tuple(torch.cat(pair, 1) for pair in zip(pool, new))
     return (*grown, first + cand_score.topk(k, dim=-1).indices)
+
+
+def grow_tree(root_logp, root_hidden, run_rows, k: int, depth: int):
+    """The draft tree's pool, grown depth by depth: the one tree builder of the uncached and the cached decoder
+    (`SpecDecoder._draft`, `CachedSpecDecoder._draft`), which differ only in how the draft runs the new rows.
+
+    root_logp [B, 1, V], root_hidden [B, 1, H]: the draft's law and output at the root row. At depth d > 1 the k
+    frontier nodes of depth d - 1 become tree rows: `run_rows(tokens [B, k], parent_h [B, k, H], depths [B, k],
+    tree_anc [B, n + k, n + k], n)` runs them (n: the tree rows before them; tree_anc: ancestor-or-self among all
+    tree rows) and returns their outputs and logits [B, k, H], [B, k, V]. Returns the pool's (tokens, parent pool
+    index, depth, cumulative log-prob), [B, P] each, for `SpecDecoder._select`."""
+    b, dev = root_logp.shape[0], root_logp.device
+    pool = (None, None, None, None)
+    logp = root_logp
+    parent_score = torch.zeros(b, 1, device=dev)
+    parent_idx = torch.full((b, 1), -1, dtype=torch.long, device=dev)
+    row_of = torch.full((b, k + (depth - 1) * k * k), -1, dtype=torch.long, device=dev)  # pool index -> tree row
+    tree_anc = torch.zeros(b, 0, 0, dtype=torch.bool, device=dev)
+    hidden_rows = root_hidden[:, :0]
+    frontier = None  # pool indices [B, k]
+    for d in range(1, depth + 1):
+        if d > 1:
+            pool_tok, pool_par, pool_depth, pool_score = pool
+            n_old = tree_anc.shape[1]
+            grown = torch.zeros(b, n_old + k, n_old + k, dtype=torch.bool, device=dev)
+            grown[:, :n_old, :n_old] = tree_anc
+            if d > 2:  # the parents are tree rows: their outputs and ancestors
+                prow = row_of.gather(1, pool_par.gather(1, frontier))  # [B, k]
+                parent_h = hidden_rows.gather(1, prow[..., None].expand(-1, -1, hidden_rows.shape[-1]))
+                grown[:, n_old:, :n_old] = tree_anc.gather(1, prow[..., None].expand(-1, -1, n_old))
+            else:  # the depth-1 nodes' parent is the root row
+                parent_h = root_hidden.expand(-1, k, -1)
+            grown[:, n_old:, n_old:] = torch.eye(k, dtype=torch.bool, device=dev)
+            tree_anc = grown
+            row_of.scatter_(1, frontier, (n_old + torch.arange(k, device=dev)).expand(b, -1))
+            hid, logits = run_rows(pool_tok.gather(1, frontier), parent_h, pool_depth.gather(1, frontier), grown, n_old)
+            hidden_rows = torch.cat([hidden_rows, hid], 1)
+            logp = torch.log_softmax(logits.float(), -1)  # [B, k, V]
+            parent_score = pool_score.gather(1, frontier)
+            parent_idx = frontier
+        *pool, frontier = grow_pool(pool, logp, parent_score, parent_idx, k, d)
+        pool = tuple(pool)
+    return pool
 
 
 def ancestors(parent: torch.Tensor) -> torch.Tensor:

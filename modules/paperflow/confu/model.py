@@ -138,14 +138,16 @@ class DraftHead(nn.Module):
         input `router_in` (zero while fc_f and the [f] experts are at their zero initialisation)."""
         return self.w_in(torch.cat([self.moe_f(router_in), f], -1))
 
-    def run(self, inputs: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, cache=None):
+    def run(self, inputs: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, cache=None,
+            logits: bool = True):  # fmt: skip
         """(hidden [B, R, h] after the final norm, logits [B, R, V]) of the draft rows `inputs` [B, R, h]. With a
         transformers `cache` holding earlier rows' keys and values, `allowed` [B, R, cached + R] spans them too
-        (one decoder layer: a row's keys and values depend on its input alone, so cached rows never change)."""
+        (one decoder layer: a row's keys and values depend on its input alone, so cached rows never change).
+        `logits=False` returns None for the logits (the caller applies the LM head itself)."""
         extra = {} if cache is None else {cache_argument(self.body.model): cache, "use_cache": True}
         out = self.body.model(inputs_embeds=inputs, attention_mask=allowed[:, None], position_ids=positions, **extra)
         hidden = out.last_hidden_state
-        return hidden, self.body.lm_head(hidden)
+        return hidden, self.body.lm_head(hidden) if logits else None
 
     def trainable(self, part: str = "all") -> list[nn.Parameter]:
         """The parameters a stage trains: `all` (every one but the frozen embedding)."""

@@ -19,11 +19,13 @@ prefix the later rows attend to) read g alone, so no row's keys depend on an f i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from paperflow.confu.model import DraftHead, control, new_cache
 from paperflow.core.lm.sampling import masked_forward, position_ids_from_mask
@@ -85,10 +87,38 @@ def sample_anchors(valid: torch.Tensor, k: int, generator: torch.Generator) -> t
     return torch.where(top >= 0, idx, -1)
 
 
-def contemplate_pass(target, head: DraftHead, ids, mask, features, anchors, layers, leak: bool = False):
+@contextlib.contextmanager
+def checkpointed_layers(model) -> Iterator[None]:
+    """Gradient checkpointing of `model`'s decoder layers (transformers' GradientCheckpointingLayer modules) while
+    the context is open: each layer keeps only its inputs for the backward pass and recomputes its activations
+    there (torch.utils.checkpoint, non-reentrant), so a differentiable pass through a frozen target holds one
+    hidden state per layer instead of every layer's activations. The same values and gradients (the recompute
+    repeats the forward); works with the target in eval mode, unlike `gradient_checkpointing_enable`."""
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    def wrap(forward):
+        def run(*args, **kwargs):
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+        return run
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.forward = wrap(layer.forward)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward  # the instance attribute; the class's forward again
+
+
+def contemplate_pass(target, head: DraftHead, ids, mask, features, anchors, layers, leak: bool = False,
+                     checkpoint: bool = False):  # fmt: skip
     """The target on [soft prompts] + x + [con]_a per anchor (module docstring), differentiable in the soft prompts
     and the [con] MoE. Returns (regular-position logits [B, N, V], f [B, K, h]). `leak` lets regular tokens see
-    the soft prompts and contemplate tokens (the bug section 9 warns of; the no-leak test's negative control)."""
+    the soft prompts and contemplate tokens (the bug section 9 warns of; the no-leak test's negative control).
+    `checkpoint`: the target's decoder layers under gradient checkpointing (`checkpointed_layers`)."""
     b, n = ids.shape
     ns, k = head.cfg.n_soft, anchors.shape[1]
     dev = ids.device
@@ -112,7 +142,8 @@ def contemplate_pass(target, head: DraftHead, ids, mask, features, anchors, laye
     positions = torch.cat(
         [torch.arange(ns, device=dev)[None].expand(b, -1), pos, pos.gather(1, anchors.clamp(min=0)) + 1], 1
     )
-    out = masked_forward(target, allowed, positions, inputs_embeds=inputs, layers=layers)
+    with checkpointed_layers(target) if checkpoint else contextlib.nullcontext():
+        out = masked_forward(target, allowed, positions, inputs_embeds=inputs, layers=layers)
     f = head.fc_f(out.features[:, ns + n :])
     return out.logits[:, ns : ns + n], f
 
@@ -130,29 +161,37 @@ def ttt_loss(
     anchors: torch.Tensor | None = None,
     window: int = 1,
     f_mode: str = "normal",
+    checkpoint: bool = False,
 ):
     """The draft's distillation loss with training-time test (soft cross-entropy to the target's softmax), and
     per-step accuracy (the draft's argmax equals the target's) as logs. `response` [B, N] marks the tokens the
     draft is trained to predict. ConFu heads need `anchors` [B, K] (rows; -1 none). `f_mode` zero/shuffle is the
-    training-side form of the control (unused by the pipeline, kept for tests)."""
+    training-side form of the control (unused by the pipeline, kept for tests).
+
+    `checkpoint` (`draft.gradient_checkpointing`, the paper scale): the same loss and gradients with less memory:
+    the contemplate pass's target layers are checkpointed (`checkpointed_layers`), and each TTT step's LM head and
+    soft cross-entropy are recomputed in the backward pass, so no step keeps its [B, N, V] log-softmax."""
     tp = target_pass(target, ids, mask, layers)
+    features = tp.features
     b, n = ids.shape
     m = n - 1
     real = mask[:, :m].bool()
     pos = position_ids_from_mask(mask)[:, :m]
     tokens = ids[:, 1:]
-    g = head.g(tp.features[:, :m])
+    g = head.g(features[:, :m])
     fused0 = head.fuse(tokens, g)
     # row j predicts x_{j+2} from the target's distribution at j + 1; the last row has nothing to predict
     goal = torch.zeros(b, m, tp.logits.shape[-1])
     goal[:, : m - 1] = torch.softmax(tp.logits[:, 1:m], -1)
+    del tp  # the target's [B, N, V] logits are not needed past the goal
     predicts = torch.zeros(b, m, dtype=torch.bool)
     predicts[:, : m - 1] = response[:, 2:].bool()
     confu = head.cfg.kind == "confu"
     if confu:
         if anchors is None:
             raise ValueError("a ConFu head trains with anchors")
-        _, f = contemplate_pass(target, head, ids, mask, tp.features, anchors, layers)
+        # only f: the pass's logits (and their graph) are dropped at once
+        f = contemplate_pass(target, head, ids, mask, features, anchors, layers, checkpoint=checkpoint)[1]
         f = control(f, f_mode)
         a = anchors.clamp(min=0)
         future = head.future(fused0.gather(1, a[..., None].expand(-1, -1, fused0.shape[-1])), f)  # [B, K, h]
@@ -174,17 +213,29 @@ def ttt_loss(
                 idx = future_index(anchors, m, i, window)
                 got = future.gather(1, idx.clamp(min=0)[..., None].expand(-1, -1, future.shape[-1]))
                 inputs = inputs + got * (idx >= 0)[..., None].to(got.dtype)
-        hidden, logits = head.run(inputs, allowed[:, query], pos, cache)
+        if checkpoint:
+            hidden, _ = head.run(inputs, allowed[:, query], pos, cache, logits=False)
+            ce, guess = torch.utils.checkpoint.checkpoint(_soft_ce, head, hidden[:, :m], goal, use_reentrant=False)
+        else:
+            hidden, logits = head.run(inputs, allowed[:, query], pos, cache)
+            ce, guess = _soft_ce(head, None, goal, logits[:, :m])
         prev = hidden[:, :m]
-        step_logits = logits[:, :m].float()
         # every row is trained, those without an anchor's f exactly as EAGLE-3 trains them
         ok = predicts & (rows[None, :] - i >= 0) & real.gather(1, (rows - i).clamp(min=0)[None].expand(b, -1))
-        ce = -(goal * torch.log_softmax(step_logits, -1)).sum(-1)
         count = ok.sum().clamp(min=1)
         total = total + decay**i * (ce * ok).sum() / count
-        hit = (step_logits.argmax(-1) == goal.argmax(-1)) & ok
+        hit = (guess == goal.argmax(-1)) & ok
         logs[f"acc_step{i}"] = float(hit.sum() / count)
     return total, logs
+
+
+def _soft_ce(head: DraftHead, hidden, goal: torch.Tensor, logits: torch.Tensor | None = None):
+    """Per row: the soft cross-entropy of the draft's logits (the LM head of `hidden` unless `logits` are given)
+    to the target's distribution `goal`, and the draft's argmax."""
+    if logits is None:
+        logits = head.body.lm_head(hidden)
+    step_logits = logits.float()
+    return -(goal * torch.log_softmax(step_logits, -1)).sum(-1), step_logits.argmax(-1)
 
 
 def response_mask(mask: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
@@ -285,7 +336,8 @@ def train_draft(
         with torch.device(device), autocast(device, dtype):
             loss, logs = ttt_loss(head, target, ids.to(device), mask.to(device), resp.to(device),
                                   steps=int(d["ttt_steps"]), decay=float(d["ttt_decay"]), layers=layers,
-                                  anchors=anchors, window=int(m.window))  # fmt: skip
+                                  anchors=anchors, window=int(m.window),
+                                  checkpoint=bool(d.get("gradient_checkpointing", False)))  # fmt: skip
         opt.zero_grad(set_to_none=False)
         loss.backward()
         if world > 1:
