@@ -6,9 +6,11 @@ unchanged at smoke and cpu scale against a tiny or small model on the CPU.
         client = server.client(concurrency=64)
         choices = client.complete("<bos> <c> a b <x>", n=8, temperature=1.0, max_tokens=12, seed=3)
 
-Why not `transformers serve`: it loads models by Hub name from disk, not a model object in memory (the tiny
-models of smoke scale are trained in the job), it has no per-request `seed` on the completions endpoint, and
-its batching (continuous batching) is still marked experimental. vLLM does not run on this CPU.
+Why not `transformers serve` (transformers 5.24, read in its cli/serving code): it loads a model by id from disk,
+not a model object in memory (the tiny models of smoke scale are trained in the job); its /v1/completions takes a
+text prompt only and accepts `n` without implementing it (`UNUSED_LEGACY_COMPLETION_FIELDS`); a request's `seed`
+reseeds the process-wide torch generator, so concurrent requests share one stream; and it needs fastapi and
+uvicorn, which the envs do not carry. vLLM does not run on this CPU.
 
 What it serves:
 - `GET /v1/models`: the one served name.
