@@ -483,6 +483,60 @@ def test_the_dense_index_killed_mid_corpus_encodes_only_the_missing_chunks_on_re
     assert np.load(out).dtype == np.float16 and not (ckpt / "index.npy").exists()
 
 
+def test_preprocess_killed_after_its_index_and_after_two_batches_reruns_without_rebuilding(hub, tmp_path, monkeypatch):
+    """Saved index + row journal of retrieval batches (issue 43): preprocess with a checkpoint folder saves the bm25s
+    index (and its Tokenizer's vocabulary) once built and journals the retrieval in batches of turns. Killed first
+    right after the index is saved, then after two of five batches, the reruns load the index (no second build) and
+    retrieve only the batches left; the table is byte for byte the one a run without checkpoints writes."""
+    import bm25s
+
+    _, cache = hub
+    raw = {k: str(tmp_path / "raw" / f"{k}.parquet") for k in ("passages", "turns")}
+    paper.download_data(DATA, str(cache), raw["passages"], raw["turns"])
+    n_turns = len(read_frame(raw["turns"])[0])
+    assert n_turns == 24
+    monkeypatch.setattr(tq, "BATCH_TURNS", 5)  # batches of turns 0-4, 5-9, 10-14, 15-19, 20-23
+    builds, retrieved, kill = [], [], {"at": None}
+    real_index, real_scored = bm25s.BM25.index, tq.CorpusBM25.scored
+
+    def index(self, *args, **kwargs):
+        builds.append(1)
+        return real_index(self, *args, **kwargs)
+
+    def scored(self, queries, k):
+        if kill["at"] is not None and len(retrieved) == kill["at"]:
+            raise Interrupted(f"killed after {len(retrieved)} retrieval calls")
+        retrieved.append(len(queries))
+        return real_scored(self, queries, k)
+
+    monkeypatch.setattr(bm25s.BM25, "index", index)
+    monkeypatch.setattr(tq.CorpusBM25, "scored", scored)
+    bm25 = {"k1": 0.9, "b": 0.4}
+    want = tmp_path / "plain.parquet"
+    paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(want))
+    assert builds == [1] and retrieved == [6 * n_turns, 6 * n_turns]  # as before: one call per candidate kind
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "candidates.parquet"
+    builds.clear(), retrieved.clear()
+    kill["at"] = 0  # killed at the first retrieval: the index is built and saved
+    with pytest.raises(Interrupted):
+        paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), checkpoint=ckpt)
+    assert builds == [1] and (ckpt / "bm25" / tq.INDEX_DONE).exists() and not out.exists()
+    builds.clear()
+    kill["at"] = 4  # two batches (a rewrite call and a refinement call each), then killed
+    with pytest.raises(Interrupted):
+        paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), checkpoint=ckpt)
+    assert builds == [] and retrieved == [30, 30, 30, 30]
+    rows = [json.loads(line) for line in (ckpt / "candidates.jsonl").read_text().splitlines()]
+    assert [(r["start"], r["stop"]) for r in rows] == [(0, 5), (5, 10)]
+    assert np.asarray(rows[0]["q_top"]).shape == (30, 18) and len(rows[0]["r_scores"]) == 30
+    builds.clear(), retrieved.clear()
+    kill["at"] = None
+    table = paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), checkpoint=ckpt)
+    assert builds == [] and retrieved == [30, 30, 30, 30, 24, 24]  # batches 3-5 only, on the loaded index
+    assert len(table) == n_turns and out.read_bytes() == want.read_bytes()
+
+
 def test_dense_search_in_chunks_is_exact_and_breaks_ties_by_pid(tmp_path):
     from paperflow.dualreform import dense as dn
 

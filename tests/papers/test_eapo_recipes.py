@@ -205,6 +205,25 @@ def test_luffy_command_is_train_sh_with_ours_substituted():
     assert got["trainer.total_training_steps"] == str(c["rl"]["steps"])
 
 
+def test_resumable_commands_carry_the_job_folder_resume_mode_auto_and_save_freq():
+    c = cfg()
+    for method, build in (("dapo", lambda r: recipes.dapo_overrides(c, PATHS, 0, resume=r)),
+                          ("luffy", lambda r: recipes.luffy_overrides(c, PATHS, resume=r))):  # fmt: skip
+        old, got = as_dict(build(False)), as_dict(build(True))
+        assert got["trainer.default_local_dir"] == PATHS["checkpoints"] and got["trainer.resume_mode"] == "auto"
+        assert got["trainer.save_freq"] == str(c["math"]["recipes"][method]["save_freq"])
+        # a checkpoint at least every 30 min at the step time the job's limit implies, and one at the last step
+        minutes = c["resources"]["train_runtime_min"] / c["rl"]["steps"]
+        assert int(got["trainer.save_freq"]) * minutes <= 30 and c["rl"]["steps"] % int(got["trainer.save_freq"]) == 0
+        # resume=False is the command as before: verl's resume off (DAPO), LUFFY's key not named
+        assert old.get("trainer.resume_mode") == ("disable" if method == "dapo" else None)
+        extra = {"trainer.resume_mode"} | ({"trainer.max_actor_ckpt_to_keep"} if method == "dapo" else set())
+        assert set(got) - set(old) == extra - set(old) and {k: got[k] for k in old if k not in extra} == {
+            k: v for k, v in old.items() if k not in extra}  # fmt: skip
+    assert as_dict(recipes.dapo_overrides(c, PATHS, 0, resume=True))["trainer.max_actor_ckpt_to_keep"] == "2"
+    assert as_dict(recipes.luffy_overrides(c, PATHS, resume=True))["trainer.max_optim_to_keep"] == "2"  # train.sh's
+
+
 # --- config -------------------------------------------------------------------------------------------------------
 def test_the_paper_config_runs_dapo_and_luffy():
     c = cfg()
@@ -217,6 +236,8 @@ def test_the_paper_config_runs_dapo_and_luffy():
     [
         (lambda c: c["math"]["recipes"]["repos"]["luffy"].update(commit="main"), "repos.luffy.commit"),
         (lambda c: c["math"]["recipes"]["dapo"].update(save_freq=300), "dapo.save_freq 300 does not divide"),
+        # 10 steps at 2880 min / 500 steps = 57.6 min between checkpoints
+        (lambda c: c["math"]["recipes"]["luffy"].update(save_freq=10), "luffy.save_freq 10: at the pace"),
         (lambda c: c["math"]["recipes"]["luffy"].update(ppo_mini_batch_size=100), "luffy.ppo_mini_batch_size"),
         (lambda c: c["math"]["recipes"]["dapo"].update(overlong_buffer_len=4096), "overlong_buffer_len"),
         (lambda c: c["math"]["recipes"].update(validation="aime26"), "'aime26' is not in math.datasets"),
@@ -318,6 +339,89 @@ def test_a_run_without_its_final_checkpoint_is_refused_and_luffy_runs_in_its_env
     assert recipes.luffy_python(job["cfg"]) == sys.executable
     job["cfg"]["math"]["recipes"]["luffy"]["python"] = "/opt/luffy/bin/python"
     assert recipes.luffy_python(job["cfg"]) == "/opt/luffy/bin/python"
+
+
+# verl's (and LUFFY's) trainer as far as resuming goes: resume_mode auto starts after the tracker's step, every
+# save_freq-th step (and, for DAPO's verl, the last) writes global_step_<N>/actor and then the tracker; each trained
+# step is logged; FAKE_DIE_AT kills it after that step, as a time limit would
+FAKE_VERL = """#!{python}
+import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps({{"argv": args}}) + "\\n")
+if args[1] in ("recipe.dapo.main_dapo", "verl.mix_src.main_mix_ppo"):
+    kv = dict(a.split("=", 1) for a in args[2:])
+    ckpt = Path(kv["trainer.default_local_dir"]); total = int(kv["trainer.total_training_steps"])
+    every = int(kv["trainer.save_freq"]); tracker = ckpt / "latest_checkpointed_iteration.txt"
+    auto = kv.get("trainer.resume_mode", "auto") == "auto"  # LUFFY's fork defaults to auto
+    start = int(tracker.read_text()) if auto and tracker.is_file() else 0
+    for step in range(start + 1, total + 1):
+        with open(os.environ["FAKE_STEPS"], "a") as f:
+            f.write(f"{{step}}\\n")
+        if step % every == 0 or (args[1] == "recipe.dapo.main_dapo" and step == total):
+            actor = ckpt / f"global_step_{{step}}" / "actor"; actor.mkdir(parents=True, exist_ok=True)
+            (actor / "model_world_size_1_rank_0.pt").write_text(str(step))
+            tracker.write_text(str(step))
+        if step == int(os.environ.get("FAKE_DIE_AT", "0")):
+            sys.exit(137)
+else:
+    target = Path(args[args.index("--target_dir") + 1] if "--target_dir" in args else args[4])
+    actor = Path(args[args.index("--local_dir") + 1] if "--local_dir" in args else args[3])
+    target.mkdir(parents=True); (target / "config.json").write_text((actor / "model_world_size_1_rank_0.pt").read_text())
+"""
+
+
+@pytest.mark.parametrize("method", ["dapo", "luffy"])
+def test_a_recipe_run_cut_part_way_resumes_from_its_last_checkpoint_in_the_jobs_folder(job, monkeypatch, method):
+    """eapo_train_dapo / eapo_train_luffy with the job's checkpoint folder: killed after step 12 (save_freq 5: the
+    last checkpoint is step 10), the rerun trains steps 11..20 only and writes what an uninterrupted run writes; a
+    rerun that finds the final step's checkpoint (killed in the merge) trains nothing and merges."""
+    fake = job["tmp"] / "fakeverl"
+    fake.write_text(FAKE_VERL.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    c = job["cfg"]
+    c["rl"]["steps"] = 20
+    c["math"]["recipes"][method]["save_freq"] = 5
+    c["math"]["recipes"]["luffy"]["python"] = str(fake)
+
+    def run(name, die_at=None):
+        steps = job["tmp"] / f"{name}.steps"
+        monkeypatch.setenv("FAKE_STEPS", str(steps))
+        monkeypatch.setenv("FAKE_DIE_AT", str(die_at or 0))
+        out = job["tmp"] / name / "models" / method / "seed0.json"
+        ckpt = job["tmp"] / name / "ckpt"
+        try:
+            doc = recipes.train(method, 0, c, job["inputs"], str(out), python=str(fake), checkpoints=ckpt)
+        except RuntimeError:
+            doc = None
+        trained = [int(x) for x in steps.read_text().split()] if steps.is_file() else []
+        steps.unlink(missing_ok=True)
+        return doc, trained, out
+
+    whole, trained, out = run("whole")
+    assert trained == list(range(1, 21)) and whole["resumed_from_step"] == 0
+    argv = calls(job["tmp"])[0]["argv"]
+    assert f"trainer.default_local_dir={job['tmp'] / 'whole' / 'ckpt'}" in argv and "trainer.resume_mode=auto" in argv
+    assert "trainer.save_freq=5" in argv
+    assert (out.with_suffix("") / "config.json").read_text() == "20"  # the final step's weights, merged
+
+    cut, trained, _ = run("cut", die_at=12)
+    assert cut is None and trained == list(range(1, 13))
+    assert recipes.latest_step(job["tmp"] / "cut" / "ckpt") == 10
+    again, trained, out2 = run("cut")
+    assert trained == list(range(11, 21)), "the rerun trains only the steps after the last checkpoint"
+    assert again["resumed_from_step"] == 10
+    assert (out2.with_suffix("") / "config.json").read_text() == (out.with_suffix("") / "config.json").read_text()
+    assert {k: v for k, v in again.items() if k != "resumed_from_step"} == json.loads(
+        json.dumps({k: v for k, v in whole.items() if k != "resumed_from_step"}).replace("/whole/", "/cut/")
+    )
+
+    n = len(calls(job["tmp"]))
+    done, trained, _ = run("cut")  # the final checkpoint is there (say the merge was cut): no step is trained
+    assert trained == [] and done["resumed_from_step"] == 20
+    assert [c["argv"][1] for c in calls(job["tmp"])[n:]] == [
+        "verl.model_merger" if method == "dapo" else "paperflow.eapo.recipes"]  # fmt: skip
 
 
 def test_luffys_fsdp_shards_merge_back_to_the_model(tmp_path):

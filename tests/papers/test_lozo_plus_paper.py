@@ -966,3 +966,82 @@ def test_the_offline_task_runs_the_paper_functions_and_reports_before_and_after(
         acc = rows[(method, "lm/test_accuracy")]
         assert rows[(method, "lm/accuracy_gain")] == pytest.approx(acc - float(base["test_accuracy"].iloc[0]))
         assert np.isfinite(rows[(method, "lm/rho_refresh")]) and rows[(method, "lm/peak_rss_gib")] > 0
+
+
+class Killed(Exception):
+    """The job cut off part way (the node's time limit, a preemption)."""
+
+
+class CountingScorer:
+    """The run's scorer with its batch losses counted (the training forwards, and the probes' autograd losses),
+    raising Killed on call `kill_at`, inside a step (a ZO step has already perturbed the weights in place)."""
+
+    def __init__(self, inner, kill_at: int | None = None):
+        self.inner, self.kill_at, self.calls = inner, kill_at, 0
+
+    def loss(self, model, *batch):
+        self.calls += 1
+        if self.kill_at is not None and self.calls >= self.kill_at:
+            raise Killed(f"killed at the scorer's call {self.calls}")
+        return self.inner.loss(model, *batch)
+
+    def evaluate(self, model, split):
+        return self.inner.evaluate(model, split)
+
+
+@pytest.mark.parametrize("method", ["mezo", "lozo", "lozom", "lozoplus", "ft"])
+def test_a_train_run_killed_part_way_resumes_to_what_an_uninterrupted_run_writes(hub, tmp_path, monkeypatch, method):
+    """Long jobs resume (issue 43): paper.train with the job's checkpoint folder, cut off inside a step after some
+    checkpoints, then rerun with the same folder, does only the steps after the last checkpoint (counted by the
+    scorer's calls) and writes the weights, curve, log and probe rows an uninterrupted run without a checkpoint
+    writes, bit for bit: the ZO optimiser's state (step, V, momentum, last refresh), the batch generator, the forward
+    counter and the global generators (dropout's, for the first-order reference) come back with the weights."""
+    from paperflow.core.loop import LoopCheckpoint
+
+    monkeypatch.setitem(MODEL_SPEC, "attention_dropout", 0.1)  # train mode draws dropout masks (ft)
+    pj, data = prepared(hub, tmp_path)
+    zo_cfg = {**load_paper_config("lozo_plus", "paper")["zo"], "nu": 3, "candidates": 3}  # restore: inplace
+    cfg = {"pretrained": PRETRAINED, "run": RUN | {"probe_every": 3}, "zo": zo_cfg}
+    cfg["lr"] = {m: 1e-3 for m in ("mezo", "lozo", "lozom", "lozoplus")}
+    cfg["ft"] = {"steps": 9, "lr": 1e-3, "weight_decay": 0.0, "eval_every": 4, "batch_size": 8, "dtype": "float32"}
+    scorers: list[CountingScorer] = []
+    kill_at: list[int | None] = [None]
+    split_of = paper._split
+
+    def counted_split(path, device):
+        split, scorer = split_of(path, device)
+        scorers.append(CountingScorer(scorer, kill_at[0]))
+        return split, scorers[-1]
+
+    monkeypatch.setattr(paper, "_split", counted_split)
+    saved_at: list[int] = []  # the scorer's calls at each checkpoint
+    save = LoopCheckpoint.save
+
+    def counted_save(self, next_step, records):
+        save(self, next_step, records)
+        saved_at.append(scorers[-1].calls)
+
+    monkeypatch.setattr(LoopCheckpoint, "save", counted_save)
+
+    def outputs(root: Path) -> tuple[dict[str, bytes], dict]:
+        out = {k: Path(v).read_bytes() for k, v in _train_outputs(root).items() if k != "summary"}
+        summary = pd.read_csv(_train_outputs(root)["summary"]).drop(columns=["wall_s", "peak_rss_bytes"]).fillna("none")
+        return out, summary.iloc[0].to_dict()
+
+    whole = _train_outputs(tmp_path / "whole")
+    paper.train("rte", method, [0], pj, data["train"], cfg, whole)  # no checkpoint folder: the old path
+    total = scorers[-1].calls
+    assert not saved_at and total > 6
+    folder = tmp_path / "checkpoints"
+    cut = _train_outputs(tmp_path / "cut")
+    kill_at[0] = total // 2 + 1
+    with pytest.raises(Killed):
+        paper.train("rte", method, [0], pj, data["train"], cfg, cut, checkpoint_dir=folder, checkpoint_every_s=0)
+    assert saved_at and 0 < saved_at[-1] < total and (folder / LoopCheckpoint.FILE).exists()
+    done = saved_at[-1]
+    kill_at[0] = None
+    paper.train("rte", method, [0], pj, data["train"], cfg, cut, checkpoint_dir=folder, checkpoint_every_s=0)
+    assert scorers[-1].calls == total - done  # only the steps after the last checkpoint ran again
+    assert outputs(tmp_path / "cut") == outputs(tmp_path / "whole")
+    if method != "ft":
+        assert pd.read_csv(whole["align"]).shape[0] > 2  # probe rows were made, and came back

@@ -53,44 +53,29 @@ EXEMPT: dict[str, str] = {
     "uka_download_model": HUB_DOWNLOAD,
 }
 
-LOZO_ZO = (
-    "the ZO methods' loop (lozo_plus.training.finetune_zo: run_loop, the ZO optimiser's state, the forward counter) "
-    "is shared with smoke/cpu: wiring it needs a cpu rerun"
-)
 NOT_WIRED: dict[str, tuple[int, str]] = {
-    # dualreform
-    "dualreform_preprocess": (
-        43,
-        "builds bm25s's index over the 25.7M passages in memory, then retrieves every turn's 12 candidates in one "
-        "call (topiocqa.candidate_table): resuming needs the index saved (bm25s save/load with its Tokenizer's "
-        "vocabulary) and the queries journalled in batches (topiocqa.py is paper-only: no cpu rerun needed)",
-    ),
-    # eapo
-    "eapo_train_dapo": (
-        43,
-        "verl saves by step only (save_freq 500 = rl.steps, one checkpoint at the end): needs a "
-        "save_freq sized to 30 min on the paper's node, then resume_mode auto in the job's folder",
-    ),
-    "eapo_train_luffy": (
-        43,
-        "as eapo_train_dapo, and whether LUFFY's verl fork has verl's resume_mode switch is not checked yet",
-    ),
     # itpo
     "itpo_evaluate": (
         43,
         "the recipe's scripts/eval/eval.sh dumps the generations once, at its end: resuming needs the eval split "
         "into journalled shards, one evaluator run per shard (each restarting Ray, the checkpoint and vLLM; "
         "data.val_files swapped in paper.py, since recipe.py is in the cpu provenance), sized to 30 min on the "
-        "paper's node, and whether verl's validation_shuffle keeps a shard's rows in order is not checked yet",
+        "paper's node, and whether verl's validation_shuffle keeps a shard's rows in order is not checked yet; "
+        "recipe.eval_overrides also reads data.train_files from paths['validation'], so a shard there swaps the "
+        "train file too and verl's resume_from_path loads the trained run's data.pt (its dataloader state) onto "
+        "the shard: only data.val_files may be swapped (in paper.evaluate's override list), unchecked on verl",
     ),
-    # lozo_plus
-    "lozo_plus_train": (43, LOZO_ZO),
-    "lozo_plus_train_node": (43, LOZO_ZO),
     # st_gfn
     "st_gfn_train": (
         43,
-        "a fit is one Lightning epoch of `iterations` sampled batches (TrainingRun): resuming it needs the run's "
-        "records, visit counts and reward-noise generator saved mid-epoch, which nothing saves yet",
+        "a fit is one Lightning epoch of `iterations` sampled batches (lightning.RunModule over TrainingRun / "
+        "GameRun). The core saves mid-epoch (ResumeCheckpoint after a batch once 30 min passed, with the global "
+        "generators), but a resume there is not exact yet: the module's DataLoader over range(iterations) has no "
+        "state_dict, so Lightning 2.6 restarts it at iteration 0 (the index TrainingRun's beta schedule and records "
+        "read); the run's losses, betas, visited states, visit counts and reward-noise generator need "
+        "on_save_checkpoint / on_load_checkpoint; and train.py fits several seeds per job, keeping finished seeds in "
+        "memory only (each needs its own folder and its results kept). lightning.py, training.py, game_training.py "
+        "and train.py are all in st_gfn's smoke/cpu provenance",
     ),
 }
 

@@ -87,13 +87,26 @@ def download_data(data: Mapping[str, Any], cache: str, out_passages: str, out_tu
     return {**counts, "passages": len(passages), "dropped_turns": dropped}
 
 
-def preprocess(passages: str, turns: str, bm25: Mapping[str, Any], threads: int, out: str) -> pd.DataFrame:
-    """The candidate table: every turn's six rewrite and six refinement candidates with their BM25 rankings."""
+def preprocess(
+    passages: str, turns: str, bm25: Mapping[str, Any], threads: int, out: str, checkpoint: str | Path | None = None
+) -> pd.DataFrame:
+    """The candidate table: every turn's six rewrite and six refinement candidates with their BM25 rankings.
+    `checkpoint` (the job's checkpoint folder): the BM25 index is saved there once built and loaded by a rerun, and
+    the retrieval is journalled in batches of turns, a rerun retrieving only the batches left (None: no checkpoint)."""
+    from paperflow.core.resume import row_journal
+
     pas, _ = read_frame(passages)
     tur, _ = read_frame(turns)
     tur = _lists(tur, ("hist_queries", "hist_responses"))
-    index = tq.CorpusBM25(pas["text"].tolist(), bm25["k1"], bm25["b"], threads=threads)
-    table = tq.candidate_table(tur, index, pipeline.DEPTH)
+    folder = Path(checkpoint) if checkpoint is not None else None
+    index = tq.CorpusBM25(
+        pas["text"].tolist(), bm25["k1"], bm25["b"], threads=threads, folder=folder / "bm25" if folder else None
+    )
+    if folder is None:
+        table = tq.candidate_table(tur, index, pipeline.DEPTH)
+    else:
+        with row_journal(folder / "candidates.jsonl", key="start") as journal:
+            table = tq.candidate_table(tur, index, pipeline.DEPTH, journal=journal)
     write_frame(out, table, {"bm25": dict(bm25), "templates": list(tq.TEMPLATES), "n_passages": len(pas)})
     return table
 

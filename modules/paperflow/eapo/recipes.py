@@ -28,8 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import ConfigError
+from paperflow.core.resume import EVERY_S
 
 RECIPE_METHODS = ("dapo", "luffy")
+# a resumable run checkpoints at least this often (README, "Long jobs resume"); save_freq is checked against the
+# step time the job's own limit implies (resources.train_runtime_min / rl.steps), no step having been timed yet
+CHECKPOINT_EVERY_MIN = EVERY_S / 60
 DAPO_MODULE = "recipe.dapo.main_dapo"  # verl-recipe's dapo/ placed as recipe/dapo (verl's submodule layout)
 LUFFY_MODULE = "verl.mix_src.main_mix_ppo"  # run from LUFFY's luffy/verl (train.sh: cd $ROOT/luffy/verl)
 MERGER_MODULE = "verl.model_merger"
@@ -122,6 +126,8 @@ LUFFY_FIXED: tuple[tuple[str, str], ...] = (
     ("trainer.default_hdfs_dir", "null"),
 )
 LUFFY_ENV = {"VLLM_ATTENTION_BACKEND": "XFORMERS"}  # train.sh's export ("to avoid CUDA errors")
+# with resume, verl 0.9 keeps the last two checkpoints (a checkpoint cut off mid-save still leaves the one before)
+KEEP_CHECKPOINTS = 2
 # train.sh's data.reward_impl_version=3 is math-verify after a `</think>` (its model thinks); our base model and
 # prompt have no think block, so version 4, LUFFY's same math-verify reward without the think format
 LUFFY_REWARD_IMPL_VERSION = "4"
@@ -158,10 +164,17 @@ def check(cfg: Mapping[str, Any], source: str = "config/eapo.yaml") -> None:
     if rec["validation"] not in cfg["math"]["datasets"]:
         raise ConfigError(f"{source}: math.recipes.validation {rec['validation']!r} is not in math.datasets")
     steps, prompts = int(cfg["rl"]["steps"]), int(cfg["rl"]["prompts_per_step"])
+    limit = cfg["resources"].get("train_runtime_min")
     for m in RECIPE_METHODS:
         r = rec[m]
         if steps % int(r["save_freq"]):
             raise ConfigError(f"{source}: math.recipes.{m}.save_freq {r['save_freq']} does not divide rl.steps {steps}")
+        if limit is not None and int(r["save_freq"]) * float(limit) / steps > CHECKPOINT_EVERY_MIN:
+            raise ConfigError(
+                f"{source}: math.recipes.{m}.save_freq {r['save_freq']}: at the pace the job's limit allows "
+                f"(resources.train_runtime_min {limit} / rl.steps {steps} min a step) a checkpoint comes less often "
+                f"than every {CHECKPOINT_EVERY_MIN} min; lower it"
+            )
         if prompts % int(r["ppo_mini_batch_size"]):
             raise ConfigError(
                 f"{source}: math.recipes.{m}.ppo_mini_batch_size {r['ppo_mini_batch_size']} does not divide "
@@ -233,8 +246,10 @@ def luffy_rows(frame, traces, template: str, split: str):
 
 
 # --- command lines ------------------------------------------------------------------------------------------------
-def dapo_overrides(cfg: Mapping[str, Any], paths: Mapping[str, str], seed: int) -> list[str]:
-    """The DAPO recipe's overrides with ours: `paths` names model, train, validation, checkpoints, name."""
+def dapo_overrides(cfg: Mapping[str, Any], paths: Mapping[str, str], seed: int, resume: bool = False) -> list[str]:
+    """The DAPO recipe's overrides with ours: `paths` names model, train, validation, checkpoints, name. `resume`:
+    verl's own resume switch (`trainer.resume_mode=auto`: the newest global_step_* under the checkpoint folder, a
+    fresh start when there is none) and the last `KEEP_CHECKPOINTS` checkpoints kept (save_freq saves many)."""
     rl, math, r = cfg["rl"], cfg["math"], cfg["math"]["recipes"]["dapo"]
     prompt_len, resp_len = int(math["max_prompt_length"]), int(math["trl"]["max_completion_length"])
     gpus = int(cfg["resources"].get("train_gpus", cfg["resources"]["gpus"]))
@@ -279,14 +294,19 @@ def dapo_overrides(cfg: Mapping[str, Any], paths: Mapping[str, str], seed: int) 
         ("trainer.total_epochs", str(int(r["total_epochs"]))),
         ("trainer.total_training_steps", str(int(rl["steps"]))),
         ("trainer.default_local_dir", paths["checkpoints"]),
-        ("trainer.resume_mode", "disable"),
+        ("trainer.resume_mode", "auto" if resume else "disable"),
     ]
+    if resume:
+        ours.append(("trainer.max_actor_ckpt_to_keep", str(KEEP_CHECKPOINTS)))
     return _merge(DAPO_FIXED, ours)
 
 
-def luffy_overrides(cfg: Mapping[str, Any], paths: Mapping[str, str]) -> list[str]:
+def luffy_overrides(cfg: Mapping[str, Any], paths: Mapping[str, str], resume: bool = False) -> list[str]:
     """LUFFY's train.sh overrides with ours (`paths` as dapo_overrides'); the off-policy trace is cut at the
-    response length (max_prefix_len), as train.sh sets both to 8192."""
+    response length (max_prefix_len), as train.sh sets both to 8192. `resume`: the fork's resume switch named
+    (`trainer.resume_mode=auto`, also its mix_ppo_trainer.yaml default at 01f4ae06: its RayPPOTrainer._load_checkpoint
+    finds the newest checkpoint by latest_checkpointed_iteration.txt and restores the actor, the pickled dataloader
+    and its sampler state); train.sh's `trainer.max_optim_to_keep=2` already strips older checkpoints' weights."""
     rl, math, r = cfg["rl"], cfg["math"], cfg["math"]["recipes"]["luffy"]
     resp_len = int(math["trl"]["max_completion_length"])
     gpus = int(cfg["resources"].get("train_gpus", cfg["resources"]["gpus"]))
@@ -315,6 +335,8 @@ def luffy_overrides(cfg: Mapping[str, Any], paths: Mapping[str, str]) -> list[st
         ("trainer.total_epochs", str(int(r["total_epochs"]))),
         ("trainer.total_training_steps", str(int(rl["steps"]))),
     ]
+    if resume:
+        ours.append(("trainer.resume_mode", "auto"))
     return _merge(LUFFY_FIXED, ours)
 
 
@@ -463,20 +485,46 @@ def download(repos: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
     return doc
 
 
+def latest_step(checkpoints: str | Path) -> int:
+    """The step of the newest complete checkpoint under `checkpoints` (verl's and LUFFY's tracker,
+    latest_checkpointed_iteration.txt, written after the step's files); 0 when there is none."""
+    tracker = Path(checkpoints) / "latest_checkpointed_iteration.txt"
+    return int(tracker.read_text().strip()) if tracker.is_file() else 0
+
+
 def train(
-    method: str, seed: int, cfg: Mapping[str, Any], inputs: Mapping[str, str], out: str, python: str = "python3"
+    method: str,
+    seed: int,
+    cfg: Mapping[str, Any],
+    inputs: Mapping[str, str],
+    out: str,
+    python: str = "python3",
+    checkpoints: str | Path | None = None,
 ) -> dict[str, Any]:
     """One run of DAPO's or LUFFY's recipe on this node's GPUs, then its last checkpoint as a Hugging Face folder
-    beside `out` (`<out without .json>/`), named by `out` as the evaluate rule reads it. The checkpoint folder is
-    emptied first (resume_mode disable: a rerun never continues a stale run)."""
+    beside `out` (`<out without .json>/`), named by `out` as the evaluate rule reads it.
+
+    `checkpoints` None: the checkpoint folder beside `out` is emptied first (resume_mode disable: a rerun never
+    continues a stale run). `checkpoints` (the job's checkpoint folder, job.checkpoint_dir(), keyed by the job's
+    params, code and inputs): the trainer saves there every `save_freq` steps and resumes from its newest
+    checkpoint (`trainer.resume_mode=auto`); a rerun whose tracker already names the final step skips the trainer
+    (verl would train one step past it) and only merges."""
     import os
 
     if method not in RECIPE_METHODS:
         raise ConfigError(f"method {method!r} is not a recipe method; allowed: {RECIPE_METHODS}")
     run_dir = Path(out).with_suffix("")
-    ckpt = run_dir.with_name(run_dir.name + "_checkpoints")
-    if ckpt.exists():
-        shutil.rmtree(ckpt)
+    steps = int(cfg["rl"]["steps"])
+    if checkpoints is None:
+        ckpt = run_dir.with_name(run_dir.name + "_checkpoints")
+        if ckpt.exists():
+            shutil.rmtree(ckpt)
+        resumed = 0
+    else:
+        ckpt = Path(checkpoints)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        resumed = latest_step(ckpt)
+    resume = checkpoints is not None
     src = json.loads(Path(inputs["recipes"]).read_text())
     base_model = json.loads(Path(inputs["start"]).read_text())["folder"]
     paths = {
@@ -495,20 +543,22 @@ def train(
         shutil.copytree(Path(src["dapo_tree"]) / "recipe", work / "recipe")
         cwd, extra_path = str(work.resolve()), [str(work.resolve())]
         link_verl_config(Path(cwd))
-        cmd = command(DAPO_MODULE, dapo_overrides(cfg, paths, seed), python)
+        cmd = command(DAPO_MODULE, dapo_overrides(cfg, paths, seed, resume=resume), python)
     else:
         python = luffy_python(cfg)
         extra_path = luffy_pythonpath(Path(src["luffy"]["folder"]))
         cwd = extra_path[0]
         env.update(LUFFY_ENV)
-        cmd = command(LUFFY_MODULE, luffy_overrides(cfg, paths), python)
+        cmd = command(LUFFY_MODULE, luffy_overrides(cfg, paths, resume=resume), python)
     modules = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([*extra_path, modules, *filter(None, [env.get("PYTHONPATH")])])
     log_dir = run_dir.with_name(run_dir.name + "_logs")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(str(out) + ".command.json").write_text(json.dumps({"cwd": cwd, "argv": cmd}, indent=1) + "\n")
-    run_logged(cmd, log_dir / "train.log", cwd=cwd, env=env)
-    actor = final_actor(ckpt, int(cfg["rl"]["steps"]))
+    doc = {"cwd": cwd, "argv": cmd, **({"resumed_from_step": resumed} if resume else {})}
+    Path(str(out) + ".command.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if resumed < steps:  # each attempt its own log: a resumed run keeps the cut one's
+        run_logged(cmd, log_dir / (f"train_from_step{resumed}.log" if resumed else "train.log"), cwd=cwd, env=env)
+    actor = final_actor(ckpt, steps)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     if method == "dapo":
@@ -518,7 +568,8 @@ def train(
         run_logged(merge, log_dir / "merge.log", env=env)
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir}: the merged model has no config.json")
-    return write_pointer(out, run_dir, method=method, seed=int(seed), checkpoint=str(actor))
+    extra = {"resumed_from_step": resumed} if resume else {}  # resume: `checkpoint` goes with the job's folder
+    return write_pointer(out, run_dir, method=method, seed=int(seed), checkpoint=str(actor), **extra)
 
 
 def luffy_python(cfg: Mapping[str, Any]) -> str:

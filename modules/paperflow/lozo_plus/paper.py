@@ -189,12 +189,25 @@ def _first_device(model):
     return model.get_input_embeddings().weight.device
 
 
-def finetune_fo(model, ft: Mapping[str, Any], split, scorer, seed: int, run: Mapping[str, Any]):
+def finetune_fo(
+    model,
+    ft: Mapping[str, Any],
+    split,
+    scorer,
+    seed: int,
+    run: Mapping[str, Any],
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float | None = None,
+):
     """The first-order reference on the pretrained model (MeZO's FT): AdamW for `ft.steps` steps of `ft.batch_size`
-    (default `run.batch_size`) rows on the scorer's loss, one counted forward each (plus its backward). Returns (curve rows, per-step rows)."""
+    (default `run.batch_size`) rows on the scorer's loss, one counted forward each (plus its backward). Returns (curve rows, per-step rows).
+    `checkpoint_dir`: resume from and save into it (LoopCheckpoint: weights, AdamW's state, the batch generator, the
+    forward counts, the curve and step rows, the global generators (dropout's); at most every `checkpoint_every_s`
+    seconds, default 30 min); None: no checkpoint."""
     import torch
 
-    from paperflow.core.loop import run_loop
+    from paperflow.core.loop import LoopCheckpoint, run_loop
+    from paperflow.core.resume import EVERY_S
     from paperflow.lozo_plus.training import Budgeted
 
     batch = int(ft.get("batch_size", run["batch_size"]))
@@ -215,8 +228,15 @@ def finetune_fo(model, ft: Mapping[str, Any], split, scorer, seed: int, run: Map
         if (rec["step"] + 1) % every == 0:
             record(int(rec["step"]) + 1)
 
-    record(0)
-    records = run_loop(step, opt, int(ft["steps"]), desc=f"ft seed {seed}", on_step=after)
+    checkpoint = None
+    if checkpoint_dir is not None:
+        every_s = EVERY_S if checkpoint_every_s is None else checkpoint_every_s
+        checkpoint = LoopCheckpoint(checkpoint_dir, {"model": model, "optimizer": opt, "stream": stream}, every_s)
+    if checkpoint is None or not checkpoint.path.exists():
+        record(0)
+    else:  # a resumed run's curve comes back with its checkpoint
+        model.train()
+    records = run_loop(step, opt, int(ft["steps"]), desc=f"ft seed {seed}", on_step=after, checkpoint=checkpoint)
     if stream.curve[-1]["forwards"] != stream.counter.calls:
         record(int(ft["steps"]))
     stream.counter.close()
@@ -239,12 +259,16 @@ def train(
     train_path: str,
     cfg: Mapping[str, Any],
     outputs: Mapping[str, str],
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float | None = None,
 ) -> dict[str, Any]:
     """`method` on the pretrained model for one seed (one run per job) at the forward budget (a ZO method) or for
     `ft.steps` AdamW steps (`ft`, the first-order reference): the final weights, the curve (train loss vs forwards),
     the per-step log, the probes (none with `run.probe_every` 0) and the run's summary with the peak GPU memory
     (torch.cuda.max_memory_allocated summed over the model's GPUs; None off CUDA). `cfg.gpus` > 1 shards the model
-    over that many GPUs (device_map "auto")."""
+    over that many GPUs (device_map "auto"). `checkpoint_dir` (the job's checkpoint folder): the run saves its
+    state there at most every `checkpoint_every_s` seconds (default 30 min) and a rerun resumes from it, ending as
+    an uninterrupted run does (`wall_s` and the peak memory are the rerun's); None: no checkpoint."""
     from paperflow.core.lm.models import save_weights
     from paperflow.core.lm.sharding import model_devices, peak_memory_total, reset_peak_memory_all
     from paperflow.core.seeding import seed_all
@@ -261,12 +285,16 @@ def train(
     reset_peak_memory_all(devices)
     start = time.time()
     if method == "ft":
-        curve, steps = finetune_fo(model, cfg["ft"], split, scorer, seed, cfg["run"])
+        curve, steps = finetune_fo(
+            model, cfg["ft"], split, scorer, seed, cfg["run"], checkpoint_dir, checkpoint_every_s
+        )
         align = []
         model.eval()
     else:
+        every = {} if checkpoint_every_s is None else {"checkpoint_every_s": checkpoint_every_s}
+        settings = zo.settings_from(cfg, method)
         curve, steps, align = training.finetune_zo(
-            model, method, zo.settings_from(cfg, method), split, seed, cfg["run"], scorer
+            model, method, settings, split, seed, cfg["run"], scorer, checkpoint_dir=checkpoint_dir, **every
         )
     tag = {"task": task, "method": method, "seed": seed}
     summary = {

@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from paperflow.core.lm.models import ForwardCounter
-from paperflow.core.loop import run_loop
+from paperflow.core.loop import LoopCheckpoint, run_loop
+from paperflow.core.resume import EVERY_S
 from paperflow.lozo_plus import ceiling, zo
 from paperflow.lozo_plus import model as lm
 from paperflow.lozo_plus import task as tk
@@ -120,6 +122,21 @@ class Budgeted:
             loss_, acc = self.scorer.evaluate(self.model, self.eval_set)
         self.curve.append({"forwards": self.counter.calls, "step": step, "train_loss": loss_, "train_accuracy": acc})
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the stream carries between steps (for paperflow.core.loop.LoopCheckpoint): the batch generator's
+        state, the forward counts and the curve so far (the batch is drawn afresh by each step)."""
+        return {
+            "rng": self.rng.bit_generator.state,
+            "counter": {"calls": self.counter.calls, "rows": self.counter.rows, "tokens": self.counter.tokens},
+            "curve": plain_rows(self.curve),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        for name, value in state["counter"].items():
+            setattr(self.counter, name, int(value))
+        self.curve[:] = state["curve"]
+
     def gradients(self, params) -> list[torch.Tensor]:
         """Autograd gradient of the batch loss (the probe; not counted)."""
         with self.counter.paused(), torch.enable_grad():
@@ -155,16 +172,55 @@ def spectrum_row(grads: list[torch.Tensor], s: zo.Settings) -> dict[str, float]:
     }
 
 
+def plain_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with numpy scalars as the Python numbers they equal (a checkpoint loads with torch's weights_only)."""
+    return [{k: v.item() if isinstance(v, np.generic) else v for k, v in r.items()} for r in rows]
+
+
+class Progress:
+    """The run's own bookkeeping between steps, as an object LoopCheckpoint saves: the probe rows so far and the
+    forward count at which the next curve point is due."""
+
+    def __init__(self, next_eval: int) -> None:
+        self.probes: list[dict[str, float]] = []
+        self.next_eval = next_eval
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"probes": plain_rows(self.probes), "next_eval": self.next_eval}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.probes[:] = state["probes"]
+        self.next_eval = int(state["next_eval"])
+
+
 def finetune_zo(
-    model, method: str, settings: zo.Settings, train, seed: int, run: Mapping[str, Any], scorer=SyntheticScorer
+    model,
+    method: str,
+    settings: zo.Settings,
+    train,
+    seed: int,
+    run: Mapping[str, Any],
+    scorer=SyntheticScorer,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every_s: float = EVERY_S,
 ):
     """One ZO run of `method` from `model` (changed in place) until the forward budget `run.budget` is spent, on
     `train` scored by `scorer` (the smoke task's by default). `run.probe_every` 0 turns the autograd probe off.
-    Returns (curve rows, per-step log rows, probe rows)."""
+    Returns (curve rows, per-step log rows, probe rows).
+
+    checkpoint_dir: resume from, and save into, `<checkpoint_dir>/loop.pt` (paperflow.core.loop.LoopCheckpoint,
+    at most every `checkpoint_every_s` seconds): the weights, the ZO optimiser's state (its step, LOZO's kept V and
+    refresh state, LOZO-M's momentum, LOZO+'s last refresh), the batch generator, the forward counts, the curve,
+    probe and log rows, and the global generators; a rerun ends as an uninterrupted run does. None: no checkpoint."""
     stream = Budgeted(model, train, seed, int(run["batch_size"]), int(run["eval_subset"]), scorer)
     opt = zo.make(method, model.parameters(), settings, seed)
     budget, eval_every, probe_every = int(run["budget"]), int(run["eval_every"]), int(run["probe_every"])
-    probes, next_eval = [], eval_every
+    progress = Progress(eval_every)
+    probes = progress.probes
+    checkpoint = None
+    if checkpoint_dir is not None:
+        objects = {"model": model, "optimizer": opt, "stream": stream, "progress": progress}
+        checkpoint = LoopCheckpoint(checkpoint_dir, objects, checkpoint_every_s)
     model.eval()
 
     def probe(o: zo.ZeroOrder, c: float) -> None:
@@ -187,18 +243,18 @@ def finetune_zo(
         probes.append(row)
 
     def step(i: int):
-        nonlocal next_eval
         if stream.counter.calls + opt.step_cost() > budget:
             return float("nan"), {"done": 1.0}
         stream.draw()
         logs = opt.step(stream.batch_loss, probe)
-        if stream.counter.calls >= next_eval:
+        if stream.counter.calls >= progress.next_eval:
             stream.record(opt.t)
-            next_eval += eval_every
+            progress.next_eval += eval_every
         return logs["loss_plus"], {**logs, "forwards": float(stream.counter.calls), "done": 0.0}
 
-    stream.record(0)
-    records = run_loop(step, None, budget // 2, desc=f"{method} seed {seed}")
+    if checkpoint is None or not checkpoint.path.exists():  # a resumed run's curve comes back with its checkpoint
+        stream.record(0)
+    records = run_loop(step, None, budget // 2, desc=f"{method} seed {seed}", checkpoint=checkpoint)
     if stream.curve[-1]["forwards"] != stream.counter.calls:
         stream.record(opt.t)
     stream.counter.close()

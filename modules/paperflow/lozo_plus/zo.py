@@ -25,7 +25,7 @@ the low-rank estimator (the official LOZO code's form; the config scales LOZO's 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -197,6 +197,21 @@ class ZeroOrder:
     def apply(self, c: float) -> None:
         self.update(c)
 
+    # -- resume (paperflow.core.loop.LoopCheckpoint): the state between two steps ---------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What the next step reads besides the parameters (tensors and plain values, for torch's weights_only):
+        the step counter (every direction's seed) and, in subclasses, LOZO's kept V and its refresh state."""
+        return {"t": self.t, "seed": self.seed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if int(state["seed"]) != self.seed:
+            raise ValueError(f"ZO checkpoint of seed {state['seed']} loaded into a run of seed {self.seed}")
+        self.t = int(state["t"])
+
+    def _on_device(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Saved per-matrix factors (loaded on the CPU) moved to their matrices' devices."""
+        return [x.to(p.device) for x, p in zip(tensors, self.matrices, strict=True)]
+
 
 class MeZO(ZeroOrder):
     """MeZO (spec 2.1): z ~ N(0, I_d) over every parameter, regenerated from the step's seed on each use."""
@@ -248,6 +263,24 @@ class LOZO(ZeroOrder):
     def subspaces(self) -> dict[torch.Tensor, torch.Tensor]:
         return dict(zip(self.matrices, self.V))
 
+    def state_dict(self) -> dict[str, Any]:
+        """The kept V (r columns per matrix), the last refresh's step, a pending early refresh and the EMA of |c|;
+        U and the vectors' z are drawn afresh by each step's `prepare`."""
+        return {
+            **super().state_dict(),
+            "V": list(self.V),
+            "last_refresh": self.last_refresh,
+            "force_refresh": self.force_refresh,
+            "abs_c_ema": self.abs_c_ema,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.V = self._on_device(state["V"]) if state["V"] else []
+        self.last_refresh = None if state["last_refresh"] is None else int(state["last_refresh"])
+        self.force_refresh = bool(state["force_refresh"])
+        self.abs_c_ema = None if state["abs_c_ema"] is None else float(state["abs_c_ema"])
+
     def apply(self, c: float) -> None:
         """The update, after tracking the EMA of |c| (early refresh and skipped small steps read it, spec 9)."""
         before, e = self.abs_c_ema, self.s.ema
@@ -273,6 +306,13 @@ class LOZOM(LOZO):
         if self.N is not None:
             self.N = [n_ @ (vo.T @ vn) / vo.shape[0] for n_, vo, vn in zip(self.N, old, self.V)]
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "N": None if self.N is None else list(self.N)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.N = None if state["N"] is None else self._on_device(state["N"])
 
     @torch.no_grad()
     def update(self, c: float) -> None:
@@ -365,6 +405,19 @@ class LOZOPlus(LOZO):
         self.V = [torch.cat([cands[k][1][i] for k in r.kept], 1) for i in range(len(self.matrices))]
         top = max(abs(x) for x in scores)
         return {"kept": float(len(r.kept)), "tau": r.tau, "max_abs_c": top}
+
+    def state_dict(self) -> dict[str, Any]:
+        """LOZO's state and the last refresh's measurement (its pending step is taken within the refresh's own step,
+        so none is left between steps)."""
+        if self._pending:
+            raise RuntimeError("LOZO+ state taken inside a step: its refresh's step is still pending")
+        last = None if self.last is None else vars(self.last).copy()
+        return {**super().state_dict(), "last": last}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.last = None if state["last"] is None else Refresh(**state["last"])
+        self._pending = []
 
     def apply(self, c: float) -> None:
         """The refresh's step (1/|S|) sum_{k in S} c_k u v_k^T, taken here with the lazy step's, so that the
