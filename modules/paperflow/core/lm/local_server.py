@@ -125,7 +125,6 @@ class LocalServer:
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
-        self.requests = 0
         self.batches = 0
 
     # --- the HTTP side -------------------------------------------------------------------------------
@@ -198,7 +197,6 @@ class LocalServer:
             job = self._job(route, body)
         except BadRequest as error:
             return 400, {"error": {"message": str(error)}}
-        self.requests += 1
         self._queue.put(job)
         job.done.wait()
         if job.error is not None:
