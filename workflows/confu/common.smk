@@ -34,3 +34,15 @@ def confu_evaluate_inputs(wildcards):
         "references": files["references"],
         **keyed("head", dict(zip(CONFU_SEEDS, confu_heads(wildcards.method)))),
     }
+
+
+def confu_lm_report_inputs():
+    """The real target's decodings the synthetic report reads (cpu scale, `pretrained_cpu`): every method's and the
+    plain decoding, per target; none elsewhere."""
+    if not CONFU.get("pretrained_cpu"):
+        return {}
+    lm = CONFU["pretrained_cpu"]
+    return {
+        "lm_evals": [confu_path("lm", "eval", t, f"{m}.parquet") for t in lm["targets"] for m in lm["methods"]],
+        "lm_plain": [confu_path("lm", "eval", t, "plain.parquet") for t in lm["targets"]],
+    }

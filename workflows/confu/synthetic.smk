@@ -129,6 +129,7 @@ rule confu_evaluate:
 
 rule confu_report:
     input:
+        **confu_lm_report_inputs(),
         evals=expand(confu_path("eval", "{method}.parquet"), method=CONFU_METHODS),
         histories=[confu_path("models", f"target_history_seed{CONFU_TARGET_SEED}.csv")],
         draft_histories=expand(confu_path("models", "{method}", "history.csv"), method=CONFU_METHODS),
@@ -158,6 +159,7 @@ rule confu_report:
         draft=CONFU["draft"],
         claims=CONFU["claims"],
         claims_not_measured=CONFU["claims_not_measured"],
+        pretrained_cpu=CONFU["pretrained_cpu"],
         scale=RUN.scale,
         code=code_param("lm", "workflows/confu/scripts/report.py"),
     script:

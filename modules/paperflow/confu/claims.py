@@ -118,7 +118,45 @@ def depth_figure(table: pd.DataFrame, variants: Sequence[str], depth: int):
     return fig
 
 
-def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFrame, params: Mapping[str, Any]):
+def lm_section(evals: pd.DataFrame, plain: pd.DataFrame, lm: Mapping[str, Any], scale: str):
+    """The cpu scale's real target (`pretrained_cpu`): its metrics rows (`paper.metrics_table`: per prompt tau,
+    per method lossless share and wall-clock speed-up over plain greedy decoding) and the report's section text."""
+    from paperflow.confu.paper import metrics_table as paper_metrics
+    from paperflow.confu.paper import summary_table
+
+    table = summary_table(evals, plain)
+    rows = paper_metrics(evals, table, {"seeds": lm["seeds"], "methods": lm["methods"]}, scale)
+    top = table[table.task == "all"].copy()
+    acc = []
+    for (target, method), g in evals[evals.temperature == 0].groupby(["target", "method"]):
+        per_depth = depth_acceptance(g.accepted.tolist(), int(lm["decoding"]["depth"]))
+        acc.append({"target": target, "method": method,
+                    **{f"depth {i + 1}": fmt(float(a), 3) for i, a in enumerate(per_depth)}})  # fmt: skip
+    shown = top.assign(**{c: top[c].map(lambda v: fmt(float(v), 3)) for c in ("tau", "speedup", "lossless")})
+    plain_tps = float(plain.n_tokens.sum() / plain.seconds.sum())
+    dec = lm["decoding"]
+    names = ", ".join(f"{n} ({t['hub']}, offline copy: {t.get('offline')})" for n, t in lm["targets"].items())
+    text = (
+        f"{names}: "
+        "drafts trained by the paper-scale trainer on the target's own greedy answers to "
+        f"{lm['prompts']['n_train']} offline chat prompts, decoded at batch 1 on {len(plain)} held-out prompts "
+        f"(tree {dec['nodes']} nodes, top-k {dec['top_k']}, depth {dec['depth']}, {dec['max_new_tokens']} new "
+        f"tokens at most) on this CPU; plain greedy decoding (transformers `generate`, KV cache) ran at "
+        f"{fmt(plain_tps, 3)} tokens/s. Speed-up = the method's tokens/s over plain decoding's, prefill included.\n\n"
+        + markdown_table(shown[["target", "method", "temperature", "questions", "tau", "speedup", "lossless"]]
+                         .to_dict("records"))
+        + "\n\nAcceptance per depth at T = 0 (given its parent):\n\n" + markdown_table(acc)
+    )  # fmt: skip
+    return rows, text, table
+
+
+def build_report(
+    frame: pd.DataFrame,
+    history: pd.DataFrame,
+    drafts: pd.DataFrame,
+    params: Mapping[str, Any],
+    lm: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+):
     depth = int(params["decoding"]["depth"])
     temps = [float(t) for t in params["decoding"]["temperatures"]]
     table = tau_table(frame, depth)
@@ -163,6 +201,11 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFram
          "the embeddings. ConFu's verification reads 2T + 1 tokens instead of T; with beta = 0 that costs nothing "
          "here, which flatters ConFu on a GPU where T is large."),
     ]  # fmt: skip
+    metrics = metrics_table(frame, params, params["scale"])
+    if lm is not None:
+        lm_rows, lm_text, _ = lm_section(lm[0], lm[1], params["pretrained_cpu"], params["scale"])
+        metrics = pd.concat([metrics, lm_rows], ignore_index=True)
+        sections.append(("A real target (cpu scale): tau, wall-clock speed-up, losslessness", lm_text))
     return Report(
         title="ConFu: contemplate-the-future drafts for speculative decoding",
         summary=(
@@ -171,7 +214,7 @@ def build_report(frame: pd.DataFrame, history: pd.DataFrame, drafts: pd.DataFram
             "head trained further (the paper's control) and ConFu (from the same EAGLE-3 head, for the same extra "
             "steps), and verified in one target pass. tau = tokens generated after the prefill / target forwards."
         ),
-        table=metrics_table(frame, params, params["scale"]),
+        table=metrics,
         sections=sections,
         figures=[
             Figure(

@@ -48,9 +48,21 @@ def _fetch_hub(ref: Mapping[str, Any], key: str, cache: str) -> tuple[str, Path]
 
 def download_model(name: str, target: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
     """Target `name`'s files at the pinned commit; `out` (JSON) names the commit and the folder later rules load
-    offline. Llama-3 is gated: huggingface_hub reads the token from HF_TOKEN (or `hf auth login`)."""
-    revision, folder = _fetch_hub(target, f"targets.{name}.revision", cache)
-    doc = {"target": name, "hub": target["hub"], "revision": revision, "folder": str(folder)}
+    offline. Llama-3 is gated: huggingface_hub reads the token from HF_TOKEN (or `hf auth login`). With
+    `target.offline` (the cpu scale's real target) the copy an installed package ships stands in for the download:
+    the same folder layout, so every later rule loads either the same way."""
+    offline = target.get("offline")
+    if offline:
+        from paperflow.core.hub import pinned_revision
+        from paperflow.core.lm.models import materialise_gguf
+
+        key = f"targets.{name}.revision"
+        revision = pinned_revision(target["hub"], target["revision"], slug=SLUG, key=key, repo_type="model")
+        folder = snapshot_folder(cache, "model", f"{target['hub']}-{offline}", revision)
+        materialise_gguf(offline, folder)
+    else:
+        revision, folder = _fetch_hub(target, f"targets.{name}.revision", cache)
+    doc = {"target": name, "hub": target["hub"], "revision": revision, "folder": str(folder), "offline": offline}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
