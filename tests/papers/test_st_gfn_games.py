@@ -328,6 +328,46 @@ def test_lightning_game_job_reproduces_the_plain_loop_on_cpu(tmp_path, oracle):
     assert all(torch.equal(state[k], l_state[k]) for k in state) and "csv" in tracking
 
 
+def test_lightning_game_job_killed_mid_fit_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, oracle):
+    """A game's run (GameRun: the optimal-move fractions, the games' outcomes, its reward-noise generator) killed
+    in iteration 3 of 6 (a checkpoint after every batch, mid-epoch) and rerun trains only iterations 3-5 and ends
+    with the uninterrupted run's weights, history and visits."""
+    from test_st_gfn_tasks import Killed, _recorded_losses
+
+    from paperflow.st_gfn.game_training import GameRun
+    from paperflow.st_gfn.lightning import fit_one
+
+    spec = dict(TTT_SPEC, iterations=6, batch_size=8, eval_every=2, sigma=0.5)
+    calls, kill = _recorded_losses(monkeypatch, GameRun)
+
+    def fit(folder):
+        return fit_one(
+            spec,
+            oracle,
+            methods()["st_gfn"],
+            MODEL,
+            dict(TRAIN, engine="lightning"),
+            3,
+            run_dir=tmp_path / "run",
+            name="ttt",
+            checkpoint_dir=folder,
+            checkpoint_every_s=0.0,
+        )
+
+    state, history, visits, _ = fit(None)
+    kill["at"] = (3, 3)
+    with pytest.raises(Killed):
+        fit(tmp_path / "ckpt")
+    calls.clear()
+    kill["at"] = None
+    r_state, r_history, r_visits, _ = fit(tmp_path / "ckpt")
+    assert calls == [(3, 3), (3, 4), (3, 5)]
+    assert history.optimal_argmax.notna().sum() == 4  # iterations 0, 2, 4 and the last
+    pd.testing.assert_frame_equal(history, r_history)
+    pd.testing.assert_frame_equal(visits, r_visits)
+    assert all(torch.equal(state[k], r_state[k]) for k in state)
+
+
 def test_evaluation_rows_for_a_trained_run(tmp_path, oracle):
     spec = dict(TTT_SPEC, iterations=5, batch_size=8, eval_games=20)
     state, history, visits = train_game(spec, oracle, methods()["tb"], MODEL, TRAIN, seed=0, progress=False)

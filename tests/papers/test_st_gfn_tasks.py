@@ -32,7 +32,7 @@ from paperflow.st_gfn import perturbation, sequences
 from paperflow.st_gfn.envs import make_env, make_preprocessor, state_keys, terminal_record
 from paperflow.st_gfn.evaluation import evaluate_env
 from paperflow.st_gfn.identities import identity_gaps
-from paperflow.st_gfn.training import train_one
+from paperflow.st_gfn.training import TrainingRun, train_one
 
 ROOT = Path(__file__).resolve().parents[2]
 BITS = {
@@ -359,6 +359,97 @@ def test_lightning_job_reproduces_the_plain_loop_on_cpu(tmp_path, env_name):
         np.testing.assert_array_equal(history.loss, l_history.loss)
         pd.testing.assert_frame_equal(visits, l_visits)
         assert all(torch.equal(state[k], l_state[k]) for k in state) and "csv" in tracking
+
+
+class Killed(Exception):
+    """The job dies (its time limit, a preemption) in a training iteration."""
+
+
+def _recorded_losses(monkeypatch, run_class) -> tuple[list[tuple[int, int]], dict[str, tuple[int, int] | None]]:
+    """Patch `run_class.loss` to record the (seed, iteration) pairs it trains and to raise `Killed` at kill["at"]."""
+    calls: list[tuple[int, int]] = []
+    kill: dict[str, tuple[int, int] | None] = {"at": None}
+    loss = run_class.loss
+
+    def recorded(self, it):
+        if (self.seed, it) == kill["at"]:
+            raise Killed
+        calls.append((self.seed, it))
+        return loss(self, it)
+
+    monkeypatch.setattr(run_class, "loss", recorded)
+    return calls, kill
+
+
+@pytest.mark.parametrize("env_name", ["hypergrid", "bitseq"])
+def test_lightning_job_killed_mid_fit_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, env_name):
+    """st_gfn_train at paper scale (train.py's loop over seeds, each fit_one in its folder of the job's
+    checkpoint_dir()): a job killed in seed 1's iteration 7 (a checkpoint after every batch, mid-epoch), rerun,
+    trains only seed 1's iterations 7-11 and ends with the weights, history (losses, betas) and visits of an
+    uninterrupted run; a changed param gives another folder and trains everything afresh."""
+    from types import SimpleNamespace
+
+    from paperflow.core.resume import OWNER, checkpoint_dir
+    from paperflow.st_gfn.lightning import FIT, RESULT, fit_one
+
+    spec = (
+        BITS
+        if env_name == "bitseq"
+        else {"kind": "hypergrid", "ndim": 2, "height": 8, "R0": 0.1, "R1": 0.5, "R2": 2.0, "sigma": 1.0}
+    )
+    method, seeds = methods()["st_gfn"], [0, 1]
+    calls, kill = _recorded_losses(monkeypatch, TrainingRun)
+
+    def job(train):
+        return SimpleNamespace(rule="st_gfn_train", output=["m.pt"], input=[], params={"train": train})
+
+    def train_seeds(train, folder):
+        return {
+            seed: fit_one(
+                spec,
+                None,
+                method,
+                MODEL,
+                train,
+                seed,
+                run_dir=tmp_path / "run",
+                name=f"seed{seed}",
+                checkpoint_dir=None if folder is None else folder / f"seed{seed}",
+                checkpoint_every_s=0.0,
+            )
+            for seed in seeds
+        }
+
+    train = dict(TRAIN, engine="lightning")
+    clean = train_seeds(train, None)
+    assert calls == [(s, i) for s in seeds for i in range(12)]
+
+    folder = checkpoint_dir(job(train), root=tmp_path)
+    calls.clear()
+    kill["at"] = (1, 7)
+    with pytest.raises(Killed):
+        train_seeds(train, folder)
+    assert (folder / "seed0" / RESULT).is_file() and not (folder / "seed0" / FIT).exists()
+    assert (folder / "seed1" / FIT / "last.ckpt").is_file() and not (folder / "seed1" / RESULT).exists()
+
+    calls.clear()
+    kill["at"] = None
+    resumed = train_seeds(train, folder)
+    assert calls == [(1, i) for i in range(7, 12)]  # seed 0 loaded; seed 1 from the checkpoint after iteration 6
+    for seed in seeds:
+        state, history, visits, _ = clean[seed]
+        r_state, r_history, r_visits, tracking = resumed[seed]
+        pd.testing.assert_frame_equal(history, r_history)  # losses and the annealed betas
+        pd.testing.assert_frame_equal(visits, r_visits)
+        assert state.keys() == r_state.keys() and all(torch.equal(state[k], r_state[k]) for k in state)
+        assert "csv" in tracking
+
+    changed = dict(train, lr=2 * train["lr"])
+    other = checkpoint_dir(job(changed), root=tmp_path)
+    assert other != folder and (other / OWNER).is_file()
+    calls.clear()
+    train_seeds(changed, other)
+    assert calls == [(s, i) for s in seeds for i in range(12)]
 
 
 # --- the DAG end to end on the task envs (slow) ------------------------------------------------------------

@@ -58,24 +58,14 @@ NOT_WIRED: dict[str, tuple[int, str]] = {
     "itpo_evaluate": (
         43,
         "the recipe's scripts/eval/eval.sh dumps the generations once, at its end: resuming needs the eval split "
-        "into journalled shards, one evaluator run per shard (each restarting Ray, the checkpoint and vLLM; "
-        "data.val_files swapped in paper.py, since recipe.py is in the cpu provenance), sized to 30 min on the "
-        "paper's node, and whether verl's validation_shuffle keeps a shard's rows in order is not checked yet; "
-        "recipe.eval_overrides also reads data.train_files from paths['validation'], so a shard there swaps the "
-        "train file too and verl's resume_from_path loads the trained run's data.pt (its dataloader state) onto "
-        "the shard: only data.val_files may be swapped (in paper.evaluate's override list), unchecked on verl",
-    ),
-    # st_gfn
-    "st_gfn_train": (
-        43,
-        "a fit is one Lightning epoch of `iterations` sampled batches (lightning.RunModule over TrainingRun / "
-        "GameRun). The core saves mid-epoch (ResumeCheckpoint after a batch once 30 min passed, with the global "
-        "generators), but a resume there is not exact yet: the module's DataLoader over range(iterations) has no "
-        "state_dict, so Lightning 2.6 restarts it at iteration 0 (the index TrainingRun's beta schedule and records "
-        "read); the run's losses, betas, visited states, visit counts and reward-noise generator need "
-        "on_save_checkpoint / on_load_checkpoint; and train.py fits several seeds per job, keeping finished seeds in "
-        "memory only (each needs its own folder and its results kept). lightning.py, training.py, game_training.py "
-        "and train.py are all in st_gfn's smoke/cpu provenance",
+        "into journalled shards, one evaluator run per shard with only data.val_files swapped (paper.py, since "
+        "recipe.py is in the cpu provenance). Read in ITPO b1245e8 / verl ddd86f5 (2026-12-07): the evaluator's val "
+        "DataLoader is shuffle=True over one batch of the file (rows come back reordered, so each rollout must be "
+        "keyed to its row by its prompt), it reads data.val_files only, its data.pt load is commented out, and it "
+        "asserts a full train_batch_size batch (a shard must hold at least that many rows). A shard-journal wiring "
+        "was written and tested on a faked launcher but not landed: it changes itpo's own files, so itpo's cpu "
+        "record goes stale, and that record (86 min on the AMD machine) cannot be retaken where its results are "
+        "absent; it lands with itpo's next cpu rerun",
     ),
 }
 

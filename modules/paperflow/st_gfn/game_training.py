@@ -201,6 +201,16 @@ class GameRun(RunRecords):
         self.visited.append({"outcome": games.outcomes.cpu().numpy(), "length": games.lengths.cpu().numpy()})
         return self.objective(residuals_of(self.net, games, log_r), games.lengths)
 
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["tracked"] = {k: torch.from_numpy(v.copy()) for k, v in self.tracked.items()}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        for k, v in state["tracked"].items():
+            self.tracked[k][:] = v.numpy()
+
     def history(self) -> pd.DataFrame:
         return pd.DataFrame(
             {

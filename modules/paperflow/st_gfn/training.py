@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from paperflow.core.loop import run_loop
+from paperflow.core.loop import GeneratorState, run_loop
 from paperflow.core.seeding import seed_all
 from paperflow.st_gfn.envs import max_length, n_state_keys, observed_log_reward, state_keys, terminal_record
 from paperflow.st_gfn.intrinsic import annealed_beta, anticausal_credit, autocorrelation_kernel, lorentzian_psd, novelty
@@ -74,6 +74,29 @@ class RunRecords:
         )
         self.losses[:] = [r["loss"] for r in records]
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the run keeps between iterations besides the network and its optimizer, for a checkpoint taken
+        mid-fit (the Lightning engine): the records so far and the reward-noise generator. Tensors only (the
+        visited records stacked per column), so a checkpoint holding it loads with torch's `weights_only`."""
+        visited = (
+            {k: torch.from_numpy(np.stack([v[k] for v in self.visited])) for k in self.visited[0]}
+            if self.visited
+            else {}
+        )
+        return {
+            "losses": torch.from_numpy(self.losses.copy()),
+            "visited": visited,
+            "n_visited": len(self.visited),
+            "noise": GeneratorState(self.noise).state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Set the run as `state_dict` took it: a resumed fit goes on drawing and recording from there."""
+        self.losses[:] = state["losses"].numpy()
+        columns = {k: v.numpy() for k, v in state["visited"].items()}
+        self.visited = [{k: c[i] for k, c in columns.items()} for i in range(int(state["n_visited"]))]
+        GeneratorState(self.noise).load_state_dict(state["noise"])
+
     def visits(self) -> pd.DataFrame:
         columns = {k: np.concatenate([v[k] for v in self.visited]) for k in self.visited[0]}
         frame = pd.DataFrame({"iteration": np.repeat(np.arange(len(self.visited)), self.batch), "seed": self.seed})
@@ -126,6 +149,19 @@ class TrainingRun(RunRecords):
             intrinsic = r_int if self.betas[it] > 0 else None
         self.visited.append(terminal_record(self.env, trajectories.terminating_states))
         return batch_loss(self.gflownet, self.env, trajectories, log_r, intrinsic)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["betas"] = torch.from_numpy(self.betas.copy())
+        if self.counts is not None:
+            state["counts"] = self.counts.clone()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.betas[:] = state["betas"].numpy()
+        if self.counts is not None:
+            self.counts.copy_(state["counts"])
 
     def history(self) -> pd.DataFrame:
         return pd.DataFrame(

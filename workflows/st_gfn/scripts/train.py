@@ -28,6 +28,8 @@ with snakemake_job(snakemake) as job:
                 name=f"{job.wildcards.env}-{job.wildcards.method}-seed{seed}",
                 wandb=job.params.wandb,
                 tags={"paper": "st_gfn", "rule": job.rule, "env": job.wildcards.env, "method": job.wildcards.method},
+                # this seed's folder: a rerun loads its results, or resumes its fit (saved every 30 min, mid-epoch)
+                checkpoint_dir=job.checkpoint_dir() / f"seed{seed}",
             )
         elif spec["kind"] in GAME_KINDS:
             states[f"seed{seed}"], history, visited = train_game(spec, target, method, job.params.model, train, seed)
