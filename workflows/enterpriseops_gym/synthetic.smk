@@ -162,6 +162,7 @@ rule enterpriseops_gym_report:
         modes=ENTERPRISEOPS_GYM["modes"],
         agents=ENTERPRISEOPS_GYM["agents"],
         random=ENTERPRISEOPS_GYM["random"],
+        llm=ENTERPRISEOPS_GYM["llm_cpu"],
         scale=RUN.scale,
         claims=ENTERPRISEOPS_GYM["claims"],
         claims_not_measured=ENTERPRISEOPS_GYM["claims_not_measured"],

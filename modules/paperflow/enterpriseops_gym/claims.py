@@ -148,6 +148,55 @@ def _alternatives_text(alternatives: pd.DataFrame) -> str:
     )
 
 
+def llm_section(episodes: pd.DataFrame, run_notes: Mapping[str, Any], llm: Mapping[str, Any]) -> str:
+    """The language-model agent's rates per plan variant and domain (errored episodes as failures), its calls, and
+    the measurement behind a null result: the share of episodes in which the model made any parsable tool call."""
+    names = [f"llm_{p}" for p in llm["plans"]]
+    eps = episodes[episodes["agent"].isin(names)]
+    if eps.empty:
+        return "No episode of the language-model agent."
+    scored = as_failures(eps)
+    rows = []
+    for name in names:
+        for domain, g in [("all", scored[scored["agent"] == name])] + list(
+            scored[scored["agent"] == name].groupby("domain", sort=True)
+        ):
+            feas, infeas = g[g["feasible"]], g[~g["feasible"]]
+            rate = lambda s: f"{s.astype(float).mean():.3f} ({int(s.astype(float).sum())}/{len(s)})" if len(s) else "–"  # noqa: E731
+            rows.append(
+                {
+                    "plan": name.removeprefix("llm_"),
+                    "domain": domain,
+                    "success (feasible)": rate(feas["overall_success"]),
+                    "verifier pass": f"{feas['verifier_pass_rate'].astype(float).mean():.3f}" if len(feas) else "–",
+                    "refusal (infeasible)": rate(infeas["refused_correctly"]),
+                    "side effects": rate(infeas["side_effect"]),
+                    "episodes with a tool call": rate(g["tool_calls"] > 0),
+                    "tool calls / episode": f"{g['tool_calls'].mean():.2f}",
+                    "refused calls": int(g["failed_calls"].sum()),
+                    "errored": int(g["errored"].notna().sum()),
+                }
+            )
+    wall = ", ".join(
+        f"{n.removeprefix('llm_')} {run_notes[n]['wall_s']:.0f} s ({run_notes[n]['usage']['prompt_tokens']} prompt + "
+        f"{run_notes[n]['usage']['completion_tokens']} completion tokens)"
+        for n in names
+        if n in run_notes and "wall_s" in run_notes[n]
+    )
+    return (
+        f"{llm['pretrained']['hub']} (the offline copy of `{llm['pretrained']['offline']}` where set), served in the "
+        "job by the kit's LocalServer on 127.0.0.1 (tools as a <tools> block in the system message, <tool_call> "
+        "blocks parsed into OpenAI tool calls) and run by the ReAct harness the paper-scale models use, greedy, "
+        f"max_tokens {llm['harness']['max_tokens']}, at most {llm['harness']['max_iterations']} model calls per "
+        f"episode, on the {llm['mode']} tool set of {eps['task_id'].nunique()} tasks. Plans: plain (the task as every "
+        "agent gets it), oracle_plan (the golden plan's steps after the request), shuffled_plan (the control: "
+        "another template's plan). Errored episodes count as failures. Wall per plan job: "
+        + (wall or "n/a")
+        + ".\n\n"
+        + markdown_table(rows)
+    )
+
+
 def figure_success(table: pd.DataFrame, agents: Sequence[str], modes: Sequence[str]):
     fig, (ax,) = plots.subplots(1, width=7.5, height=3.8)
     width = 0.8 / len(modes)
@@ -282,6 +331,11 @@ def build_report(
             "length/4 estimates: "
             f"{mock.get('usage', {}).get('prompt_tokens', 'n/a')} prompt, "
             f"{mock.get('usage', {}).get('completion_tokens', 'n/a')} completion.",
+        ),
+        *(
+            [("Language-model agent: success and refusal per plan and domain", llm_section(episodes, run_notes, llm))]
+            if (llm := params.get("llm"))
+            else []
         ),
         (
             "The paper's numbers (not comparable at this scale)",

@@ -4,19 +4,19 @@ verification_summary, overall_success) with our measurements beside it.
 
 Tools reach the agent through a `Session`: in process (`LocalSession`), or over MCP (`mcp_server.McpSession`); both
 return MCP-style results ({"content": [{"type": "text", "text": json}], "isError": bool}). The ReAct loop
-(`react`) talks to any OpenAI-compatible /v1/chat/completions endpoint over HTTP and retries harness errors.
+(`ReactAgent`) talks to any OpenAI-compatible /v1/chat/completions endpoint (vLLM, an API, the scripted endpoint, the
+kit's `LocalServer`) through the kit's `serve.Client` and retries harness errors.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from paperflow.core.lm.serve import Client, ServerError
 from paperflow.enterpriseops_gym import tools as T
 from paperflow.enterpriseops_gym.sandbox import TABLES, Template, columns
 from paperflow.enterpriseops_gym.tasks import actor_of, visible_tools
@@ -165,22 +165,21 @@ class HarnessError(RuntimeError):
 
 
 def post_json(
-    url: str, body: Mapping[str, Any], retries: int, headers: Mapping[str, str] | None = None
+    url: str,
+    body: Mapping[str, Any],
+    retries: int,
+    api_key: str | None = None,
+    timeout_s: float = 600.0,
+    backoff_s: float = 0.0,
 ) -> tuple[Any, int]:
-    """POST `body` as JSON; retry HTTP 5xx and connection errors up to `retries` times. (reply, retries used)."""
-    data = json.dumps(body).encode()
-    for attempt in range(retries + 1):
-        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                return json.loads(resp.read()), attempt
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt == retries:
-                raise HarnessError(f"{url}: HTTP {exc.code} after {attempt + 1} attempt(s)") from exc
-        except (urllib.error.URLError, ConnectionError) as exc:
-            if attempt == retries:
-                raise HarnessError(f"{url}: {exc} after {attempt + 1} attempt(s)") from exc
-    raise AssertionError("unreachable")
+    """POST `body` as JSON to `url` through the kit's `serve.Client` (the sender of every model call): connection
+    errors, timeouts, HTTP 429 and 5xx retried up to `retries` times, `backoff_s` doubling between tries. (reply,
+    retries used); HarnessError (the episode errors) when a request fails for good."""
+    client = Client(url, "", timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, api_key=api_key)
+    try:
+        return client.post("", body), client.retried
+    except ServerError as exc:
+        raise HarnessError(f"{exc}; after {client.retried + 1} attempt(s)") from exc
 
 
 @dataclass
@@ -196,6 +195,8 @@ class ReactAgent:
     retries: int = 5
     name: str = "react"
     api_key: str = "none"
+    timeout_s: float = 600.0  # per request: a long generation of a large model, or a CPU server's full batch
+    backoff_s: float = 0.0
     usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "retries": 0})
 
     def act(self, task: Mapping[str, Any], session: Session) -> tuple[str, list[dict[str, Any]]]:
@@ -215,7 +216,9 @@ class ReactAgent:
                 self.base_url.rstrip("/") + "/chat/completions",
                 body,
                 self.retries,
-                {"Authorization": f"Bearer {self.api_key}"},
+                api_key=self.api_key,
+                timeout_s=self.timeout_s,
+                backoff_s=self.backoff_s,
             )
             self.usage["retries"] += retried
             for key in ("prompt_tokens", "completion_tokens"):

@@ -470,12 +470,7 @@ class LlmJudge:
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
-        reply, _ = post_json(
-            self.base_url.rstrip("/") + "/chat/completions",
-            body,
-            self.retries,
-            {"Authorization": f"Bearer {self.api_key}"},
-        )
+        reply, _ = post_json(self.base_url.rstrip("/") + "/chat/completions", body, self.retries, api_key=self.api_key)
         text = reply["choices"][0]["message"].get("content") or ""
         if "```json" in text:
             text = text.split("```json")[1].split("```")[0].strip()

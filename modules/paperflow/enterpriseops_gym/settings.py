@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paperflow.core.config import ConfigError, require_choices
+from paperflow.core.config import ConfigError, require_choices, require_member
 
 # what the claims and the report read: S3 compares noop, random, heuristic and golden, the report the HTTP/MCP path
 # (mock_llm); S3/S4 these modes
@@ -24,6 +24,26 @@ def check(cfg: dict[str, Any], source: str) -> None:
         )
     if cfg["source"]["kind"] == "official":
         check_official(cfg, source)
+    if cfg.get("llm_cpu"):
+        check_llm(cfg, source)
+
+
+def check_llm(cfg: dict[str, Any], source: str) -> None:
+    """The cpu scale's language-model agent: on the generated sandbox only, on a mode whose tasks are built, with the
+    plain variant (the baseline of its claims)."""
+    llm = cfg["llm_cpu"]
+    if cfg["source"]["kind"] != "synthetic":
+        raise ConfigError(f"{source}: llm_cpu is for source.kind synthetic (paper scale serves its models by vLLM)")
+    require_member(llm["mode"], cfg["modes"], source, "llm_cpu.mode")
+    require_choices(
+        llm["plans"], source=source, key="llm_cpu.plans", required=["plain"], why="the plan claims compare with it"
+    )
+
+
+def llm_agents(cfg: dict[str, Any]) -> list[str]:
+    """The episode table's agents of the language-model block (none when llm_cpu is null)."""
+    llm = cfg.get("llm_cpu")
+    return [f"llm_{p}" for p in llm["plans"]] if llm else []
 
 
 def check_official(cfg: dict[str, Any], source: str) -> None:
@@ -67,8 +87,8 @@ def claim_metrics(cfg: dict[str, Any]) -> list[str]:
 
 
 def claim_methods(cfg: dict[str, Any]) -> list[str]:
-    """The agents run, the minimum over them (`every_agent`), the mutation test's two checkers and the alternative
-    plans' control (`trajectory_match`)."""
+    """The agents run (the language-model agents `llm_<plan>` where llm_cpu is set), the minimum over them
+    (`every_agent`), the mutation test's two checkers and the alternative plans' control (`trajectory_match`)."""
     if cfg["source"]["kind"] != "synthetic":
         return []
-    return [*cfg["agents"], "every_agent", "verifiers", "row_count_verifiers", "trajectory_match"]
+    return [*cfg["agents"], *llm_agents(cfg), "every_agent", "verifiers", "row_count_verifiers", "trajectory_match"]

@@ -20,6 +20,14 @@ What it serves:
   `stop_token_ids`. The model's EOS ends a sample (finish_reason "stop"); `max_tokens` reached: "length".
 - `POST /v1/chat/completions`: `messages` through the tokenizer's chat template with the generation prompt;
   the same sampling parameters; the choice carries {"message": {"role": "assistant", "content": text}}.
+  With `tools` (OpenAI function tools; `tool_choice` absent or "auto"), as vLLM's hermes tool parser: a template
+  that renders tools itself gets them as `tools=`; one that does not (SmolLM2's) gets them in the system message as
+  a <tools> block of JSON schemas with the instruction to answer <tool_call>{"name": ..., "arguments": {...}}
+  </tool_call>, and the conversation's assistant tool calls and `tool` results are written back as that text
+  (results as <tool_response> blocks in a user turn). Every well-formed <tool_call> block of a generated text
+  becomes an OpenAI tool call (id, type "function", name, arguments as a JSON string), the rest stays the content,
+  and finish_reason is "tool_calls"; a malformed block (not JSON, no name, arguments not an object, unclosed) stays
+  in the content as text.
 A body the server cannot honour (an unknown model, a key it does not implement, a bad value) is answered 400 or
 404 with one line naming the key, never silently ignored.
 
@@ -31,9 +39,11 @@ floating-point rounding of a differently padded batch (tested equal on the tiny 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -62,7 +72,117 @@ KNOWN_KEYS = {
     "stop_token_ids",
     "add_special_tokens",
     "stream",
+    "tools",
+    "tool_choice",
 }
+
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou can call the functions below to act on the user's request. Their signatures (JSON schemas) "
+    "are inside <tools></tools>:\n<tools>\n"
+)
+TOOLS_POSTAMBLE = (
+    "\n</tools>\n\nTo call a function, answer with a JSON object naming it and giving its arguments, inside "
+    '<tool_call></tool_call> tags:\n<tool_call>\n{"name": <function name>, "arguments": <arguments as a JSON '
+    "object>}\n</tool_call>\nWhen no call is needed, answer in plain text."
+)
+
+
+def tools_system_text(tools: Sequence[Mapping[str, Any]]) -> str:
+    """The tools as the system message's <tools> block (for a chat template that does not render tools)."""
+    return TOOLS_PREAMBLE + "\n".join(json.dumps(t, sort_keys=False) for t in tools) + TOOLS_POSTAMBLE
+
+
+def tool_call_text(call: Mapping[str, Any]) -> str:
+    """One OpenAI tool call (arguments a JSON string, or an object) as a <tool_call> block."""
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # written back as the model sent it: the conversation shows what it said
+    return "<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}) + "\n</tool_call>"
+
+
+def messages_with_tools(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """`messages` as plain {role, content} text turns for a template without tool support: the tools' block added
+    to the system message (one inserted first when there is none), an assistant turn's tool calls appended to its
+    text as <tool_call> blocks, and each run of `tool` messages as one user turn of <tool_response> blocks."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role, content = m.get("role"), m.get("content")
+        text = content if isinstance(content, str) else ""
+        if role == "assistant" and m.get("tool_calls"):
+            blocks = [tool_call_text(c) for c in m["tool_calls"]]
+            out.append({"role": "assistant", "content": "\n".join(([text] if text else []) + blocks)})
+        elif role == "tool":
+            block = f"<tool_response>\n{text}\n</tool_response>"
+            if out and out[-1].get("_tool"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "_tool": True})
+        else:
+            out.append({"role": role, "content": text})
+    out = [{k: v for k, v in m.items() if k != "_tool"} for m in out]
+    if tools:
+        block = tools_system_text(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": (out[0]["content"] + "\n\n" + block).lstrip()}
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
+
+
+def parse_tool_calls(text: str, ids: Any) -> tuple[str | None, list[dict[str, Any]]]:
+    """(content, tool calls) of a generated text: each well-formed <tool_call> block (JSON with a string "name" and
+    an object "arguments", absent arguments read as {}) becomes an OpenAI tool call with the next id of `ids`; the
+    text outside them, malformed blocks included, is the content (None when empty)."""
+    calls: list[dict[str, Any]] = []
+    kept: list[str] = []
+    at = 0
+    for match in TOOL_CALL.finditer(text):
+        try:
+            doc = json.loads(match.group(1).strip())
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("name"), str) or not doc["name"]:
+            continue
+        args = doc.get("arguments", {})
+        if not isinstance(args, dict):
+            continue
+        kept.append(text[at : match.start()])
+        at = match.end()
+        calls.append(
+            {
+                "id": f"call_{next(ids)}",
+                "type": "function",
+                "function": {"name": doc["name"], "arguments": json.dumps(args)},
+            }
+        )
+    kept.append(text[at:])
+    content = "".join(kept).strip() if calls else text
+    return (content or None), calls
+
+
+def _check_tools(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto"):
+        raise BadRequest(f"tool_choice: the kit's local server lets the model choose; allowed: 'auto', got {choice!r}")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
+        raise BadRequest("tools: expected a list of {type: 'function', function: {name, description, parameters}}")
+    return tools
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -84,6 +204,7 @@ class _Job:
     seed: int
     stop: list[str]
     stop_ids: list[int]
+    tools: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     result: list[dict[str, Any]] | None = None
     error: BaseException | None = None
@@ -126,6 +247,8 @@ class LocalServer:
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         self.batches = 0
+        self._call_ids = itertools.count()
+        self._native_tools: bool | None = None
 
     # --- the HTTP side -------------------------------------------------------------------------------
     @property
@@ -203,7 +326,7 @@ class LocalServer:
             return 500, {"error": {"message": f"{type(job.error).__name__}: {job.error}"}}
         chat = route.endswith("chat/completions")
         choices = [
-            {"index": i, "message": {"role": "assistant", "content": c["text"]}, "finish_reason": c["finish_reason"]}
+            self._chat_choice(i, c, job.tools)
             if chat
             else {"index": i, "text": c["text"], "finish_reason": c["finish_reason"], "logprobs": None}
             for i, c in enumerate(job.result or [])
@@ -216,6 +339,43 @@ class LocalServer:
             "usage": {"prompt_tokens": len(job.ids), "completion_tokens": sum(c["tokens"] for c in job.result or [])},
         }
 
+    def _chat_choice(self, index: int, c: Mapping[str, Any], tools: bool) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": c["text"]}
+        finish = c["finish_reason"]
+        if tools:
+            content, calls = parse_tool_calls(c["text"], self._call_ids)
+            if calls:
+                message = {"role": "assistant", "content": content, "tool_calls": calls}
+                finish = "tool_calls"
+        return {"index": index, "message": message, "finish_reason": finish}
+
+    def renders_tools(self) -> bool:
+        """Whether the tokenizer's chat template renders a `tools=` list itself (checked once, on a probe)."""
+        if self._native_tools is None:
+            probe = [{"role": "user", "content": "hi"}]
+            tool = {"type": "function", "function": {"name": "probe_tool_name", "parameters": {"type": "object"}}}
+            plain = self.tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+            with_tools = self.tokenizer.apply_chat_template(
+                probe, tools=[tool], tokenize=False, add_generation_prompt=True
+            )
+            self._native_tools = plain != with_tools
+        return self._native_tools
+
+    def chat_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int]:
+        """The prompt's token ids: `messages` (and `tools`) through the chat template with the generation prompt."""
+        uses_tools = bool(tools) or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
+        if not uses_tools:
+            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        elif self.renders_tools():
+            ids = self.tokenizer.apply_chat_template(
+                list(messages), tools=list(tools or []) or None, add_generation_prompt=True, tokenize=True
+            )
+        else:
+            ids = self.tokenizer.apply_chat_template(
+                messages_with_tools(messages, tools), add_generation_prompt=True, tokenize=True
+            )
+        return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
     def _job(self, route: str, body: Mapping[str, Any]) -> _Job:
         unknown = sorted(set(body) - KNOWN_KEYS)
         if unknown:
@@ -225,14 +385,17 @@ class LocalServer:
         top_p = _number(body, "top_p", 1.0, float)
         if top_p != 1.0:
             raise BadRequest(f"top_p: the kit's local server samples the full law only; allowed: 1.0, got {top_p}")
+        tools = None
         if route.endswith("chat/completions"):
             messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
+            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
                 raise BadRequest("messages: expected a non-empty list of {role, content}")
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if isinstance(ids, Mapping):
-                ids = ids["input_ids"]
+            tools = _check_tools(body)
+            ids = self.chat_ids(messages, tools)
         else:
+            for key in ("tools", "tool_choice"):
+                if key in body:
+                    raise BadRequest(f"{key}: only /v1/chat/completions takes tools")
             prompt = body.get("prompt")
             if isinstance(prompt, str):
                 add = body.get("add_special_tokens", True)
@@ -271,6 +434,7 @@ class LocalServer:
             seed=int(seed),
             stop=stop,
             stop_ids=[int(t) for t in stop_ids],
+            tools=bool(tools),
         )
 
     # --- the model side ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import logging
 import os
 import shlex
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -194,6 +195,8 @@ class Client:
         self.backoff_s = float(backoff_s)
         self.concurrency = max(int(concurrency), 1)
         self.api_key = api_key
+        self.retried = 0  # retries made by this client's posts so far (the ReAct harness reports them)
+        self._lock = threading.Lock()
 
     def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST `body` as JSON to `<base_url><path>`; the reply's JSON. Retries connection errors, timeouts, 429 and
@@ -217,6 +220,8 @@ class Client:
             except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
                 last = f"{type(error).__name__}: {error}"
             if attempt < self.retries:
+                with self._lock:
+                    self.retried += 1
                 wait = self.backoff_s * 2**attempt
                 log.warning("POST %s failed (%s); retry %d/%d in %.1f s", url, last, attempt + 1, self.retries, wait)
                 time.sleep(wait)
