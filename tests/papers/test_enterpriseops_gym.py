@@ -456,7 +456,8 @@ def test_the_gated_claims_on_the_real_runs_and_their_controls(episodes, world):
         "mutation_test_catches_plan_errors",
         "alternative_plans_accepted",
     }
-    assert got["mutation_test_catches_plan_errors"].central and got["alternative_plans_accepted"].central
+    # the mutation test is the central claim where no language model runs; the alternatives claim is gated only
+    assert got["mutation_test_catches_plan_errors"].central and not got["alternative_plans_accepted"].central
     held = ["S3_random_at_most_10pct", "S3_heuristic_between_random_and_golden", "alternative_plans_accepted"]
     assert {k: gated[k] for k in held} == dict.fromkeys(held, HELD)
     for k in held:  # each control is judged beside its claim and fails it
