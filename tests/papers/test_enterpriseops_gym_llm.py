@@ -149,11 +149,11 @@ def test_the_served_model_solves_tasks_through_the_harness_and_the_records_are_e
     assert all(r["agent"] == "llm_plain" and r["tool_calls"] == 0 for r in idle)
 
 
-def episode(task_id, agent, feasible, success=False, refused=False, errored=None):
+def episode(task_id, agent, feasible, success=False, refused=False, errored=None, mode="oracle"):
     return {
         "task_id": task_id,
         "domain": "itsm",
-        "mode": "oracle",
+        "mode": mode,
         "agent": agent,
         "run": 0,
         "feasible": feasible,
@@ -225,15 +225,19 @@ def test_the_report_section_gives_rates_per_plan_and_domain(world):
             episode("f1", "llm_oracle_plan", True, success=True),
             episode("i0", "llm_plain", False, refused=True),
             episode("i0", "llm_oracle_plan", False, errored="HTTP 500; after 3 attempt(s)", refused=True),
+            episode("f1", "llm_plain", True, success=True, mode="plus_10"),
         ]
     )
     notes = {"llm_plain": {"wall_s": 12.0, "usage": {"prompt_tokens": 10, "completion_tokens": 5}}}
     text = claims.llm_section(frame, notes, cfg(plans=["plain", "oracle_plan"]))
     lines = [l for l in text.splitlines() if l.startswith("| ")]
-    plain_all = next(l for l in lines if l.startswith("| plain | all"))
-    oracle_all = next(l for l in lines if l.startswith("| oracle_plan | all"))
+    plain_all = next(l for l in lines if l.startswith("| plain | oracle | all"))
+    oracle_all = next(l for l in lines if l.startswith("| oracle_plan | oracle | all"))
+    plus_10 = next(l for l in lines if l.startswith("| plain | plus_10 | all"))
     assert "0.000 (0/1)" in plain_all and "1.000 (1/1)" in plain_all  # success 0, refusal 1
     assert "1.000 (1/1) | 1.000" in oracle_all and "0.000 (0/1)" in oracle_all  # the errored refusal fails
+    assert plus_10.split(" | ")[3] == "1.000 (1/1)"  # the other mode's episode: its own row, not pooled
+    assert not any(l.startswith("| oracle_plan | plus_10") for l in lines)
     assert "plain 12 s (10 prompt + 5 completion tokens)" in text
 
 
@@ -242,6 +246,12 @@ def test_config_errors_name_the_key():
     bad["llm_cpu"]["mode"] = "plus_15"
     with pytest.raises(ConfigError, match=r"llm_cpu.mode = 'plus_15'"):
         settings.check(bad, "x")
+    bad = copy.deepcopy(CPU)
+    bad["llm_cpu"]["plain_modes"] = ["oracle"]
+    with pytest.raises(ConfigError, match=r"llm_cpu.plain_modes: unknown mode 'oracle'"):
+        settings.check(bad, "x")
+    assert settings.llm_modes(CPU["llm_cpu"], "plain") == ["oracle", "plus_5", "plus_10"]
+    assert settings.llm_modes(CPU["llm_cpu"], "oracle_plan") == ["oracle"]
     bad = copy.deepcopy(CPU)
     bad["llm_cpu"]["plans"] = ["oracle_plan"]
     with pytest.raises(ConfigError, match=r"llm_cpu.plans.*plain"):
@@ -295,3 +305,28 @@ def test_a_request_past_its_timeout_is_retried_then_errors_the_episode(world):
     assert hits == ["/v1/chat/completions"] * 2
     assert "TimeoutError" in rec["errored"] and rec["errored"].endswith("after 2 attempt(s)")
     assert not rec["overall_success"]
+
+
+def test_the_plain_job_runs_each_of_its_modes_and_sums_their_usage(tmp_path, monkeypatch):
+    """run_llm on two modes' task files: every configured task of each mode once, in the modes' order, each record
+    carrying its own mode; usage and wall summed over modes, each mode's notes kept."""
+    sql = world_sql(0, WorldSize())
+    ts = tasks.build_tasks(sql, 19, 9, 0, ["oracle", "plus_5"])
+    paths = {}
+    for mode in ("oracle", "plus_5"):
+        paths[mode] = tmp_path / f"{mode}.jsonl"
+        stages.write_jsonl(paths[mode], ts.modes[mode])
+    (tmp_path / "seed.sql").write_text(sql)
+    by_prompt = {t["user_prompt"]: t for m in ts.modes.values() for t in map(tasks.load_task, m)}
+    scripted(monkeypatch, by_prompt, idle=True)
+    monkeypatch.setattr(llm, "load_model", lambda model_json, pretrained: (Model(), CharTokenizer()))
+    conf = cfg(tasks={"feasible": 2, "infeasible": 1})
+    records, notes = llm.run_llm("plain", "unused.json", str(tmp_path / "seed.sql"), paths, conf)
+    assert [r["mode"] for r in records] == ["oracle"] * 3 + ["plus_5"] * 3
+    assert notes["modes"] == ["oracle", "plus_5"] and set(notes["per_mode"]) == {"oracle", "plus_5"}
+    per = notes["per_mode"]
+    assert (
+        notes["usage"]["prompt_tokens"]
+        == per["oracle"]["usage"]["prompt_tokens"] + per["plus_5"]["usage"]["prompt_tokens"]
+    )
+    assert per["plus_5"]["usage"]["prompt_tokens"] > per["oracle"]["usage"]["prompt_tokens"]  # five more tools shown

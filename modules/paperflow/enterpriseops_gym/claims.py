@@ -148,8 +148,27 @@ def _alternatives_text(alternatives: pd.DataFrame) -> str:
     )
 
 
+def _llm_rates(g: pd.DataFrame) -> dict[str, Any]:
+    """One row of the language-model table: rates over the episodes `g` (errored ones already failures)."""
+    feas, infeas = g[g["feasible"]], g[~g["feasible"]]
+
+    def rate(s: pd.Series) -> str:
+        return f"{s.astype(float).mean():.3f} ({int(s.astype(float).sum())}/{len(s)})" if len(s) else "–"
+
+    return {
+        "success (feasible)": rate(feas["overall_success"]),
+        "verifier pass": f"{feas['verifier_pass_rate'].astype(float).mean():.3f}" if len(feas) else "–",
+        "refusal (infeasible)": rate(infeas["refused_correctly"]),
+        "side effects": rate(infeas["side_effect"]),
+        "episodes with a tool call": rate(g["tool_calls"] > 0),
+        "tool calls / episode": f"{g['tool_calls'].mean():.2f}",
+        "refused calls": int(g["failed_calls"].sum()),
+        "errored": int(g["errored"].notna().sum()),
+    }
+
+
 def llm_section(episodes: pd.DataFrame, run_notes: Mapping[str, Any], llm: Mapping[str, Any]) -> str:
-    """The language-model agent's rates per plan variant and domain (errored episodes as failures), its calls, and
+    """The language-model agent's rates per plan variant, tool-set mode and domain (errored episodes as failures), its calls, and
     the measurement behind a null result: the share of episodes in which the model made any parsable tool call."""
     names = [f"llm_{p}" for p in llm["plans"]]
     eps = episodes[episodes["agent"].isin(names)]
@@ -157,26 +176,14 @@ def llm_section(episodes: pd.DataFrame, run_notes: Mapping[str, Any], llm: Mappi
         return "No episode of the language-model agent."
     scored = as_failures(eps)
     rows = []
+    modes = [llm["mode"], *(llm.get("plain_modes") or [])]
     for name in names:
-        for domain, g in [("all", scored[scored["agent"] == name])] + list(
-            scored[scored["agent"] == name].groupby("domain", sort=True)
-        ):
-            feas, infeas = g[g["feasible"]], g[~g["feasible"]]
-            rate = lambda s: f"{s.astype(float).mean():.3f} ({int(s.astype(float).sum())}/{len(s)})" if len(s) else "–"  # noqa: E731
-            rows.append(
-                {
-                    "plan": name.removeprefix("llm_"),
-                    "domain": domain,
-                    "success (feasible)": rate(feas["overall_success"]),
-                    "verifier pass": f"{feas['verifier_pass_rate'].astype(float).mean():.3f}" if len(feas) else "–",
-                    "refusal (infeasible)": rate(infeas["refused_correctly"]),
-                    "side effects": rate(infeas["side_effect"]),
-                    "episodes with a tool call": rate(g["tool_calls"] > 0),
-                    "tool calls / episode": f"{g['tool_calls'].mean():.2f}",
-                    "refused calls": int(g["failed_calls"].sum()),
-                    "errored": int(g["errored"].notna().sum()),
-                }
-            )
+        for mode in modes:
+            mine = scored[(scored["agent"] == name) & (scored["mode"] == mode)]
+            if mine.empty:
+                continue
+            for domain, g in [("all", mine)] + list(mine.groupby("domain", sort=True)):
+                rows.append({"plan": name.removeprefix("llm_"), "mode": mode, "domain": domain, **_llm_rates(g)})
     wall = ", ".join(
         f"{n.removeprefix('llm_')} {run_notes[n]['wall_s']:.0f} s ({run_notes[n]['usage']['prompt_tokens']} prompt + "
         f"{run_notes[n]['usage']['completion_tokens']} completion tokens)"
@@ -188,7 +195,8 @@ def llm_section(episodes: pd.DataFrame, run_notes: Mapping[str, Any], llm: Mappi
         "job by the kit's LocalServer on 127.0.0.1 (tools as a <tools> block in the system message, <tool_call> "
         "blocks parsed into OpenAI tool calls) and run by the ReAct harness the paper-scale models use, greedy, "
         f"max_tokens {llm['harness']['max_tokens']}, at most {llm['harness']['max_iterations']} model calls per "
-        f"episode, on the {llm['mode']} tool set of {eps['task_id'].nunique()} tasks. Plans: plain (the task as every "
+        f"episode, on the {llm['mode']} tool set's tasks ({eps['task_id'].nunique()} task ids), the plain variant also "
+        f"on {', '.join(llm.get('plain_modes') or []) or 'no other mode'}. Plans: plain (the task as every "
         "agent gets it), oracle_plan (the golden plan's steps after the request), shuffled_plan (the control: "
         "another template's plan). Errored episodes count as failures. Wall per plan job: "
         + (wall or "n/a")
@@ -333,7 +341,12 @@ def build_report(
             f"{mock.get('usage', {}).get('completion_tokens', 'n/a')} completion.",
         ),
         *(
-            [("Language-model agent: success and refusal per plan and domain", llm_section(episodes, run_notes, llm))]
+            [
+                (
+                    "Language-model agent: success and refusal per plan, mode and domain",
+                    llm_section(episodes, run_notes, llm),
+                )
+            ]
             if (llm := params.get("llm"))
             else []
         ),

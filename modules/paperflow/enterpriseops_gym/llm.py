@@ -183,10 +183,17 @@ def run_plan(
 
 
 def run_llm(
-    plan: str, model_json: str, sql_path: str, tasks_path: str, cfg: Mapping[str, Any], threads: int = 1
+    plan: str,
+    model_json: str,
+    sql_path: str,
+    tasks_paths: Mapping[str, str],
+    cfg: Mapping[str, Any],
+    threads: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The train job of one plan variant: the model loaded offline (torch on `threads` threads), every task of the
-    tasks file in process (LocalSession), `run_plan`."""
+    """The train job of one plan variant: the model loaded offline (torch on `threads` threads), then for each tool-set
+    mode of `tasks_paths` ({mode: tasks file}, in order) the configured subset of its tasks in process (LocalSession),
+    `run_plan`. The records of every mode in one list; the notes' usage and wall summed over modes, per mode under
+    `per_mode`."""
     import torch
 
     from paperflow.enterpriseops_gym.harness import LocalSession
@@ -196,6 +203,20 @@ def run_llm(
     torch.set_num_threads(max(int(threads), 1))
     model, tokenizer = load_model(model_json, cfg["pretrained"])
     template = Template(Path(sql_path).read_text())
-    tasks = task_subset(load_tasks(tasks_path), cfg["tasks"]["feasible"], cfg["tasks"]["infeasible"])
-    records, notes = run_plan(model, tokenizer, tasks, lambda t: LocalSession(template, t), plan, cfg)
-    return records, {**notes, "mode": cfg["mode"], "model": cfg["pretrained"]["hub"], "threads": int(threads)}
+    records: list[dict[str, Any]] = []
+    per_mode: dict[str, dict[str, Any]] = {}
+    for mode, path in tasks_paths.items():
+        tasks = task_subset(load_tasks(path), cfg["tasks"]["feasible"], cfg["tasks"]["infeasible"])
+        rows, per_mode[mode] = run_plan(model, tokenizer, tasks, lambda t: LocalSession(template, t), plan, cfg)
+        records += rows
+    usage = {
+        k: sum(n["usage"][k] for n in per_mode.values()) for k in ("prompt_tokens", "completion_tokens", "retries")
+    }
+    notes = {
+        "plan": plan,
+        "usage": usage,
+        "wall_s": round(sum(n["wall_s"] for n in per_mode.values()), 2),
+        "modes": list(tasks_paths),
+        "per_mode": per_mode,
+    }
+    return records, {**notes, "model": cfg["pretrained"]["hub"], "threads": int(threads)}

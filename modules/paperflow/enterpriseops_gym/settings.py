@@ -35,9 +35,17 @@ def check_llm(cfg: dict[str, Any], source: str) -> None:
     if cfg["source"]["kind"] != "synthetic":
         raise ConfigError(f"{source}: llm_cpu is for source.kind synthetic (paper scale serves its models by vLLM)")
     require_member(llm["mode"], cfg["modes"], source, "llm_cpu.mode")
+    others = [m for m in cfg["modes"] if m != llm["mode"]]
+    require_choices(llm["plain_modes"], source=source, key="llm_cpu.plain_modes", known=others, noun="mode")
     require_choices(
         llm["plans"], source=source, key="llm_cpu.plans", required=["plain"], why="the plan claims compare with it"
     )
+
+
+def llm_modes(llm: dict[str, Any], plan: str) -> list[str]:
+    """The tool-set modes whose tasks a plan variant runs on: `llm_cpu.mode` (where the plan claims compare the
+    variants), then `llm_cpu.plain_modes` for the plain variant alone (its rates per mode, no claim)."""
+    return [llm["mode"], *(llm["plain_modes"] if plan == "plain" else [])]
 
 
 def llm_agents(cfg: dict[str, Any]) -> list[str]:
