@@ -9,7 +9,6 @@ only."""
 from __future__ import annotations
 
 import copy
-import fnmatch
 import hashlib
 import json
 import re
@@ -19,13 +18,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_hub import FakeHub, install
 
 from paperflow.confu import paper, paper_train
 from paperflow.confu.decoding import ancestors
 from paperflow.confu.settings import check
 from paperflow.core.claims import CONTROL_HOLDS, HELD, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.io import read_frame
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -86,35 +86,18 @@ def specbench_bytes(rng) -> bytes:
 def hub(tmp_path, monkeypatch):
     """download_pretrained replaced by a fake Hub (the dataset repos' files matching the patterns; the model repo a
     tiny Llama and a word-level tokenizer with a chat template). Returns (calls, cache)."""
-    from paperflow.core.lm import models
     from paperflow.core.lm.models import build_model, save_model
     from paperflow.core.lm.tokenizer import SIMPLE_CHAT_TEMPLATE, save_tokenizer, word_level_tokenizer
 
     files = repo_files(np.random.default_rng(0))
     tok = word_level_tokenizer(WORDS + ["user", "assistant", "hello"], chat_template=SIMPLE_CHAT_TEMPLATE)
-    calls = []
 
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        written = []
-        if repo_type == "dataset":
-            for rel, data in files[name].items():
-                if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
-                    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (folder / rel).write_bytes(data)
-                    written.append(rel)
-        else:
-            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
-            save_tokenizer(tok, folder)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type,
-                      "written": sorted(written)})  # fmt: skip
-        return folder
+    def model(folder):
+        save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+        save_tokenizer(tok, folder)
 
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return calls, tmp_path / "cache"
+    hub = install(monkeypatch, FakeHub(files, model=model))
+    return hub.calls, tmp_path / "cache"
 
 
 @pytest.fixture

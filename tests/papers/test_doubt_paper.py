@@ -8,7 +8,6 @@ rules."""
 
 from __future__ import annotations
 
-import fnmatch
 import io
 import json
 import re
@@ -18,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.io import read_frame
 from paperflow.doubt import benchmarks as bm
 from paperflow.doubt import paper
@@ -217,28 +217,9 @@ def snapshots(tmp_path_factory):
 def hub(tmp_path, monkeypatch, snapshots):
     """download_pretrained replaced by a fake Hub: a dataset repo writes the fixture's parquet files matching the
     patterns, a model repo copies its snapshot. Returns (calls, cache)."""
-    from paperflow.core.lm import models
 
-    files = hub_files()
-    calls = []
-
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        if repo_type == "dataset":
-            written = [p for p in files if any(fnmatch.fnmatch(p, pat) for pat in allow_patterns)]
-            for rel in written:
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                files[rel].to_parquet(folder / rel, index=False)
-            calls[-1]["written"] = sorted(written)
-        else:
-            shutil.copytree(snapshots[name], folder, dirs_exist_ok=True)
-        return folder
-
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return calls, tmp_path / "cache"
+    hub = install(monkeypatch, FakeHub(snapshots, dataset=hub_files()))
+    return hub.calls, tmp_path / "cache"
 
 
 def test_benchmark_downloads_fetch_only_their_files_at_the_pin_and_render_the_codes_questions(hub, tmp_path):

@@ -10,7 +10,6 @@ against a fake server; the per-domain/per-mode tables; the paper-scale DAG with 
 
 from __future__ import annotations
 
-import fnmatch
 import io
 import json
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
@@ -92,8 +92,6 @@ def domains_of(rows):
 def hub(world, tmp_path, monkeypatch):
     """A fake Hub: download_pretrained writes the files of the dataset matching allow_patterns (the card and the
     parquet shards, at the paths its `configs:` block names) and records the call."""
-    from paperflow.core.lm import models
-
     _, _, rows = world
     files = {}
     card = ["---", "license: cc-by-nc-4.0", "configs:"]
@@ -107,18 +105,7 @@ def hub(world, tmp_path, monkeypatch):
             files[rel] = buf.getvalue()
     files["README.md"] = ("\n".join([*card, "---", "# EnterpriseOps-Gym"]) + "\n").encode()
     files["data/unused/extra.bin"] = b"not asked for"
-    calls = []
-
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        written = [p for p in files if any(fnmatch.fnmatch(p, q) for q in allow_patterns)]
-        for rel in written:
-            (Path(folder) / rel).parent.mkdir(parents=True, exist_ok=True)
-            (Path(folder) / rel).write_bytes(files[rel])
-        calls.append({"name": name, "revision": revision, "repo_type": repo_type, "written": sorted(written)})
-        return Path(folder)
-
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    return calls, tmp_path / "cache"
+    return install(monkeypatch, FakeHub(dataset=files)).calls, tmp_path / "cache"
 
 
 def dataset(revision=SHA):

@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from fake_hub import FakeHub, install
 from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.io import read_frame
 from paperflow.core.lm import serve
 from paperflow.itpo import collab, paper, recipe, serving
@@ -260,34 +261,11 @@ def hub_rows(n: int = 12) -> pd.DataFrame:
 def hub(tmp_path, monkeypatch):
     """download_pretrained replaced by a fake Hub that writes the files matching the patterns (a dataset repo's
     data/train-00000-of-00001.parquet, a model repo's config and weights); returns the calls."""
-    import fnmatch
-
-    from paperflow.core.lm import models
-
-    calls = []
-
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        repo = (
-            {"data/train-00000-of-00001.parquet": None, "README.md": b"card"}
-            if repo_type == "dataset"
-            else {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}", "README.md": b"card"}
-        )
-        for path, payload in repo.items():
-            if allow_patterns and not any(fnmatch.fnmatch(path, p) for p in allow_patterns):
-                continue
-            (folder / path).parent.mkdir(parents=True, exist_ok=True)
-            if payload is None:
-                hub_rows().to_parquet(folder / path)
-            else:
-                (folder / path).write_bytes(payload)
-        return folder
-
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return calls
+    hub = FakeHub(
+        dataset={"data/train-00000-of-00001.parquet": hub_rows(), "README.md": b"card"},
+        model={"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}", "README.md": b"card"},
+    )
+    return install(monkeypatch, hub).calls
 
 
 def test_downloads_fetch_only_the_listed_files_at_the_pinned_commit(hub, tmp_path):
@@ -296,9 +274,10 @@ def test_downloads_fetch_only_the_listed_files_at_the_pinned_commit(hub, tmp_pat
     data = paper.download_hub(task, "tasks.math", str(tmp_path / "cache"), str(tmp_path / "math.json"))
     assert hub == [
         {"name": "Qwen/Qwen2.5-3B-Instruct", "revision": CFG["pretrained"]["revision"],
-         "patterns": CFG["pretrained"]["files"], "repo_type": "model"},
+         "patterns": CFG["pretrained"]["files"], "repo_type": "model",
+         "written": ["config.json", "model.safetensors", "tokenizer.json"]},  # not the README beside them
         {"name": "collabllm/collabllm-multiturn-math-hard", "revision": SHA, "patterns": ["data/*.parquet"],
-         "repo_type": "dataset"},
+         "repo_type": "dataset", "written": ["data/train-00000-of-00001.parquet"]},
     ]  # fmt: skip
     assert sorted(doc["sha256"]) == ["config.json", "model.safetensors", "tokenizer.json"]
     assert list(data["sha256"]) == ["data/train-00000-of-00001.parquet"]

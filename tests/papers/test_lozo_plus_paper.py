@@ -7,7 +7,6 @@ errors by name, and the paper-scale DAG with GPUs on the train and evaluate rule
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 from pathlib import Path
@@ -16,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.io import read_frame
 from paperflow.lozo_plus import paper, zo
 from paperflow.lozo_plus import superglue as sg
@@ -70,17 +70,13 @@ def hub_tables(seed=0, n_train=80, n_valid=50) -> dict[str, dict[str, pd.DataFra
     }
 
 
-def write_snapshot(tables, folder: Path, allow_patterns) -> list[str]:
-    """What snapshot_download leaves in `folder`: the repo's files matching `allow_patterns`, at their repo paths."""
-    written = []
-    for subset, splits in tables.items():
-        for split, frame in splits.items():
-            rel = f"{subset}/{split}-00000-of-00001.parquet"
-            if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
-                (folder / subset).mkdir(parents=True, exist_ok=True)
-                frame.to_parquet(folder / rel, index=False)
-                written.append(rel)
-    return written
+def snapshot_files(tables) -> dict[str, pd.DataFrame]:
+    """The dataset repo's files at their repo paths ({subset}/{split}-00000-of-00001.parquet), for the fake Hub."""
+    return {
+        f"{subset}/{split}-00000-of-00001.parquet": frame
+        for subset, splits in tables.items()
+        for split, frame in splits.items()
+    }
 
 
 def tokenizer_for(tables):
@@ -100,29 +96,18 @@ def tokenizer_for(tables):
 def hub(tmp_path, monkeypatch):
     """download_pretrained replaced by a fake Hub: a dataset repo lays out the fixture's parquet files, the model
     repo a tiny Llama (kit `save_model`) and its tokenizer. Returns (tables, calls, cache)."""
-    from paperflow.core.lm import models
     from paperflow.core.lm.models import build_model, save_model
     from paperflow.core.lm.tokenizer import save_tokenizer
 
     tables = hub_tables()
     tok = tokenizer_for(tables)
-    calls = []
 
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if repo_type == "dataset":
-            calls[-1]["written"] = write_snapshot(tables, folder, allow_patterns)
-        else:
-            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
-            save_tokenizer(tok, folder)
-        return folder
+    def model(folder):
+        save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+        save_tokenizer(tok, folder)
 
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return tables, calls, tmp_path / "cache"
+    hub = install(monkeypatch, FakeHub(model=model, dataset=snapshot_files(tables)))
+    return tables, hub.calls, tmp_path / "cache"
 
 
 PRETRAINED = {
@@ -155,7 +140,7 @@ def test_download_asks_for_the_split_parquet_files_only_at_the_pinned_commit(hub
     tables, calls, _ = hub
     pj, _ = prepared(hub, tmp_path)
     model_call, data_call = calls
-    assert model_call == {
+    assert {k: v for k, v in model_call.items() if k != "written"} == {
         "name": "org/tiny",
         "revision": SHA,
         "patterns": ["*.json", "*.safetensors"],
@@ -662,7 +647,6 @@ def lm_tables(seed=0, n_train=30, n_valid=20) -> dict[str, dict[str, pd.DataFram
 def lm_hub(tmp_path, monkeypatch):
     """The fake Hub of `hub`, serving the LM tasks' parquet files and a tiny Llama whose word-level tokenizer knows
     every word their prompts and completions hold."""
-    from paperflow.core.lm import models
     from paperflow.core.lm.models import build_model, save_model
     from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
     from paperflow.lozo_plus import lmtasks as lt
@@ -676,23 +660,13 @@ def lm_hub(tmp_path, monkeypatch):
                 words += spec.prompt(r).split() + spec.target(r).split()
                 words += [w for c in spec.candidates(r) for w in c.split()]
     tok = word_level_tokenizer(words)
-    calls = []
 
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if repo_type == "dataset":
-            write_snapshot(tables, folder, allow_patterns)
-        else:
-            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
-            save_tokenizer(tok, folder)
-        return folder
+    def model(folder):
+        save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+        save_tokenizer(tok, folder)
 
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return tables, calls, tmp_path / "cache"
+    hub = install(monkeypatch, FakeHub(model=model, dataset=snapshot_files(tables)))
+    return tables, hub.calls, tmp_path / "cache"
 
 
 def test_lm_task_templates_render_mezos_formats():

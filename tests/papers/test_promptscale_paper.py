@@ -7,7 +7,6 @@ config errors by name; the paper-scale DAG with GPUs on the heavy rules only."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import re
@@ -15,11 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fake_hub import FakeHub, install
 from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core import sandbox
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.lm import serve
 from paperflow.promptscale import llm_text as lt
 from paperflow.promptscale import paper, paper_generate, sft, vllm_server
@@ -208,35 +208,7 @@ def tiny_model_folder(tmp_path_factory):
 @pytest.fixture
 def hub(monkeypatch, tiny_model_folder):
     """download_pretrained replaced by a fake Hub; returns the calls (repo, revision, patterns, written files)."""
-    import shutil
-
-    from paperflow.core.lm import models
-
-    calls = []
-
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        written = []
-        if repo_type == "model":
-            shutil.copytree(tiny_model_folder, folder, dirs_exist_ok=True)
-        else:
-            for rel, content in HUB_FILES[name].items():
-                if not any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
-                    continue
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(content, pd.DataFrame):
-                    content.to_parquet(folder / rel, index=False)
-                else:
-                    (folder / rel).write_text("".join(json.dumps(r) + "\n" for r in content))
-                written.append(rel)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "written": written})
-        return folder
-
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return calls
+    return install(monkeypatch, FakeHub(HUB_FILES, model=tiny_model_folder)).calls
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ paper-scale DAG with GPUs on the evaluate rule only."""
 
 from __future__ import annotations
 
-import fnmatch
 import io
 import json
 import re
@@ -19,10 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_hub import FakeHub, install
 
 from paperflow.core.claims import CONTROL_HOLDS, HELD, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.io import read_frame
 from paperflow.specflow import benchmarks as bm
 from paperflow.specflow import paper
@@ -170,31 +170,8 @@ def tiny_llava(tmp_path_factory) -> Path:
 def hub(tmp_path, monkeypatch, tiny_llava):
     """download_pretrained replaced by a fake Hub: a dataset repo writes the fixture's parquet files matching the
     allow patterns (only those), the model repo copies the tiny LLaVA. Returns (calls, cache)."""
-    import shutil
-
-    from paperflow.core.lm import models
-
-    tables = hub_tables()
-    calls = []
-
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if repo_type == "dataset":
-            written = [rel for rel in tables[name] if any(fnmatch.fnmatch(rel, p) for p in allow_patterns)]
-            for rel in written:
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                tables[name][rel].to_parquet(folder / rel, index=False)
-            calls[-1]["written"] = written
-        else:
-            shutil.copytree(tiny_llava, folder, dirs_exist_ok=True)
-        return folder
-
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return calls, tmp_path / "cache"
+    hub = install(monkeypatch, FakeHub(hub_tables(), model=tiny_llava))
+    return hub.calls, tmp_path / "cache"
 
 
 PRETRAINED = {"hub": "org/tiny-llava", "repo_type": "model", "revision": SHA, "files": ["*.json", "*.safetensors"],
@@ -210,12 +187,13 @@ def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hu
     counts = {name: paper.download_benchmark(name, bench(name), str(cache), str(tmp_path / f"{name}.parquet"))
               for name in BENCHES}  # fmt: skip
     assert counts == {"gqa": 3, "pope": 6, "mme": 4, "sqa": 2, "textvqa": 2, "mmbench": 4 + 2}  # one row a rotation
-    assert calls[0] == {"name": "org/tiny-llava", "revision": SHA, "patterns": ["*.json", "*.safetensors"],
-                        "repo_type": "model"}  # fmt: skip
+    model_call = {k: v for k, v in calls[0].items() if k != "written"}
+    assert model_call == {"name": "org/tiny-llava", "revision": SHA, "patterns": ["*.json", "*.safetensors"],
+                          "repo_type": "model"}  # fmt: skip
     written = {c["name"]: c["written"] for c in calls[1:]}
     assert all(c["revision"] == SHA and c["repo_type"] == "dataset" for c in calls[1:])
-    assert written == {"lmms-lab/GQA": ["testdev_balanced_instructions/testdev-00000-of-00001.parquet",
-                                        "testdev_balanced_images/testdev-00000-of-00001.parquet"],
+    assert written == {"lmms-lab/GQA": ["testdev_balanced_images/testdev-00000-of-00001.parquet",
+                                        "testdev_balanced_instructions/testdev-00000-of-00001.parquet"],
                        "lmms-lab/POPE": ["data/test-00000-of-00001.parquet"],
                        "lmms-lab/MME": ["data/test-00000-of-00001-abc.parquet"],
                        "lmms-lab/ScienceQA": ["ScienceQA-IMG/test-00000-of-00001.parquet"],
