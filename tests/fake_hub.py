@@ -7,7 +7,8 @@ unpinned downloads. The fake checks the pin as the real function does, writes th
 
 A repository is named in `repos` or taken from the `model` / `dataset` fallback for its repo_type. It is either
 - a table `{path in the repository: payload}`, of which only the paths matching the patterns are written; a payload
-  is bytes, text, a DataFrame (written as parquet) or a list of dicts (written as JSON lines); or
+  is bytes, text, a DataFrame (parquet, or JSON lines
+  for a .jsonl path) or a list of dicts (written as JSON lines); or
 - a folder (a whole snapshot, copied as is) or a callable that writes one into the folder it is given.
 """
 
@@ -31,6 +32,8 @@ def write_payload(path: Path, payload: Any) -> None:
         path.write_bytes(payload)
     elif isinstance(payload, str):
         path.write_text(payload)
+    elif isinstance(payload, pd.DataFrame) and path.suffix == ".jsonl":
+        payload.to_json(path, orient="records", lines=True)
     elif isinstance(payload, pd.DataFrame):
         payload.to_parquet(path, index=False)
     elif isinstance(payload, list):

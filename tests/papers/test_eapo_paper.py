@@ -11,7 +11,6 @@ math-verify is not installed here: the reward's wiring is tested against a fake 
 from __future__ import annotations
 
 import copy
-import fnmatch
 import json
 import re
 import sys
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
@@ -88,9 +88,9 @@ def hub_files() -> dict[str, dict[str, pd.DataFrame]]:
     t24, a24 = _problems(3, 2)
     aime = pd.DataFrame({"id": range(3), "problem": t24, "solution": "...", "answer": a24, "url": "u", "year": "2024"})
     return {
-        "BytedTsinghua-SIA/DAPO-Math-17k": {"data/dapo-math-17k.parquet": dapo, "README.md": None},
-        "HuggingFaceH4/MATH-500": {"test.jsonl": math500, "README.md": None},
-        "HuggingFaceH4/aime_2024": {"data/train-00000-of-00001.parquet": aime, "README.md": None},
+        "BytedTsinghua-SIA/DAPO-Math-17k": {"data/dapo-math-17k.parquet": dapo, "README.md": b"card"},
+        "HuggingFaceH4/MATH-500": {"test.jsonl": math500, "README.md": b"card"},
+        "HuggingFaceH4/aime_2024": {"data/train-00000-of-00001.parquet": aime, "README.md": b"card"},
     }
 
 
@@ -134,38 +134,16 @@ def paper_cfg():
 def hub(tmp_path, monkeypatch):
     """download_pretrained replaced by a fake Hub: dataset repos lay out `hub_files()` (only the files the patterns
     ask for), the model repo a tiny Qwen2 (kit `save_model`) and its tokenizer. Returns the recorded calls."""
-    from paperflow.core.lm import models
     from paperflow.core.lm.models import build_model, save_model
     from paperflow.core.lm.tokenizer import save_tokenizer
 
-    files = hub_files()
     tok = tokenizer()
-    calls = []
 
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if repo_type == "dataset":
-            written = []
-            for rel, frame in files[name].items():
-                if frame is None or not any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
-                    continue
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                if rel.endswith(".jsonl"):
-                    frame.to_json(folder / rel, orient="records", lines=True)
-                else:
-                    frame.to_parquet(folder / rel, index=False)
-                written.append(rel)
-            calls[-1]["written"] = written
-        else:
-            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
-            save_tokenizer(tok, folder)
-        return folder
+    def model(folder):
+        save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+        save_tokenizer(tok, folder)
 
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    return calls
+    return install(monkeypatch, FakeHub(hub_files(), model=model)).calls
 
 
 @pytest.fixture

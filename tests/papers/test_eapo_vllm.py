@@ -145,10 +145,7 @@ G, G_AUG, MAX_NEW = 4, 2, 6
 
 
 def settings(alpha=1.0):
-    return rl.Settings(
-        steps=1, prompts_per_step=2, group_size=G, lr=0.0, eps_low=0.2, eps_high=0.28, temperature=0.0,
-        ppo_epochs=1, adv_eps=1e-6, grad_clip=None, eval_every=1, g_aug=G_AUG, alpha=alpha,
-    )  # fmt: skip
+    return rl.Settings(group_size=G, g_aug=G_AUG, alpha=alpha)
 
 
 def in_process(policy, prior, tau, alpha=1.0):

@@ -23,7 +23,6 @@ def eapo_report_inputs(wildcards):
     return {
         **keyed("curves", {m: eapo_path("models", m, "curves.csv") for m in EAPO["methods"]}),
         **keyed("mechanism", {m: eapo_path("models", m, "mechanism.csv") for m in EAPO["methods"]}),
-        **({"anchor": eapo_path("anchor", "trl_grpo.json")} if EAPO["anchor"]["enabled"] else {}),
     }
 
 

@@ -135,7 +135,10 @@ rule eapo_train_prior:
     resources:
         **eapo_train_resources("grpo"),
     params:
-        settings={k: EAPO[k] for k in ("pretrained", "math", "rl", "eapo")},
+        settings={
+            **{k: EAPO[k] for k in ("pretrained", "math", "eapo")},
+            "rl": {**EAPO["rl"], "lr": EAPO["prior"]["lr"]},
+        },
         method="grpo",
         seed=EAPO["prior"]["seed"],
         steps=EAPO["prior"]["steps"],

@@ -1,8 +1,9 @@
-# eapo at smoke and tiny scale (source.kind synthetic): the digit-world addition task, the SFT base, pi_E, every
-# method per seed with our RLVR loop, the TRL anchor, evaluation and the report. Included by the Snakefile.
+# eapo at smoke, cpu and tiny scale (source.kind synthetic): the digit-world addition task, the SFT base, pi_E and
+# every method per seed with TRL's GRPOTrainer and EAPO's rollout (the paper scale's trainer), evaluation and the
+# report. Included by the Snakefile.
 from paperflow.eapo.settings import GATED as EAPO_GATED_METHODS
 
-EAPO_RL = {k: EAPO[k] for k in ("rl", "eapo", "luffy", "dapo", "prior")}
+EAPO_RL = {k: EAPO[k] for k in ("rl", "eapo", "prior")}
 EAPO_GATED = [m for m in EAPO_GATED_METHODS if m in EAPO["methods"]]
 EAPO_REPORT_ONLY = [m for m in EAPO["methods"] if m not in EAPO_GATED]
 EAPO_WILDCARDS = {"gated": "|".join(EAPO_GATED) or "^$"}
@@ -110,7 +111,7 @@ rule eapo_train:
         eapo_path("benchmarks", "train_{method}.tsv")
     wildcard_constraints:
         method=EAPO_WILDCARDS["gated"],
-    priority: 10  # three seeds each: after pi_E and the report-only job, before the anchor
+    priority: 10  # after pi_E and the report-only job
     conda:
         env_file("lm")
     threads: 1
@@ -156,31 +157,6 @@ rule eapo_train_report_only:
         code=code_param("lm", "workflows/eapo/scripts/train.py"),
     script:
         "scripts/train.py"
-
-
-rule eapo_trl_anchor:
-    input:
-        problems=eapo_path("raw", "test_problems.parquet"),
-        base=eapo_path("models", "base.safetensors"),
-    output:
-        summary=eapo_path("anchor", "trl_grpo.json"),
-        history=eapo_path("anchor", "trl_grpo_history.csv"),
-    log:
-        eapo_path("logs", "trl_anchor.log"),
-    benchmark:
-        eapo_path("benchmarks", "trl_anchor.tsv")
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **heavy_resources("train_gpu", EAPO, stage="train"),
-    params:
-        task=EAPO["task"],
-        settings=EAPO_RL,
-        anchor=EAPO["anchor"],
-        code=code_param("lm", "workflows/eapo/scripts/trl_anchor.py"),
-    script:
-        "scripts/trl_anchor.py"
 
 
 rule eapo_evaluate:

@@ -24,12 +24,10 @@ from paperflow.eapo.task import ANSWER_POSITIONS
 
 LABELS = {
     "grpo": "GRPO",
-    "dapo": "DAPO (dynamic sampling)",
     "eapo": "EAPO",
     "eapo_noIS": "EAPO, no IS (denominator pi_old)",
     "eapo_randpos": "EAPO, random positions",
     "eapo_baseprior": "EAPO with pi_E := base (control)",
-    "luffy": "LUFFY-style replay of pi_E traces",
     "from_prior": "GRPO continued from pi_E",
 }
 
@@ -133,7 +131,7 @@ def summary_table(curves: pd.DataFrame, final: pd.DataFrame, methods: Sequence[s
     return pd.DataFrame(rows)
 
 
-def figure_accuracy(curves: pd.DataFrame, methods: Sequence[str], anchor: Mapping[str, Any] | None):
+def figure_accuracy(curves: pd.DataFrame, methods: Sequence[str]):
     fig, (ax,) = plots.subplots(1, width=7.5, height=4.2)
     for m in methods:
         c = curves[curves["method"] == m].dropna(subset=["test_accuracy"])
@@ -145,16 +143,6 @@ def figure_accuracy(curves: pd.DataFrame, methods: Sequence[str], anchor: Mappin
         ax.plot(mean.index, mean, marker="o", ms=3, label=f"{LABELS[m]} ({c['seed'].nunique()} seeds)", **style)
         if c["seed"].nunique() > 1:
             ax.fill_between(mean.index, mean - std, mean + std, alpha=0.12, color=style.get("color"))
-    if anchor is not None:
-        ax.scatter(
-            [anchor["steps"]],
-            [anchor["greedy_test_accuracy"]],
-            marker="*",
-            s=120,
-            color="tab:purple",
-            label="TRL GRPOTrainer (anchor)",
-            zorder=5,
-        )
     ax.set_xlabel("RL step")
     ax.set_ylabel("greedy test accuracy (held-out problems)")
     ax.set_title("Test accuracy during RL (mean ± std over seeds)")
@@ -185,7 +173,6 @@ def build_report(
     final: pd.DataFrame,
     base_history: pd.DataFrame,
     prior_curves: pd.DataFrame,
-    anchor: Mapping[str, Any] | None,
     params: Mapping[str, Any],
 ) -> Report:
     seeds, report_seeds, methods = list(params["seeds"]), list(params["report_seeds"]), list(params["methods"])
@@ -237,22 +224,6 @@ def build_report(
     eapo_rate = (
         float(curves[curves["method"] == "eapo"]["injection_rate"].mean()) if "eapo" in methods else float("nan")
     )
-    anchor_text = "TRL anchor not run (anchor.enabled: false)."
-    if anchor is not None:
-        step = int(anchor["steps"])
-        ours = [
-            float(c.loc[c["step"] == step, "test_accuracy"].iloc[0])
-            for s in seeds
-            if not (c := accuracy_curve(curves, "grpo", s)).empty and (c["step"] == step).any()
-        ]
-        anchor_text = (
-            f"TRL 1.16 GRPOTrainer from the same base, on the same task with the same settings (loss_type dapo = "
-            f"token-mean, eps 0.2/0.28, lr {params['rl']['lr']}, G {params['rl']['group_size']}, constant learning "
-            f"rate, float32), seed {anchor['settings']['seed']}: greedy test accuracy {anchor['greedy_test_accuracy']:.3f} "
-            f"after {step} steps; our GRPO at step {step}: {mean_std_text(ours)} over {len(ours)} seeds. TRL draws its "
-            "prompts in its own order, so the two differ by sampling noise, not by their update (the kit's tests "
-            "check advantages and surrogate equal to TRL's on the same tensors, 1e-6)."
-        )
     sections = [
         ("Accuracy per method (mean ± std over seeds)", markdown_table(lines)),
         (
@@ -265,7 +236,7 @@ def build_report(
         (
             "Models",
             f"Base (SFT, {params['sft']['steps']} steps): greedy test accuracy {base_acc:.3f} (target 0.20-0.40). "
-            f"Experience prior pi_E (GRPO from the base, {prior_steps} steps"
+            f"Experience prior pi_E (GRPO from the base at lr {params['prior']['lr']}, {prior_steps} steps"
             + (
                 f", trained until its greedy accuracy on {params['prior']['validation_size']} held-out validation "
                 f"problems exceeded {target} or {params['prior']['steps']} steps: validation accuracy "
@@ -276,7 +247,6 @@ def build_report(
             + f"): greedy test accuracy {prior_acc:.3f} (spec expects > 0.60). pi_E cost one RL run of its own; "
             "`from_prior` continues GRPO from it as the fairness control of spec section 9.",
         ),
-        ("TRL anchor", anchor_text),
     ]
     return Report(
         title="EAPO: experience-augmented policy optimisation (2-digit addition, tiny Qwen2)",
@@ -286,7 +256,7 @@ def build_report(
         table=metrics_table(curves, mechanism, params["scale"]),
         sections=sections,
         figures=[
-            Figure("figure_accuracy", "Greedy test accuracy during RL", figure_accuracy(curves, methods, anchor)),
+            Figure("figure_accuracy", "Greedy test accuracy during RL", figure_accuracy(curves, methods)),
             Figure("figure_dynamics", "Token entropy and injection rate", figure_dynamics(curves, methods)),
         ],
         tables=[
@@ -296,8 +266,9 @@ def build_report(
         limitations=[
             "The EAPO mechanism (critical-token rule, injection, IS form) is reconstructed from the abstract "
             "(spec sections 2.2-2.4); the paper's own equations were not available.",
-            "Report-only arms (DAPO, no-IS, random positions, LUFFY, from pi_E) run "
-            f"{len(report_seeds)} seed(s) at this scale to fit the 120 s smoke budget.",
+            "Report-only arms (no-IS, random positions, from pi_E) run "
+            f"{len(report_seeds)} seed(s) at this scale. DAPO and LUFFY run at paper scale only (their authors' verl "
+            "recipes): every arm here is TRL's GRPOTrainer with EAPO's rollout.",
             "Paper scale (Qwen2.5-Math-7B / Qwen3-8B, DAPO-Math-17k, five math benchmarks, verl with vLLM) is not wired: "
             "its downloads are not pinned (issue 18).",
         ],

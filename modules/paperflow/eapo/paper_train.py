@@ -1,8 +1,10 @@
-"""One paper-scale RL run (pi_E or a method) with TRL's GRPOTrainer and EAPO's injecting sampler, started by
-`python -m paperflow.eapo.paper_train spec.json` (one process, or one per GPU under torchrun; `paper.launch`).
+"""EAPO's trainer at every scale: TRL's GRPOTrainer (`EAPOTrainer`) with EAPO's injecting sampler (`Rollout`),
+built by `trainer` from in-memory parts (the digit world's runs, `paperflow.eapo.stages.run_trl`) or by `build` from
+a paper-scale spec, started by `python -m paperflow.eapo.paper_train spec.json` (one process, or one per GPU under
+torchrun; `paper.launch`).
 
-TRL generates through `rollout_func` (`Rollout` below): the kit's step-wise sampler on the policy, with the same
-`rl.Injector` hook as the smoke loop on the first `eapo.g_aug` rows of every group (pi_E's token at critical,
+TRL generates through `rollout_func` (`Rollout` below): the kit's step-wise sampler on the policy, with the
+`rl.Injector` hook on the first `eapo.g_aug` rows of every group (pi_E's token at critical,
 high-entropy steps, tau_H an EMA of the pure rows' entropy quantile, kept per process). Every method samples this
 way, so GRPO is EAPO without the hook. TRL ignores the log-probs a rollout returns in its ratio (spec section 11),
 so `EAPOTrainer` puts the recorded behaviour log-probs log mu in TRL's `old_per_token_logps` at the critical steps
@@ -57,23 +59,10 @@ class Rollout:
         seed,
         backend: str = "transformers",
         vllm: Mapping[str, Any] | None = None,
+        observer=None,
     ):
         self.m = rl.method(method)
-        self.s = rl.Settings(
-            steps=0,
-            prompts_per_step=0,
-            group_size=int(group_size),
-            lr=0.0,
-            eps_low=0.0,
-            eps_high=0.0,
-            temperature=0.0,
-            ppo_epochs=1,
-            adv_eps=0.0,
-            grad_clip=None,
-            eval_every=1,
-            **{k: v for k, v in eapo.items() if k in rl.Settings.__dataclass_fields__},
-        )
-        self.s.check()
+        self.s = rl.Settings.from_config(group_size, eapo)
         self.prior = prior
         self.chunk = int(settings["batch_rows"])
         self.stop_tokens = list(settings.get("stop_tokens", []))
@@ -91,6 +80,12 @@ class Rollout:
         self.sampler = None
         self.synced_step = 0
         self._saved_generators: dict[str, torch.Tensor] = {}
+        # observer(prompt_ids, flags, mask, augmented): called after each chunk of an injecting method with the
+        # chunk's prompt ids, the injector's per-step flags (`rl.Injector.flags`), the completion mask [B, T] and
+        # the augmented rows [B] (the digit world's mechanism counts, `paperflow.eapo.stages.MechanismCounts`)
+        self.observer = observer
+        if observer is not None and backend != "transformers":
+            raise ValueError("a rollout observer reads the injector's flags: transformers backend only")
         if backend == "vllm":
             self.sampler = vllm_sampler(self.vllm, injects=bool(self.m.inject))
 
@@ -194,6 +189,8 @@ class Rollout:
             roll = self._sample(model, tokenizer, part, max_new, temperature, device, policy, hook)
             mask = roll.completion_mask.bool()
             flags = hook.flags() if hook is not None and hook.steps else None
+            if self.observer is not None and flags is not None:
+                self.observer(part, flags, mask, augmented)
             critical = flags["critical"] & mask if flags is not None else torch.zeros_like(mask)
             injected = flags["inject"] & mask if flags is not None else torch.zeros_like(mask)
             for i, prompt_ids in enumerate(part):
@@ -387,6 +384,45 @@ def _tokenizer(folder: str):
     return tok
 
 
+def trainer(
+    *,
+    method: str,
+    eapo: Mapping[str, Any],
+    rollout: Mapping[str, Any],
+    seed: int,
+    args,
+    policy,
+    prior,
+    tokenizer,
+    dataset,
+    reward_funcs,
+    backend: str = "transformers",
+    vllm: Mapping[str, Any] | None = None,
+    observer=None,
+):
+    """EAPOTrainer with EAPO's `Rollout` from in-memory parts: the policy (trained in place), the frozen prior (None
+    for methods that inject nothing), the tokenizer, the prompt dataset, TRL reward function(s) and a GRPOConfig.
+    Both scales build their trainers here (`build` from a paper-scale spec; `paperflow.eapo.stages` on the digit
+    world). `observer`: see `Rollout.observer`."""
+    if prior is not None:
+        prior.eval().requires_grad_(False)
+    sampler = Rollout(
+        method, eapo, args.num_generations, rollout, prior, seed, backend=backend, vllm=vllm, observer=observer
+    )
+    out = eapo_trainer_class()(
+        model=policy,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=sampler,
+    )
+    out.eapo_rollout = sampler
+    if prior is not None:
+        prior.to(out.accelerator.device)
+    return out
+
+
 def build(spec: Mapping[str, Any]):
     """The trainer of one run from its spec (`paper.train_spec`), not yet trained."""
     from datasets import Dataset
@@ -398,7 +434,6 @@ def build(spec: Mapping[str, Any]):
 
     device = pick(spec["device"], key="pretrained.device")
     frame, _ = read_frame(spec["train"])
-    dataset = Dataset.from_pandas(frame[["prompt", "answer"]], preserve_index=False)
     args = GRPOConfig(
         output_dir=spec.get("checkpoints") or str(Path(spec["out_dir"]) / "trl"),
         use_cpu=device.type == "cpu",
@@ -409,32 +444,20 @@ def build(spec: Mapping[str, Any]):
         dataloader_num_workers=0,
         **spec["trl"],
     )
-    policy = _load(spec["start"], spec["dtype"])
-    prior = None
-    if spec["prior"] is not None:
-        prior = _load(spec["prior"], spec["dtype"]).eval().requires_grad_(False)
-    rollout = Rollout(
-        spec["method"],
-        spec["eapo"],
-        args.num_generations,
-        spec["rollout"],
-        prior,
-        spec["seed"],
+    return trainer(
+        method=spec["method"],
+        eapo=spec["eapo"],
+        rollout=spec["rollout"],
+        seed=spec["seed"],
+        args=args,
+        policy=_load(spec["start"], spec["dtype"]),
+        prior=_load(spec["prior"], spec["dtype"]) if spec["prior"] is not None else None,
+        tokenizer=_tokenizer(spec["start"]),
+        dataset=Dataset.from_pandas(frame[["prompt", "answer"]], preserve_index=False),
+        reward_funcs=trl_math_reward,
         backend=spec.get("rollout_backend", "transformers"),
         vllm=spec.get("vllm"),
     )
-    trainer = eapo_trainer_class()(
-        model=policy,
-        reward_funcs=trl_math_reward,
-        args=args,
-        train_dataset=dataset,
-        processing_class=_tokenizer(spec["start"]),
-        rollout_func=rollout,
-    )
-    trainer.eapo_rollout = rollout
-    if prior is not None:
-        prior.to(trainer.accelerator.device)
-    return trainer
 
 
 def rollout_file(checkpoint: str | Path, rank: int) -> Path:

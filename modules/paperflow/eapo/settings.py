@@ -6,8 +6,10 @@ from typing import Any
 
 from paperflow.core.config import ConfigError
 from paperflow.core.lm.models import model_config
+from paperflow.eapo.methods import METHODS
 
 GATED = ("grpo", "eapo", "eapo_baseprior")  # the methods the gated claims compare (all `seeds`)
+PAPER_ONLY = ("dapo", "luffy")  # dynamic sampling and off-policy traces: verl recipes (paper.smk), not TRL
 NEEDED_BY = {"eapo": ("grpo",), "eapo_baseprior": ("grpo", "eapo")}
 
 
@@ -24,6 +26,13 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: eapo.g_aug ({g_aug}) must be below rl.group_size ({g})")
     if cfg["model"].get("max_position_embeddings", 10**9) < 3 * cfg["task"]["n_digits"] + 5:
         raise ConfigError(f"{source}: model.max_position_embeddings is shorter than a prompt and its answer")
+    if cfg["source"]["kind"] == "synthetic":
+        paper_only = [m for m in cfg["methods"] if m in PAPER_ONLY]
+        if paper_only:
+            raise ConfigError(
+                f"{source}: methods {paper_only} run at paper scale only (their authors' verl recipes); allowed at "
+                f"this scale: {[m for m in METHODS if m not in PAPER_ONLY]}"
+            )
     for method, needs in NEEDED_BY.items():
         missing = [n for n in needs if method in cfg["methods"] and n not in cfg["methods"]]
         if missing:

@@ -1,10 +1,14 @@
-"""Side by side (spec 10.6): our GRPO / EAPO / LUFFY advantages and policy losses against verl's and LUFFY's, on
-the same fixed tensors.
+"""Side by side (spec 10.6): the advantages and policy loss every eapo arm trains with against verl's and LUFFY's,
+on the same fixed tensors.
 
-Ours: `paperflow.core.lm.losses.group_advantages` as `paperflow.eapo.rl.Runner.step` calls it, and
-`paperflow.eapo.rl.Runner.loss` itself (the loss every smoke arm trains with), fed a fixed per-token log-prob
-tensor in place of the policy's forward (its `sequence_logprobs` is swapped for one returning the tensor), so the
-value and the gradient with respect to the log-probs come from our real code path.
+Ours: every TRL arm (smoke, cpu and paper scale) trains with `paperflow.eapo.paper_train.eapo_trainer_class()`,
+TRL's GRPOTrainer whose old log-probs are the recorded behaviour log-probs log mu at EAPO's critical steps. Its
+loss is `EAPOTrainer._compute_loss` itself, called on a tiny model's trainer with the settings the pipeline gives
+it (`paperflow.eapo.stages.grpo_args`: loss_type dapo = token-mean, eps 0.2/0.28, beta 0) and fed a fixed per-token
+log-prob tensor in place of the policy's forward (its `_get_per_token_logps_and_entropies` returns the tensor), so
+the value and the gradient with respect to the log-probs come from the trainer's real code path. TRL's group
+advantages (scale_rewards group: Bessel std, eps 1e-4) are `paperflow.core.lm.losses.group_advantages` with
+unbiased=True, eps=1e-4 (checked equal to TRL's in the kit's tests).
 
 Official: verl (github.com/volcengine/verl, verl/trainer/ppo/core_algos.py: compute_grpo_outcome_advantage,
 agg_loss, compute_policy_loss (deprecated alias), compute_policy_loss_vanilla, compute_policy_loss_clip_cov;
@@ -41,7 +45,6 @@ import numpy as np
 import torch
 
 from paperflow.core.lm.losses import group_advantages
-from paperflow.eapo import rl
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tools/sidebyside: the shared splice
 from splice import splice  # noqa: E402
@@ -125,30 +128,50 @@ def token_rewards(rewards, mask):
 
 
 # -- ours -------------------------------------------------------------------------------------------------------
-def ours_loss(method: str, logp, old, adv, mask, special, is_mode="mixture_clip"):
-    """(loss, d loss / d logp) of paperflow.eapo.rl.Runner.loss on fixed log-probs."""
-    s = rl.Settings(
-        steps=1, prompts_per_step=N_GROUPS, group_size=G, lr=0.0, eps_low=EPS_LOW, eps_high=EPS_HIGH,
-        temperature=1.0, ppo_epochs=1, adv_eps=ADV_EPS, grad_clip=None, eval_every=1, is_mode=is_mode,
-        luffy_gamma=GAMMA,
+TRL_EPS = 1e-4  # TRL's advantage epsilon (scale_rewards group)
+
+
+def trl_trainer():
+    """The pipeline's EAPOTrainer on a tiny digit-world model, with the smoke settings' loss (token-mean, clip
+    0.2/0.28, beta 0), G rows per group and N_GROUPS x G rows per step."""
+    import tempfile
+
+    from datasets import Dataset
+
+    from paperflow.core.lm.models import build_model
+    from paperflow.eapo import paper_train, stages
+    from paperflow.eapo.task import AdditionTask
+
+    task = AdditionTask(2)
+    rl_cfg = {"prompts_per_step": N_GROUPS, "group_size": G, "lr": 1e-4, "eps_low": EPS_LOW, "eps_high": EPS_HIGH,
+              "temperature": 1.0, "ppo_epochs": 1, "grad_clip": 1.0}  # fmt: skip
+    spec = {"arch": "qwen2", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16,
+            "vocab_size": len(task.vocab)}  # fmt: skip
+    eapo = {"g_aug": 1, "alpha": 1.0, "quantile": 0.8, "ema": 0.9, "critical_rule": "entropy",
+            "is_mode": "mixture_clip", "random_rate": 0.2}  # fmt: skip
+    trainer = paper_train.trainer(
+        method="eapo", eapo=eapo, rollout={"batch_rows": N_GROUPS * G}, seed=0,
+        args=stages.grpo_args(rl_cfg, task, 1, 0, 1e-4, tempfile.mkdtemp()),
+        policy=build_model(spec, 0).train(), prior=build_model(spec, 1), tokenizer=task.tokenizer,
+        dataset=Dataset.from_list([{"prompt": "x"}]), reward_funcs=lambda completions, **_: [0.0] * len(completions),
     )  # fmt: skip
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def ours_loss(trainer, logp, old, adv, mask, loss_type="dapo"):
+    """(loss, d loss / d logp) of EAPOTrainer._compute_loss with `old` as the old (behaviour) log-probs."""
     leaf = logp.clone().requires_grad_(True)
-    n = leaf.shape[0]
-    zeros = torch.zeros_like(mask)
-    d = rl.StepData(
-        sequences=torch.zeros(n, T, dtype=torch.long), prompt_length=0, prompt_mask=torch.zeros(n, 0),
-        mask=mask.long(), old_logp=old, entropies=torch.zeros(n, T), rewards=torch.zeros(n),
-        gold=torch.zeros(n, 4, dtype=torch.long), augmented=torch.zeros(n, dtype=torch.bool), special=special,
-        critical=zeros, injected=zeros, argmax=torch.full((n, T), -1), prior_token=torch.full((n, T), -1),
-        luffy_rows=special.any(1),
-    )  # fmt: skip
-    host = types.SimpleNamespace(s=s, m=rl.method(method), policy=None)
-    saved = rl.sequence_logprobs
-    rl.sequence_logprobs = lambda *a, **k: leaf
-    try:
-        loss, _ = rl.Runner.loss(host, d, adv)
-    finally:
-        rl.sequence_logprobs = saved
+    n, width = mask.shape
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (leaf, torch.zeros_like(leaf), None)
+    trainer.loss_type, trainer.max_completion_length = loss_type, width
+    inputs = {
+        "prompt_ids": torch.zeros(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(n, width, dtype=torch.long), "completion_mask": mask.long(),
+        "advantages": adv, "old_per_token_logps": old, "num_items_in_batch": mask.sum().float(),
+    }  # fmt: skip
+    loss = trainer._compute_loss(trainer.model, inputs)
     (grad,) = torch.autograd.grad(loss, leaf)
     return loss.detach(), grad
 
@@ -193,55 +216,55 @@ def compare(verl, luffy, seed: int):
     index = np.repeat(np.arange(N_GROUPS), G)
     tlr = token_rewards(rewards, mask)
 
-    # advantages
-    adv_pop = group_advantages(rewards, G, eps=ADV_EPS, unbiased=False)  # what Runner.step uses
-    adv_bessel = group_advantages(rewards, G, eps=ADV_EPS, unbiased=True)
-    v_adv, _ = verl["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=ADV_EPS)
-    l_adv, _ = luffy["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=ADV_EPS)
+    # advantages: TRL's (scale_rewards group) are Bessel-std with eps 1e-4; verl's and LUFFY's with their epsilon
+    adv = group_advantages(rewards, G, eps=TRL_EPS, unbiased=True)
+    v_adv, _ = verl["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=TRL_EPS)
+    l_adv, _ = luffy["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=TRL_EPS)
+    v_adv6, _ = verl["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=1e-6)
     tok = lambda a: a[:, None] * maskf  # noqa: E731
-    row("GRPO advantages (as eapo trains)", "verl compute_grpo_outcome_advantage", "eps 1e-6; ours population std",
-        (tok(adv_pop), v_adv), expect="differs", why="ours: population std (spec 2.1); verl: torch.std (Bessel)")  # fmt: skip
-    row("GRPO advantages, Bessel std", "verl compute_grpo_outcome_advantage", "eps 1e-6; ours unbiased=True",
-        (tok(adv_bessel), v_adv))  # fmt: skip
-    row("GRPO advantages, Bessel std", "LUFFY compute_grpo_outcome_advantage", "eps 1e-6; ours unbiased=True",
-        (tok(adv_bessel), l_adv))  # fmt: skip
+    row("GRPO advantages (as TRL computes them)", "verl compute_grpo_outcome_advantage", "epsilon 1e-4 on both",
+        (tok(adv), v_adv))  # fmt: skip
+    row("GRPO advantages (as TRL computes them)", "LUFFY compute_grpo_outcome_advantage", "epsilon 1e-4 on both",
+        (tok(adv), l_adv))  # fmt: skip
+    row("GRPO advantages (as TRL computes them)", "verl compute_grpo_outcome_advantage", "verl epsilon 1e-6",
+        (tok(adv), v_adv6), expect="differs", why="TRL adds 1e-4 to the std, verl's default 1e-6")  # fmt: skip
     on_policy = torch.ones(len(rewards), dtype=torch.bool)
     on_policy[::G] = False  # LUFFY's off-policy trace: the first row of each group
-    s_adv, _ = luffy["compute_grpo_outcome_advantage_split"](tlr, maskf, index, on_policy, epsilon=ADV_EPS)
+    s_adv, _ = luffy["compute_grpo_outcome_advantage_split"](tlr, maskf, index, on_policy, epsilon=TRL_EPS)
     row("LUFFY advantages, grpo_split", "LUFFY compute_grpo_outcome_advantage_split", "trace = row 0 of each group",
-        (tok(adv_bessel), s_adv), expect="differs",
-        why="grpo_split takes mean/std over the on-policy rows only (and std 0 -> 1); ours and LUFFY's "
-        "train.sh (adv_estimator=grpo) over all G rows")  # fmt: skip
+        (tok(adv), s_adv), expect="differs",
+        why="grpo_split takes mean/std over the on-policy rows only (and std 0 -> 1); TRL over all G rows")  # fmt: skip
 
-    adv = adv_pop
+    trainer = trl_trainer()
     advt = tok(adv)
     logp, old = x["logp"], x["old"]
-    none = torch.zeros_like(mask)
 
-    # GRPO / DAPO surrogate: token-mean, clip-higher
-    ours_v, ours_g = ours_loss("grpo", logp, old, adv, mask, none)
+    # GRPO: token-mean clipped surrogate (TRL loss_type dapo), clip-higher
+    ours_v, ours_g = ours_loss(trainer, logp, old, adv, mask)
     vv = theirs(verl["compute_policy_loss_vanilla"], old, logp, advt, maskf, "token-mean", actor_config())
-    row("GRPO/DAPO clipped surrogate, token-mean", "verl compute_policy_loss_vanilla",
+    row("GRPO clipped surrogate, token-mean", "verl compute_policy_loss_vanilla",
         "eps 0.2/0.28, clip_ratio_c 3, loss_agg_mode token-mean", (ours_v, vv[0]), (ours_g, vv[1]))  # fmt: skip
     # the deprecated alias: old, logp, adv, mask, cliprange, low, high, c, mode
     vd = theirs(verl["compute_policy_loss"], old, logp, advt, maskf, EPS_LOW, EPS_LOW, EPS_HIGH, 3.0, "token-mean")
-    row("GRPO/DAPO clipped surrogate, token-mean", "verl compute_policy_loss (deprecated alias)",
+    row("GRPO clipped surrogate, token-mean", "verl compute_policy_loss (deprecated alias)",
         "cliprange 0.2, low 0.2, high 0.28, clip_ratio_c 3", (ours_v, vd[0]), (ours_g, vd[1]))  # fmt: skip
 
-    # EAPO's mixture IS: behaviour log-probs log mu at the injected tokens, same surrogate
-    ours_v, ours_g = ours_loss("eapo", logp, old, adv, mask, none)  # mixture_clip: injected tokens not special
-    ve = theirs(verl["compute_policy_loss_vanilla"], old, logp, advt, maskf, "token-mean", actor_config())
+    # EAPO's mixture IS: EAPOTrainer's old log-probs are log mu at the injected (critical) tokens
+    inj = x["injected"]
+    mu = torch.where(inj, old + 0.5 * torch.rand(old.shape, generator=torch.Generator().manual_seed(seed)), old)
+    ours_v, ours_g = ours_loss(trainer, logp, mu, adv, mask)
+    ve = theirs(verl["compute_policy_loss_vanilla"], mu, logp, advt, maskf, "token-mean", actor_config())
     row("EAPO mixture IS (old = log mu at injected tokens)", "verl compute_policy_loss_vanilla",
         "old_log_prob := recorded behaviour log-probs; token-mean", (ours_v, ve[0]), (ours_g, ve[1]))  # fmt: skip
 
     # dual clip: ratios past clip_ratio_c with negative advantages
     y = tensors(seed + 1, spread=2.0)
-    ours_v, ours_g = ours_loss("grpo", y["logp"], y["old"], adv, y["mask"], none)
-    vy = theirs(verl["compute_policy_loss_vanilla"], y["old"], y["logp"], tok(adv) * 0 + adv[:, None] * y["mask"],
+    ours_v, ours_g = ours_loss(trainer, y["logp"], y["old"], adv, y["mask"])
+    vy = theirs(verl["compute_policy_loss_vanilla"], y["old"], y["logp"], adv[:, None] * y["mask"],
                 y["mask"].float(), "token-mean", actor_config())  # fmt: skip
     row("clipped surrogate, ratios up to e^2", "verl compute_policy_loss_vanilla", "clip_ratio_c 3 (verl's default)",
         (ours_v, vy[0]), (ours_g, vy[1]), expect="differs",
-        why="verl's dual clip caps -A*ratio at -3A for A < 0; ours (and TRL's) has no dual clip")  # fmt: skip
+        why="verl's dual clip caps -A*ratio at -3A for A < 0; TRL's loss has no dual clip")  # fmt: skip
     vy = theirs(verl["compute_policy_loss_vanilla"], y["old"], y["logp"], adv[:, None] * y["mask"],
                 y["mask"].float(), "token-mean", actor_config(clip_ratio_c=1e9))  # fmt: skip
     row("clipped surrogate, ratios up to e^2", "verl compute_policy_loss_vanilla", "clip_ratio_c 1e9 (dual clip off)",
@@ -250,7 +273,7 @@ def compare(verl, luffy, seed: int):
     # clip-cov
     cc = theirs(verl["compute_policy_loss_clip_cov"], old, logp, advt, maskf, "token-mean",
                 actor_config(clip_cov_lb=1e9, clip_cov_ub=1e9))  # fmt: skip
-    ours_v, ours_g = ours_loss("grpo", logp, old, adv, mask, none)
+    ours_v, ours_g = ours_loss(trainer, logp, old, adv, mask)
     row("clipped surrogate vs Clip-Cov", "verl compute_policy_loss_clip_cov",
         "empty covariance window (lb = ub = 1e9): no token detached", (ours_v, cc[0]), (ours_g, cc[1]))  # fmt: skip
     torch.manual_seed(seed)
@@ -260,52 +283,25 @@ def compare(verl, luffy, seed: int):
         "window (-1e9, 1e9), clip_cov_ratio 0.2", (ours_v, cc[0]), (ours_g, cc[1]), expect="differs",
         why="Clip-Cov zeroes the loss of a random 20% of unclipped tokens; eapo has no Clip-Cov")  # fmt: skip
 
-    # aggregation modes
-    from paperflow.core.lm.losses import clipped_surrogate
-
-    for ours_mode, verl_mode, expect, why, kw in (
-        ("sequence_mean", "seq-mean-token-mean", "match", "", {}),
-        ("fixed_length", "seq-mean-token-sum-norm", "differs",
-         "verl divides the token sum by loss_scale_factor (= T) only; ours (TRL's dr_grpo) by N x T",
-         {"max_completion_length": T}),
+    # TRL's other aggregations (not eapo's) against verl's
+    for loss_type, verl_mode, expect, why in (
+        ("grpo", "seq-mean-token-mean", "match", ""),
+        ("dr_grpo", "seq-mean-token-sum-norm", "differs",
+         "verl divides the token sum by loss_scale_factor (= T) only; TRL's dr_grpo by N x T"),
     ):  # fmt: skip
-        leaf = logp.clone().requires_grad_(True)
-        lo, _ = clipped_surrogate(leaf, old, adv, mask, EPS_LOW, EPS_HIGH, ours_mode, **kw)
-        (go,) = torch.autograd.grad(lo, leaf)
+        lo, go = ours_loss(trainer, logp, old, adv, mask, loss_type=loss_type)
         va = theirs(verl["compute_policy_loss_vanilla"], old, logp, advt, maskf, verl_mode, actor_config())
-        row(f"aggregation {ours_mode}", f"verl agg_loss {verl_mode}", "via compute_policy_loss_vanilla",
-            (lo.detach(), va[0]), (go, va[1]), expect=expect, why=why)  # fmt: skip
+        row(f"aggregation: TRL loss_type {loss_type}", f"verl agg_loss {verl_mode}", "via compute_policy_loss_vanilla",
+            (lo, va[0]), (go, va[1]), expect=expect, why=why)  # fmt: skip
 
-    # LUFFY: one pi_E trace per group (row 0), behaviour probability 1, shaped p/(p + 0.1)
-    trace = (~on_policy)[:, None] & mask
-    old_l = torch.where(trace, torch.zeros_like(old), old)
-    ours_v, ours_g = ours_loss("luffy", logp, old_l, adv, mask, trace)
-    common = dict(cliprange=EPS_LOW, clip_upper_bound=1 + EPS_HIGH, prefix_mask=trace, off_cliprange=None,
-                  off_policy_reshape="p_div_p_0.1")  # fmt: skip
-    lf = theirs(luffy["compute_token_on_off_policy_loss"], old_l, logp, advt, maskf, **common)
-    row("LUFFY arm (token-mean, clipped on-policy part)", "LUFFY compute_token_on_off_policy_loss",
-        "p_div_p_0.1, cliprange 0.2, clip_upper_bound 1.28", (ours_v, lf[0]), (ours_g, lf[1]))  # fmt: skip
-    lf = theirs(luffy["compute_token_on_off_policy_loss"], old_l, logp, advt, maskf, **common,
-                loss_remove_token_mean=True, loss_remove_clip=True)  # fmt: skip
-    row("LUFFY arm vs LUFFY's train.sh", "LUFFY compute_token_on_off_policy_loss",
-        "+ loss_remove_token_mean, loss_remove_clip (exp_scripts/train.sh)", (ours_v, lf[0]), (ours_g, lf[1]),
-        expect="differs", why="train.sh divides the token sum by T and drops the on-policy clip; spec 10.6 and "
-        "our arm use token-mean with clipping")  # fmt: skip
-
-    # EAPO's truncated IS vs LUFFY with target_probs = mu (plain ratio pi/mu on the injected tokens)
-    inj = x["injected"]
-    mu = old.exp()
-    ours_v, ours_g = ours_loss("eapo", logp, old, adv, mask, inj, is_mode="truncated")
-    lt = theirs(luffy["compute_token_on_off_policy_loss"], old, logp, advt, maskf, cliprange=EPS_LOW,
-                clip_upper_bound=1 + EPS_HIGH, prefix_mask=inj, off_cliprange=None,
-                target_probs=torch.where(inj, mu, torch.zeros_like(mu)) - torch.where(inj, 1e-6, 0.0))  # fmt: skip
-    rows.append({
-        "comparison": "EAPO truncated IS (c_max 2) vs LUFFY target_probs = mu", "official":
-        "LUFFY compute_token_on_off_policy_loss", "settings": "gradient only (ratios < c_max here)",
-        "max |d value|": float("nan"), "max |d grad|": diff(ours_g, lt[1]),
-        "result": "match" if diff(ours_g, lt[1]) <= TOL else "differs", "expected": "match",
-        "why": "values differ by construction (ours: stop-grad weight x log p); the gradients are the same",
-    })  # fmt: skip
+    # LUFFY's token loss with no off-policy trace (prefix_mask empty) is the clipped surrogate, token-mean
+    none = torch.zeros_like(mask)
+    ours_v, ours_g = ours_loss(trainer, logp, old, adv, mask)
+    lf = theirs(luffy["compute_token_on_off_policy_loss"], old, logp, advt, maskf, cliprange=EPS_LOW,
+                clip_upper_bound=1 + EPS_HIGH, prefix_mask=none, off_cliprange=None,
+                off_policy_reshape="p_div_p_0.1")  # fmt: skip
+    row("on-policy part of LUFFY's loss (no trace)", "LUFFY compute_token_on_off_policy_loss",
+        "prefix_mask empty, cliprange 0.2, clip_upper_bound 1.28", (ours_v, lf[0]), (ours_g, lf[1]))  # fmt: skip
     return rows
 
 
