@@ -1,6 +1,6 @@
 """dualreform's acceptance checks (spec sections 10 and 11): BM25 ranks equal rank-bm25's, retrieval metrics equal
-pytrec_eval's, gold references reduce to the reference-based preferences, the generator and the candidate
-templates do what the spec says, the config's claims judged on constructed results (held, voided by their controls,
+pytrec_eval's, gold references reduce to the reference-based preferences, the generator and the teacher do what the
+spec says, the CQR model writes its candidates (sampled, seeded, de-duplicated) and TRL trains it, the config's claims judged on constructed results (held, voided by their controls,
 refuted, no data on a missing seed), config errors are named."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from paperflow.core.claims import CONTROL_HOLDS, HELD, NO_DATA, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.dualreform import claims, pipeline
-from paperflow.dualreform.candidates import TEMPLATES, candidates, mentioned_entities, teacher_rewrite
+from paperflow.dualreform.candidates import mentioned_entities, teacher_rewrite
 from paperflow.dualreform.data import generate
 from paperflow.dualreform.retrieval import BM25Index, retrieval_metrics
 
@@ -70,7 +70,7 @@ def test_metrics_equal_pytrec_eval(world, table):
 
     test = table[table["split"] == "test"].reset_index(drop=True)
     index = BM25Index(world.passages["text"].tolist(), 0.9, 0.4, tiebreak_seed=2)
-    queries = [c[1] for c in test["qcands"]]  # the "+ previous entity" rewrites: ranks from 1 to beyond 100
+    queries = list(test["query"])  # the raw queries: ranks from 1 to beyond 100
     top = index.rankings(queries, 100)
     ranks = index.rank_of(queries, test["gold_pid"].tolist())
     assert (ranks > 1).any() and (ranks == 1).any()
@@ -92,23 +92,30 @@ def test_metrics_equal_pytrec_eval(world, table):
         assert ours[key] == pytest.approx(value, abs=1e-9), key
 
 
-def test_gold_references_reduce_to_the_reference_based_preferences(table):
-    train = table[table["split"] == "train"].reset_index(drop=True)
+def test_gold_references_reduce_to_the_reference_based_preferences(world, table):
+    train = table[table["split"] == "train"].reset_index(drop=True).iloc[:40]
     gold = pipeline.pseudo_references("retpo", train, 0, np.random.default_rng(0))
     assert np.array_equal(gold, train["gold_pid"].to_numpy())
-    via_refs = pipeline.reference_ranks(np.stack(train["q_top"].to_numpy()), gold)
-    direct = np.minimum(np.stack(train["q_gold_rank"].to_numpy()), pipeline.DEPTH + 1)
+    index = BM25Index(world.passages["text"].tolist(), 0.9, 0.4, tiebreak_seed=2)
+    cands = [[q, h, f"{q} filler"] for q, h in zip(train["query"], train["human_rewrite"])]
+    flat = [c for cs in cands for c in cs]
+    tops = index.rankings(flat, pipeline.DEPTH).reshape(len(train), 3, pipeline.DEPTH)
+    via_refs = np.stack(pipeline.reference_ranks(list(tops), gold))
+    direct = np.minimum(index.rank_of(flat, np.repeat(gold, 3)), pipeline.DEPTH + 1).reshape(len(train), 3)
     assert np.array_equal(via_refs, direct)
-    a = pipeline.preferences(via_refs, np.random.default_rng(5))
-    b = pipeline.preferences(direct, np.random.default_rng(5))
+    assert (via_refs[:, 1] <= via_refs[:, 0]).mean() > 0.9  # the resolved rewrite ranks its passage higher
+    a = pipeline.preferences(list(via_refs), np.random.default_rng(5))
+    b = pipeline.preferences(list(direct), np.random.default_rng(5))
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
 def test_preferences_pick_the_best_rank_and_a_strictly_worse_one():
-    ranks = np.array([[3, 1, 1, 7], [2, 2, 2, 2]])
+    ranks = [np.array([3, 1, 1, 7]), np.array([2, 2, 2]), np.array([], dtype=int), np.array([5])]
     best, worse = pipeline.preferences(ranks, np.random.default_rng(0))
-    assert best[0] in (1, 2) and ranks[0, worse[0]] > 1
-    assert worse[1] == -1  # every candidate ties: no DPO pair
+    assert best[0] in (1, 2) and ranks[0][worse[0]] > 1
+    assert best[1] in (0, 1, 2) and worse[1] == -1  # every candidate ties: no DPO pair
+    assert best[2] == -1 and worse[2] == -1  # no candidate: no SFT target either
+    assert best[3] == 0 and worse[3] == -1
 
 
 def test_the_generator_keeps_the_phenomenon(world):
@@ -176,41 +183,44 @@ def test_single_role_references_are_the_erring_teachers_refinements(table):
     assert hit[right].mean() > 0.95 and hit[~right].mean() < 0.6
 
 
-def test_the_sft_stage_trains_on_the_teachers_rewrites_never_the_gold(world, table, monkeypatch):
-    from paperflow.dualreform import cqr
+def test_the_sft_stage_trains_on_the_teachers_outputs_never_the_gold(world, table, monkeypatch):
+    from paperflow.dualreform import lora
 
     seen = {}
 
-    def fake_sft(model, tok, prompts, targets, settings, seed, desc="sft"):
-        seen["targets"] = targets
-        return []
+    def fake_sft(model, tok, prompts, targets, lora_settings, settings, seed, out_dir, device, every_s=None):
+        seen.update(prompts=prompts, targets=targets, lora=lora_settings, settings=settings)
+        return model, None, pd.DataFrame({"loss": [1.0]})
 
-    monkeypatch.setattr(cqr, "sft", fake_sft)
+    monkeypatch.setattr(lora, "train_sft", fake_sft)
     spec = {"arch": "qwen2", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
     spec |= {"num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64}
-    pipeline.train_sft(table, world.passages, spec, {}, seed=0)
+    pipeline.train_sft(table, world.passages, spec, {"epochs": 1, "batch_size": 4, "lr": 1e-3}, seed=0)
     train = table[table["split"] == "train"]
-    assert seen["targets"] == [t.split() for t in train["teacher_rewrite"]]
-    assert seen["targets"] != [t.split() for t in train["human_rewrite"]]
+    n = len(train)
+    # both roles: the words the teacher's (erring) rewrite and refinement add to the query and to the response
+    rewrites = [pipeline.expansion(q, r) for q, r in zip(train["query"], train["teacher_rewrite"])]
+    refines = [pipeline.expansion(r, t) for r, t in zip(train["response"], train["teacher_refine"])]
+    assert seen["targets"] == [*rewrites, *refines]
+    gold = [pipeline.expansion(q, h) for q, h in zip(train["query"], train["human_rewrite"])]
+    assert seen["targets"][:n] != gold
+    assert seen["prompts"][n].split()[-1] == "<rew>" and train["response"].iloc[0] in seen["prompts"][n]
+    assert seen["lora"] is None and seen["settings"]["num_train_epochs"] == 1  # full fine-tuning, TRL's settings
 
 
-def test_candidate_templates_follow_the_history():
+def test_mentioned_entities_follow_the_history():
     lexicon = {("ka", "lo"): "ka lo", ("mi", "nu"): "mi nu"}
     history = [("what about ka lo founding", "x y"), ("what about mi nu leader", "z mi nu")]
     names, last = mentioned_entities(history, lexicon)
     assert names == ["ka lo", "mi nu"] and last == "mi nu"
-    aspect_values = {"founding": ["a", "b", "c", "d"], "awards": ["e", "f", "g", "h"]}
-    out = candidates("and its awards", history, lexicon, aspect_values, np.random.default_rng(0))
-    assert dict(zip(TEMPLATES, out)) | {"prev_expand": None} == {
-        "raw": "and its awards",
-        "prev_entity": "and its awards mi nu",
-        "first_entity": "and its awards ka lo",
-        "all_entities": "and its awards ka lo mi nu",
-        "prev_expand": None,
-        "drop_aspect": "and its",
-    }
-    expand = out[TEMPLATES.index("prev_expand")].split()
-    assert expand[:5] == ["and", "its", "awards", "mi", "nu"] and set(expand[5:]) <= set(aspect_values["awards"])
+    assert mentioned_entities([], lexicon) == ([], None)
+
+
+def test_expansion_and_expand_are_inverse_on_appended_words():
+    assert pipeline.expansion("and its awards", "and its awards mi nu") == "mi nu"
+    assert pipeline.expansion("what about ka lo founding", "what about founding") == ""
+    assert pipeline.expand("and its awards", "mi nu") == "and its awards mi nu"
+    assert pipeline.expand("and its awards", "") == "and its awards"
 
 
 def _evals(mrr: dict[str, list[float]], seeds, iterations=2) -> pd.DataFrame:
@@ -240,9 +250,7 @@ def _refs(acc: list[float], seeds, n=100, iterations=2) -> pd.DataFrame:
 
 def _table(raw_acc: float, n=100) -> pd.DataFrame:
     """Training turns whose raw response retrieves passage 1 (the gold) for the first raw_acc * n turns."""
-    raw = TEMPLATES.index("raw")
-    top = [[1 if (k == raw and hit) else 0 for k in range(len(TEMPLATES))] for hit in _hits(raw_acc, n)]
-    return pd.DataFrame({"split": "train", "r_top1": top, "gold_pid": 1})
+    return pd.DataFrame({"split": "train", "r_raw_top1": _hits(raw_acc, n).astype(int), "gold_pid": 1})
 
 
 SEEDS = [0, 1, 2]
@@ -335,10 +343,11 @@ def test_the_metrics_table_does_not_depend_on_row_order():
     assert acc.mean().tolist() == pytest.approx([0.9, 0.95, 0.97])
 
 
-def test_raw_response_references_are_the_unrefined_responses_top_passage(table):
+def test_raw_response_references_are_the_unrefined_responses_top_passage(world, table):
     train = table[table["split"] == "train"].reset_index(drop=True)
     refs = pipeline.pseudo_references("raw_ref", train, 10, np.random.default_rng(0))
-    assert refs.tolist() == [r[TEMPLATES.index("raw")] for r in train["r_top1"]]
+    index = BM25Index(world.passages["text"].tolist(), 0.9, 0.4, tiebreak_seed=2)
+    assert refs.tolist() == index.top1(train["response"].tolist()).tolist()
     assert np.mean(refs == train["gold_pid"].to_numpy()) == pytest.approx(claims.raw_response_accuracy(table))
 
 
@@ -369,31 +378,133 @@ def test_config_errors_name_the_key(repo_copy, edit, message):
         load_paper_config("dualreform", "smoke", repo_copy)
 
 
-def test_sft_then_dpo_on_the_cqr_model_moves_the_preference_margin():
-    """Spec 10.1 in the pipeline: DPO (the kit's loss, equal to TRL's) raises log pi(y_w) - log pi(y_l) against the
-    frozen SFT copy, and its first step's loss is log 2 (policy = reference)."""
-    import math
+TINY = {"arch": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
+TINY |= {"num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32, "tie_word_embeddings": True}
+WORDS = ["and", "its", "founding", "awards", "what", "about", "ka", "lo", "mi", "nu", "pe", "ta"]
 
-    import torch
 
+def _tiny(seed: int = 0):
     from paperflow.core.lm.models import build_model
     from paperflow.dualreform import cqr
 
-    tok = cqr.make_tokenizer(["and", "its", "founding", "ka", "lo", "mi", "nu"])
-    spec = {"arch": "qwen2", "vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64}
-    spec |= {"num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32}
-    model = build_model(spec, seed=0)
-    prompts = [cqr.rewrite_prompt(["ka lo"], "and its founding")] * 8
-    chosen, rejected = [["and", "its", "founding", "ka", "lo"]] * 8, [["and", "its", "founding", "mi", "nu"]] * 8
+    tok = cqr.make_tokenizer(WORDS)
+    return build_model({**TINY, "vocab_size": len(tok)}, seed=seed), tok
 
-    def margin():
-        with torch.no_grad():
-            c, _ = cqr.completion_logprobs(model, tok, prompts[:1], chosen[:1])
-            r, _ = cqr.completion_logprobs(model, tok, prompts[:1], rejected[:1])
-        return float(c - r)
 
-    before = margin()
-    settings = {"epochs": 10, "batch_size": 8, "lr": 1e-2, "beta": 0.1, "sft_weight": 0.0}
-    history = cqr.dpo(model, tok, prompts, chosen, rejected, settings, seed=0)
-    assert history[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
-    assert margin() > before + 1.0 and history[-1]["loss"] < history[0]["loss"]
+def _prompts(n: int) -> list[str]:
+    from paperflow.dualreform import cqr
+
+    queries = ["and its founding", "and its awards", "what about ka lo founding", "what about pe ta awards"]
+    return [cqr.prompt_text(cqr.rewrite_prompt(["what about mi nu awards"], queries[i % 4])) for i in range(n)]
+
+
+def _margin(model, tok, prompt: str, chosen: str, rejected: str) -> float:
+    import torch
+
+    from paperflow.core.lm.sampling import sequence_logprobs
+    from paperflow.core.lm.tokenizer import encode_pairs
+
+    words = prompt.split()[1:]  # encode_pairs writes the BOS
+    batch = encode_pairs(tok, [words, words], [chosen.split(), rejected.split()])
+    with torch.no_grad():
+        logp = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"])
+    c, r = (logp * batch["completion_mask"]).sum(-1).tolist()
+    return c - r
+
+
+def test_sampled_candidates_are_reproducible_per_seed_and_turn_and_de_duplicated():
+    from paperflow.dualreform import writer
+
+    model, tok = _tiny()
+    prompts = _prompts(6)
+    args = {"k": 8, "temperature": 1.5, "max_new_tokens": 2}
+    a = writer.sample_candidates(model, tok, prompts, seed=3, batch_size=64, **args)
+    assert a == writer.sample_candidates(model, tok, prompts, seed=3, batch_size=64, **args)
+    # a turn's candidates come from its own (seed, turn) generator: the batching does not change them
+    assert a == writer.sample_candidates(model, tok, prompts, seed=3, batch_size=1, **args)
+    assert a != writer.sample_candidates(model, tok, prompts, seed=4, **args)
+    raw = writer._generate(model, tok, prompts, 8, 1.5, None, 2, 3, 64)
+    for drawn, kept in zip(raw, a):
+        assert kept == list(dict.fromkeys(t for t in drawn if t))  # de-duplicated in the order drawn, no empty one
+        assert len(set(kept)) == len(kept) and all(w in tok.get_vocab() for c in kept for w in c.split())
+    assert sum(len(set(d)) < len(d) for d in raw) > 0  # the fixture has duplicates to remove
+    with pytest.raises(ValueError, match="temperature"):
+        writer.sample_candidates(model, tok, prompts, seed=3, k=2, temperature=0.0, max_new_tokens=2)
+    greedy = writer.greedy(model, tok, prompts, max_new_tokens=4)
+    assert greedy == writer.greedy(model, tok, prompts[::-1], max_new_tokens=4)[::-1]
+
+
+def test_the_candidates_scored_are_the_models_samples_and_the_refinement_is_its_writing(world, table, monkeypatch):
+    from paperflow.dualreform import cqr, writer
+
+    train = table[table["split"] == "train"].reset_index(drop=True).iloc[:12]
+    tok = cqr.make_tokenizer(pipeline.vocabulary(world.passages))
+    from paperflow.core.lm.models import build_model
+
+    model = build_model({**TINY, "max_position_embeddings": 64, "vocab_size": len(tok)}, seed=0)
+    index = BM25Index(world.passages["text"].tolist(), 0.9, 0.4, tiebreak_seed=2)
+    gen = {"k": 6, "temperature": 2.0, "top_k": None, "max_new_tokens": 3}
+    cands, tops = pipeline.sample_pool(model, tok, train, index, gen, seed=7)
+    rewrite, _ = pipeline.turn_prompts(train)
+    assert cands == writer.sample_candidates(
+        model, tok, rewrite, k=6, temperature=2.0, max_new_tokens=3, seed=7, keep_empty=True
+    )
+    for q, cs, top in zip(train["query"], cands, tops):
+        assert np.array_equal(top, index.rankings([pipeline.expand(q, c) for c in cs], pipeline.DEPTH))
+    # train_method scores these candidates, and DualReform's references come from what the model writes for the
+    # responses (refine role), expanded and retrieved
+    seen = {}
+
+    def fake_optimise(m, refs, tr, tk, cs, tp, settings, seed, tag):
+        seen.setdefault("cands", cs)
+        seen.setdefault("refs", []).append(refs)
+        return pd.DataFrame({"loss": [0.0]})
+
+    written = []
+
+    def fake_greedy(m, tk, prompts, max_new_tokens, batch_size=64):
+        written.append(prompts)
+        return ["ka lo"] * len(prompts)
+
+    monkeypatch.setattr(pipeline, "optimise", fake_optimise)
+    monkeypatch.setattr(writer, "greedy", fake_greedy)
+    passages = world.passages
+    settings = {"iterations": 2, "generation": gen, "bm25": {"k1": 0.9, "b": 0.4}, "tiebreak_seed": 2}
+    tab = pd.concat([train, table[table["split"] == "test"]], ignore_index=True)
+    _, _, refs = pipeline.train_method("dualreform", model, tab, passages, settings, seed=7)
+    assert seen["cands"] == cands
+    _, refine = pipeline.turn_prompts(train)
+    assert written == [refine, refine]  # iteration 1 with the SFT model, 2 with iteration 1's
+    expected = index.top1([pipeline.expand(r, "ka lo") for r in train["response"]])
+    assert all(np.array_equal(r, expected) for r in seen["refs"])
+    assert refs["refined"].iloc[0] == pipeline.expand(train["response"].iloc[0], "ka lo")
+
+
+def test_trl_sft_of_the_tiny_model_lowers_the_loss_and_its_greedy_rewrite_is_the_target():
+    from paperflow.dualreform import writer
+
+    model, tok = _tiny()
+    prompts = _prompts(4)
+    targets = ["mi nu", "mi nu", "", "pe ta awards"]
+    assert writer.greedy(model, tok, prompts, max_new_tokens=4) != targets
+    history = pipeline.fit_sft(
+        model, tok, prompts * 4, targets * 4, {"epochs": 40, "batch_size": 16, "lr": 1e-2}, 0, "t"
+    )
+    assert history["loss"].iloc[-1] < 0.1 * history["loss"].iloc[0]
+    assert (history["phase"] == "t").all() and len(history) == 40
+    assert writer.greedy(model, tok, prompts, max_new_tokens=4) == targets
+
+
+def test_trl_dpo_of_the_tiny_model_raises_the_chosen_over_rejected_margin():
+    """Spec 10.1 through TRL's DPOTrainer (full fine-tuning against a frozen copy): the first step's loss is log 2
+    (policy = reference) and log pi(y_w) - log pi(y_l) rises."""
+    import math
+
+    model, tok = _tiny()
+    prompts = _prompts(1) * 8
+    before = _margin(model, tok, prompts[0], "ka lo", "mi nu")
+    stage = {"epochs": 10, "batch_size": 8, "lr": 1e-2, "beta": 0.1}
+    history = pipeline.fit_dpo(model, tok, prompts, ["ka lo"] * 8, ["mi nu"] * 8, stage, 0, "d")
+    assert history["loss"].iloc[0] == pytest.approx(math.log(2), abs=1e-5)
+    assert _margin(model, tok, prompts[0], "ka lo", "mi nu") > before + 1.0
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0] and "reward_accuracy" in history

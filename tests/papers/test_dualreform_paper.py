@@ -1,15 +1,14 @@
 """dualreform at paper scale, offline: TopiOCQA's files in their real layout and fields (conversation jsonl records,
 corpus parquet shards) written by a fake Hub, the download asking only for those files at the pinned commits and
-refusing an unpinned one with `paperflow pin dualreform` named, the candidate table with bm25s over the corpus, a
-tiny Qwen2 model with a word-level tokenizer standing in for the pretrained instruct model through TRL's SFTTrainer
-and DPOTrainer with LoRA (train -> evaluate on the CPU, device `cpu`), the round's adapters reloaded to the same
-scores, the dense retriever (the MiniLM encoder standing in for GTR) indexing the corpus and searching it exactly,
+refusing an unpinned one with `paperflow pin dualreform` named, the bm25s index of the corpus saved by preprocess
+and loaded by train and evaluate, a tiny Qwen2 model with a word-level tokenizer standing in for the pretrained
+instruct model, sampling its own candidates and trained through TRL's SFTTrainer and DPOTrainer with LoRA
+(train -> evaluate on the CPU, device `cpu`), the round's adapters reloaded to the same scores, the dense retriever (the MiniLM encoder standing in for GTR) indexing the corpus and searching it exactly,
 the paper-scale claims failing on their negative control, config errors by name, and the paper-scale DAG with GPUs
 on the train, evaluate and dense-index rules only."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 from pathlib import Path
@@ -17,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
-from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.download import UnpinnedDownload
 from paperflow.core.io import read_frame
 from paperflow.dualreform import paper
 from paperflow.dualreform import topiocqa as tq
@@ -85,8 +85,8 @@ def conversation_records(split: str, n_conv: int, seed: int) -> list[dict]:
     return out
 
 
-def write_dataset(folder: Path, hub: str, allow_patterns) -> list[str]:
-    """What snapshot_download leaves in `folder` for a dataset repo: its files matching `allow_patterns`."""
+def dataset_files(hub: str) -> dict:
+    """A dataset repo's files at their repo paths: TopiOCQA's conversations and loading script, or the corpus shards."""
     files = {}
     if hub == "org/topiocqa":
         for split, name in tq.CONVERSATION_FILES.items():
@@ -98,16 +98,7 @@ def write_dataset(folder: Path, hub: str, allow_patterns) -> list[str]:
         files["data/train-00000-of-00002.parquet"] = corpus.iloc[:9]
         files["data/train-00001-of-00002.parquet"] = corpus.iloc[9:]
         files["README.md"] = "corpus\n"
-    written = []
-    for rel, content in files.items():
-        if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, pd.DataFrame):
-                content.to_parquet(folder / rel, index=False)
-            else:
-                (folder / rel).write_text(content)
-            written.append(rel)
-    return written
+    return files
 
 
 def tokenizer_words() -> list[str]:
@@ -126,34 +117,19 @@ def paper_lora():
 def hub(tmp_path, monkeypatch):
     """download_pretrained replaced by a fake Hub: the dataset repos lay out TopiOCQA's files, the model repo a tiny
     Qwen2 and a word-level tokenizer with a chat template. Returns (calls, cache)."""
-    from paperflow.core.lm import models
+    from paperflow.core.lm.encoders import minilm_folder
     from paperflow.core.lm.models import build_model, save_model
     from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
 
     tok = word_level_tokenizer(tokenizer_words(), chat_template=CHAT)
-    calls = []
 
-    def fake(name, revision, folder, allow_patterns=None, repo_type="model"):
-        models.require_pinned(name, revision)
-        calls.append({"name": name, "revision": revision, "patterns": allow_patterns, "repo_type": repo_type})
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if repo_type == "dataset":
-            calls[-1]["written"] = write_dataset(folder, name, allow_patterns)
-        elif name == DENSE["hub"]:  # the sentence encoder: the MiniLM files the kit ships, in the Hub's layout
-            import shutil
+    def model(folder):
+        save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
+        save_tokenizer(tok, folder)
 
-            from paperflow.core.lm.encoders import minilm_folder
-
-            shutil.copytree(minilm_folder(), folder, dirs_exist_ok=True)
-        else:
-            save_model(build_model({**MODEL_SPEC, "vocab_size": len(tok)}, seed=0), folder)
-            save_tokenizer(tok, folder)
-        return folder
-
-    monkeypatch.setattr(models, "download_pretrained", fake)
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    return calls, tmp_path / "cache"
+    repos = {"org/topiocqa": dataset_files("org/topiocqa"), DENSE["hub"]: minilm_folder()}  # the sentence encoder:
+    hub = FakeHub(repos, model=model, dataset=dataset_files("corpus"))  # the MiniLM files the kit ships
+    return install(monkeypatch, hub).calls, tmp_path / "cache"
 
 
 PRETRAINED = {
@@ -162,6 +138,7 @@ PRETRAINED = {
     "revision": SHA,
     "files": ["*.json", "*.safetensors"],
     "dtype": "float32",
+    "quantization": None,
     "device": "cpu",
     "max_prompt_tokens": 256,
     "score_batch_size": 16,
@@ -200,24 +177,27 @@ CFG = {
     "trl_sft": TRL,
     "trl_dpo": {**TRL, "beta": 0.1, "loss_type": "sigmoid"},
     "iterations": 2,
+    "generation": {"k": 4, "temperature": 1.0, "top_k": None, "max_new_tokens": 6},
 }
+GEN = CFG["generation"]
 
 
 def prepared(hub, tmp_path):
-    """download_model + download_data + preprocess on the fake Hub: (pretrained.json, candidates.parquet)."""
+    """download_model + download_data + preprocess on the fake Hub: (pretrained.json, turns.parquet, the index's
+    marker file, as the rules name them)."""
     _, cache = hub
     pj = str(tmp_path / "models" / "pretrained.json")
     paper.download_model(PRETRAINED, str(cache), pj)
     raw = {k: str(tmp_path / "raw" / f"{k}.parquet") for k in ("passages", "turns")}
     paper.download_data(DATA, str(cache), raw["passages"], raw["turns"])
-    table = str(tmp_path / "data" / "candidates.parquet")
-    paper.preprocess(raw["passages"], raw["turns"], {"k1": 0.9, "b": 0.4}, 1, table)
-    return pj, table
+    table, index = str(tmp_path / "data" / "turns.parquet"), tmp_path / "data" / "bm25_index"
+    paper.preprocess(raw["passages"], raw["turns"], {"k1": 0.9, "b": 0.4}, 1, table, index)
+    return pj, table, str(index / tq.INDEX_DONE)
 
 
 def test_download_fetches_only_the_pinned_files_and_writes_the_smoke_tables(hub, tmp_path):
     calls, cache = hub
-    pj, _ = prepared(hub, tmp_path)
+    pj, _, _ = prepared(hub, tmp_path)
     model_call, conv_call, corpus_call = calls
     assert model_call["revision"] == SHA and model_call["patterns"] == ["*.json", "*.safetensors"]
     assert conv_call["repo_type"] == "dataset" and sorted(conv_call["written"]) == sorted(
@@ -256,24 +236,31 @@ def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_pat
     assert [c["repo_type"] for c in calls] == ["dataset"]  # the conversations only: nothing after the refusal
 
 
-def test_candidates_and_bm25_over_the_corpus(hub, tmp_path):
-    _, table_path = prepared(hub, tmp_path)
+def test_preprocess_saves_the_index_as_its_output_and_the_responses_references(hub, tmp_path):
+    """No template candidates any more: the turns table holds each raw response's top passage and the single-role
+    refiner's (response + question); the index is saved into the output folder, its marker written, and loads
+    without the corpus to the same rankings as a fresh index."""
+    _, table_path, marker = prepared(hub, tmp_path)
     table, meta = paper.read_table(table_path)
-    assert meta["templates"] == list(tq.TEMPLATES) and meta["n_passages"] == len(TITLES) * len(SECTIONS)
-    row = table[(table["conv"] == "train1") & (table["turn"] == 2)].iloc[0]
-    prev = row["hist_queries"][0]
-    assert row["qcands"][0] == row["query"] and row["qcands"][1] == f"{row['query']} {prev}"
-    assert row["rcands"][1] == f"{row['response']} {row['query']}"  # the single-role refiner: + the current question
-    # an elliptic question alone misses the topic; with the previous question BM25 ranks the gold passage first
-    second = table[table["turn"] == 2]
-    ranks = np.stack(second["q_gold_rank"].to_numpy())
-    assert (ranks[:, 1] == 1).all() and ranks[:, 0].mean() > 1.5
-    assert all(len(top) == len(tq.TEMPLATES) and len(top[0]) == 18 for top in table["q_top"])
+    assert meta["n_passages"] == len(TITLES) * len(SECTIONS) and "qcands" not in table and "q_top" not in table
+    passages, _ = read_frame(tmp_path / "raw" / "passages.parquet")
+    fresh = tq.CorpusBM25(passages["text"].tolist(), 0.9, 0.4)
+    saved = paper.open_index(marker)
+    assert Path(marker).exists() and saved.n_docs == len(passages) and saved.loaded
+    assert table["r_raw_top1"].tolist() == fresh.top(table["response"].tolist(), 1)[:, 0].tolist()
+    single = [f"{r} {q}" for r, q in zip(table["response"], table["query"])]
+    assert table["r_single_top1"].tolist() == fresh.top(single, 1)[:, 0].tolist()
+    assert table["r_single_top1"].tolist() != table["r_raw_top1"].tolist()  # the question changes some references
+    queries = list(table["query"]) + single
+    np.testing.assert_array_equal(saved.top(queries, 5), fresh.top(queries, 5))
+    Path(marker).unlink()  # a save cut off before its marker: refused, not half-loaded
+    with pytest.raises(FileNotFoundError, match="not a finished saved index"):
+        paper.open_index(marker)
+    texts = [f"{t} {sec}" for t in TITLES for sec in SECTIONS]
+    queries = ["alpha music", "the gamma sport", "history of delta", "omega"]
     # the top passage of bm25s over the corpus is rank-bm25's BM25Okapi best on the same tokens (spec 10.3)
     from rank_bm25 import BM25Okapi
 
-    texts = [f"{t} {sec}" for t in TITLES for sec in SECTIONS]
-    queries = ["alpha music", "the gamma sport", "history of delta", "omega"]
     okapi = BM25Okapi([t.split() for t in texts], k1=0.9, b=0.4)
     best = [int(np.argmax(okapi.get_scores([w for w in q.split() if w in TITLES + SECTIONS]))) for q in queries[:3]]
     index = tq.CorpusBM25(texts, 0.9, 0.4)
@@ -282,38 +269,126 @@ def test_candidates_and_bm25_over_the_corpus(hub, tmp_path):
     assert {texts[p].split()[0] for p in top[3]} == {"omega"}  # the three omega passages tie on top
 
 
-def test_the_paper_train_and_evaluate_path_runs_trl_with_lora_on_a_tiny_model(hub, tmp_path):
-    from paperflow.dualreform import lora
+TINY_SPEC = {"arch": "qwen2", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
+TINY_SPEC |= {"num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16}
 
-    pj, table_path = prepared(hub, tmp_path)
+
+def _record_lora(monkeypatch, module, name: str) -> list:
+    """The `lora` argument of every call of module.name."""
+    import inspect
+
+    seen: list = []
+    real = getattr(module, name)
+
+    def wrapped(*args, **kwargs):
+        seen.append(inspect.signature(real).bind(*args, **kwargs).arguments["lora"])
+        return real(*args, **kwargs)
+
+    wrapped.__signature__ = inspect.signature(real)  # another recorder may wrap this one
+    monkeypatch.setattr(module, name, wrapped)
+    return seen
+
+
+def _record_texts(monkeypatch, module, name: str, keys) -> list:
+    """The arguments `keys` of every call of module.name, and what it returned ("out")."""
+    import inspect
+
+    seen: list = []
+    real = getattr(module, name)
+
+    def wrapped(*args, **kwargs):
+        bound = inspect.signature(real).bind(*args, **kwargs).arguments
+        seen.append({k: bound[k] for k in keys})
+        seen[-1]["out"] = real(*args, **kwargs)
+        return seen[-1]["out"]
+
+    wrapped.__signature__ = inspect.signature(real)
+    monkeypatch.setattr(module, name, wrapped)
+    return seen
+
+
+def test_the_paper_train_and_evaluate_path_runs_trl_with_lora_on_a_tiny_model(hub, tmp_path, monkeypatch):
+    import bm25s
+
+    from paperflow.dualreform import lora, writer
+
+    # one implementation (issue 47): paper scale and the synthetic stages train through lora.train_sft / train_dpo
+    sft_calls, dpo_calls = _record_lora(monkeypatch, lora, "train_sft"), _record_lora(monkeypatch, lora, "train_dpo")
+    pj, table_path, marker = prepared(hub, tmp_path)
+    samples = _record_texts(monkeypatch, writer, "sample_candidates", ("prompts", "k", "max_new_tokens"))
+    sft_texts = _record_texts(monkeypatch, lora, "train_sft", ("prompts", "targets"))
+    dpo_texts = _record_texts(monkeypatch, lora, "train_dpo", ("prompts", "chosen", "rejected"))
+    ranked, real_top = [], tq.CorpusBM25.top
+    monkeypatch.setattr(tq.CorpusBM25, "top", lambda self, q, k: ranked.append((list(q), k)) or real_top(self, q, k))
+    builds, real_index = [], bm25s.BM25.index
+    monkeypatch.setattr(bm25s.BM25, "index", lambda self, *a, **kw: builds.append(1) or real_index(self, *a, **kw))
     out = tmp_path / "models" / "dualreform"
     outputs = {
-        "checkpoints": [str(out / f"seed0_it{i}.safetensors") for i in (1, 2)],
+        "checkpoints": [str(out / f"seed{0}_it{i}.safetensors") for i in (1, 2)],
         "history": str(out / "history_seed0.csv"),
         "refs": str(out / "refs_seed0.parquet"),
     }
-    history = paper.train("dualreform", 0, table_path, pj, CFG, outputs)
+    history = paper.train("dualreform", 0, table_path, marker, pj, CFG, outputs)
+    assert builds == []  # the index preprocess saved is loaded, not built again
+    assert sft_calls == [CFG["lora"]] * 2 and dpo_calls == [CFG["lora"]] * 2  # LoRA adapters, one per stage and round
+    # the candidates are the model's samples of each training query (its chat prompt), ranked by BM25 over the corpus
+    table, _ = paper.read_table(table_path)
+    train_turns = table[table["split"] == "train"].reset_index(drop=True)
+    _, tok = paper._pretrained(pj, PRETRAINED, "cpu")
+    prompts = lora.rewrite_prompts(tok, train_turns)
+    assert [s["prompts"] for s in samples] == [prompts] and samples[0]["k"] == GEN["k"]
+    cands = samples[0]["out"]
+    assert all(1 <= len(c) <= GEN["k"] and len(set(c)) == len(c) for c in cands)
+    assert ranked[0] == ([c for cs in cands for c in cs], 100)  # every sample ranked, to DEPTH
+    of_prompt = dict(zip(prompts, cands))
+    assert any(set(c) - set(train_turns["query"]) for c in cands)  # written by the model, not the question alone
+    for call in sft_texts:
+        assert call["targets"] and all(t in of_prompt[p] for p, t in zip(call["prompts"], call["targets"]))
+    for call in dpo_texts:
+        for p, c, r in zip(call["prompts"], call["chosen"], call["rejected"]):
+            assert c in of_prompt[p] and r in of_prompt[p] and c != r
+    # the dual role: each round's reference is BM25's top passage for the model's greedy refinement
+    refs, meta = read_frame(outputs["refs"])
+    assert sorted(set(refs["iteration"])) == [1, 2] and len(refs) == 2 * 16
+    index = paper.open_index(marker)
+    for it in (1, 2):
+        r = refs[refs["iteration"] == it]
+        assert r["ref"].tolist() == index.top(r["refined"].tolist(), 1)[:, 0].tolist()
+    assert meta["generation"] == GEN
+    from paperflow.core.lm.models import build_model
+    from paperflow.dualreform import cqr, pipeline
+
+    tok_tiny = cqr.make_tokenizer(["ka", "lo"])
+    tiny = build_model({**TINY_SPEC, "vocab_size": len(tok_tiny)}, seed=0)
+    prompt = cqr.prompt_text(cqr.rewrite_prompt([], "ka"))
+    pipeline.fit_sft(tiny, tok_tiny, [prompt], ["lo"], {"epochs": 1, "batch_size": 1, "lr": 1e-3}, 0, "s")
+    pipeline.fit_dpo(
+        tiny, tok_tiny, [prompt], ["lo"], ["ka"], {"epochs": 1, "batch_size": 1, "lr": 1e-3, "beta": 0.1}, 0, "d"
+    )
+    assert sft_calls[2:] == [None] and dpo_calls[2:] == [None]  # the tiny model: full fine-tuning, same functions
     assert set(history["phase"]) == {f"dualreform it{i} {s}" for i in (1, 2) for s in ("sft", "dpo")}
     assert "rewards/accuracies" in history and history["loss"].notna().any()
-    refs, _ = read_frame(outputs["refs"])
-    assert sorted(set(refs["iteration"])) == [1, 2] and len(refs) == 2 * 16
     _, cache = hub
-    dj, index = str(tmp_path / "models" / "dense.json"), str(tmp_path / "data" / "dense.npy")
+    dj, dindex = str(tmp_path / "models" / "dense.json"), str(tmp_path / "data" / "dense.npy")
     paper.download_model(DENSE, str(cache), dj, key="dense")
-    assert paper.index_dense(str(tmp_path / "raw" / "passages.parquet"), dj, DENSE, index) == (18, 384)
-    dense = {"json": dj, "index": index, "settings": DENSE}
+    assert paper.index_dense(str(tmp_path / "raw" / "passages.parquet"), dj, DENSE, dindex) == (18, 384)
+    dense = {"json": dj, "index": dindex, "settings": DENSE}
     rounds = {1: outputs["checkpoints"][0], 2: outputs["checkpoints"][1]}
-    evals = paper.evaluate("dualreform", 0, table_path, pj, rounds, PRETRAINED, dense)
+    greedy = _record_texts(monkeypatch, writer, "greedy", ("prompts",))
+    ranked.clear()
+    evals = paper.evaluate("dualreform", 0, table_path, marker, pj, rounds, PRETRAINED, GEN, dense)
     assert evals["iteration"].tolist() == [1, 2] and evals["mrr"].between(0, 1).all()
     assert evals["dense_mrr"].between(0, 1).all() and evals["dense_recall@100"].eq(1.0).all()  # 18 passages
-    raw = paper.evaluate("raw", 0, table_path, None, {}, None)
-    assert raw["share_raw"].iloc[0] == 1.0 and "dense_mrr" not in raw
-    # the saved round, applied to the pretrained model again, gives the trained model's scores; the base's differ
-    table, _ = paper.read_table(table_path)
     test = table[table["split"] == "test"].reset_index(drop=True)
+    assert [g["prompts"] for g in greedy] == [lora.rewrite_prompts(tok, test)] * 2  # each round rewrites greedily
+    assert len(ranked) == 2 and ranked[0][0] != list(test["query"])  # BM25 ranks the model's rewrites
+    raw = paper.evaluate("raw", 0, table_path, marker, None, {}, None, None)
+    assert raw["share_unchanged"].iloc[0] == 1.0 and "dense_mrr" not in raw and len(greedy) == 2
+    assert builds == []
+    # the saved round, applied to the pretrained model again, gives the trained model's scores; the base's differ
     base, tok = paper._pretrained(pj, PRETRAINED, "cpu")
     prompts = lora.rewrite_prompts(tok, test)[:4]
-    comps = [lora.completion(tok, c) for c in test["qcands"].iloc[0][:4]]
+    comps = [lora.completion(tok, c) for c in cands[0][:1] * 4]
     before = lora.completion_scores(base, tok, prompts, comps, 8, 256)
     tuned = lora.apply_round(paper._pretrained(pj, PRETRAINED, "cpu")[0], outputs["checkpoints"][1])
     after = lora.completion_scores(tuned, tok, prompts, comps, 8, 256)
@@ -376,42 +451,52 @@ def _train_outputs(folder: Path) -> dict:
     }
 
 
-@pytest.mark.parametrize("kill", ["round 2's SFT, after a step", "round 1's DPO, at its start", "round 2's ranking"])
+KILLS = ["the sampling, after two batches", "round 2's SFT, after a step", "round 1's DPO, at its start"]
+
+
+@pytest.mark.parametrize("kill", [*KILLS, "round 2's refinement"])
 def test_paper_training_killed_mid_job_resumes_from_its_checkpoint_folder_to_the_uninterrupted_result(
     hub, tmp_path, monkeypatch, kill
 ):
-    """TRL resume (issue 43): a dualreform job killed part way reruns with the same checkpoint folder and does only
-    the rest: finished stages (references, SFT adapter, DPO round) are loaded, a trainer goes on from its last timed
+    """TRL resume (issue 43) and the sampling's row journal: a dualreform job killed part way reruns with the same
+    checkpoint folder and does only the rest: the sampled batches in samples.jsonl are not sampled again, finished
+    stages (references and refinements, SFT adapter, DPO round) are loaded, a trainer goes on from its last timed
     save, a stage's model or the refiner is rebuilt from saved adapters; it writes what a run without checkpoints
     writes (the rounds bit for bit, the history, the references)."""
     from safetensors.torch import load_file
 
-    from paperflow.dualreform import lora
+    from paperflow.dualreform import writer
 
-    pj, table_path = prepared(hub, tmp_path)
+    monkeypatch.setattr(paper, "SAMPLE_BATCH", 5)  # 16 training turns: batches 0-4, 5-9, 10-14, 15
+    cfg = {**CFG, "trl_sft": {**TRL, "per_device_train_batch_size": 2}}  # a few preference pairs: steps to resume
+    pj, table_path, marker = prepared(hub, tmp_path)
     with monkeypatch.context() as m:
         steps = _count_steps(m)
-        ranked = _count_calls(m, lora, "rank_candidates")
+        sampled, refined = _count_calls(m, writer, "sample_candidates"), _count_calls(m, writer, "greedy")
         want = _train_outputs(tmp_path / "plain")
-        paper.train("dualreform", 0, table_path, pj, CFG, want)
+        paper.train("dualreform", 0, table_path, marker, pj, cfg, want)
     sft1, dpo1, sft2, dpo2 = steps  # one trainer per stage and round
-    assert sft2 >= 2 and len(ranked) == 2  # round 2's SFT has a step to resume; the refiner ranks in each round
-    stop, fail_rank, rest, rest_ranked = {
-        "round 2's SFT, after a step": (sft1 + dpo1 + 1, None, [sft2 - 1, dpo2], 0),
-        "round 1's DPO, at its start": (sft1, None, [dpo1, sft2, dpo2], 1),
-        "round 2's ranking": (None, 2, [sft2, dpo2], 1),  # the refiner: round 1's saved adapters
+    assert sft2 >= 2 and len(sampled) == 4 and len(refined) == 2  # the refiner writes in each round
+    stop, fail_sample, fail_refine, rest, rest_sampled, rest_refined = {
+        "the sampling, after two batches": (None, 3, None, [sft1, dpo1, sft2, dpo2], 2, 2),
+        "round 2's SFT, after a step": (sft1 + dpo1 + 1, None, None, [sft2 - 1, dpo2], 0, 0),
+        "round 1's DPO, at its start": (sft1, None, None, [dpo1, sft2, dpo2], 0, 1),
+        "round 2's refinement": (None, None, 2, [sft2, dpo2], 0, 1),  # the refiner: round 1's saved adapters
     }[kill]
     ckpt, got = tmp_path / "ckpt", _train_outputs(tmp_path / "resumed")
     with monkeypatch.context() as m:
         _count_steps(m, stop_after=stop)
-        _count_calls(m, lora, "rank_candidates", fail_at=fail_rank)
+        _count_calls(m, writer, "sample_candidates", fail_at=fail_sample)
+        _count_calls(m, writer, "greedy", fail_at=fail_refine)
         with pytest.raises(Interrupted):
-            paper.train("dualreform", 0, table_path, pj, CFG, got, checkpoint=ckpt, every_s=0)
+            paper.train("dualreform", 0, table_path, marker, pj, cfg, got, checkpoint=ckpt, every_s=0)
+    journalled = [json.loads(line)["start"] for line in (ckpt / "samples.jsonl").read_text().splitlines()]
+    assert journalled == ([0, 5] if fail_sample else [0, 5, 10, 15])
     with monkeypatch.context() as m:
         steps = _count_steps(m)
-        ranked = _count_calls(m, lora, "rank_candidates")
-        history = paper.train("dualreform", 0, table_path, pj, CFG, got, checkpoint=ckpt, every_s=0)
-    assert steps == rest and len(ranked) == rest_ranked  # only the remaining steps and rankings
+        sampled, refined = _count_calls(m, writer, "sample_candidates"), _count_calls(m, writer, "greedy")
+        history = paper.train("dualreform", 0, table_path, marker, pj, cfg, got, checkpoint=ckpt, every_s=0)
+    assert steps == rest and len(sampled) == rest_sampled and len(refined) == rest_refined  # only what was left
     for a, b in zip(want["checkpoints"], got["checkpoints"]):
         wa, wb = load_file(a), load_file(b)
         assert sorted(wa) == sorted(wb) and all(torch_equal(wa[k], wb[k]) for k in wa)
@@ -428,26 +513,25 @@ def torch_equal(a, b) -> bool:
 
 def test_paper_evaluation_killed_after_an_iteration_reruns_only_the_rest(hub, tmp_path, monkeypatch):
     """Row journal (issue 43): evaluate keeps each iteration's row in the job's journal; killed in iteration 2, the
-    rerun ranks only iteration 2's rewrites and returns what an uninterrupted evaluation returns."""
-    from paperflow.dualreform import lora
+    rerun writes only iteration 2's rewrites and returns what an uninterrupted evaluation returns."""
+    from paperflow.dualreform import writer
 
-    pj, table_path = prepared(hub, tmp_path)
+    pj, table_path, marker = prepared(hub, tmp_path)
     outputs = _train_outputs(tmp_path / "models")
-    paper.train(
-        "retpo", 0, table_path, pj, {**CFG, "iterations": 1}, {**outputs, "checkpoints": outputs["checkpoints"][:1]}
-    )
+    cfg = {**CFG, "iterations": 1}
+    paper.train("retpo", 0, table_path, marker, pj, cfg, {**outputs, "checkpoints": outputs["checkpoints"][:1]})
     rounds = {1: outputs["checkpoints"][0], 2: outputs["checkpoints"][0]}  # two units: the same round twice
-    want = paper.evaluate("retpo", 0, table_path, pj, rounds, PRETRAINED)
+    want = paper.evaluate("retpo", 0, table_path, marker, pj, rounds, PRETRAINED, GEN)
     journal = tmp_path / "ckpt" / "rows.jsonl"
     with monkeypatch.context() as m:
-        _count_calls(m, lora, "rank_candidates", fail_at=2)
+        _count_calls(m, writer, "greedy", fail_at=2)
         with pytest.raises(Interrupted):
-            paper.evaluate("retpo", 0, table_path, pj, rounds, PRETRAINED, journal=journal)
+            paper.evaluate("retpo", 0, table_path, marker, pj, rounds, PRETRAINED, GEN, journal=journal)
     assert len(journal.read_text().splitlines()) == 1
     with monkeypatch.context() as m:
-        ranked = _count_calls(m, lora, "rank_candidates")
-        got = paper.evaluate("retpo", 0, table_path, pj, rounds, PRETRAINED, journal=journal)
-    assert len(ranked) == 1
+        written = _count_calls(m, writer, "greedy")
+        got = paper.evaluate("retpo", 0, table_path, marker, pj, rounds, PRETRAINED, GEN, journal=journal)
+    assert len(written) == 1
     pd.testing.assert_frame_equal(want, got)
 
 
@@ -485,9 +569,10 @@ def test_the_dense_index_killed_mid_corpus_encodes_only_the_missing_chunks_on_re
 
 def test_preprocess_killed_after_its_index_and_after_two_batches_reruns_without_rebuilding(hub, tmp_path, monkeypatch):
     """Saved index + row journal of retrieval batches (issue 43): preprocess with a checkpoint folder saves the bm25s
-    index (and its Tokenizer's vocabulary) once built and journals the retrieval in batches of turns. Killed first
-    right after the index is saved, then after two of five batches, the reruns load the index (no second build) and
-    retrieve only the batches left; the table is byte for byte the one a run without checkpoints writes."""
+    index (and its Tokenizer's vocabulary) once built and journals the responses' retrieval in batches of turns.
+    Killed first right after the index is saved, then after two of five batches, the reruns load the index (no second
+    build) and retrieve only the batches left; the table is byte for byte the one a run without checkpoints writes,
+    and the index is copied to the output folder, its marker last."""
     import bm25s
 
     _, cache = hub
@@ -512,29 +597,34 @@ def test_preprocess_killed_after_its_index_and_after_two_batches_reruns_without_
     monkeypatch.setattr(bm25s.BM25, "index", index)
     monkeypatch.setattr(tq.CorpusBM25, "scored", scored)
     bm25 = {"k1": 0.9, "b": 0.4}
-    want = tmp_path / "plain.parquet"
-    paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(want))
-    assert builds == [1] and retrieved == [6 * n_turns, 6 * n_turns]  # as before: one call per candidate kind
+    want, want_index = tmp_path / "plain.parquet", tmp_path / "plain_index"
+    paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(want), want_index)
+    assert builds == [1] and retrieved == [n_turns, n_turns]  # one call per reference kind
 
-    ckpt, out = tmp_path / "ckpt", tmp_path / "candidates.parquet"
+    ckpt, out, out_index = tmp_path / "ckpt", tmp_path / "turns.parquet", tmp_path / "data" / "bm25_index"
     builds.clear(), retrieved.clear()
     kill["at"] = 0  # killed at the first retrieval: the index is built and saved
     with pytest.raises(Interrupted):
-        paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), checkpoint=ckpt)
+        paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), out_index, checkpoint=ckpt)
     assert builds == [1] and (ckpt / "bm25" / tq.INDEX_DONE).exists() and not out.exists()
+    assert not (out_index / tq.INDEX_DONE).exists()  # the output's marker only once the job is done
     builds.clear()
-    kill["at"] = 4  # two batches (a rewrite call and a refinement call each), then killed
+    kill["at"] = 4  # two batches (a raw-response call and a single-role call each), then killed
     with pytest.raises(Interrupted):
-        paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), checkpoint=ckpt)
-    assert builds == [] and retrieved == [30, 30, 30, 30]
-    rows = [json.loads(line) for line in (ckpt / "candidates.jsonl").read_text().splitlines()]
-    assert [(r["start"], r["stop"]) for r in rows] == [(0, 5), (5, 10)]
-    assert np.asarray(rows[0]["q_top"]).shape == (30, 18) and len(rows[0]["r_scores"]) == 30
+        paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), out_index, checkpoint=ckpt)
+    assert builds == [] and retrieved == [5, 5, 5, 5]
+    rows = [json.loads(line) for line in (ckpt / "references.jsonl").read_text().splitlines()]
+    assert [(r["start"], r["stop"]) for r in rows] == [(0, 5), (5, 10)] and len(rows[0]["r_single_top1"]) == 5
     builds.clear(), retrieved.clear()
     kill["at"] = None
-    table = paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), checkpoint=ckpt)
-    assert builds == [] and retrieved == [30, 30, 30, 30, 24, 24]  # batches 3-5 only, on the loaded index
+    table = paper.preprocess(raw["passages"], raw["turns"], bm25, 1, str(out), out_index, checkpoint=ckpt)
+    assert builds == [] and retrieved == [5, 5, 5, 5, 4, 4]  # batches 3-5 only, on the loaded index
     assert len(table) == n_turns and out.read_bytes() == want.read_bytes()
+    assert sorted(f.name for f in out_index.iterdir()) == sorted(f.name for f in want_index.iterdir())
+    queries = list(table["query"])
+    np.testing.assert_array_equal(
+        paper.open_index(out_index).top(queries, 5), paper.open_index(want_index).top(queries, 5)
+    )
 
 
 def test_dense_search_in_chunks_is_exact_and_breaks_ties_by_pid(tmp_path):
@@ -593,7 +683,7 @@ def _refs(hit: float, n=20, seeds=(0, 1)) -> pd.DataFrame:
 def _train_table(raw_hit: float, n=20) -> pd.DataFrame:
     """n training turns whose raw response retrieves passage 1 (the references' gold) for the first raw_hit * n."""
     k = int(raw_hit * n)
-    return pd.DataFrame({"split": "train", "r_top1": [[1] * 6] * k + [[2] * 6] * (n - k), "gold_pid": 1})
+    return pd.DataFrame({"split": "train", "r_raw_top1": [1] * k + [2] * (n - k), "gold_pid": 1})
 
 
 def _paper_verdicts(mrr, hit, raw_hit=0.5):
@@ -640,7 +730,7 @@ def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
     doc = publish(report, outputs, paper="dualreform", scale="paper", claims=cfg["claims"])
     assert [c["id"] for c in doc["claims"]][0] == "paper_g1_refined_refs_beat_raw_by_10pts"
     assert doc["claims"][0]["value"] == pytest.approx(0.8 - 0.5) and doc["claims"][0]["unit"] == "seed"
-    assert "Qwen/Qwen2.5-0.5B-Instruct" in Path(outputs["report"]).read_text()
+    assert "meta-llama/Llama-3.1-8B-Instruct" in Path(outputs["report"]).read_text()
 
 
 @pytest.mark.parametrize(
@@ -654,7 +744,8 @@ def test_the_paper_report_builds_from_the_rules_frames(tmp_path):
         (("methods: [raw, prompted, retpo,", "methods: [raw, retpo,"), "add 'prompted'"),
         (("    loss_type: sigmoid\n", "    loss_type: sigmoid\n    warmup_ratio: 0.1\n"), "warmup_ratio"),
         (("revision: 50ae3b82713b1a935190def03ce7e7e75a318636", "revision: main"), "revision"),
-        (("    dtype: bfloat16\n", "    dtype: bf16\n"), "dtype"),
+        (("    dtype: bfloat16 ", "    dtype: bf16 "), "dtype"),
+        (("    quantization: 4bit ", "    quantization: 8bit "), "quantization"),
     ],
 )
 def test_paper_config_errors_name_the_key(repo_copy, edit, message):
@@ -700,3 +791,47 @@ def test_paper_scale_dry_run_builds_the_dag_with_gpus_on_train_evaluate_and_dens
     heavy = ("dualreform_train", "dualreform_train_iterated", "dualreform_evaluate", "dualreform_index_dense")
     assert all(gpus[r] == {1} for r in heavy)
     assert all(v == {0} for r, v in gpus.items() if r not in heavy)
+    # the BM25 index is preprocess's output (its marker, written last) and an input of every train and evaluate job
+    marker = f"results/paper/dualreform/data/bm25_index/{tq.INDEX_DONE}"
+    blocks = re.findall(r"^rule (dualreform_\w+):\n    input: (.*)\n    output: (.*)$", proc.stdout, re.M)
+    users = [rule for rule, inputs, _ in blocks if marker in inputs.split(", ")]
+    makers = [rule for rule, _, outputs in blocks if marker in outputs.split(", ")]
+    assert makers == ["dualreform_preprocess"]
+    assert sorted(set(users)) == ["dualreform_evaluate", "dualreform_train", "dualreform_train_iterated"]
+    assert len(users) == 3 * n_seeds + n_seeds + 6 * n_seeds  # every train and evaluate job
+
+
+def test_qlora_loads_the_paper_model_in_4_bits_on_cuda_only_and_prepares_it_for_adapters(hub, tmp_path, monkeypatch):
+    """pretrained.quantization 4bit: NF4 weights through bitsandbytes (a CUDA device), PEFT's k-bit preparation before
+    the LoRA trainers; refused by name on the CPU and for an unknown value (the 4-bit load itself needs a GPU)."""
+    import torch
+    import transformers
+
+    from paperflow.core.config import ConfigError
+    from paperflow.dualreform import lora
+
+    pj, _, _ = prepared(hub, tmp_path)
+    with pytest.raises(ConfigError, match="pretrained.quantization 4bit needs a CUDA device"):
+        paper._model(pj, {**PRETRAINED, "quantization": "4bit"}, torch.device("cpu"))
+    with pytest.raises(ConfigError, match="pretrained.quantization '8bit'.*allowed values: null, 4bit"):
+        paper._model(pj, {**PRETRAINED, "quantization": "8bit"}, torch.device("cpu"))
+    seen = {}
+
+    def fake_load(folder, **kwargs):
+        seen.update(folder=folder, **kwargs)
+        return torch.nn.Linear(1, 1)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", staticmethod(fake_load))
+    paper._model(pj, {**PRETRAINED, "quantization": "4bit", "dtype": "bfloat16"}, torch.device("cuda", 1))
+    q = seen["quantization_config"]
+    assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_compute_dtype == torch.bfloat16
+    assert seen["device_map"] == {"": 1} and seen["local_files_only"]
+    prepared_models = []
+    monkeypatch.setattr("peft.prepare_model_for_kbit_training", lambda m, **kw: prepared_models.append(kw) or m)
+    plain, four_bit = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    four_bit.is_loaded_in_4bit = True
+    assert lora._kbit_ready(plain, {"r": 1}) is plain and lora._kbit_ready(four_bit, None) is four_bit
+    assert prepared_models == []
+    assert lora._kbit_ready(four_bit, {"r": 1}) is four_bit and prepared_models == [
+        {"use_gradient_checkpointing": False}
+    ]

@@ -1,8 +1,9 @@
 # dualreform at paper scale (source.kind topiocqa): the pretrained instruct model and TopiOCQA (conversations, corpus)
 # at their pinned Hub commits (config, else config/locks/dualreform.json, written by `paperflow pin dualreform`), the
-# candidate table with bm25s over the corpus (CPU, many threads), the corpus encoded by the dense retriever (one GPU;
-# when `dense` is set), each trained method per seed with TRL's SFTTrainer and DPOTrainer (LoRA) on one GPU, test-turn
-# retrieval (BM25, dense) per method and seed on one GPU, the report.
+# bm25s index of the corpus and the turns table (CPU, many threads), the corpus encoded by the dense retriever (one
+# GPU; when `dense` is set), each trained method per seed on one GPU (the model samples its candidates, ranked with
+# the saved index, then TRL's SFTTrainer and DPOTrainer with LoRA), test-turn retrieval of greedy rewrites (BM25,
+# dense) per method and seed on one GPU, the report.
 from paperflow.core.download import read_lock_revisions
 
 DUALREFORM_CACHE = f"{RUN.resources}/dualreform"
@@ -15,6 +16,8 @@ DUALREFORM_WILDCARDS = {
 }
 DUALREFORM_RES = DUALREFORM["resources"]
 DUALREFORM_DENSE = DUALREFORM.get("dense")  # None: BM25 only
+DUALREFORM_TABLE = dualreform_path("data", "turns.parquet")
+DUALREFORM_INDEX = dualreform_path("data", "bm25_index", "paperflow-index.json")  # written last into the index folder
 
 
 rule dualreform_download_model:
@@ -105,7 +108,8 @@ rule dualreform_preprocess:
         passages=dualreform_path("raw", "passages.parquet"),
         turns=dualreform_path("raw", "turns.parquet"),
     output:
-        dualreform_path("data", "candidates.parquet"),
+        table=DUALREFORM_TABLE,
+        index=DUALREFORM_INDEX,
     log:
         dualreform_path("logs", "preprocess.log"),
     conda:
@@ -127,7 +131,8 @@ rule dualreform_preprocess:
 rule dualreform_train:
     input:
         pretrained=dualreform_path("models", "pretrained.json"),
-        table=dualreform_path("data", "candidates.parquet"),
+        table=DUALREFORM_TABLE,
+        index=DUALREFORM_INDEX,
     output:
         checkpoints=[dualreform_path("models", "{method}", "seed{seed}_it1.safetensors")],
         history=dualreform_path("models", "{method}", "history_seed{seed}.csv"),
@@ -150,6 +155,7 @@ rule dualreform_train:
         trl_sft=DUALREFORM["trl_sft"],
         trl_dpo=DUALREFORM["trl_dpo"],
         iterations=DUALREFORM["iterations"],
+        generation=DUALREFORM["generation"],
         code=code_param("lm", "workflows/dualreform/scripts/train_paper.py"),
     script:
         "scripts/train_paper.py"
@@ -158,7 +164,8 @@ rule dualreform_train:
 rule dualreform_train_iterated:
     input:
         pretrained=dualreform_path("models", "pretrained.json"),
-        table=dualreform_path("data", "candidates.parquet"),
+        table=DUALREFORM_TABLE,
+        index=DUALREFORM_INDEX,
     output:
         checkpoints=dualreform_rounds("dualreform", "{seed}"),
         history=dualreform_path("models", "dualreform", "history_seed{seed}.csv"),
@@ -182,6 +189,7 @@ rule dualreform_train_iterated:
         trl_sft=DUALREFORM["trl_sft"],
         trl_dpo=DUALREFORM["trl_dpo"],
         iterations=DUALREFORM["iterations"],
+        generation=DUALREFORM["generation"],
         code=code_param("lm", "workflows/dualreform/scripts/train_paper.py"),
     script:
         "scripts/train_paper.py"
@@ -190,7 +198,8 @@ rule dualreform_train_iterated:
 rule dualreform_evaluate:
     input:
         unpack(dualreform_eval_inputs),
-        table=dualreform_path("data", "candidates.parquet"),
+        table=DUALREFORM_TABLE,
+        index=DUALREFORM_INDEX,
     output:
         dualreform_path("eval", "{method}_seed{seed}.parquet"),
     log:
@@ -208,6 +217,7 @@ rule dualreform_evaluate:
     params:
         pretrained=DUALREFORM["pretrained"],
         dense=DUALREFORM_DENSE,
+        generation=DUALREFORM["generation"],
         code=code_param("lm", "workflows/dualreform/scripts/evaluate_paper.py"),
     script:
         "scripts/evaluate_paper.py"
@@ -231,7 +241,7 @@ rule dualreform_report:
                 for s in DUALREFORM["seeds"]
             },
         ),
-        table=dualreform_path("data", "candidates.parquet"),
+        table=DUALREFORM_TABLE,
     output:
         report=dualreform_path("report.md"),
         metrics=dualreform_path("metrics.json"),

@@ -7,7 +7,8 @@ DUALREFORM_WILDCARDS = {
     "one_round": "|".join(DUALREFORM_ONE_ROUND) or "^$",
     "method": "|".join(DUALREFORM["methods"]),
 }
-DUALREFORM_TRAIN = {k: DUALREFORM[k] for k in ("sft", "dpo", "iterations")}
+DUALREFORM_TRAIN = {k: DUALREFORM[k] for k in ("sft", "dpo", "iterations", "generation", "bm25", "tiebreak_seed")}
+DUALREFORM_EVAL = {k: DUALREFORM[k] for k in ("generation", "bm25", "tiebreak_seed")}
 
 
 rule dualreform_download:
@@ -155,6 +156,7 @@ rule dualreform_evaluate:
         **resources_of("cpu_light"),
     params:
         seeds=DUALREFORM["seeds"],
+        settings=DUALREFORM_EVAL,
         code=code_param("lm", "workflows/dualreform/scripts/evaluate.py"),
     script:
         "scripts/evaluate.py"

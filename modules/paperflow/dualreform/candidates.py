@@ -1,5 +1,6 @@
-"""The candidate generator standing in for GPT-3.5 (spec section 7): six deterministic templates per turn,
-applied to the current query (rewrite candidates) or to the current response (refinement candidates).
+"""The synthetic teacher standing in for the LLM that writes the SFT data (spec section 7): its rewrites of the
+queries and refinements of the responses, which err at a configured rate. The preference candidates are not the
+teacher's: the CQR model samples them (paperflow.dualreform.writer).
 
 The teacher reads entity names off the history text as an LLM would (it knows the entity lexicon, not which
 entity a turn is about): "previous" is the entity mentioned last, "first" the one mentioned first.
@@ -10,9 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-TEMPLATES = ("raw", "prev_entity", "first_entity", "all_entities", "prev_expand", "drop_aspect")
-N_EXPAND = 3
 
 
 def mentioned_entities(
@@ -31,26 +29,6 @@ def mentioned_entities(
                     order.setdefault(name)
                     last = name
     return list(order), last
-
-
-def candidates(
-    text: str,
-    history: Sequence[tuple[str, str]],
-    lexicon: dict[tuple[str, str], str],
-    aspect_values: dict[str, list[str]],
-    rng: np.random.Generator,
-) -> list[str]:
-    """The six candidates of TEMPLATES for `text` (a query or a response) in its history."""
-    names, last = mentioned_entities(history, lexicon)
-    first = names[0] if names else ""
-    prev = last or ""
-    everyone = " ".join(names)
-    aspect = next((w for w in text.split() if w in aspect_values), None)
-    pool = aspect_values[aspect] if aspect is not None else sorted(v for vs in aspect_values.values() for v in vs)
-    expand = " ".join(rng.choice(pool, size=N_EXPAND, replace=False))
-    dropped = " ".join(w for w in text.split() if w != aspect)
-    out = [text, f"{text} {prev}", f"{text} {first}", f"{text} {everyone}", f"{text} {prev} {expand}", dropped]
-    return [" ".join(c.split()) for c in out]
 
 
 TEACHER_ERRORS = ("drop", "swap")  # an erring teacher drops the entity or names a wrong one (equally often)

@@ -1,5 +1,9 @@
-"""The paper-scale CQR model: a pretrained instruct LM with LoRA adapters, trained with TRL (SFTTrainer on the best
-candidates, then DPOTrainer on (best, worse) pairs against the SFT model, spec section 2 step 5), in its two roles.
+"""TRL training of the CQR model at every scale (issue 47: one implementation), and the paper-scale model's prompts.
+
+`train_sft` (SFTTrainer, prompt-completion rows) and `train_dpo` (DPOTrainer, prompt/chosen/rejected rows) are the
+only SFT and DPO of this paper: with `lora` settings they train LoRA adapters on the pretrained instruct LM of paper
+scale (QLoRA when it was loaded in 4 bits: `pretrained.quantization`), with `lora=None` they fully fine-tune the tiny
+word-level model of smoke and cpu (paperflow.dualreform.pipeline.fit_sft / fit_dpo; DPO against a frozen copy).
 
 Prompts are plain strings: the conversation's questions and answers, then the text to rewrite (the current question,
 or in the refine role the response, its question closing the history: the dual role of section 11), rendered with
@@ -78,8 +82,15 @@ def refine_prompts(tokenizer, table: pd.DataFrame) -> list[str]:
     ]
 
 
+def word_level(tokenizer) -> bool:
+    """Whether `tokenizer` is a kit word-level tokenizer (words split on whitespace: EOS must stand apart)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend is not None and type(backend.model).__name__ == "WordLevel"
+
+
 def completion(tokenizer, text: str) -> str:
-    return text + tokenizer.eos_token
+    """The completion TRL trains on: the text and EOS (a separate word for a word-level tokenizer)."""
+    return f"{text} {tokenizer.eos_token}" if word_level(tokenizer) else text + tokenizer.eos_token
 
 
 def _pair_ids(tokenizer, prompt: str, done: str, max_prompt: int) -> tuple[list[int], int]:
@@ -181,54 +192,102 @@ def _fit(trainer, every_s: float | None) -> None:
     resume.train(trainer, every_s)
 
 
+def _trained(trainer, lora, own: set[str]):
+    """(model, adapter) after training: with LoRA the merged model and its adapter state; without, the model itself
+    (what accelerate's prepare left on the instance removed, so a deepcopy of it runs its own forward)."""
+    if lora is not None:
+        adapter = _adapter_state(trainer.model)
+        return trainer.model.merge_and_unload(), adapter
+    model = trainer.model
+    for name in set(vars(model)) - own:
+        delattr(model, name)
+    model.eval()
+    return model, None
+
+
+def quantized(model) -> bool:
+    """Whether `model` was loaded in 4 or 8 bits (bitsandbytes; paper scale's `pretrained.quantization`)."""
+    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False))
+
+
+def _kbit_ready(model, lora):
+    """QLoRA: a quantized model is made ready for adapter training (PEFT's prepare_model_for_kbit_training: the
+    layer norms in float32, input gradients on), which TRL 1.16's trainers do not do themselves."""
+    if lora is None or not quantized(model):
+        return model
+    from peft import prepare_model_for_kbit_training
+
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+def _quiet(trainer):
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # a printed dict per step; the history frame keeps them
+    return trainer
+
+
 def train_sft(model, tokenizer, prompts, targets, lora, settings, seed: int, out_dir, device, every_s=None):
-    """TRL's SFTTrainer with a LoRA adapter on (prompt, target) strings; returns (merged model, adapter, history).
-    `every_s`: checkpoint into `out_dir` that often and resume from it (None: no checkpoints)."""
+    """TRL's SFTTrainer on (prompt, target) strings, the one SFT of every scale: with `lora` (LoRA settings) an
+    adapter is trained and merged, with None the model is fully fine-tuned (the tiny model of smoke and cpu).
+    Returns (model, adapter or None, history). `every_s`: checkpoint into `out_dir` that often and resume from it
+    (None: no checkpoints)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
     from paperflow.core.lm.trl_anchor import history_frame
 
+    if not prompts:
+        raise ValueError("train_sft: no training rows")
     args = _args(_check(settings, SFT_REQUIRED, "trl_sft"), seed, out_dir, device)
-    rows = [{"prompt": p, "completion": completion(tokenizer, t)} for p, t in zip(prompts, targets)]
+    rows = [{"prompt": p, "completion": completion(tokenizer, t)} for p, t in zip(prompts, targets, strict=True)]
+    model = _kbit_ready(model, lora)
+    own = set(vars(model))
     trainer = SFTTrainer(
         model=model,
         args=SFTConfig(**args),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=lora_config(lora),
+        peft_config=None if lora is None else lora_config(lora),
     )
-    _fit(trainer, every_s)
-    adapter = _adapter_state(trainer.model)
-    return trainer.model.merge_and_unload(), adapter, history_frame(trainer.state.log_history)
+    _fit(_quiet(trainer), every_s)
+    history = history_frame(trainer.state.log_history)
+    return (*_trained(trainer, lora, own), history)
 
 
 def train_dpo(model, tokenizer, prompts, chosen, rejected, lora, settings, seed: int, out_dir, device, every_s=None):
-    """TRL's DPOTrainer with a LoRA adapter on `model` (the SFT model, which is also the reference: the adapter
-    switched off); returns (merged model, adapter, history). `every_s`: as train_sft's."""
+    """TRL's DPOTrainer on (prompt, chosen, rejected) strings against `model` as it is now (the SFT model), the one
+    DPO of every scale: with `lora` an adapter (the reference: the adapter switched off), with None full
+    fine-tuning against a frozen copy. Returns (model, adapter or None, history). `every_s`: as train_sft's."""
+    import copy
+
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
     from paperflow.core.lm.trl_anchor import history_frame
 
+    if not prompts:
+        raise ValueError("train_dpo: no preference pairs")
     args = _args(_check(settings, DPO_REQUIRED, "trl_dpo"), seed, out_dir, device)
     if isinstance(args["loss_type"], str):
         args["loss_type"] = [args["loss_type"]]
     rows = [
         {"prompt": p, "chosen": completion(tokenizer, c), "rejected": completion(tokenizer, r)}
-        for p, c, r in zip(prompts, chosen, rejected)
+        for p, c, r in zip(prompts, chosen, rejected, strict=True)
     ]
+    model = _kbit_ready(model, lora)
+    own = set(vars(model))
     trainer = DPOTrainer(
         model=model,
-        ref_model=None,
+        ref_model=None if lora is not None else copy.deepcopy(model).eval(),
         args=DPOConfig(**args),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=lora_config(lora),
+        peft_config=None if lora is None else lora_config(lora),
     )
-    _fit(trainer, every_s)
-    adapter = _adapter_state(trainer.model)
-    return trainer.model.merge_and_unload(), adapter, history_frame(trainer.state.log_history)
+    _fit(_quiet(trainer), every_s)
+    history = history_frame(trainer.state.log_history)
+    return (*_trained(trainer, lora, own), history)
 
 
 def save_round(adapters: Mapping[str, Mapping[str, torch.Tensor]], lora: Mapping[str, Any], path: str | Path) -> Path:

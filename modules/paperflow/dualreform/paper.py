@@ -1,13 +1,15 @@
 """dualreform at paper scale (`source.kind: topiocqa`), one function per rule: the pretrained CQR model and TopiOCQA
-(conversations and corpus) at pinned Hub commits, the candidate table with BM25 over the corpus, each preference
-method's rounds (pseudo references -> TRL SFT -> TRL DPO, LoRA on the pretrained model) per seed, and test-turn
-retrieval of each model. The scripts only pass paths and params; the smoke scale's stages are `prepare` and
-`stages`, whose references, preferences and metrics (`pipeline`, `retrieval`) are reused here unchanged.
+(conversations and corpus) at pinned Hub commits, the bm25s index of the corpus (an output of preprocess, with the
+turns table), each preference method's rounds per seed (the model's sampled candidates ranked by BM25 -> pseudo
+references -> TRL SFT -> TRL DPO, LoRA on the pretrained model), and test-turn retrieval with each model's greedy
+rewrites. The CQR model writes at every scale (paperflow.dualreform.writer); the scripts only pass paths and params;
+the smoke scale's preferences and metrics (`pipeline`, `retrieval`) are reused here unchanged.
 
-Methods: `raw` (the question as is), `prompted` (the pretrained instruct model ranks the candidates zero-shot: the
-LLM-based baseline, and the model every trained method starts from), `retpo` (gold references: the upper bound),
-`dualreform` (responses refined by the CQR model itself: iteration 1 by the pretrained model, iteration i by the
-model of iteration i - 1), `single_role` (responses + the current question) and `random_ref` (the control).
+Methods: `raw` (the question as is), `prompted` (the pretrained instruct model's greedy rewrite, zero-shot: the
+LLM-based baseline, and the model every trained method starts from and samples the candidates with), `retpo` (gold
+references: the upper bound), `dualreform` (responses refined by the CQR model itself, greedily: iteration 1 by the
+pretrained model, iteration i by the model of iteration i - 1), `single_role` (responses + the current question,
+no model) and `random_ref` (the control).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from paperflow.core.config import ConfigError
 from paperflow.core.hub import snapshot_folder
 from paperflow.core.io import read_frame, write_frame
 from paperflow.core.resume import EVERY_S
@@ -32,7 +35,7 @@ from paperflow.dualreform.settings import TRAINED
 
 log = logging.getLogger(__name__)
 SLUG = "dualreform"
-LIST_COLUMNS = ("hist_queries", "hist_responses", "qcands", "rcands", "q_gold_rank", "r_top1")
+LIST_COLUMNS = ("hist_queries", "hist_responses")
 
 
 def _fetch(ref: Mapping[str, Any], key: str, cache: str, patterns: list[str]) -> tuple[Path, str]:
@@ -88,26 +91,35 @@ def download_data(data: Mapping[str, Any], cache: str, out_passages: str, out_tu
 
 
 def preprocess(
-    passages: str, turns: str, bm25: Mapping[str, Any], threads: int, out: str, checkpoint: str | Path | None = None
+    passages: str,
+    turns: str,
+    bm25: Mapping[str, Any],
+    threads: int,
+    out: str,
+    index_out: str | Path,
+    checkpoint: str | Path | None = None,
 ) -> pd.DataFrame:
-    """The candidate table: every turn's six rewrite and six refinement candidates with their BM25 rankings.
-    `checkpoint` (the job's checkpoint folder): the BM25 index is saved there once built and loaded by a rerun, and
-    the retrieval is journalled in batches of turns, a rerun retrieving only the batches left (None: no checkpoint)."""
+    """The bm25s index of the corpus into the folder `index_out` (an output: train and evaluate load it; its
+    tq.INDEX_DONE marker written last) and the turns table `out` with each raw response's top passage and the
+    single-role refiner's (tq.reference_table). No candidate is made here: the CQR model writes them (train).
+    `checkpoint` (the job's checkpoint folder): the index is saved there once built and loaded by a rerun, then copied
+    to `index_out`, and the responses' retrieval is journalled in batches of turns, a rerun retrieving only the
+    batches left (None: no checkpoint; the index is built straight into `index_out`)."""
     from paperflow.core.resume import row_journal
 
     pas, _ = read_frame(passages)
     tur, _ = read_frame(turns)
     tur = _lists(tur, ("hist_queries", "hist_responses"))
     folder = Path(checkpoint) if checkpoint is not None else None
-    index = tq.CorpusBM25(
-        pas["text"].tolist(), bm25["k1"], bm25["b"], threads=threads, folder=folder / "bm25" if folder else None
-    )
+    saved = folder / "bm25" if folder is not None else Path(index_out)
+    index = tq.CorpusBM25(pas["text"].tolist(), bm25["k1"], bm25["b"], threads=threads, folder=saved)
     if folder is None:
-        table = tq.candidate_table(tur, index, pipeline.DEPTH)
+        table = tq.reference_table(tur, index)
     else:
-        with row_journal(folder / "candidates.jsonl", key="start") as journal:
-            table = tq.candidate_table(tur, index, pipeline.DEPTH, journal=journal)
-    write_frame(out, table, {"bm25": dict(bm25), "templates": list(tq.TEMPLATES), "n_passages": len(pas)})
+        with row_journal(folder / "references.jsonl", key="start") as journal:
+            table = tq.reference_table(tur, index, journal=journal)
+        tq.CorpusBM25.publish(saved, index_out)
+    write_frame(out, table, {"bm25": dict(bm25), "n_passages": len(pas)})
     return table
 
 
@@ -133,9 +145,7 @@ def _lists(frame: pd.DataFrame, columns) -> pd.DataFrame:
 
 def read_table(path: str) -> tuple[pd.DataFrame, dict]:
     frame, meta = read_frame(path)
-    frame = _lists(frame, LIST_COLUMNS)
-    frame["q_top"] = [[list(r) for r in v] for v in frame["q_top"]]
-    return frame, meta
+    return _lists(frame, LIST_COLUMNS), meta
 
 
 def _tokenizer(pretrained_json: str):
@@ -149,12 +159,45 @@ def _tokenizer(pretrained_json: str):
     return tokenizer
 
 
+QUANTIZATION = (None, "4bit")
+
+
 def _model(pretrained_json: str, pretrained: Mapping[str, Any], device):
+    """The pretrained model on `device`, in eval mode: as stored (`pretrained.quantization` null) or in 4 bits for
+    QLoRA ("4bit": bitsandbytes NF4 with double quantisation, computing in `pretrained.dtype`; a CUDA device only)."""
+    import torch
+
     from paperflow.core.lm.models import load_pretrained
 
     info = json.loads(Path(pretrained_json).read_text())
-    return load_pretrained(
-        info["hub"], info["revision"], info["folder"], dtype=pretrained["dtype"], device=device
+    quant = pretrained["quantization"]
+    if quant not in QUANTIZATION:
+        raise ConfigError(f"pretrained.quantization {quant!r} is not supported; allowed values: null, 4bit")
+    if quant is None:
+        return load_pretrained(
+            info["hub"], info["revision"], info["folder"], dtype=pretrained["dtype"], device=device
+        ).eval()
+    if torch.device(device).type != "cuda":
+        raise ConfigError(
+            f"pretrained.quantization 4bit needs a CUDA device (bitsandbytes' 4-bit layers); pretrained.device gave "
+            f"{device}"
+        )
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from paperflow.core.lm.models import require_pinned
+
+    require_pinned(info["hub"], info["revision"])
+    dtype = getattr(torch, pretrained["dtype"])
+    config = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+    )
+    index = torch.device(device).index
+    return AutoModelForCausalLM.from_pretrained(
+        info["folder"],
+        local_files_only=True,
+        dtype=dtype,
+        quantization_config=config,
+        device_map={"": 0 if index is None else index},
     ).eval()
 
 
@@ -163,8 +206,59 @@ def _pretrained(pretrained_json: str, pretrained: Mapping[str, Any], device):
     return _model(pretrained_json, pretrained, device), _tokenizer(pretrained_json)
 
 
-def _ranker(pretrained: Mapping[str, Any]) -> dict[str, int]:
-    return {"batch_size": int(pretrained["score_batch_size"]), "max_prompt": int(pretrained["max_prompt_tokens"])}
+SAMPLE_BATCH = 256  # training turns per journalled sampling batch
+
+
+def _batch_size(pretrained: Mapping[str, Any]) -> int:
+    """Prompts per generation batch: `pretrained.score_batch_size` (each decoded `generation.k` times to sample)."""
+    return int(pretrained["score_batch_size"])
+
+
+def open_index(index: str | Path, threads: int = 1) -> tq.CorpusBM25:
+    """preprocess's saved BM25 index, given its folder or its tq.INDEX_DONE marker (the rules' input)."""
+    path = Path(index)
+    return tq.CorpusBM25.open(path.parent if path.name == tq.INDEX_DONE else path, threads)
+
+
+def sample_pool(model, tok, prompts, index: tq.CorpusBM25, generation, seed: int, batch_size: int, journal):
+    """The candidates the model samples for each training query (writer.sample_candidates: up to `generation.k`
+    distinct whole rewrites, empty ones dropped) and the top-DEPTH BM25 ranking of each: (candidate lists, ranking
+    arrays [k_i, DEPTH]), as pipeline.sample_pool gives at smoke scale. Sampled in batches of SAMPLE_BATCH turns,
+    batch s seeded by writer.turn_seed(seed, s) (so a batch's samples do not depend on which batches ran before), each
+    batch's candidates and rankings a row of `journal` (a RowJournal keyed by "start"): a rerun samples only the
+    batches it lacks."""
+    from paperflow.dualreform import writer
+
+    gen = pipeline.check_generation(generation)
+    n, size = len(prompts), max(1, int(SAMPLE_BATCH))
+    starts = list(range(0, n, size))
+    for s in journal.todo(starts, key=lambda start: start):
+        e = min(s + size, n)
+        cands = writer.sample_candidates(
+            model,
+            tok,
+            prompts[s:e],
+            k=int(gen["k"]),
+            temperature=float(gen["temperature"]),
+            top_k=gen["top_k"],
+            max_new_tokens=int(gen["max_new_tokens"]),
+            seed=writer.turn_seed(seed, s),
+            batch_size=batch_size,
+        )
+        flat = [c for cs in cands for c in cs]
+        top = index.top(flat, pipeline.DEPTH) if flat else np.zeros((0, 0), dtype=np.int64)  # [sum k_i, DEPTH]
+        journal.append({"start": s, "stop": e, "cands": cands, "top": top.tolist()})
+    rows = journal.complete(starts)
+    depth = min(pipeline.DEPTH, index.n_docs)
+    cands, tops = [], []
+    for s, row in zip(starts, rows):
+        if row["stop"] != min(s + size, n):
+            raise ValueError(f"{journal.path}: batch {s} ends at {row['stop']}, not {min(s + size, n)}")
+        top = np.asarray(row["top"], dtype=np.int64).reshape(-1, depth)
+        bounds = np.cumsum([0, *(len(cs) for cs in row["cands"])])
+        cands += row["cands"]
+        tops += [top[bounds[i] : bounds[i + 1]] for i in range(len(row["cands"]))]
+    return cands, tops
 
 
 class _Stages:
@@ -185,7 +279,7 @@ class _Stages:
     def done(self, it: int, stage: str) -> bool:
         return self.folder is not None and self.path(it, f"{stage}.done").exists()
 
-    def save(self, it: int, stage: str, refs=None, adapters=None, lora_cfg=None, history=None) -> None:
+    def save(self, it: int, stage: str, refs=None, adapters=None, lora_cfg=None, history=None, refined=None) -> None:
         import torch
 
         from paperflow.core.seeding import rng_states
@@ -196,6 +290,8 @@ class _Stages:
         self.path(it, "").mkdir(parents=True, exist_ok=True)
         if refs is not None:
             np.save(self.path(it, "refs.npy"), np.asarray(refs))
+        if refined is not None:
+            self.path(it, "refined.json").write_text(json.dumps(list(refined)))
         if adapters is not None:
             lora.save_round(adapters, lora_cfg, self.path(it, f"{stage}.safetensors"))
         if history is not None:
@@ -216,6 +312,7 @@ class _Stages:
         out: dict[str, Any] = {}
         if stage == "refs":
             out["refs"] = np.load(self.path(it, "refs.npy"))
+            out["refined"] = json.loads(self.path(it, "refined.json").read_text())
         else:
             out["adapters"] = lora.read_round(self.path(it, f"{stage}.safetensors"))[0]
             out["history"] = pd.read_pickle(self.path(it, f"{stage}_history.pkl"))
@@ -239,32 +336,38 @@ def train(
     method: str,
     seed: int,
     table_path: str,
+    index_path: str | Path,
     pretrained_json: str,
     cfg: Mapping[str, Any],
     outputs: Mapping[str, Any],
     checkpoint: str | Path | None = None,
     every_s: float = EVERY_S,
+    threads: int = 1,
 ) -> pd.DataFrame:
-    """`method`'s rounds for one seed, each from the pretrained model: references (the dual role: ranked by the
-    latest model), SFT on the best candidates, DPO on (best, worse). Writes each round's adapters
-    (outputs["checkpoints"][i - 1]), the training history and the references; returns the history.
+    """`method`'s rounds for one seed, as pipeline.train_method at smoke scale: the pretrained model samples
+    `generation.k` candidate rewrites per training query once (the same for every method and round), each ranked by
+    BM25 over the corpus (preprocess's index at `index_path`); each round, from the pretrained model: references
+    (dualreform: BM25's top passage for the latest model's greedy refinement of the response; single_role: the
+    response with its question; retpo: gold; random_ref: random), each candidate scored by its reference's rank
+    (pipeline.reference_ranks), SFT on the best candidate and DPO on (best, a strictly worse one) of each turn with
+    a preference (pipeline.preferences). Writes each round's adapters (outputs["checkpoints"][i - 1]), the training
+    history and the references; returns the history.
 
-    `checkpoint` (the job's checkpoint folder; README, "Long jobs resume"): each round's references, SFT adapter and
-    DPO round are kept there as they finish, and TRL's trainers save there at least every `every_s` seconds; a rerun
-    with the same folder loads the finished stages and resumes the unfinished one, ending where an uninterrupted
-    run ends. None: no checkpoints (as before)."""
+    `checkpoint` (the job's checkpoint folder; README, "Long jobs resume"): the sampling is journalled in batches of
+    turns (samples.jsonl), each round's references, SFT adapter and DPO round are kept there as they finish, and
+    TRL's trainers save there at least every `every_s` seconds; a rerun with the same folder loads what finished and
+    resumes the rest, ending where an uninterrupted run ends. None: no checkpoints."""
     from paperflow.core.device import pick
+    from paperflow.core.resume import row_journal
     from paperflow.core.seeding import seed_all
-    from paperflow.dualreform import lora
+    from paperflow.dualreform import lora, writer
 
     if method not in TRAINED:
         raise ValueError(f"method {method!r} is not trained; trained methods: {list(TRAINED)}")
+    gen = pipeline.check_generation(cfg["generation"])
     device = pick(cfg["pretrained"]["device"], key="pretrained.device")
     table, meta = read_table(table_path)
     train_turns = table[table["split"] == "train"].reset_index(drop=True)
-    q_top = np.stack([np.asarray(t) for t in train_turns["q_top"]])
-    r_top1 = np.stack(train_turns["r_top1"].to_numpy())
-    qc = list(train_turns["qcands"])
     gold = train_turns["gold_pid"].to_numpy()
     n_iter = int(cfg["iterations"]) if method == "dualreform" else 1
     if len(outputs["checkpoints"]) != n_iter:
@@ -274,8 +377,10 @@ def train(
     histories, ref_rows = [], []
     seed_all(seed)
     tok = _tokenizer(pretrained_json)
-    refiner = None  # dualreform: the model that ranks the refinements (the pretrained one, then the latest round's)
+    index = open_index(index_path, threads)
     prompts = lora.rewrite_prompts(tok, train_turns)
+    batch_size = _batch_size(cfg["pretrained"])
+    refiner = None  # dualreform: the model that refines the responses (the pretrained one, then the latest round's)
 
     def pretrained_model():
         return _model(pretrained_json, cfg["pretrained"], device)
@@ -283,35 +388,55 @@ def train(
     def saved_model(path: Path):  # a stage finished by an earlier run: its adapters on the pretrained model
         return stages.quiet(lambda: lora.apply_round(pretrained_model(), path))
 
+    journal = None if checkpoint is None else Path(checkpoint) / "samples.jsonl"
+    with row_journal(journal, key="start") as rows:
+        if rows.todo(range(0, len(prompts), max(1, int(SAMPLE_BATCH))), key=lambda start: start):
+            refiner = pretrained_model()
+        cands, tops = sample_pool(refiner, tok, prompts, index, gen, seed, batch_size, rows)
+    if method != "dualreform":
+        refiner = None  # only the dual role writes with it again
     for it in range(1, n_iter + 1):
+        refined = [""] * len(train_turns)
         if stages.done(it, "refs"):
-            refs = stages.load(it, "refs")["refs"]
+            done = stages.load(it, "refs")
+            refs, refined = done["refs"], done["refined"]
         else:
-            if method == "dualreform":
+            if method == "dualreform":  # the dual role: the latest model writes the refined response
                 if refiner is None and it == 1:
                     refiner = pretrained_model()
                 elif refiner is None:  # the previous round finished in an earlier run
                     refiner = saved_model(stages.path(it - 1, "dpo.safetensors")).eval()
-                choice = lora.rank_candidates(
+                refined = writer.greedy(
                     refiner,
                     tok,
                     lora.refine_prompts(tok, train_turns),
-                    list(train_turns["rcands"]),
-                    **_ranker(cfg["pretrained"]),
+                    max_new_tokens=int(gen["max_new_tokens"]),
+                    batch_size=batch_size,
                 )
-                refs = r_top1[np.arange(len(train_turns)), choice]
+                refs = index.top(refined, 1)[:, 0]
+            elif method == "single_role":
+                refs = train_turns["r_single_top1"].to_numpy()
             else:
                 refs = pipeline.pseudo_references(
                     method, train_turns, int(meta["n_passages"]), np.random.default_rng([seed, 2])
                 )
-            stages.save(it, "refs", refs=refs)
+            stages.save(it, "refs", refs=refs, refined=refined)
         ref_rows.append(
-            pd.DataFrame({"iteration": it, "turn_index": np.arange(len(train_turns)), "ref": refs, "gold": gold})
+            pd.DataFrame(
+                {
+                    "iteration": it,
+                    "turn_index": np.arange(len(train_turns)),
+                    "ref": refs,
+                    "gold": gold,
+                    "refined": refined,
+                }
+            )
         )
-        best, worse = pipeline.preferences(pipeline.reference_ranks(q_top, refs), np.random.default_rng([seed, 1]))
+        best, worse = pipeline.preferences(pipeline.reference_ranks(tops, refs), np.random.default_rng([seed, 1]))
         pairs = [i for i in range(len(train_turns)) if worse[i] >= 0]
         if not pairs:
-            raise ValueError(f"{method} iteration {it}: every candidate ties on every turn; no DPO pair")
+            raise ValueError(f"{method} iteration {it}: every candidate ties on every turn; no preference pair")
+        chosen = [cands[i][best[i]] for i in pairs]
         work = Path(tempfile.mkdtemp(prefix=f"dualreform_{method}_seed{seed}_it{it}_"))  # TRL's output_dir (unused)
         model = None
         if stages.done(it, "sft"):
@@ -322,8 +447,8 @@ def train(
             model, sft_adapter, h_sft = lora.train_sft(
                 model,
                 tok,
-                prompts,
-                [qc[i][best[i]] for i in range(len(qc))],
+                [prompts[i] for i in pairs],
+                chosen,
                 cfg["lora"],
                 cfg["trl_sft"],
                 seed,
@@ -343,8 +468,8 @@ def train(
                 model,
                 tok,
                 [prompts[i] for i in pairs],
-                [qc[i][best[i]] for i in pairs],
-                [qc[i][worse[i]] for i in pairs],
+                chosen,
+                [cands[i][worse[i]] for i in pairs],
                 cfg["lora"],
                 cfg["trl_dpo"],
                 seed,
@@ -357,7 +482,7 @@ def train(
         shutil.rmtree(work, ignore_errors=True)
         lora.save_round({"sft": sft_adapter, "dpo": dpo_adapter}, cfg["lora"], outputs["checkpoints"][it - 1])
         histories += [
-            h_sft.assign(phase=f"{method} it{it} sft"),
+            h_sft.assign(phase=f"{method} it{it} sft", n_pairs=len(pairs)),
             h_dpo.assign(phase=f"{method} it{it} dpo", n_pairs=len(pairs)),
         ]
         for h in histories[-2:]:
@@ -365,7 +490,9 @@ def train(
         refiner = model.eval() if model is not None else None
     history = pd.concat(histories, ignore_index=True).assign(seed=seed, method=method)
     history.to_csv(outputs["history"], index=False)
-    write_frame(outputs["refs"], pd.concat(ref_rows, ignore_index=True).assign(seed=seed), {"method": method})
+    n_cands = [len(c) for c in cands]
+    meta_out = {"method": method, "generation": gen, "candidates_per_turn_mean": float(np.mean(n_cands))}
+    write_frame(outputs["refs"], pd.concat(ref_rows, ignore_index=True).assign(seed=seed), meta_out)
     return history
 
 
@@ -373,35 +500,55 @@ def evaluate(
     method: str,
     seed: int,
     table_path: str,
+    index_path: str | Path,
     pretrained_json: str | None,
     checkpoints: Mapping[int, str],
     pretrained: Mapping[str, Any] | None,
+    generation: Mapping[str, Any] | None,
     dense: Mapping[str, Any] | None = None,
     journal: str | Path | None = None,
+    threads: int = 1,
 ) -> pd.DataFrame:
-    """Test-turn retrieval of a method per iteration (`raw`: the question; `prompted`: the pretrained model's
-    ranking; a trained method: each round's model): MRR, nDCG@3, R@10, R@100 under BM25 and the share of each
-    template; with `dense` ({"json", "index", "settings"}), the same metrics of the dense retriever, prefixed
-    "dense_", for the same chosen rewrites. `journal` (a file in the job's checkpoint folder): each iteration's row
-    is kept there as it finishes and a rerun evaluates only the iterations it lacks (None: a scratch journal)."""
+    """Test-turn retrieval of a method per iteration (`raw`: the question; `prompted`: the pretrained model's greedy
+    rewrite; a trained method: each round's model's greedy rewrite, writer.greedy with `generation.max_new_tokens`):
+    MRR, nDCG@3, R@10, R@100 under BM25 (preprocess's index at `index_path`) and the share of rewrites equal to the
+    question (`share_unchanged`); with `dense` ({"json", "index", "settings"}), the same metrics of the dense
+    retriever, prefixed "dense_", for the same rewrites. `journal` (a file in the job's checkpoint folder): each
+    iteration's row is kept there as it finishes and a rerun evaluates only the iterations it lacks (None: a scratch
+    journal)."""
     from paperflow.core.resume import row_journal
 
     table, _ = read_table(table_path)
     test = table[table["split"] == "test"].reset_index(drop=True)
+    index = open_index(index_path, threads)
     runs: dict[int, str | None] = {0: None} if method in ("raw", "prompted") else dict(checkpoints)
     with row_journal(journal, key="iteration") as rows:
         for it, path in rows.todo(sorted(runs.items()), key=lambda run: run[0]):
-            row = _evaluate_iteration(method, seed, test, it, path, pretrained_json, pretrained, dense)
+            row = _evaluate_iteration(
+                method, seed, test, index, it, path, pretrained_json, pretrained, generation, dense
+            )
             rows.append({"iteration": it, "row": list(row.items())})  # pairs: the columns keep their order
         return pd.DataFrame([dict(r["row"]) for r in rows.complete(sorted(runs))])
 
 
-def _evaluate_iteration(method, seed, test, it, path, pretrained_json, pretrained, dense) -> dict[str, Any]:
+def rewrite_test(test: pd.DataFrame, model, tok, generation: Mapping[str, Any], batch_size: int) -> list[str]:
+    """The model's greedy rewrite of each test question (its chat prompt, lora.rewrite_prompts)."""
+    from paperflow.dualreform import lora, writer
+
+    gen = pipeline.check_generation(generation)
+    return writer.greedy(
+        model, tok, lora.rewrite_prompts(tok, test), max_new_tokens=int(gen["max_new_tokens"]), batch_size=batch_size
+    )
+
+
+def _evaluate_iteration(
+    method, seed, test, index, it, path, pretrained_json, pretrained, generation, dense
+) -> dict[str, Any]:
     """One iteration's row of `evaluate`."""
     from paperflow.dualreform.retrieval import retrieval_metrics
 
     if method == "raw":
-        choice = np.zeros(len(test), dtype=int)
+        rewrites = list(test["query"])
     else:
         from paperflow.core.device import pick
         from paperflow.dualreform import lora
@@ -410,19 +557,19 @@ def _evaluate_iteration(method, seed, test, it, path, pretrained_json, pretraine
         model, tok = _pretrained(pretrained_json, pretrained, device)
         if path is not None:
             model = lora.apply_round(model, path).eval()
-        prompts = lora.rewrite_prompts(tok, test)
-        choice = lora.rank_candidates(model, tok, prompts, list(test["qcands"]), **_ranker(pretrained))
+        rewrites = rewrite_test(test, model, tok, generation, _batch_size(pretrained))
         del model
-    ranks = np.stack(test["q_gold_rank"].to_numpy())[np.arange(len(test)), choice]
-    shares = np.bincount(choice, minlength=len(tq.TEMPLATES)) / max(len(test), 1)
+    gold = test["gold_pid"].to_numpy()
+    top = index.top(rewrites, pipeline.DEPTH)
+    ranks = np.concatenate(pipeline.reference_ranks([t[None, :] for t in top], gold))
     row = {"method": method, "seed": seed, "iteration": it, **retrieval_metrics(ranks)}
     if dense is not None:
-        row |= {f"dense_{k}": v for k, v in _dense_metrics(test, choice, dense).items()}
-    row |= {f"share_{name}": float(shares[k]) for k, name in enumerate(tq.TEMPLATES)}
+        row |= {f"dense_{k}": v for k, v in _dense_metrics(test, rewrites, dense).items()}
+    row["share_unchanged"] = float(np.mean([r == q for r, q in zip(rewrites, test["query"])]))
     return row
 
 
-def _dense_metrics(test: pd.DataFrame, choice: np.ndarray, dense: Mapping[str, Any]) -> dict[str, float]:
+def _dense_metrics(test: pd.DataFrame, rewrites: list[str], dense: Mapping[str, Any]) -> dict[str, float]:
     from paperflow.core.device import pick
     from paperflow.dualreform import dense as dn
     from paperflow.dualreform.retrieval import retrieval_metrics
@@ -430,7 +577,6 @@ def _dense_metrics(test: pd.DataFrame, choice: np.ndarray, dense: Mapping[str, A
     settings = dense["settings"]
     device = pick(settings["device"], key="dense.device")
     encoder = dn.encoder(dense["json"], settings, device)
-    texts = [cands[c] for cands, c in zip(test["qcands"], choice)]
-    vectors = dn.encode(encoder, texts, int(settings["batch_size"]))
+    vectors = dn.encode(encoder, rewrites, int(settings["batch_size"]))
     tops = dn.top(dense["index"], vectors, pipeline.DEPTH, device)
     return retrieval_metrics(dn.gold_ranks(tops, test["gold_pid"].to_numpy()))

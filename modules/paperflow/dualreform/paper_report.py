@@ -18,7 +18,7 @@ from paperflow.dualreform.claims import final_rows, metrics_table, raw_response_
 
 LABELS = {
     "raw": "raw question",
-    "prompted": "pretrained instruct model (zero-shot ranking)",
+    "prompted": "pretrained instruct model (zero-shot rewrite)",
     "retpo": "reference-based (gold refs, RetPO-style)",
     "dualreform": "DualReform",
     "single_role": "single-role refinement (+ current question)",
@@ -76,8 +76,9 @@ def build_report(
     pretrained = params["pretrained"]
     return Report(
         title="DualReform at paper scale: TopiOCQA, BM25, a pretrained instruct model with LoRA (TRL SFT + DPO)",
-        summary=f"{pretrained['hub']} at {pretrained.get('revision') or 'the locked commit'} with LoRA ranks six "
-        "history-template rewrites of each TopiOCQA dev question; bm25s retrieves from the 25.7M-passage corpus.",
+        summary=f"{pretrained['hub']} at {pretrained.get('revision') or 'the locked commit'} with "
+        f"{'QLoRA (4-bit NF4)' if pretrained['quantization'] == '4bit' else 'LoRA'} writes a greedy rewrite of "
+        "each TopiOCQA dev question; bm25s retrieves from the 25.7M-passage corpus.",
         table=metrics_table(evals, refs, table, iterations, "topiocqa", params["scale"]),
         sections=[
             ("Test retrieval (mean ± std over seeds)", markdown_table(lines)),
@@ -89,8 +90,8 @@ def build_report(
         figures=[Figure("figure_mrr", "Test MRR per method", figure_mrr(evals, methods, iterations))],
         tables=[Table("table_retrieval", "Retrieval metrics per method and iteration", summary)],
         limitations=[
-            "Candidates come from six history templates, not GPT-3.5 / Llama-3.1 rewrites and expansions; inference "
-            "ranks them by the model's length-normalised log-probability (spec section 7, inference (a)).",
+            "Candidates are the pretrained model's own sampled rewrites (generation.k per training question), not "
+            "GPT-3.5 / Llama-3.1 rewrites and expansions; inference is the trained model's greedy rewrite.",
             "Training preferences use BM25 ranks; the dense retriever (metrics prefixed dense_) only evaluates. "
             "QReCC is not wired.",
         ],

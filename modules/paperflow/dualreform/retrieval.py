@@ -26,10 +26,11 @@ class BM25Index:
         self._tiebreak = np.random.default_rng(tiebreak_seed).permutation(self.n_docs).astype(np.float64)
 
     def scores(self, queries: Sequence[str]) -> np.ndarray:
-        """BM25 scores [n_queries, n_docs] (float64)."""
-        out = np.empty((len(queries), self.n_docs), dtype=np.float64)
+        """BM25 scores [n_queries, n_docs] (float64); an empty query scores 0 everywhere (the fixed order ranks)."""
+        out = np.zeros((len(queries), self.n_docs), dtype=np.float64)
         for i, q in enumerate(queries):
-            out[i] = self._bm25.get_scores(q.split())
+            if q.split():
+                out[i] = self._bm25.get_scores(q.split())
         return out
 
     def _order(self, scores: np.ndarray) -> np.ndarray:

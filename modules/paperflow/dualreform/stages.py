@@ -27,9 +27,7 @@ def _world(passages_path: str, turns_path: str) -> World:
 def _lists(table: pd.DataFrame) -> pd.DataFrame:
     """Parquet returns list columns as arrays of arrays; make them Python lists again."""
     out = table.copy()
-    for col in ("hist_queries", "qcands", "rcands", "q_gold_rank", "r_top1"):
-        out[col] = [list(v) for v in out[col]]
-    out["q_top"] = [[list(r) for r in v] for v in out["q_top"]]
+    out["hist_queries"] = [list(v) for v in out["hist_queries"]]
     return out
 
 
@@ -42,12 +40,12 @@ def preprocess(
     tiebreak_seed: int,
     out: str,
 ):
-    """The candidate table: each turn's rewrite and refinement candidates with their BM25 rankings, and the
-    erring teacher's rewrites."""
+    """The turn table: each turn's history, the erring teacher's rewrite and refinement, and the BM25 top passages
+    of the raw response and of the teacher's refinement."""
     table = pipeline.candidate_table(
         _world(passages, turns), bm25["k1"], bm25["b"], tiebreak_seed, teacher_seed, teacher_error_rate
     )
-    write_frame(out, table, {"bm25": dict(bm25), "templates": list(pipeline.TEMPLATES)})
+    write_frame(out, table, {"bm25": dict(bm25)})
     return table
 
 
@@ -95,19 +93,27 @@ def train_method(
 
 
 def evaluate(
-    method: str, table: str, passages: str, checkpoints: Mapping[tuple[int, int], str], seeds: Sequence[int]
+    method: str,
+    table: str,
+    passages: str,
+    checkpoints: Mapping[tuple[int, int], str],
+    seeds: Sequence[int],
+    settings: Mapping[str, Any],
 ) -> pd.DataFrame:
-    """Test-turn retrieval of a method's checkpoints ((seed, iteration) -> file; none for `raw`, whose one result
-    is listed under every seed): per seed and iteration, MRR, nDCG@3, R@10, R@100 and the share of each
-    chosen template."""
+    """Test-turn retrieval with a method's greedy rewrites ((seed, iteration) -> checkpoint; none for `raw`, whose
+    one result is listed under every seed): per seed and iteration, MRR, nDCG@3, R@10, R@100, the mean rewrite
+    length in words and the share of rewrites that keep the query unchanged. `settings`: generation, bm25,
+    tiebreak_seed."""
     tab, (pas, _) = read_table(table), read_frame(passages)
     runs = {(s, 0): None for s in seeds} if method == "raw" else dict(checkpoints)
     rows = []
     for (seed, it), path in sorted(runs.items()):
-        choices = pipeline.evaluate_choices(None if path is None else load_checkpoint(path), tab, pas)
+        model = None if path is None else load_checkpoint(path)
+        choices = pipeline.evaluate_choices(model, tab, pas, settings)
         metrics = retrieval_metrics(choices["gold_rank"].to_numpy())
-        shares = choices["template"].value_counts(normalize=True).reindex(range(len(pipeline.TEMPLATES)), fill_value=0)
+        test = tab[tab["split"] == "test"].reset_index(drop=True)
         row = {"method": method, "seed": seed, "iteration": it, **metrics}
-        row |= {f"share_{name}": float(shares[k]) for k, name in enumerate(pipeline.TEMPLATES)}
+        row["rewrite_words"] = float(choices["rewrite"].str.split().str.len().mean())
+        row["share_unchanged"] = float((choices["rewrite"] == test["query"]).mean())
         rows.append(row)
     return pd.DataFrame(rows)

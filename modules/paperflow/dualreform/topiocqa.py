@@ -1,5 +1,5 @@
 """Paper-scale data (spec section 4): TopiOCQA's conversations and its Wikipedia passage corpus, read from the Hub's
-files into the tables the smoke path uses, the text candidate generator, and BM25 over the corpus.
+files into the tables the smoke path uses, and BM25 over the corpus.
 
 - Conversations (`McGill-NLP/TopiOCQA`, `data/topiocqa_{train,valid}.jsonl`): one JSON record per turn with
   `Conversation_no`, `Turn_no`, `Question`, `Answer`, `Context` (the earlier questions and answers, alternating) and
@@ -8,19 +8,19 @@ files into the tables the smoke path uses, the text candidate generator, and BM2
   gold passages' ids are corpus ids. A passage's text is "title sub_title contents".
 - Turns table: split, conv, turn, query, response, hist_queries, hist_responses, gold_pid (the smoke turns table's
   columns that exist for real data; TopiOCQA has no human rewrites, so the SFT-only baseline is not run here).
-- Candidates: the LLM candidate generator of the paper (GPT-3.5 rewrites, Llama-3.1 expansions) is replaced by six
-  history templates over real text, the same six slots as SynthConvQA's teacher (TEMPLATES): the text itself,
-  + the previous question, + the first question, + every earlier question, + the previous question and answer,
-  + the whole history. Applied to the response (with the current question closing the history) they are the
-  refinement candidates; slot 1 ("+ previous question") is then "+ the current question", the single-role refiner.
+- Candidates: none here. The CQR model writes them (paperflow.dualreform.paper.train: K samples per training query
+  with paperflow.dualreform.writer, each ranked by BM25 over the corpus with the index preprocess saves).
 - BM25: bm25s (Robertson's BM25, k1, b) over lower-cased word tokens with English stopwords removed (bm25s's own
   Tokenizer, the corpus held as token ids); the top DEPTH passages of a query come from bm25s's `retrieve` (no full
   score matrix over 25.7M passages).
-- Resume (README, "Long jobs resume"): given the job's checkpoint folder, the index is saved there once built (bm25s's
-  own save, with the Tokenizer's vocabulary and stopwords) and a rerun loads it instead of tokenising and indexing the
-  corpus again; the retrieval goes in batches of BATCH_TURNS turns, each batch's candidate pids and scores a row of a
-  `RowJournal`, so a rerun retrieves only the batches it lacks. A query's top passages do not depend on the other
-  queries of its call, so the table is the one an uninterrupted run writes.
+- The index is preprocess's output (a folder, INDEX_DONE written last): train and evaluate load it (CorpusBM25.open)
+  instead of indexing the corpus again.
+- Resume (README, "Long jobs resume"): given the job's checkpoint folder, preprocess saves the index there once built
+  (bm25s's own save, with the Tokenizer's vocabulary and stopwords) and a rerun loads it instead of tokenising and
+  indexing the corpus again, then copies it to its output folder; the responses' retrieval goes in batches of
+  BATCH_TURNS turns, each batch's pids and scores a row of a `RowJournal`, so a rerun retrieves only the batches it
+  lacks. A query's top passages do not depend on the other queries of its call, so the table is the one an
+  uninterrupted run writes.
 """
 
 from __future__ import annotations
@@ -34,12 +34,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-TEMPLATES = ("raw", "prev_question", "first_question", "all_questions", "prev_turn", "all_turns")
 CONVERSATION_FILES = {"train": "data/topiocqa_train.jsonl", "test": "data/topiocqa_valid.jsonl"}
 CORPUS_PATTERN = "data/train-*.parquet"
 CORPUS_COLUMNS = ("id", "title", "sub_title", "contents")
 TURN_KEYS = ("Conversation_no", "Turn_no", "Question", "Answer", "Context", "Gold_passage")
-BATCH_TURNS = 512  # turns per journalled retrieval batch (12 queries each: 6 rewrites at DEPTH, 6 refinements at 1)
+BATCH_TURNS = 4096  # turns per journalled retrieval batch of preprocess (2 queries each, top 1)
 INDEX_DONE = "paperflow-index.json"  # written last into a saved index folder: the save finished
 
 
@@ -107,23 +106,6 @@ def turns_table(records: dict[str, Iterable[dict]], docids: pd.Series) -> tuple[
     return table, dropped
 
 
-def candidates(text: str, questions: Sequence[str], answers: Sequence[str]) -> list[str]:
-    """The six TEMPLATES candidates of `text` (a question, or a response with its question closing `questions`)."""
-    prev = questions[-1] if questions else ""
-    first = questions[0] if questions else ""
-    prev_answer = answers[-1] if len(answers) == len(questions) and answers else ""
-    turns = " ".join(f"{q} {a}" for q, a in zip(questions, [*answers, *[""] * (len(questions) - len(answers))]))
-    out = [
-        text,
-        f"{text} {prev}",
-        f"{text} {first}",
-        f"{text} {' '.join(questions)}",
-        f"{text} {prev} {prev_answer}",
-        f"{text} {turns}",
-    ]
-    return [" ".join(c.split()) for c in out]
-
-
 class CorpusBM25:
     """bm25s's Robertson BM25 over a corpus too large for score matrices: bm25s's Tokenizer (lower case, words of 2+
     characters, English stopwords dropped) gives the corpus token ids once; queries are mapped onto that vocabulary
@@ -146,15 +128,53 @@ class CorpusBM25:
             marker = json.loads((folder / INDEX_DONE).read_text())
             if marker != {"n_docs": self.n_docs, "k1": float(k1), "b": float(b)}:
                 raise ValueError(f"{folder}: a saved index of {marker}, not of {self.n_docs} passages, k1 {k1}, b {b}")
-            self._bm25 = bm25s.BM25.load(str(folder), show_progress=False)
-            self._tokenizer.load_vocab(str(folder))
-            self._tokenizer.load_stopwords(str(folder))
+            self._load(folder)
             return
         self._bm25 = bm25s.BM25(k1=k1, b=b, method="robertson")
         corpus = self._tokenizer.tokenize(list(texts), return_as="tuple", show_progress=False)
         self._bm25.index(corpus, show_progress=False)
         if folder is not None:
             self._save(folder, {"n_docs": self.n_docs, "k1": float(k1), "b": float(b)})
+
+    def _load(self, folder: Path) -> None:
+        import bm25s
+
+        self._bm25 = bm25s.BM25.load(str(folder), show_progress=False)
+        self._tokenizer.load_vocab(str(folder))
+        self._tokenizer.load_stopwords(str(folder))
+
+    @classmethod
+    def open(cls, folder: str | Path, threads: int = 1) -> CorpusBM25:
+        """The index saved in `folder` (preprocess's output), without the corpus; refused when its INDEX_DONE marker
+        is missing (a save that did not finish)."""
+        from bm25s.tokenization import Tokenizer
+
+        folder = Path(folder)
+        if not (folder / INDEX_DONE).exists():
+            raise FileNotFoundError(f"{folder}: no {INDEX_DONE}; not a finished saved index (run preprocess)")
+        self = cls.__new__(cls)
+        self.n_docs = int(json.loads((folder / INDEX_DONE).read_text())["n_docs"])
+        self.threads, self.loaded = int(threads), True
+        self._tokenizer = Tokenizer(stopwords="en")
+        self._load(folder)
+        return self
+
+    @staticmethod
+    def publish(saved: str | Path, folder: str | Path) -> Path:
+        """A saved index folder copied into `folder` (an output), its INDEX_DONE marker copied last; returns the
+        marker's path there."""
+        saved, folder = Path(saved), Path(folder)
+        if not (saved / INDEX_DONE).exists():
+            raise FileNotFoundError(f"{saved}: no {INDEX_DONE}; not a finished saved index")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / INDEX_DONE).unlink(missing_ok=True)
+        for f in sorted(saved.iterdir()):
+            if f.is_dir():
+                shutil.copytree(f, folder / f.name, dirs_exist_ok=True)
+            elif f.name != INDEX_DONE:
+                shutil.copy2(f, folder / f.name)
+        shutil.copy2(saved / INDEX_DONE, folder / INDEX_DONE)
+        return folder / INDEX_DONE
 
     def _save(self, folder: Path, marker: dict) -> None:
         """The index and the Tokenizer's vocabulary into `folder`, through a scratch folder renamed when complete."""
@@ -179,65 +199,38 @@ class CorpusBM25:
         return self.scored(queries, k)[0]
 
 
-def candidate_table(
-    turns: pd.DataFrame, index: CorpusBM25, depth: int, journal=None, batch: int | None = None
-) -> pd.DataFrame:
-    """The smoke path's candidate table for real turns: qcands with the top-`depth` pids of each and the gold
-    passage's rank (depth + 1 when not in them), rcands with the top pid of each.
+def reference_table(turns: pd.DataFrame, index: CorpusBM25, journal=None, batch: int | None = None) -> pd.DataFrame:
+    """The turns with the top passage of each raw response (`r_raw_top1`: claims.raw_response_hits) and of the
+    response followed by its question (`r_single_top1`: the single-role refiner's pseudo reference, no model).
 
     `journal` (a `RowJournal` keyed by "start", in the job's checkpoint folder): the turns are retrieved in batches
     of `batch` (None: BATCH_TURNS), each batch's pids and scores appended as a row, and a rerun retrieves only the
-    batches not there.
-    None: every query in one call (as before)."""
+    batches not there. None: every query in one call."""
     table = turns.copy()
-    table["qcands"] = [
-        candidates(q, h, a) for q, h, a in zip(table["query"], table["hist_queries"], table["hist_responses"])
-    ]
-    table["rcands"] = [
-        candidates(r, [*h, q], a)
-        for q, r, h, a in zip(table["query"], table["response"], table["hist_queries"], table["hist_responses"])
-    ]
-    n, k = len(table), len(TEMPLATES)
-    qcands = [c for cs in table["qcands"] for c in cs]
-    rcands = [c for cs in table["rcands"] for c in cs]
+    kinds = {
+        "r_raw_top1": list(table["response"]),
+        "r_single_top1": [f"{r} {q}" for r, q in zip(table["response"], table["query"])],
+    }
+    n = len(table)
     if journal is None:
-        top = index.top(qcands, depth).reshape(n, k, -1)
-        r_top1 = index.top(rcands, 1).reshape(n, k)
-    else:
-        top, r_top1 = _journalled_top(qcands, rcands, n, index, depth, journal, batch)
-    hit = top == table["gold_pid"].to_numpy()[:, None, None]
-    table["q_top"] = [t.tolist() for t in top]
-    table["q_gold_rank"] = np.where(hit.any(-1), hit.argmax(-1) + 1, top.shape[-1] + 1).tolist()
-    table["r_top1"] = r_top1.tolist()
-    return table
-
-
-def _journalled_top(qcands, rcands, n: int, index: CorpusBM25, depth: int, journal, batch: int | None):
-    """candidate_table's retrieval in journalled batches of turns: ([n, 6, depth] pids, [n, 6] top pids)."""
-    k, batch = len(TEMPLATES), max(1, int(BATCH_TURNS if batch is None else batch))
-    starts = list(range(0, n, batch))
+        for col, queries in kinds.items():
+            table[col] = index.top(queries, 1)[:, 0] if n else np.zeros(0, dtype=np.int64)
+        return table
+    size = max(1, int(BATCH_TURNS if batch is None else batch))
+    starts = list(range(0, n, size))
     for s in journal.todo(starts, key=lambda start: start):
-        e = min(s + batch, n)
-        q_top, q_scores = index.scored(qcands[s * k : e * k], depth)
-        r_top, r_scores = index.scored(rcands[s * k : e * k], 1)
-        journal.append(
-            {
-                "start": s,
-                "stop": e,
-                "q_top": q_top.tolist(),
-                "q_scores": q_scores.tolist(),
-                "r_top1": r_top[:, 0].tolist(),
-                "r_scores": r_scores[:, 0].tolist(),
-            }
-        )
+        e = min(s + size, n)
+        row = {"start": s, "stop": e}
+        for col, queries in kinds.items():
+            top, scores = index.scored(queries[s:e], 1)
+            row |= {col: top[:, 0].tolist(), f"{col}_score": scores[:, 0].tolist()}
+        journal.append(row)
     rows = journal.complete(starts)
     for s, row in zip(starts, rows):
-        if row["stop"] != min(s + batch, n):
+        if row["stop"] != min(s + size, n):
             raise ValueError(
-                f"{journal.path}: batch {s} ends at {row['stop']}, not {min(s + batch, n)} (another batch size)"
+                f"{journal.path}: batch {s} ends at {row['stop']}, not {min(s + size, n)} (another batch size)"
             )
-    if not rows:
-        return np.zeros((0, k, min(int(depth), index.n_docs)), dtype=np.int64), np.zeros((0, k), dtype=np.int64)
-    top = np.concatenate([np.asarray(r["q_top"], dtype=np.int64) for r in rows])
-    r_top1 = np.concatenate([np.asarray(r["r_top1"], dtype=np.int64) for r in rows])
-    return top.reshape(n, k, -1), r_top1.reshape(n, k)
+    for col in kinds:
+        table[col] = np.asarray([p for r in rows for p in r[col]], dtype=np.int64)
+    return table
