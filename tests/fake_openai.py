@@ -5,13 +5,16 @@ gives, so that each test scripts only what its model would say.
 
     with FakeOpenAI(answer) as server:        # answer(path, body) -> list of choice dicts
         client = serve.Client(server.url, server.name)
+
+`routes` adds endpoints outside the OpenAI API (vLLM's /collective_rpc, /reset_prefix_cache): a POST to one of
+those paths is answered by routes[path](body) as the whole response document, with no model-name check.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Answer = Callable[[str, dict], list[dict]]
@@ -36,8 +39,16 @@ class FakeOpenAI:
     another model name, and otherwise answers {"choices": answer(path, body)}. An AssertionError raised by
     `answer` (an unscripted request) becomes a 500 whose message names it, so the client's error shows it."""
 
-    def __init__(self, answer: Answer = echo, name: str = "m", fail: int = 0, fail_code: int = 503):
+    def __init__(
+        self,
+        answer: Answer = echo,
+        name: str = "m",
+        fail: int = 0,
+        fail_code: int = 503,
+        routes: Mapping[str, Callable[[dict], dict]] | None = None,
+    ):
         self.answer, self.name, self.fail, self.fail_code = answer, name, fail, fail_code
+        self.routes = dict(routes or {})
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
         self.paths: list[str] = []
@@ -69,6 +80,11 @@ class FakeOpenAI:
                     fake.fail -= failing
                 if failing:
                     return self._send(fake.fail_code, {"error": "warming up"})
+                if self.path in fake.routes:
+                    try:
+                        return self._send(200, fake.routes[self.path](body))
+                    except AssertionError as e:
+                        return self._send(500, {"error": f"unscripted request: {e}"})
                 if body.get("model") != fake.name:
                     return self._send(404, {"error": f"model {body.get('model')} not served"})
                 try:
@@ -78,7 +94,8 @@ class FakeOpenAI:
                 self._send(200, {"choices": choices})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.root = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = self.root + "/v1"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import torch
+from fake_openai import FakeOpenAI
 from test_eapo_paper import _recording, _spec, fake_math_verify, hub, prepared  # noqa: F401 (fixtures)
 
 from paperflow.core.config import ConfigError, load_paper_config
@@ -49,48 +48,32 @@ def tiny_llama(seed: int, head_scale: float = 1.0):
     return model
 
 
-class FakeVLLM:
-    """/v1/models, /v1/completions (token-id prompt; greedy at temperature 0, else a draw seeded by `seed`; stops at
-    EOS and stop_token_ids, the stop token kept; top-k log-probs of the temperature-scaled law, T = 0 read as 1),
-    /collective_rpc (reload_weights: the served folder's weights loaded into the model) and /reset_prefix_cache.
-    Every POST is recorded as (path, body)."""
+class FakeVLLM(FakeOpenAI):
+    """The shared fake OpenAI server (tests/fake_openai.py) answering as vLLM: /v1/completions (token-id prompt;
+    greedy at temperature 0, else a draw seeded by `seed`; stops at EOS and stop_token_ids, the stop token kept;
+    top-k log-probs of the temperature-scaled law, T = 0 read as 1), /collective_rpc (reload_weights: the served
+    folder's weights loaded into the model) and /reset_prefix_cache. Every POST is recorded as (path, body)."""
 
     def __init__(self, model, name: str, folder=None, eos=EOS):
-        self.model, self.name, self.folder, self.eos = model, name, folder, eos
-        self.posts: list[tuple[str, dict]] = []
-        fake = self
+        self.model, self.folder, self.eos = model, folder, eos
+        super().__init__(
+            self._completions,
+            name,
+            routes={"/collective_rpc": self._rpc, "/reset_prefix_cache": lambda body: {}},
+        )
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+    @property
+    def posts(self) -> list[tuple[str, dict]]:
+        return list(zip(self.paths, self.bodies))
 
-            def _send(self, code, doc):
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def _completions(self, path, body):
+        assert path == "/v1/completions", f"no route {path}"
+        return [self.complete(body)]
 
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": fake.name}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.posts.append((self.path, body))
-                if self.path == "/v1/completions":
-                    return self._send(200, {"choices": [fake.complete(body)]})
-                if self.path == "/collective_rpc" and body == vllm_rollout.RELOAD:
-                    fake.reload()
-                    return self._send(200, {"results": [None]})
-                if self.path == "/reset_prefix_cache":
-                    return self._send(200, {})
-                self._send(404, {"error": f"no route {self.path}"})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.root = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.url = self.root + "/v1"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+    def _rpc(self, body):
+        assert body == vllm_rollout.RELOAD, f"unknown rpc {body}"
+        self.reload()
+        return {"results": [None]}
 
     @torch.no_grad()
     def complete(self, body):
@@ -121,10 +104,6 @@ class FakeVLLM:
         for f in sorted(self.folder.glob("*.safetensors")):
             state.update(load_file(f))
         self.model.load_state_dict(state, strict=False)
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

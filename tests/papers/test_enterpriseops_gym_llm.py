@@ -10,6 +10,7 @@ import json
 
 import pandas as pd
 import pytest
+from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core.claims import CONTROL_HOLDS, HELD, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
@@ -276,32 +277,17 @@ def test_golden_declines_every_infeasible_task(world):
 def test_a_request_past_its_timeout_is_retried_then_errors_the_episode(world):
     """The harness sends through the kit's Client: a server slower than `timeout_s` is retried and then the episode
     errors (it used to raise out of the job: urllib's read timeout escaped the old sender)."""
-    import threading
     import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    hits = []
+    def slow(path, body):
+        time.sleep(1.0)
+        return chat_choices(["too late"])
 
-    class Slow(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):  # noqa: N802
-            hits.append(self.path)
-            time.sleep(1.0)
-            self.send_response(200)
-            self.end_headers()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     template, ts = world
-    try:
-        agent = harness.ReactAgent(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", retries=1, timeout_s=0.2)
+    with FakeOpenAI(slow) as server:
+        agent = harness.ReactAgent(server.url, server.name, retries=1, timeout_s=0.2)
         rec = harness.run_episode(ts[0], agent, lambda t: harness.LocalSession(template, t))
-    finally:
-        server.shutdown()
-        server.server_close()
+        hits = list(server.paths)
     assert hits == ["/v1/chat/completions"] * 2
     assert "TimeoutError" in rec["errored"] and rec["errored"].endswith("after 2 attempt(s)")
     assert not rec["overall_success"]
