@@ -176,7 +176,7 @@ def llm_section(episodes: pd.DataFrame, run_notes: Mapping[str, Any], llm: Mappi
         return "No episode of the language-model agent."
     scored = as_failures(eps)
     rows = []
-    modes = [llm["mode"], *(llm.get("plain_modes") or [])]
+    modes = [llm["mode"], *llm["plain_modes"]]
     for name in names:
         for mode in modes:
             mine = scored[(scored["agent"] == name) & (scored["mode"] == mode)]
@@ -196,7 +196,7 @@ def llm_section(episodes: pd.DataFrame, run_notes: Mapping[str, Any], llm: Mappi
         "blocks parsed into OpenAI tool calls) and run by the ReAct harness the paper-scale models use, greedy, "
         f"max_tokens {llm['harness']['max_tokens']}, at most {llm['harness']['max_iterations']} model calls per "
         f"episode, on the {llm['mode']} tool set's tasks ({eps['task_id'].nunique()} task ids), the plain variant also "
-        f"on {', '.join(llm.get('plain_modes') or []) or 'no other mode'}. Plans: plain (the task as every "
+        f"on {', '.join(llm['plain_modes']) or 'no other mode'}. Plans: plain (the task as every "
         "agent gets it), oracle_plan (the golden plan's steps after the request), shuffled_plan (the control: "
         "another template's plan). Errored episodes count as failures. Wall per plan job: "
         + (wall or "n/a")
