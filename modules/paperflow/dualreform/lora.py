@@ -128,19 +128,6 @@ def completion_scores(model, tokenizer, prompts, completions, batch_size: int, m
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def rank_candidates(model, tokenizer, prompts, candidate_lists, batch_size: int, max_prompt: int) -> np.ndarray:
-    """The index of each prompt's best candidate by length-normalised log-prob (ties: the first)."""
-    k = len(candidate_lists[0])
-    if any(len(c) != k for c in candidate_lists):
-        raise ValueError("every turn needs the same number of candidates")
-    flat_p = [p for p in prompts for _ in range(k)]
-    flat_c = [completion(tokenizer, c) for cands in candidate_lists for c in cands]
-    model.eval()
-    return (
-        completion_scores(model, tokenizer, flat_p, flat_c, batch_size, max_prompt).reshape(len(prompts), k).argmax(1)
-    )
-
-
 def lora_config(lora: Mapping[str, Any]):
     from peft import LoraConfig
 
@@ -155,18 +142,9 @@ def lora_config(lora: Mapping[str, Any]):
 
 
 def _args(settings: Mapping[str, Any], seed: int, out_dir: str | Path, device) -> dict[str, Any]:
-    return {
-        **settings,
-        "output_dir": str(out_dir),
-        "seed": int(seed),
-        "report_to": [],
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "disable_tqdm": True,
-        "dataloader_num_workers": 0,
-        "gradient_checkpointing": False,
-        "use_cpu": torch.device(device).type == "cpu",
-    }
+    from paperflow.core.lm.trl_anchor import training_args
+
+    return {**settings, **training_args(out_dir, use_cpu=torch.device(device).type == "cpu"), "seed": int(seed)}
 
 
 def _adapter_state(peft_model) -> dict[str, torch.Tensor]:

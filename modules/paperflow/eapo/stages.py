@@ -157,7 +157,7 @@ def grpo_args(rl_cfg: Mapping[str, Any], task: AdditionTask, steps: int, seed: i
     on the CPU, no checkpoints."""
     from trl import GRPOConfig
 
-    from paperflow.core.lm.trl_anchor import _training_args
+    from paperflow.core.lm.trl_anchor import training_args
     from paperflow.eapo.paper import trl_settings
 
     rows = int(rl_cfg["prompts_per_step"]) * int(rl_cfg["group_size"])
@@ -169,7 +169,7 @@ def grpo_args(rl_cfg: Mapping[str, Any], task: AdditionTask, steps: int, seed: i
         "bf16": False,
     }
     cfg = {"rl": {**rl_cfg, "lr": lr}, "math": {"trl": layout}}
-    return GRPOConfig(**_training_args(out_dir), **trl_settings(cfg, processes=1, steps=steps, seed=seed))
+    return GRPOConfig(**training_args(out_dir), **trl_settings(cfg, processes=1, steps=steps, seed=seed))
 
 
 def run_trl(

@@ -90,11 +90,12 @@ def _check_settings(settings: Mapping[str, Any], required, optional, where: str)
     return dict(settings)
 
 
-def _training_args(out_dir: str | Path) -> dict[str, Any]:
-    """The TrainingArguments that decide no result: CPU, no reporting or checkpoints, a log row per step."""
+def training_args(out_dir: str | Path, use_cpu: bool = True) -> dict[str, Any]:
+    """The TrainingArguments that decide no result: the device, no reporting or checkpoints, a log row per step
+    (every TRL trainer the papers build on a small model takes these)."""
     return {
         "output_dir": str(out_dir),
-        "use_cpu": True,
+        "use_cpu": bool(use_cpu),
         "report_to": [],
         "save_strategy": "no",
         "logging_steps": 1,
@@ -158,7 +159,7 @@ def run_trl_grpo(
 
     from paperflow.core.lm.models import save_model
 
-    config = GRPOConfig(**{**_training_args(out_dir), **args})
+    config = GRPOConfig(**{**training_args(out_dir), **args})
     saved_name = model.config._name_or_path
     if args["beta"] != 0:  # TRL builds the reference by reloading the policy from its name
         model.config._name_or_path = str(save_model(model, Path(out_dir) / "reference"))
@@ -220,7 +221,7 @@ def run_trl_dpo(
     trainer = DPOTrainer(
         model=model,
         ref_model=ref_model if ref_model is not None else copy.deepcopy(model).eval(),
-        args=DPOConfig(**{**_training_args(out_dir), **args}),
+        args=DPOConfig(**{**training_args(out_dir), **args}),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
     )
