@@ -19,6 +19,7 @@ for _slug in RUN.papers:
 
 
 include: "rules/summary.smk"
+include: "rules/stages.smk"
 
 
 rule all:

@@ -118,3 +118,23 @@ def seed_groups(seeds, per_job):
         "s" + "-".join(map(str, seeds[i : i + per_job])): list(seeds[i : i + per_job])
         for i in range(0, len(seeds), per_job)
     }
+
+
+# Stage tables (paperflow.core.stages): a paper declares its stages with paper_stages(...); rules/stages.smk, included
+# last by the top Snakefile, makes each one a rule.
+from paperflow.core.stages import Stage as stage, StageTables
+
+STAGE_TABLES = StageTables()
+
+
+def paper_stages(slug, paper_cfg, path, *stages):
+    """Declare the stages of paper `slug` (its config `paper_cfg`, its results path builder `path`)."""
+    STAGE_TABLES.declare(
+        slug,
+        stages,
+        config=paper_cfg,
+        path=path,
+        code_param=code_param,
+        env_file=env_file,
+        root=PAPERFLOW_ROOT,
+    )

@@ -5,12 +5,14 @@ through `heavy_resources`, and every train and evaluate rule writes a benchmark 
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from paperflow.core.config import available_papers
+from paperflow.core.config import SCALES, available_papers
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPERS = available_papers(ROOT)
@@ -65,15 +67,23 @@ def test_gpus_only_through_heavy_resources(slug):
     assert not re.search(r"\bgpu\s*=|[\"']gpu[\"']\s*:", text), (
         f"workflows/{slug}/Snakefile sets gpu itself; use heavy_resources (its `gpus` for a count per wildcard)"
     )
-    for rule, body in RULE.findall(text):
-        if "heavy_resources(" in body:
-            assert re.search(r'heavy_resources\(\s*"(train|infer|train_node)_gpu"', body), rule
+    calls = re.findall(r"heavy_resources\(\s*([^,)]*)", text)
+    wrong = [c for c in calls if not re.fullmatch(r'"(train|infer|train_node)_gpu"', c.strip())]
+    assert not wrong, f"workflows/{slug}: heavy_resources with a class that is not a GPU class: {wrong}"
+
+
+def planned_jobs() -> list[dict]:
+    """Every scale's planned jobs, from the snapshots test_plan_equal holds the workflows to."""
+    jobs = []
+    for scale in SCALES:
+        with gzip.open(ROOT / "tests" / "data" / "plans" / f"{scale}.json.gz", "rt") as fh:
+            jobs += json.load(fh)
+    return jobs
 
 
 @pytest.mark.parametrize("slug", PAPERS)
 def test_train_and_evaluate_rules_write_benchmarks(slug):
-    rules = dict(RULE.findall(snakefile(slug)))
-    heavy = [r for r in rules if re.search(r"_(train|evaluate)(_|$)", r)]
-    assert heavy, f"workflows/{slug}/Snakefile has no train or evaluate rule"
-    missing = [r for r in heavy if "\n    benchmark:" not in "\n" + rules[r]]
+    heavy = [j for j in planned_jobs() if re.fullmatch(rf"{slug}_(\w+_)?(train|evaluate)(_\w+)?", j["rule"])]
+    assert heavy, f"workflows/{slug} plans no train or evaluate job"
+    missing = sorted({j["rule"] for j in heavy if not j["benchmark"]})
     assert not missing, f"rules without benchmark: {missing}"

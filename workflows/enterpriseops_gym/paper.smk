@@ -158,6 +158,8 @@ rule enterpriseops_gym_evaluate:
         enterpriseops_gym_path("eval", "episodes.parquet"),
     log:
         enterpriseops_gym_path("logs", "evaluate.log"),
+    benchmark:
+        enterpriseops_gym_path("benchmarks", "evaluate.tsv")
     conda:
         env_file("lm")  # its modules reach the Hub helpers and the LM kit
     threads: 1
