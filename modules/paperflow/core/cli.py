@@ -24,6 +24,7 @@ from paperflow.core.record import (
     check_record,
     findings_table,
     refresh_readme,
+    restamp_record,
     write_record,
 )
 
@@ -80,6 +81,17 @@ def _parser() -> argparse.ArgumentParser:
     actions = p_record.add_subparsers(dest="action", required=True)
     p_write = actions.add_parser("write", help="write the record from the audited results/<scale> tree")
     p_check = actions.add_parser("check", help="compare a fresh results/<scale> tree with the committed record")
+    p_restamp = actions.add_parser(
+        "restamp",
+        help="carry papers' record across a change that moves none of their jobs at SCALE (the plan at --since, code "
+        "hashes included, equals today's); any other change needs a rerun",
+    )
+    p_restamp.add_argument("--scale", required=True, type=_scale, help=f"one of {', '.join(SCALES)}")
+    p_restamp.add_argument("--papers", nargs="+", required=True, help="the papers whose entries are carried")
+    p_restamp.add_argument("--since", required=True, help="the commit whose code the record's entries vouch for")
+    p_restamp.add_argument(
+        "--record", type=_file, default="docs/results", help="the committed record (default: docs/results)"
+    )
     p_readme = actions.add_parser("readme", help="rewrite README.md's status table from docs/results/<scale>.json")
     p_readme.add_argument(
         "--record", type=_file, default="docs/results", help="the committed record (default: docs/results)"
@@ -257,6 +269,10 @@ def _record(args: argparse.Namespace) -> int:
         if args.action == "readme":
             changed = refresh_readme(args.readme, args.record, available_papers(), repo_root())
             print(f"{args.readme}: status table {'rewritten' if changed else 'already up to date'}")
+            return 0
+        if args.action == "restamp":
+            for line in restamp_record(args.record, args.scale, args.papers, args.since):
+                print(f"restamped {line}")
             return 0
         if args.action == "write":
             json_path, md_path = write_record(args.results, args.scale, args.out, papers_only=args.papers)

@@ -445,6 +445,16 @@ def _claim_rows(slug: str, claims: Sequence[Mapping[str, Any]]) -> list[str]:
     return rows
 
 
+def _restamp_lines(paper: Mapping[str, Any]) -> list[str]:
+    """What `paperflow record restamp` carried the entry across, one line each."""
+    stamps = paper["restamped"] if "restamped" in paper else []
+    return [
+        f"Restamped at commit `{s['at_commit'][:12]}`: its {s['jobs']} jobs are planned as at `{s['from_commit'][:12]}` "
+        "(code hashes included), so the results stand without a rerun."
+        for s in stamps
+    ]
+
+
 def render_markdown(record: Mapping[str, Any]) -> str:
     """The readable record: a status table, then one claims table per paper; every number from `record`."""
     scale = record["scale"]
@@ -473,6 +483,7 @@ def render_markdown(record: Mapping[str, Any]) -> str:
             "",
             f"From `{paper['metrics']}`, written at commit `{str(paper['git_commit'])[:12]}`{dirty}, "
             f"on {' and '.join(f'`{c}`' for c in paper.get('cpus', ['unknown']))}.",
+            *_restamp_lines(paper),
             "",
             *_claim_rows(slug, paper["claims"]),
         ]
@@ -844,3 +855,80 @@ def refresh_readme(readme: str | Path, record_dir: str | Path, papers: Sequence[
     if new != text:
         path.write_text(new)
     return new != text
+
+
+def _own_jobs(jobs: Sequence[Mapping[str, Any]], slug: str) -> list[Mapping[str, Any]]:
+    """The jobs of paper `slug` in a plan (the shared `all` and `summary` jobs left out: they depend on which
+    papers a run composes and which results a checkout holds)."""
+    return [job for job in jobs if str(job["rule"]).startswith(f"{slug}_")]
+
+
+def restamp_record(
+    record_dir: str | Path,
+    scale: str,
+    papers: Sequence[str],
+    since: str,
+    root: str | Path | None = None,
+    plan: Any = None,
+) -> list[str]:
+    """Carry the record of `papers` at `scale` across a change that moves no job of theirs: for each paper, the
+    record's paper hash must equal the paper hash of commit `since` (the record vouched for that code), and the
+    paper's planned jobs at `scale` now must equal those at `since`, code hashes included (each job's script and
+    every module it imports byte-identical, and its rule, wildcards, files, params, env and resources). Then its
+    code hashes become the checkout's, and the entry lists the restamp. Any other change needs a rerun. Returns one
+    line per paper restamped."""
+    import subprocess
+    import tempfile
+
+    from paperflow.core.config import repo_root
+    from paperflow.core.jobtable import first_difference, plan_of
+
+    plan = plan or plan_of
+    root = Path(root or repo_root())
+    json_path = record_paths(record_dir, scale)[0]
+    record = read_committed(record_dir, scale)
+    rerun = "rerun it: `snakemake --cores 2 --config scale={scale} papers=[{slug}]`, then `paperflow record write`"
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        if proc.returncode:
+            raise RecordError(f"git {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()[:200]}")
+        return proc.stdout.strip()
+
+    commit = git("rev-parse", "--verify", f"{since}^{{commit}}")
+    head = git("rev-parse", "HEAD")
+    done: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="paperflow-restamp-") as tmp:
+        then = Path(tmp) / "then"
+        git("worktree", "add", "--detach", "--quiet", str(then), commit)
+        try:
+            for slug in papers:
+                entry = record["papers"].get(slug)
+                if entry is None:
+                    raise RecordError(f"{json_path}: no entry for {slug}; nothing to restamp")
+                was = entry["code_hashes"]["paper"]
+                if code_hashes(then, slug)["paper"] != was:
+                    raise RecordError(
+                        f"{slug}: the record's paper hash {was[:12]} is not that of {since} ({commit[:12]}): give the "
+                        f"commit whose code the record vouches for, or {rerun.format(scale=scale, slug=slug)}"
+                    )
+                old = _own_jobs(plan(then, scale, [slug]), slug)
+                new = _own_jobs(plan(root, scale, [slug]), slug)
+                difference = first_difference(old, new)
+                if difference is not None:
+                    raise RecordError(
+                        f"{slug}: its {scale} plan moved since {commit[:12]} ({difference[:300]}); "
+                        f"{rerun.format(scale=scale, slug=slug)}"
+                    )
+                now = code_hashes(root, slug)
+                entry["restamped"] = [
+                    *(entry["restamped"] if "restamped" in entry else []),
+                    {"from_commit": commit, "at_commit": head, "jobs": len(new), "paper_hash_was": was},
+                ]
+                entry["code_hashes"] = now
+                done.append(f"{slug}: {len(new)} {scale} jobs planned as at {commit[:12]}, code hashes included")
+        finally:
+            git("worktree", "remove", "--force", str(then))
+    json_path.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+    record_paths(record_dir, scale)[1].write_text(render_markdown(record))
+    return done
