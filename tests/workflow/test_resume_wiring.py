@@ -97,8 +97,10 @@ def long_rules(repo: Path) -> dict[str, tuple[str, Path | None]]:
         if minutes <= LIMIT_MIN:
             continue
         snakefile, script = scripts[rule]
-        paper = Path(snakefile).resolve().relative_to(repo.resolve()).parts[1]
-        out[rule] = (paper, Path(snakefile).parent / script if script else None)
+        path = Path(snakefile).parent / script if script else None  # a stage's script is absolute (rules/stages.smk)
+        # the paper: the workflows/<paper>/ folder of its script (a stage's rule is defined in rules/stages.smk)
+        paper = Path(path or snakefile).resolve().relative_to(repo.resolve()).parts[1]
+        out[rule] = (paper, path)
     return out
 
 
