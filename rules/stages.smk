@@ -1,7 +1,8 @@
-# The rule factory: one rule per declared stage (paperflow.core.stages derives its directives). The rule is made in
-# a function, not in the loop's body: Snakemake evaluates a rule's `script:` again when the job runs, so a loop
-# variable would give every rule the last stage's script. Two templates, as Snakemake has no empty benchmark
-# directive: a stage either writes a benchmark file or has none.
+# The factory of the stages' rules (paperflow.core.stages derives their directives), one per declared stage. Each is
+# made in a function, not in the loop's body: Snakemake evaluates a `script` directive again when the job runs, so
+# a loop variable would give every stage the last stage's script. Two templates, as Snakemake has no empty
+# benchmark directive: a stage either writes a benchmark file or has none. (No line here may hold the word "rule"
+# and then a colon: `snakemake --lint` reads that as a named rule beside a function.)
 from snakemake.io import unpack as _unpack_input
 
 
