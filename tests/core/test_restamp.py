@@ -31,7 +31,7 @@ def test_an_unmoved_plan_is_restamped_and_the_entry_says_so(record, capsys):
     assert f"restamped {PAPER}: 24 cpu jobs planned as at" in capsys.readouterr().out
     entry = json.loads((record / "cpu.json").read_text())["papers"][PAPER]
     assert entry["restamped"][-1]["jobs"] == 24
-    assert "Restamped at commit" in (record / "cpu.md").read_text()
+    assert "Restamped from" in (record / "cpu.md").read_text()
 
 
 def test_a_moved_job_refuses_naming_it(record):

@@ -49,6 +49,11 @@ def test_without_a_tag_the_log_is_named_by_the_stage_and_a_log_dir_or_log_overri
                   benchmark=True)  # fmt: skip
     assert _derive(moved, tmp_path)["log"] == "results/smoke/p/logs/train/{g}.log"
     assert _derive(moved, tmp_path)["benchmark"] == "results/smoke/p/benchmarks/train_{g}.tsv"
+    mixed = Stage("x", script="train.py", env="base", resources={}, output=["m.pt", {"history": "h.csv"}])
+    assert (_derive(mixed, tmp_path)["output_args"], _derive(mixed, tmp_path)["output"]) == (
+        ["m.pt"],
+        {"history": "h.csv"},
+    )
     named = Stage("x", script="train.py", env="base", resources={}, output="o", log="x/{a}.txt", benchmark="x.tsv")
     assert _derive(named, tmp_path)["log"] == "results/smoke/p/logs/x/{a}.txt"
     assert _derive(named, tmp_path)["benchmark"] == "results/smoke/p/benchmarks/x.tsv"

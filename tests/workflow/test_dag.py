@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import job_counts, run_snakemake
 
-from paperflow.core.config import available_papers, load_paper_config
+from paperflow.core.config import SCALES, available_papers, load_paper_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("download", "preprocess", "train", "evaluate", "report")
@@ -112,23 +112,20 @@ def test_lint_is_clean(dry_repo):
 
 
 def rules_with_scripts() -> list[tuple[str, str, str]]:
-    """(rule, conda env file, script path) for every rule in the Snakefiles and the .smk files they include (a
-    paper's paper.smk / synthetic.smk, rules/), read from their text. A rule with a script must take its env as
-    `env_file("<stack>")`."""
-    found = []
-    for smk in sorted(
-        {*ROOT.glob("workflows/*/Snakefile"), *ROOT.glob("workflows/*/*.smk"), *ROOT.glob("rules/*.smk")}
-    ):
-        text = smk.read_text()
-        for block in text.split("\nrule ")[1:]:
-            name = block.split(":", 1)[0].strip()
-            if "script:" not in block:
+    """(rule, conda env stack, script path) of every rule that runs a script, from every scale's planned jobs (the
+    snapshots test_plan_equal holds the workflows to): stage rules and hand-written ones alike. A job's code param
+    must name the env it runs in."""
+    found = set()
+    for scale in SCALES:
+        with gzip.open(ROOT / "tests" / "data" / "plans" / f"{scale}.json.gz", "rt") as fh:
+            jobs = json.load(fh)
+        for job in jobs:
+            if job["script"] is None:
                 continue
-            conda = re.search(r"\n\s+conda:\n(?:\s+#.*\n)*\s+env_file\(\"([^\"]+)\"\)", block)
-            assert conda, f"{smk.relative_to(ROOT)}: rule {name} runs a script without a `conda: env_file(...)` env"
-            script = block.split("script:", 1)[1].split('"', 2)[1]
-            found.append((name, conda.group(1), str((smk.parent / script).relative_to(ROOT))))
-    return found
+            assert job["conda"], f"rule {job['rule']} runs a script without a conda env"
+            assert job["params"]["code"]["env"] == job["conda"], (job["rule"], job["params"]["code"], job["conda"])
+            found.add((job["rule"], Path(job["conda"]).stem, job["script"]))
+    return sorted(found)
 
 
 def env_distributions(stack: str) -> set[str]:
@@ -162,8 +159,13 @@ ENV_ONLY = {"open_clip": ["open-clip-torch"]}
 
 def test_every_rule_has_an_env_that_covers_its_imports():
     rules = rules_with_scripts()
-    # rules kept in a paper's included .smk files are read too (lozo_plus's and itpo's paper-scale training)
-    assert {r for r, _, _ in rules} >= {f"ph_vae_{s}" for s in STAGES} | {"summary", "lozo_plus_train", "itpo_train"}
+    # every paper's stages at every scale (st_gfn's from its stage table, lozo_plus's and itpo's paper-scale training)
+    assert {r for r, _, _ in rules} >= {f"ph_vae_{s}" for s in STAGES} | {
+        "summary",
+        "st_gfn_train",
+        "lozo_plus_train",
+        "itpo_train",
+    }
     dist_of = metadata.packages_distributions()
     for rule, stack, script in rules:
         assert (ROOT / "envs" / f"{stack}.yaml").is_file(), (rule, stack)

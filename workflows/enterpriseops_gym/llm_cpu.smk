@@ -9,50 +9,41 @@ from paperflow.enterpriseops_gym.settings import llm_modes as enterpriseops_gym_
 ENTERPRISEOPS_GYM_LLM = ENTERPRISEOPS_GYM["llm_cpu"]
 
 
-rule enterpriseops_gym_llm_model:
-    output:
-        enterpriseops_gym_path("models", "llm.json"),
-    log:
-        enterpriseops_gym_path("logs", "llm_model.log"),
-    priority: 30  # the language-model runs are the longest jobs: they start first
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        pretrained=ENTERPRISEOPS_GYM_LLM["pretrained"],
-        cache=f"{RUN.resources}/enterpriseops_gym",
-        code=code_param("lm", "workflows/enterpriseops_gym/scripts/download_llm.py"),
-    script:
-        "scripts/download_llm.py"
-
-
-rule enterpriseops_gym_train_llm:
-    input:
-        model=enterpriseops_gym_path("models", "llm.json"),
-        tasks=lambda w: [
-            enterpriseops_gym_path("tasks", f"{m}.jsonl")
-            for m in enterpriseops_gym_llm_modes(ENTERPRISEOPS_GYM_LLM, w.plan)
-        ],
-        sql=enterpriseops_gym_path("raw", "seed.sql"),
-    output:
-        runs=enterpriseops_gym_path("runs", "llm_{plan}.jsonl"),
-        notes=enterpriseops_gym_path("runs", "llm_{plan}_notes.json"),
-    log:
-        enterpriseops_gym_path("logs", "train", "llm_{plan}.log"),
-    benchmark:
-        enterpriseops_gym_path("benchmarks", "train_llm_{plan}.tsv")
-    wildcard_constraints:
-        plan="|".join(ENTERPRISEOPS_GYM_LLM["plans"]),
-    priority: 20
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        llm=ENTERPRISEOPS_GYM_LLM,
-        code=code_param("lm", "workflows/enterpriseops_gym/scripts/train_llm.py"),
-    script:
-        "scripts/train_llm.py"
+paper_stages(
+    "enterpriseops_gym",
+    ENTERPRISEOPS_GYM,
+    enterpriseops_gym_path,
+    stage(
+        "llm_model",
+        script="download_llm.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        output=enterpriseops_gym_path("models", "llm.json"),
+        priority=30,  # the language-model runs are the longest jobs: they start first
+        params={"pretrained": ENTERPRISEOPS_GYM_LLM["pretrained"], "cache": f"{RUN.resources}/enterpriseops_gym"},
+    ),
+    stage(
+        "train_llm",
+        script="train_llm.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        input={
+            "model": enterpriseops_gym_path("models", "llm.json"),
+            "tasks": lambda w: [
+                enterpriseops_gym_path("tasks", f"{m}.jsonl")
+                for m in enterpriseops_gym_llm_modes(ENTERPRISEOPS_GYM_LLM, w.plan)
+            ],
+            "sql": enterpriseops_gym_path("raw", "seed.sql"),
+        },
+        output={
+            "runs": enterpriseops_gym_path("runs", "llm_{plan}.jsonl"),
+            "notes": enterpriseops_gym_path("runs", "llm_{plan}_notes.json"),
+        },
+        wildcards={"plan": "|".join(ENTERPRISEOPS_GYM_LLM["plans"])},
+        log_dir="train",
+        tag="llm_{plan}",
+        benchmark=True,
+        priority=20,
+        params={"llm": ENTERPRISEOPS_GYM_LLM},
+    ),
+)

@@ -24,7 +24,7 @@ def itpo_curves(wildcards):
     )
 
 
-# paper scale (paper.smk defines ITPO_LOCK, ITPO_TASKS before its rules call these)
+# paper scale (paper.smk defines ITPO_LOCK, ITPO_TASKS before its stages call these)
 def itpo_locked(ref):
     return ITPO_LOCK.get(f"{ref['repo_type']}:{ref['hub']}")
 

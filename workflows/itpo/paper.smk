@@ -11,192 +11,143 @@ ITPO_LOCK = read_lock_revisions("itpo", PAPERFLOW_ROOT)  # a pin changes the par
 ITPO_PAPER_WILDCARDS = {"task": "|".join(ITPO_TASKS), **ITPO_WILDCARDS}
 
 
-rule itpo_download_model:
-    output:
-        itpo_path("models", "pretrained.json"),
-    log:
-        itpo_path("logs", "download_model.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=240),
-    params:
-        ref=ITPO["pretrained"],
-        key="pretrained",
-        locked=itpo_locked(ITPO["pretrained"]),
-        cache=ITPO_CACHE,
-        code=code_param("lm", "workflows/itpo/scripts/download_hub.py"),
-    script:
-        "scripts/download_hub.py"
-
-
-rule itpo_download_simulator:
-    output:
-        itpo_path("models", "simulator.json"),
-    log:
-        itpo_path("logs", "download_simulator.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=480),
-    params:
-        ref=ITPO["simulator"],
-        key="simulator",
-        locked=itpo_locked(ITPO["simulator"]),
-        cache=ITPO_CACHE,
-        code=code_param("lm", "workflows/itpo/scripts/download_hub.py"),
-    script:
-        "scripts/download_hub.py"
-
-
-rule itpo_download:
-    output:
-        itpo_path("raw", "{task}.json"),
-    log:
-        itpo_path("logs", "download_{task}.log"),
-    wildcard_constraints:
-        task=ITPO_PAPER_WILDCARDS["task"],
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        ref=lambda wc: ITPO["tasks"][wc.task],
-        key=lambda wc: f"tasks.{wc.task}",
-        locked=lambda wc: itpo_locked(ITPO["tasks"][wc.task]),
-        cache=ITPO_CACHE,
-        code=code_param("lm", "workflows/itpo/scripts/download_hub.py"),
-    script:
-        "scripts/download_hub.py"
-
-
-rule itpo_download_recipe:
-    output:
-        itpo_path("recipe", "recipe.json"),
-    log:
-        itpo_path("logs", "download_recipe.log"),
-    conda:
-        env_file("lm")  # its modules reach the Hub helpers and the LM kit
-    threads: 1
-    resources:
-        **resources_of("cpu_light", runtime=60),
-    params:
-        recipe=ITPO["recipe"],
-        cache=ITPO_CACHE,
-        code=code_param("lm", "workflows/itpo/scripts/download_recipe.py"),
-    script:
-        "scripts/download_recipe.py"
-
-
-rule itpo_preprocess:
-    input:
-        raw=itpo_path("raw", "{task}.json"),
-        recipe=itpo_path("recipe", "recipe.json"),
-    output:
-        train=itpo_path("data", "{task}", "rl_train.parquet"),
-        validation=itpo_path("data", "{task}", "rl_validation.parquet"),
-    log:
-        itpo_path("logs", "preprocess_{task}.log"),
-    wildcard_constraints:
-        task=ITPO_PAPER_WILDCARDS["task"],
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium"),
-    params:
-        task=lambda wc: ITPO["tasks"][wc.task],
-        split=ITPO["split"],
-        code=code_param("lm", "workflows/itpo/scripts/preprocess_collab.py"),
-    script:
-        "scripts/preprocess_collab.py"
-
-
-rule itpo_train:
-    input:
-        pretrained=itpo_path("models", "pretrained.json"),
-        simulator=itpo_path("models", "simulator.json"),
-        recipe=itpo_path("recipe", "recipe.json"),
-        train=itpo_path("data", "{task}", "rl_train.parquet"),
-        validation=itpo_path("data", "{task}", "rl_validation.parquet"),
-    output:
-        run=itpo_path("runs", "{task}", "{method}", "{group}", "run.json"),
-        turns=itpo_path("runs", "{task}", "{method}", "{group}", "turns.jsonl"),  # the recipe hook's per-turn log
-    log:
-        itpo_path("logs", "train", "{task}_{method}_{group}.log"),
-    benchmark:
-        itpo_path("benchmarks", "train_{task}_{method}_{group}.tsv")
-    wildcard_constraints:
-        **ITPO_PAPER_WILDCARDS,
-    conda:
-        env_file("lm-verl-itpo")  # the recipe's own stack: verl at its commit, vLLM 0.10.2, torch 2.8
-    threads: 16
-    resources:
-        **heavy_resources("train_node_gpu", ITPO, stage="train"),
-    params:
-        seeds=lambda wc: ITPO_GROUPS[wc.group],
-        cfg={k: ITPO[k] for k in ("tasks", "simulator", "verl")},
-        code=code_param("lm-verl-itpo", "workflows/itpo/scripts/train_recipe.py"),
-    script:
-        "scripts/train_recipe.py"
-
-
-rule itpo_evaluate:
-    input:
-        run=itpo_path("runs", "{task}", "{method}", "{group}", "run.json"),
-        pretrained=itpo_path("models", "pretrained.json"),
-        simulator=itpo_path("models", "simulator.json"),
-        recipe=itpo_path("recipe", "recipe.json"),
-        train=itpo_path("data", "{task}", "rl_train.parquet"),
-        validation=itpo_path("data", "{task}", "rl_validation.parquet"),
-    output:
-        rollouts=itpo_path("eval", "{task}", "{method}_{group}.parquet"),
-        summary=itpo_path("eval", "{task}", "{method}_{group}.json"),
-    log:
-        itpo_path("logs", "evaluate", "{task}_{method}_{group}.log"),
-    benchmark:
-        itpo_path("benchmarks", "evaluate_{task}_{method}_{group}.tsv")
-    wildcard_constraints:
-        **ITPO_PAPER_WILDCARDS,
-    conda:
-        env_file("lm-verl-itpo")  # the recipe's own stack: verl at its commit, vLLM 0.10.2, torch 2.8
-    threads: 16
-    resources:
-        **heavy_resources("train_node_gpu", ITPO, stage="evaluate"),
-    params:
-        cfg={k: ITPO[k] for k in ("tasks", "simulator", "verl")},
-        code=code_param("lm-verl-itpo", "workflows/itpo/scripts/evaluate_recipe.py"),
-    script:
-        "scripts/evaluate_recipe.py"
-
-
-rule itpo_report:
-    input:
-        **itpo_runs_of("summary", "json"),
-        **itpo_turn_logs(),
-    output:
-        report=itpo_path("report.md"),
-        metrics=itpo_path("metrics.json"),
-        metrics_table=itpo_path("metrics.parquet"),
-        table_runs=report(itpo_path("tables", "runs.csv"), category="itpo", labels={"table": "per task and method"}),
-    log:
-        itpo_path("logs", "report.log"),
-    conda:
-        env_file("base")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        methods=ITPO["methods"],
-        tasks=ITPO_TASKS,
-        seeds=ITPO["seeds"],
-        metrics={t: ITPO["tasks"][t]["metric"] for t in ITPO_TASKS},
-        scale=RUN.scale,
-        claims=ITPO["claims"],
-        claims_not_measured=ITPO["claims_not_measured"],
-        code=code_param("base", "workflows/itpo/scripts/report_paper.py"),
-    script:
-        "scripts/report_paper.py"
+paper_stages(
+    "itpo",
+    ITPO,
+    itpo_path,
+    stage(
+        "download_model",
+        script="download_hub.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=240),
+        output=itpo_path("models", "pretrained.json"),
+        params={
+            "ref": ITPO["pretrained"],
+            "key": "pretrained",
+            "locked": itpo_locked(ITPO["pretrained"]),
+            "cache": ITPO_CACHE,
+        },
+    ),
+    stage(
+        "download_simulator",
+        script="download_hub.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=480),
+        output=itpo_path("models", "simulator.json"),
+        params={
+            "ref": ITPO["simulator"],
+            "key": "simulator",
+            "locked": itpo_locked(ITPO["simulator"]),
+            "cache": ITPO_CACHE,
+        },
+    ),
+    stage(
+        "download",
+        script="download_hub.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        output=itpo_path("raw", "{task}.json"),
+        wildcards={"task": ITPO_PAPER_WILDCARDS["task"]},
+        log="download_{task}.log",
+        params={
+            "ref": lambda wc: ITPO["tasks"][wc.task],
+            "key": lambda wc: f"tasks.{wc.task}",
+            "locked": lambda wc: itpo_locked(ITPO["tasks"][wc.task]),
+            "cache": ITPO_CACHE,
+        },
+    ),
+    stage(
+        "download_recipe",
+        script="download_recipe.py",
+        env="lm",  # its modules reach the Hub helpers and the LM kit
+        resources=resources_of("cpu_light", runtime=60),
+        output=itpo_path("recipe", "recipe.json"),
+        reads=["recipe"],
+        params={"cache": ITPO_CACHE},
+    ),
+    stage(
+        "preprocess",
+        script="preprocess_collab.py",
+        env="lm",
+        resources=resources_of("cpu_medium"),
+        input={"raw": itpo_path("raw", "{task}.json"), "recipe": itpo_path("recipe", "recipe.json")},
+        output={
+            "train": itpo_path("data", "{task}", "rl_train.parquet"),
+            "validation": itpo_path("data", "{task}", "rl_validation.parquet"),
+        },
+        wildcards={"task": ITPO_PAPER_WILDCARDS["task"]},
+        log="preprocess_{task}.log",
+        reads=["split"],
+        params={"task": lambda wc: ITPO["tasks"][wc.task]},
+    ),
+    stage(
+        "train",
+        script="train_recipe.py",
+        env="lm-verl-itpo",  # the recipe's own stack: verl at its commit, vLLM 0.10.2, torch 2.8
+        resources=heavy_resources("train_node_gpu", ITPO, stage="train"),
+        input={
+            "pretrained": itpo_path("models", "pretrained.json"),
+            "simulator": itpo_path("models", "simulator.json"),
+            "recipe": itpo_path("recipe", "recipe.json"),
+            "train": itpo_path("data", "{task}", "rl_train.parquet"),
+            "validation": itpo_path("data", "{task}", "rl_validation.parquet"),
+        },
+        output={
+            "run": itpo_path("runs", "{task}", "{method}", "{group}", "run.json"),
+            # the recipe hook's per-turn log
+            "turns": itpo_path("runs", "{task}", "{method}", "{group}", "turns.jsonl"),
+        },
+        wildcards=ITPO_PAPER_WILDCARDS,
+        tag="{task}_{method}_{group}",
+        benchmark=True,
+        threads=16,
+        params={
+            "seeds": lambda wc: ITPO_GROUPS[wc.group],
+            "cfg": {k: ITPO[k] for k in ("tasks", "simulator", "verl")},
+        },
+    ),
+    stage(
+        "evaluate",
+        script="evaluate_recipe.py",
+        env="lm-verl-itpo",  # the recipe's own stack: verl at its commit, vLLM 0.10.2, torch 2.8
+        resources=heavy_resources("train_node_gpu", ITPO, stage="evaluate"),
+        input={
+            "run": itpo_path("runs", "{task}", "{method}", "{group}", "run.json"),
+            "pretrained": itpo_path("models", "pretrained.json"),
+            "simulator": itpo_path("models", "simulator.json"),
+            "recipe": itpo_path("recipe", "recipe.json"),
+            "train": itpo_path("data", "{task}", "rl_train.parquet"),
+            "validation": itpo_path("data", "{task}", "rl_validation.parquet"),
+        },
+        output={
+            "rollouts": itpo_path("eval", "{task}", "{method}_{group}.parquet"),
+            "summary": itpo_path("eval", "{task}", "{method}_{group}.json"),
+        },
+        wildcards=ITPO_PAPER_WILDCARDS,
+        tag="{task}_{method}_{group}",
+        benchmark=True,
+        threads=16,
+        params={"cfg": {k: ITPO[k] for k in ("tasks", "simulator", "verl")}},
+    ),
+    stage(
+        "report",
+        script="report_paper.py",
+        env="base",
+        resources=resources_of("cpu_light"),
+        input={**itpo_runs_of("summary", "json"), **itpo_turn_logs()},
+        output={
+            "report": itpo_path("report.md"),
+            "metrics": itpo_path("metrics.json"),
+            "metrics_table": itpo_path("metrics.parquet"),
+            "table_runs": report(
+                itpo_path("tables", "runs.csv"), category="itpo", labels={"table": "per task and method"}
+            ),
+        },
+        reads=["methods", "seeds", "claims", "claims_not_measured"],
+        params={
+            "tasks": ITPO_TASKS,
+            "metrics": {t: ITPO["tasks"][t]["metric"] for t in ITPO_TASKS},
+            "scale": RUN.scale,
+        },
+    ),
+)

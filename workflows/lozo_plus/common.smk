@@ -1,5 +1,5 @@
-# lozo_plus: the functions of its Snakefile (paths, seed groups, keyed inputs), included first by it; names carry
-# the slug.
+# lozo_plus: the functions of its Snakefile and of the scale files it includes (paths, seed groups, keyed inputs),
+# included first by it; names carry the slug.
 
 
 def lozo_plus_groups(method):
@@ -26,7 +26,7 @@ def lozo_plus_seeds_of_group(wildcards):
 
 def lozo_plus_lm_report_inputs():
     """The pretrained-model runs' files the synthetic report reads (cpu scale, `pretrained_cpu`); none elsewhere."""
-    if not LOZO_PLUS.get("pretrained_cpu"):
+    if not LOZO_PLUS["pretrained_cpu"]:
         return {}
     return {
         **lozo_plus_lm_files("curve", "csv"),
@@ -38,7 +38,7 @@ def lozo_plus_lm_report_inputs():
 
 def lozo_plus_lm_report_outputs():
     """The report's table and figure of the pretrained-model runs (cpu scale, `pretrained_cpu`); none elsewhere."""
-    if not LOZO_PLUS.get("pretrained_cpu"):
+    if not LOZO_PLUS["pretrained_cpu"]:
         return {}
     return {
         "table_lm": report(
@@ -50,3 +50,62 @@ def lozo_plus_lm_report_outputs():
             labels={"figure": "pretrained model: train loss vs forwards"},
         ),
     }
+
+
+# paper scale (paper.smk)
+
+
+def lozo_plus_methods_on(node):
+    """The methods whose train job takes one GPU (node False) or several (node True), as a wildcard pattern."""
+    found = [m for m, n in LOZO_PLUS_GPUS.items() if (n > 1) == node]
+    return "|".join(found) or LOZO_PLUS_NONE
+
+
+def lozo_plus_dataset(wildcards):
+    return LOZO_PLUS["tasks"][wildcards.task]
+
+
+def lozo_plus_locked(repo_type, hub):
+    return LOZO_PLUS_LOCK.get(f"{repo_type}:{hub}")
+
+
+def lozo_plus_max_new_tokens(wildcards):
+    """MeZO's generation budget of the task: its `max_new_tokens` (the generation tasks), else 50."""
+    task = LOZO_PLUS["tasks"][wildcards.task]
+    return task["max_new_tokens"] if "max_new_tokens" in task else 50
+
+
+def lozo_plus_paper_files(name, ext):
+    """One file of every (task, method, group) run, keyed (task, method, group)."""
+    runs = [(t, m, g) for t in LOZO_PLUS_TASKS for m, g in lozo_plus_runs()]
+    return keyed(name, {(t, m, g): lozo_plus_path("runs", t, m, g, f"{name}.{ext}") for t, m, g in runs})
+
+
+# the pretrained model at cpu scale (pretrained_cpu.smk)
+
+
+def lozo_plus_lm_path(*parts):
+    return lozo_plus_path("lm", *parts)
+
+
+def lozo_plus_lm_runs():
+    """Every (method, group) train job of the pretrained model: one seed per job (`report_seeds` for the methods
+    in `report_only`)."""
+    from paperflow.lozo_plus.settings import seeds_of
+
+    return [(m, f"s{s}") for m in LOZO_PLUS_LM["methods"] for s in seeds_of(m, LOZO_PLUS_LM)]
+
+
+def lozo_plus_lm_files(name, ext):
+    """One file of every pretrained-model run, keyed (method, group) under `lm_<name>`."""
+    t = LOZO_PLUS_LM_TASK
+    return keyed(
+        f"lm_{name}",
+        {(m, g): lozo_plus_lm_path("runs", t, m, g, f"{name}.{ext}") for m, g in lozo_plus_lm_runs()},
+    )
+
+
+def lozo_plus_lm_evals():
+    t = LOZO_PLUS_LM_TASK
+    runs = {(m, g): lozo_plus_lm_path("eval", t, f"{m}_{g}.parquet") for m, g in lozo_plus_lm_runs()}
+    return keyed("lm_eval", {**runs, ("pretrained", "s0"): lozo_plus_lm_path("eval", t, "pretrained.parquet")})

@@ -1,10 +1,21 @@
-# mtbl_wc: the functions of its Snakefile (input lists, labels, resources), included first by it;
+# mtbl_wc: the functions of its Snakefile (input lists, labels, resources), included by it after the globals they read;
 # kept apart so the Snakefile holds rules only (snakemake --lint). Names carry the slug.
 
 
 def mtbl_wc_instances(problem):
     """{seed: instance file} of one problem."""
     return {s: mtbl_wc_path("data", problem, f"seed{s}.npz") for s in MTBL_WC_SEEDS}
+
+
+def mtbl_wc_runs_out(problem):
+    """The outputs of a train job on `problem` (a wildcard pattern): its run and history per seed."""
+    return {
+        **keyed("run", {s: mtbl_wc_path("runs", problem, "{method}", f"seed{s}.npz") for s in MTBL_WC_SEEDS}),
+        **keyed(
+            "history",
+            {s: mtbl_wc_path("runs", problem, "{method}", f"seed{s}_history.parquet") for s in MTBL_WC_SEEDS},
+        ),
+    }
 
 
 def mtbl_wc_evaluate_inputs(wildcards):

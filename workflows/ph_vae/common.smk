@@ -1,6 +1,12 @@
-# ph_vae: the functions of its Snakefile (input lists, labels, resources), included first by it;
+# ph_vae: the functions of its Snakefile (input lists, labels, resources), included by it after the globals they read;
 # kept apart so the Snakefile holds rules only (snakemake --lint). Names carry the slug.
 from paperflow.ph_vae.settings import decoders_for as ph_vae_decoders_for
+
+
+def ph_vae_rescale(dataset):
+    """The factor a downloaded dataset's values are multiplied by; None where its spec sets none (synthetic sets)."""
+    spec = PH_VAE["datasets"][dataset]
+    return spec["rescale"] if "rescale" in spec else None
 
 
 def ph_vae_checkpoints(dataset):

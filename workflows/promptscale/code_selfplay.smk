@@ -8,101 +8,87 @@
 # promptscale_dpo (paper.smk) trains on with the math pairs. Without code, no job of this file is in the DAG.
 # (paperflow.promptscale.code_selfplay)
 # (The code_selfplay block is checked when the config loads: promptscale.settings.check_paper.)
-PROMPTSCALE_CODE_SP = PROMPTSCALE.get("code_selfplay", {})  # used only when code is a domain
 PROMPTSCALE_SP_SOURCE = PROMPTSCALE["selfplay"]["source"]
 
+# declared only with code among the seed domains, where the config check guarantees models.tester and code_selfplay
+if PROMPTSCALE_CODE_SELFPLAY:
+    PROMPTSCALE_CODE_SP = PROMPTSCALE["code_selfplay"]
 
-rule promptscale_code_tests:
-    input:
-        tester=promptscale_path("models", "tester.json"),
-        synth=promptscale_path("synth", f"{PROMPTSCALE_SP_SOURCE}.jsonl"),
-    output:
-        tests=promptscale_path("code_selfplay", "tests.jsonl"),
-        summary=promptscale_path("code_selfplay", "tests.json"),
-    log:
-        promptscale_path("logs", "code_selfplay", "tests.log"),
-    benchmark:
-        promptscale_path("benchmarks", "code_tests.tsv")
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources(
-            "infer_gpu",
-            PROMPTSCALE,
-            stage="sample",
-            gpus=int(PROMPTSCALE_CODE_SP.get("tester_gpus", 1)),
+    paper_stages(
+        "promptscale",
+        PROMPTSCALE,
+        promptscale_path,
+        stage(
+            "code_tests",
+            script="code_tests.py",
+            env="lm-serve",
+            resources=heavy_resources(
+                "infer_gpu",
+                PROMPTSCALE,
+                stage="sample",
+                gpus=int(PROMPTSCALE_CODE_SP["tester_gpus"]),
+            ),
+            input={
+                "tester": promptscale_path("models", "tester.json"),
+                "synth": promptscale_path("synth", f"{PROMPTSCALE_SP_SOURCE}.jsonl"),
+            },
+            output={
+                "tests": promptscale_path("code_selfplay", "tests.jsonl"),
+                "summary": promptscale_path("code_selfplay", "tests.json"),
+            },
+            log="code_selfplay/tests.log",
+            benchmark=True,
+            threads=4,
+            reads=["vllm"],
+            params={"settings": PROMPTSCALE_CODE_SP, "dtype": PROMPTSCALE["models"]["tester"]["dtype"]},
         ),
-    params:
-        settings=PROMPTSCALE_CODE_SP,
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE["models"].get("tester", {}).get("dtype", "bfloat16"),
-        code=code_param("lm-serve", "workflows/promptscale/scripts/code_tests.py"),
-    script:
-        "scripts/code_tests.py"
-
-
-rule promptscale_code_rollouts:
-    input:
-        policy=promptscale_path("models", "policy.json"),
-        tests=promptscale_path("code_selfplay", "tests.jsonl"),
-    output:
-        rollouts=promptscale_path("code_selfplay", "rollouts.jsonl"),
-        summary=promptscale_path("code_selfplay", "rollouts.json"),
-    log:
-        promptscale_path("logs", "code_selfplay", "rollouts.log"),
-    benchmark:
-        promptscale_path("benchmarks", "code_rollouts.tsv")
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        selfplay=PROMPTSCALE["selfplay"],
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
-        code=code_param("lm-serve", "workflows/promptscale/scripts/code_rollouts.py"),
-    script:
-        "scripts/code_rollouts.py"
-
-
-rule promptscale_code_verify:
-    input:
-        tests=promptscale_path("code_selfplay", "tests.jsonl"),
-        rollouts=promptscale_path("code_selfplay", "rollouts.jsonl"),
-    output:
-        verified=promptscale_path("code_selfplay", "verified.jsonl"),
-        summary=promptscale_path("code_selfplay", "verify.json"),
-    log:
-        promptscale_path("logs", "code_selfplay", "verify.log"),
-    conda:
-        env_file("lm")
-    threads: 16  # programs run at once (PromptCoT 2.0's self_play_eval.py --num_workers 16)
-    resources:
-        **resources_of("cpu_medium", runtime=720, mem_mb=32000),
-    params:
-        limits=PROMPTSCALE["code_eval"],
-        code=code_param("lm", "workflows/promptscale/scripts/code_verify.py"),
-    script:
-        "scripts/code_verify.py"
-
-
-rule promptscale_code_pairs:
-    input:
-        promptscale_path("code_selfplay", "verified.jsonl"),
-    output:
-        pairs=promptscale_path("code_selfplay", "pairs.jsonl"),
-        summary=promptscale_path("code_selfplay", "pairs.json"),
-    log:
-        promptscale_path("logs", "code_selfplay", "pairs.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        selfplay=PROMPTSCALE["selfplay"],
-        code=code_param("lm", "workflows/promptscale/scripts/code_pairs.py"),
-    script:
-        "scripts/code_pairs.py"
+        stage(
+            "code_rollouts",
+            script="code_rollouts.py",
+            env="lm-serve",
+            resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+            input={
+                "policy": promptscale_path("models", "policy.json"),
+                "tests": promptscale_path("code_selfplay", "tests.jsonl"),
+            },
+            output={
+                "rollouts": promptscale_path("code_selfplay", "rollouts.jsonl"),
+                "summary": promptscale_path("code_selfplay", "rollouts.json"),
+            },
+            log="code_selfplay/rollouts.log",
+            benchmark=True,
+            threads=4,
+            reads=["selfplay", "vllm"],
+            params={"dtype": PROMPTSCALE["models"]["policy"]["dtype"]},
+        ),
+        stage(
+            "code_verify",
+            script="code_verify.py",
+            env="lm",
+            resources=resources_of("cpu_medium", runtime=720, mem_mb=32000),
+            input={
+                "tests": promptscale_path("code_selfplay", "tests.jsonl"),
+                "rollouts": promptscale_path("code_selfplay", "rollouts.jsonl"),
+            },
+            output={
+                "verified": promptscale_path("code_selfplay", "verified.jsonl"),
+                "summary": promptscale_path("code_selfplay", "verify.json"),
+            },
+            log="code_selfplay/verify.log",
+            threads=16,  # programs run at once (PromptCoT 2.0's self_play_eval.py --num_workers 16)
+            params={"limits": PROMPTSCALE["code_eval"]},
+        ),
+        stage(
+            "code_pairs",
+            script="code_pairs.py",
+            env="lm",
+            resources=resources_of("cpu_light"),
+            input=promptscale_path("code_selfplay", "verified.jsonl"),
+            output={
+                "pairs": promptscale_path("code_selfplay", "pairs.jsonl"),
+                "summary": promptscale_path("code_selfplay", "pairs.json"),
+            },
+            log="code_selfplay/pairs.log",
+            reads=["selfplay"],
+        ),
+    )

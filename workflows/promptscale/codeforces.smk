@@ -15,83 +15,61 @@ PROMPTSCALE_CF = PROMPTSCALE["codeforces"]
 PROMPTSCALE_CF_VERDICTS = dict(PROMPTSCALE_CF["verdicts"] or {})  # the policies the judge has answered for
 
 
-def promptscale_codeforces_report(wildcards=None):
-    """Per policy, what the report reads: the Elo when the judge's verdicts are configured, else the submissions'
-    summary (whose status names codeforces.verdicts)."""
-    return {
-        p: promptscale_path("codeforces", f"{p}_elo.json" if p in PROMPTSCALE_CF_VERDICTS else f"{p}.json")
-        for p in PROMPTSCALE_POLICIES
-    }
-
-
-rule promptscale_codeforces_generate:
-    input:
-        policy=lambda wc: PROMPTSCALE_POLICIES[wc.policy],
-        problems=promptscale_path("raw", f"{PROMPTSCALE_CF['corpus']}.jsonl"),
-    output:
-        submissions=promptscale_path("codeforces", "{policy}.jsonl"),
-        summary=promptscale_path("codeforces", "{policy}.json"),
-    log:
-        promptscale_path("logs", "codeforces", "{policy}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "codeforces_generate_{policy}.tsv")
-    wildcard_constraints:
-        policy=PROMPTSCALE_WILDCARDS["policy"],
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        settings=PROMPTSCALE_CF,
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
-        code=code_param("lm-serve", "workflows/promptscale/scripts/codeforces_generate.py"),
-    script:
-        "scripts/codeforces_generate.py"
-
-
-rule promptscale_codeforces_download_contests:
-    # no input: the script reads the problems from the pinned snapshot, so that `paperflow pin` (--until every download rule)
-    # can run this job beside promptscale_download and record the API answers' sha256
-    output:
-        promptscale_path("codeforces", "contests.json"),
-    log:
-        promptscale_path("logs", "codeforces", "download_contests.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=120),
-    params:
-        corpus=PROMPTSCALE_CF["corpus"],
-        spec=PROMPTSCALE["corpora"][PROMPTSCALE_CF["corpus"]],
-        locked=promptscale_locked("dataset", PROMPTSCALE["corpora"][PROMPTSCALE_CF["corpus"]]["hub"]),
-        settings=PROMPTSCALE_CF,
-        cache=PROMPTSCALE_CACHE,
-        code=code_param("lm", "workflows/promptscale/scripts/codeforces_contests.py"),
-    script:
-        "scripts/codeforces_contests.py"
-
-
-rule promptscale_codeforces_elo:
-    input:
-        submissions=promptscale_path("codeforces", "{policy}.jsonl"),
-        verdicts=lambda wc: PROMPTSCALE_CF_VERDICTS[wc.policy],
-        contests=promptscale_path("codeforces", "contests.json"),
-    output:
-        promptscale_path("codeforces", "{policy}_elo.json"),
-    log:
-        promptscale_path("logs", "codeforces", "elo_{policy}.log"),
-    wildcard_constraints:
-        policy="|".join(PROMPTSCALE_CF_VERDICTS) or "(?!)",
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        settings=PROMPTSCALE_CF,
-        code=code_param("lm", "workflows/promptscale/scripts/codeforces_elo.py"),
-    script:
-        "scripts/codeforces_elo.py"
+paper_stages(
+    "promptscale",
+    PROMPTSCALE,
+    promptscale_path,
+    stage(
+        "codeforces_generate",
+        script="codeforces_generate.py",
+        env="lm-serve",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+        input={
+            "policy": lambda wc: PROMPTSCALE_POLICIES[wc.policy],
+            "problems": promptscale_path("raw", f"{PROMPTSCALE_CF['corpus']}.jsonl"),
+        },
+        output={
+            "submissions": promptscale_path("codeforces", "{policy}.jsonl"),
+            "summary": promptscale_path("codeforces", "{policy}.json"),
+        },
+        wildcards={"policy": PROMPTSCALE_WILDCARDS["policy"]},
+        tag="{policy}",
+        log="codeforces/{policy}.log",
+        benchmark=True,
+        threads=4,
+        reads=["vllm"],
+        params={"settings": PROMPTSCALE_CF, "dtype": PROMPTSCALE["models"]["policy"]["dtype"]},
+    ),
+    stage(
+        "codeforces_download_contests",
+        script="codeforces_contests.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=120),
+        # no input: the script reads the problems from the pinned snapshot, so that `paperflow pin` (--until every
+        # download rule) can run this job beside promptscale_download and record the API answers' sha256
+        output=promptscale_path("codeforces", "contests.json"),
+        log="codeforces/download_contests.log",
+        params={
+            "corpus": PROMPTSCALE_CF["corpus"],
+            "spec": PROMPTSCALE["corpora"][PROMPTSCALE_CF["corpus"]],
+            "locked": promptscale_locked("dataset", PROMPTSCALE["corpora"][PROMPTSCALE_CF["corpus"]]["hub"]),
+            "settings": PROMPTSCALE_CF,
+            "cache": PROMPTSCALE_CACHE,
+        },
+    ),
+    stage(
+        "codeforces_elo",
+        script="codeforces_elo.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        input={
+            "submissions": promptscale_path("codeforces", "{policy}.jsonl"),
+            "verdicts": lambda wc: PROMPTSCALE_CF_VERDICTS[wc.policy],
+            "contests": promptscale_path("codeforces", "contests.json"),
+        },
+        output=promptscale_path("codeforces", "{policy}_elo.json"),
+        wildcards={"policy": "|".join(PROMPTSCALE_CF_VERDICTS) or "(?!)"},
+        log="codeforces/elo_{policy}.log",
+        params={"settings": PROMPTSCALE_CF},
+    ),
+)

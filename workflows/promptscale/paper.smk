@@ -21,9 +21,10 @@ PROMPTSCALE_POLICIES = {  # the policy before and after self-play DPO
     "selfplay": promptscale_path("models", "selfplay.json"),
     "sft": promptscale_path("models", "sft.json"),  # the SFT arm (Qwen2.5-7B-Instruct on the released traces)
 }
-# code self-play (code_selfplay.smk) runs when code is a seed domain: its pairs join the math pairs in DPO, its
-# summaries the report
-PROMPTSCALE_CODE_SELFPLAY = "code" in PROMPTSCALE["seeds_data"].get("domains", ["math"])
+# the seed domains (math only where the config names none); code seeds (code_seeds.smk) and code self-play
+# (code_selfplay.smk) run when code is one: its pairs join the math pairs in DPO, its summaries the report
+PROMPTSCALE_DOMAINS = list(PROMPTSCALE["seeds_data"]["domains"]) if "domains" in PROMPTSCALE["seeds_data"] else ["math"]
+PROMPTSCALE_CODE_SELFPLAY = "code" in PROMPTSCALE_DOMAINS
 PROMPTSCALE_CODE_SELFPLAY_SUMMARIES = (
     {f"code_{s}": promptscale_path("code_selfplay", f"{s}.json") for s in ("tests", "rollouts", "verify", "pairs")}
     if PROMPTSCALE_CODE_SELFPLAY
@@ -41,405 +42,302 @@ PROMPTSCALE_WILDCARDS = {
 }
 
 
-def promptscale_locked(repo_type, hub):
-    return PROMPTSCALE_LOCK.get(f"{repo_type}:{hub}")
-
-
-def promptscale_model(which, m):
-    """The JSON naming the folder of q_m or p_m (the train rule's output)."""
-    return promptscale_path("models", f"{which}{m}.json")
-
-
-def promptscale_train_inputs(wildcards):
-    """What q_m / p_m train from: the pretrained prompt model and the cold-start triples at m = 0; the model of
-    m - 1 and the kept rationales of E-step m - 1 after."""
-    m = int(wildcards.m)
-    inputs = {"train": promptscale_path("data", "train.jsonl")}
-    if m == 0:
-        return inputs | {"start": promptscale_path("models", "prompt.json")}
-    return inputs | {
-        "start": promptscale_model(wildcards.which, m - 1),
-        "kept": promptscale_path("em", f"kept{m - 1}.jsonl"),
-    }
-
-
-rule promptscale_download_model:
-    output:
-        promptscale_path("models", "{role}.json"),
-    log:
-        promptscale_path("logs", "download_model_{role}.log"),
-    wildcard_constraints:
-        role=PROMPTSCALE_WILDCARDS["role"],
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=240),
-    params:
-        spec=lambda wc: PROMPTSCALE["models"][wc.role],
-        locked=lambda wc: promptscale_locked("model", PROMPTSCALE["models"][wc.role]["hub"]),
-        cache=PROMPTSCALE_CACHE,
-        code=code_param("lm", "workflows/promptscale/scripts/download_model.py"),
-    script:
-        "scripts/download_model.py"
-
-
-rule promptscale_download:
-    output:
-        promptscale_path("raw", "{corpus}.jsonl"),
-    log:
-        promptscale_path("logs", "download_{corpus}.log"),
-    wildcard_constraints:
-        corpus=PROMPTSCALE_WILDCARDS["corpus"],
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_medium", runtime=120),
-    params:
-        spec=lambda wc: PROMPTSCALE["corpora"][wc.corpus],
-        locked=lambda wc: promptscale_locked("dataset", PROMPTSCALE["corpora"][wc.corpus]["hub"]),
-        cache=PROMPTSCALE_CACHE,
-        code=code_param("lm", "workflows/promptscale/scripts/download_corpus.py"),
-    script:
-        "scripts/download_corpus.py"
-
-
-rule promptscale_preprocess:
-    input:
-        seeds=promptscale_path("raw", "seeds.jsonl"),
-        code=lambda wc: promptscale_code_triples(wc),  # code_seeds.smk: the annotate jobs' triples, if code is a domain
-    output:
-        train=promptscale_path("data", "train.jsonl"),
-        heldout=promptscale_path("data", "heldout.jsonl"),
-    log:
-        promptscale_path("logs", "preprocess.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        seeds_data=PROMPTSCALE["seeds_data"],
-        code=code_param("lm", "workflows/promptscale/scripts/preprocess_paper.py"),
-    script:
-        "scripts/preprocess_paper.py"
-
-
-rule promptscale_train:
-    input:
-        unpack(promptscale_train_inputs),
-    output:
-        model=promptscale_model("{which}", "{m}"),
-        history=promptscale_path("em", "history_{which}{m}.json"),
-    log:
-        promptscale_path("logs", "train", "{which}{m}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "train_{which}{m}.tsv")
-    wildcard_constraints:
-        which=PROMPTSCALE_WILDCARDS["which"],
-        m=PROMPTSCALE_WILDCARDS["m"],
-    conda:
-        env_file("lm")
-    threads: 8
-    resources:
-        **heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
-    params:
-        sft=PROMPTSCALE["sft"],
-        device=PROMPTSCALE["models"]["prompt"]["device"],
-        n_procs=PROMPTSCALE["resources"]["train_gpus"],
-        code=code_param("lm", "workflows/promptscale/scripts/train_paper.py"),
-    script:
-        "scripts/train_paper.py"
-
-
-rule promptscale_sample:
-    input:
-        q=promptscale_model("q", "{m}"),
-        train=promptscale_path("data", "train.jsonl"),
-        heldout=promptscale_path("data", "heldout.jsonl"),
-    output:
-        promptscale_path("em", "samples{m}.jsonl"),
-    log:
-        promptscale_path("logs", "sample", "samples{m}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "sample{m}.tsv")
-    wildcard_constraints:
-        m=PROMPTSCALE_WILDCARDS["m"],
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        em=PROMPTSCALE["llm_em"],
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE_DTYPE,
-        code=code_param("lm-serve", "workflows/promptscale/scripts/sample.py"),
-    script:
-        "scripts/sample.py"
-
-
-rule promptscale_score:
-    input:
-        p=promptscale_model("p", "{m}"),
-        q=promptscale_model("q", "{m}"),
-        samples=promptscale_path("em", "samples{m}.jsonl"),
-        train=promptscale_path("data", "train.jsonl"),
-        heldout=promptscale_path("data", "heldout.jsonl"),
-    output:
-        kept=promptscale_path("em", "kept{m}.jsonl"),
-        bound=promptscale_path("em", "bound{m}.json"),
-    log:
-        promptscale_path("logs", "score", "score{m}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "score{m}.tsv")
-    wildcard_constraints:
-        m=PROMPTSCALE_WILDCARDS["m"],
-    conda:
-        env_file("lm")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="score"),
-    params:
-        em=PROMPTSCALE["llm_em"],
-        model=PROMPTSCALE["models"]["prompt"],
-        code=code_param("lm", "workflows/promptscale/scripts/score.py"),
-    script:
-        "scripts/score.py"
-
-
-rule promptscale_synthesize:
-    input:
-        p=lambda wc: promptscale_model("p", PROMPTSCALE_SYNTH[wc.variant]),
-        heldout=promptscale_path("data", "heldout.jsonl"),
-    output:
-        problems=promptscale_path("synth", "{variant}.jsonl"),
-        summary=promptscale_path("synth", "{variant}.json"),
-    log:
-        promptscale_path("logs", "synthesize", "{variant}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "synthesize_{variant}.tsv")
-    wildcard_constraints:
-        variant=PROMPTSCALE_WILDCARDS["variant"],
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        synthesis=PROMPTSCALE["llm_synthesis"],
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE_DTYPE,
-        code=code_param("lm-serve", "workflows/promptscale/scripts/synthesize.py"),
-    script:
-        "scripts/synthesize.py"
-
-
-rule promptscale_rollouts:
-    input:
-        policy=promptscale_path("models", "policy.json"),
-        synth=promptscale_path("synth", f"{PROMPTSCALE['selfplay']['source']}.jsonl"),
-    output:
-        rollouts=promptscale_path("selfplay", "rollouts.jsonl"),
-        summary=promptscale_path("selfplay", "rollouts.json"),
-    log:
-        promptscale_path("logs", "selfplay", "rollouts.log"),
-    benchmark:
-        promptscale_path("benchmarks", "rollouts.tsv")
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        selfplay=PROMPTSCALE["selfplay"],
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
-        code=code_param("lm-serve", "workflows/promptscale/scripts/rollouts.py"),
-    script:
-        "scripts/rollouts.py"
-
-
-rule promptscale_pairs:
-    input:
-        promptscale_path("selfplay", "rollouts.jsonl"),
-    output:
-        pairs=promptscale_path("selfplay", "pairs.jsonl"),
-        summary=promptscale_path("selfplay", "pairs.json"),
-    log:
-        promptscale_path("logs", "selfplay", "pairs.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        selfplay=PROMPTSCALE["selfplay"],
-        code=code_param("lm", "workflows/promptscale/scripts/pairs.py"),
-    script:
-        "scripts/pairs.py"
-
-
-rule promptscale_dpo:
-    input:
-        policy=promptscale_path("models", "policy.json"),
-        # the math pairs, and the code pairs when code is a seed domain
-        pairs=[
-            promptscale_path("selfplay", "pairs.jsonl"),
-            *([promptscale_path("code_selfplay", "pairs.jsonl")] if PROMPTSCALE_CODE_SELFPLAY else []),
-        ],
-    output:
-        model=promptscale_path("models", "selfplay.json"),
-        history=promptscale_path("selfplay", "history_dpo.json"),
-    log:
-        promptscale_path("logs", "selfplay", "dpo.log"),
-    benchmark:
-        promptscale_path("benchmarks", "dpo.tsv")
-    conda:
-        env_file("lm")
-    threads: 8
-    resources:
-        **heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
-    params:
-        dpo=PROMPTSCALE["dpo"],
-        device=PROMPTSCALE["models"]["policy"]["device"],
-        n_procs=PROMPTSCALE["resources"]["train_gpus"],
-        code=code_param("lm", "workflows/promptscale/scripts/dpo.py"),
-    script:
-        "scripts/dpo.py"
-
-
-rule promptscale_sft:
-    input:
-        start=promptscale_path("models", "prompt.json"),
-        traces=promptscale_path("raw", "sft_traces.jsonl"),
-    output:
-        model=promptscale_path("models", "sft.json"),
-        history=promptscale_path("sft", "history.json"),
-    log:
-        promptscale_path("logs", "sft.log"),
-    benchmark:
-        promptscale_path("benchmarks", "sft.tsv")
-    conda:
-        env_file("lm")
-    threads: 8
-    resources:
-        **heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
-    params:
-        settings=PROMPTSCALE["sft_arm"],
-        device=PROMPTSCALE["models"]["prompt"]["device"],
-        n_procs=PROMPTSCALE["resources"]["train_gpus"],
-        code=code_param("lm", "workflows/promptscale/scripts/sft_arm.py"),
-    script:
-        "scripts/sft_arm.py"
-
-
-rule promptscale_evaluate:
-    input:
-        policy=lambda wc: PROMPTSCALE_POLICIES[wc.policy],
-        rows=promptscale_path("raw", "{benchmark}.jsonl"),
-    output:
-        graded=promptscale_path("eval", "{policy}_{benchmark}.jsonl"),
-        summary=promptscale_path("eval", "{policy}_{benchmark}.json"),
-    log:
-        promptscale_path("logs", "evaluate", "{policy}_{benchmark}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "evaluate_{policy}_{benchmark}.tsv")
-    wildcard_constraints:
-        policy=PROMPTSCALE_WILDCARDS["policy"],
-        benchmark=PROMPTSCALE_WILDCARDS["benchmark"],
-    conda:
-        env_file("lm-serve")
-    threads: 4
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        settings=PROMPTSCALE["llm_eval"],
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
-        code=code_param("lm-serve", "workflows/promptscale/scripts/evaluate_paper.py"),
-    script:
-        "scripts/evaluate_paper.py"
-
-
-rule promptscale_evaluate_code:
-    input:
-        policy=lambda wc: PROMPTSCALE_POLICIES[wc.policy],
-        rows=promptscale_path("raw", "{code_benchmark}.jsonl"),
-    output:
-        graded=promptscale_path("eval", "{policy}_{code_benchmark}.jsonl"),
-        summary=promptscale_path("eval", "{policy}_{code_benchmark}.json"),
-    log:
-        promptscale_path("logs", "evaluate", "{policy}_{code_benchmark}.log"),
-    benchmark:
-        promptscale_path("benchmarks", "evaluate_{policy}_{code_benchmark}.tsv")
-    wildcard_constraints:
-        policy=PROMPTSCALE_WILDCARDS["policy"],
-        code_benchmark=PROMPTSCALE_WILDCARDS["code_benchmark"],
-    conda:
-        env_file("lm-serve")
-    threads: 8
-    resources:
-        **heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
-    params:
-        settings=PROMPTSCALE["llm_eval"],
-        limits=PROMPTSCALE["code_eval"],
-        vllm=PROMPTSCALE["vllm"],
-        dtype=PROMPTSCALE["models"]["policy"]["dtype"],
-        code=code_param("lm-serve", "workflows/promptscale/scripts/evaluate_code.py"),
-    script:
-        "scripts/evaluate_code.py"
-
-
-rule promptscale_report:
-    input:
-        unpack(lambda wc: keyed("codeforces", promptscale_codeforces_report())),  # codeforces.smk: Elo or why none
-        **keyed("bound", {m: promptscale_path("em", f"bound{m}.json") for m in range(PROMPTSCALE_E + 1)}),
-        **keyed("synthesis", {v: promptscale_path("synth", f"{v}.json") for v in PROMPTSCALE_SYNTH}),
-        **keyed(
-            "selfplay",
-            {s: promptscale_path("selfplay", f"{s}.json") for s in ("rollouts", "pairs")}
-            | PROMPTSCALE_CODE_SELFPLAY_SUMMARIES,
-        ),
-        **keyed(
-            "eval",
-            {
-                (p, b): promptscale_path("eval", f"{p}_{b}.json")
-                for p in PROMPTSCALE_POLICIES
-                for b in [*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE]
-            },
-        ),
-    output:
-        report=promptscale_path("report.md"),
-        metrics=promptscale_path("metrics.json"),
-        metrics_table=promptscale_path("metrics.parquet"),
-        table_em=report(promptscale_path("tables", "em.csv"), category="promptscale", labels={"table": "EM curve"}),
-        table_synthesis=report(
-            promptscale_path("tables", "synthesis.csv"), category="promptscale", labels={"table": "synthesis"}
-        ),
-        table_benchmarks=report(
-            promptscale_path("tables", "benchmarks.csv"), category="promptscale", labels={"table": "benchmarks"}
-        ),
-        figure_em=report(promptscale_path("figures", "em.png"), category="promptscale", labels={"figure": "EM"}),
-    log:
-        promptscale_path("logs", "report.log"),
-    conda:
-        env_file("lm")
-    threads: 1
-    resources:
-        **resources_of("cpu_light"),
-    params:
-        models=PROMPTSCALE["models"],
-        llm_em=PROMPTSCALE["llm_em"],
-        llm_eval=PROMPTSCALE["llm_eval"],
-        benchmarks=[*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE],
-        scale=RUN.scale,
-        claims=PROMPTSCALE["claims"],
-        claims_not_measured=PROMPTSCALE["claims_not_measured"],
-        code=code_param("lm", "workflows/promptscale/scripts/report_paper.py"),
-    script:
-        "scripts/report_paper.py"
+paper_stages(
+    "promptscale",
+    PROMPTSCALE,
+    promptscale_path,
+    stage(
+        "download_model",
+        script="download_model.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=240),
+        output=promptscale_path("models", "{role}.json"),
+        wildcards={"role": PROMPTSCALE_WILDCARDS["role"]},
+        log="download_model_{role}.log",
+        params={
+            "spec": lambda wc: PROMPTSCALE["models"][wc.role],
+            "locked": lambda wc: promptscale_locked("model", PROMPTSCALE["models"][wc.role]["hub"]),
+            "cache": PROMPTSCALE_CACHE,
+        },
+    ),
+    stage(
+        "download",
+        script="download_corpus.py",
+        env="lm",
+        resources=resources_of("cpu_medium", runtime=120),
+        output=promptscale_path("raw", "{corpus}.jsonl"),
+        wildcards={"corpus": PROMPTSCALE_WILDCARDS["corpus"]},
+        log="download_{corpus}.log",
+        params={
+            "spec": lambda wc: PROMPTSCALE["corpora"][wc.corpus],
+            "locked": lambda wc: promptscale_locked("dataset", PROMPTSCALE["corpora"][wc.corpus]["hub"]),
+            "cache": PROMPTSCALE_CACHE,
+        },
+    ),
+    stage(
+        "preprocess",
+        script="preprocess_paper.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        input={
+            "seeds": promptscale_path("raw", "seeds.jsonl"),
+            "code": promptscale_code_triples,  # the annotate jobs' triples (code_seeds.smk), if code is a domain
+        },
+        output={
+            "train": promptscale_path("data", "train.jsonl"),
+            "heldout": promptscale_path("data", "heldout.jsonl"),
+        },
+        reads=["seeds_data"],
+    ),
+    stage(
+        "train",
+        script="train_paper.py",
+        env="lm",
+        resources=heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
+        unpack=promptscale_train_inputs,
+        output={
+            "model": promptscale_model("{which}", "{m}"),
+            "history": promptscale_path("em", "history_{which}{m}.json"),
+        },
+        wildcards={"which": PROMPTSCALE_WILDCARDS["which"], "m": PROMPTSCALE_WILDCARDS["m"]},
+        tag="{which}{m}",
+        benchmark=True,
+        threads=8,
+        reads=["sft"],
+        params={
+            "device": PROMPTSCALE["models"]["prompt"]["device"],
+            "n_procs": PROMPTSCALE["resources"]["train_gpus"],
+        },
+    ),
+    stage(
+        "sample",
+        script="sample.py",
+        env="lm-serve",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+        input={
+            "q": promptscale_model("q", "{m}"),
+            "train": promptscale_path("data", "train.jsonl"),
+            "heldout": promptscale_path("data", "heldout.jsonl"),
+        },
+        output=promptscale_path("em", "samples{m}.jsonl"),
+        wildcards={"m": PROMPTSCALE_WILDCARDS["m"]},
+        tag="samples{m}",
+        benchmark="sample{m}.tsv",
+        threads=4,
+        reads=["vllm"],
+        params={"em": PROMPTSCALE["llm_em"], "dtype": PROMPTSCALE_DTYPE},
+    ),
+    stage(
+        "score",
+        script="score.py",
+        env="lm",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="score"),
+        input={
+            "p": promptscale_model("p", "{m}"),
+            "q": promptscale_model("q", "{m}"),
+            "samples": promptscale_path("em", "samples{m}.jsonl"),
+            "train": promptscale_path("data", "train.jsonl"),
+            "heldout": promptscale_path("data", "heldout.jsonl"),
+        },
+        output={
+            "kept": promptscale_path("em", "kept{m}.jsonl"),
+            "bound": promptscale_path("em", "bound{m}.json"),
+        },
+        wildcards={"m": PROMPTSCALE_WILDCARDS["m"]},
+        tag="score{m}",
+        benchmark="score{m}.tsv",
+        threads=4,
+        params={"em": PROMPTSCALE["llm_em"], "model": PROMPTSCALE["models"]["prompt"]},
+    ),
+    stage(
+        "synthesize",
+        script="synthesize.py",
+        env="lm-serve",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+        input={
+            "p": lambda wc: promptscale_model("p", PROMPTSCALE_SYNTH[wc.variant]),
+            "heldout": promptscale_path("data", "heldout.jsonl"),
+        },
+        output={
+            "problems": promptscale_path("synth", "{variant}.jsonl"),
+            "summary": promptscale_path("synth", "{variant}.json"),
+        },
+        wildcards={"variant": PROMPTSCALE_WILDCARDS["variant"]},
+        tag="{variant}",
+        benchmark=True,
+        threads=4,
+        reads=["vllm"],
+        params={"synthesis": PROMPTSCALE["llm_synthesis"], "dtype": PROMPTSCALE_DTYPE},
+    ),
+    stage(
+        "rollouts",
+        script="rollouts.py",
+        env="lm-serve",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+        input={
+            "policy": promptscale_path("models", "policy.json"),
+            "synth": promptscale_path("synth", f"{PROMPTSCALE['selfplay']['source']}.jsonl"),
+        },
+        output={
+            "rollouts": promptscale_path("selfplay", "rollouts.jsonl"),
+            "summary": promptscale_path("selfplay", "rollouts.json"),
+        },
+        log="selfplay/rollouts.log",
+        benchmark=True,
+        threads=4,
+        reads=["selfplay", "vllm"],
+        params={"dtype": PROMPTSCALE["models"]["policy"]["dtype"]},
+    ),
+    stage(
+        "pairs",
+        script="pairs.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        input=promptscale_path("selfplay", "rollouts.jsonl"),
+        output={
+            "pairs": promptscale_path("selfplay", "pairs.jsonl"),
+            "summary": promptscale_path("selfplay", "pairs.json"),
+        },
+        log="selfplay/pairs.log",
+        reads=["selfplay"],
+    ),
+    stage(
+        "dpo",
+        script="dpo.py",
+        env="lm",
+        resources=heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
+        input={
+            "policy": promptscale_path("models", "policy.json"),
+            # the math pairs, and the code pairs when code is a seed domain
+            "pairs": [
+                promptscale_path("selfplay", "pairs.jsonl"),
+                *([promptscale_path("code_selfplay", "pairs.jsonl")] if PROMPTSCALE_CODE_SELFPLAY else []),
+            ],
+        },
+        output={
+            "model": promptscale_path("models", "selfplay.json"),
+            "history": promptscale_path("selfplay", "history_dpo.json"),
+        },
+        log="selfplay/dpo.log",
+        benchmark=True,
+        threads=8,
+        reads=["dpo"],
+        params={
+            "device": PROMPTSCALE["models"]["policy"]["device"],
+            "n_procs": PROMPTSCALE["resources"]["train_gpus"],
+        },
+    ),
+    stage(
+        "sft",
+        script="sft_arm.py",
+        env="lm",
+        resources=heavy_resources("train_node_gpu", PROMPTSCALE, stage="train"),
+        input={
+            "start": promptscale_path("models", "prompt.json"),
+            "traces": promptscale_path("raw", "sft_traces.jsonl"),
+        },
+        output={
+            "model": promptscale_path("models", "sft.json"),
+            "history": promptscale_path("sft", "history.json"),
+        },
+        benchmark=True,
+        threads=8,
+        params={
+            "settings": PROMPTSCALE["sft_arm"],
+            "device": PROMPTSCALE["models"]["prompt"]["device"],
+            "n_procs": PROMPTSCALE["resources"]["train_gpus"],
+        },
+    ),
+    stage(
+        "evaluate",
+        script="evaluate_paper.py",
+        env="lm-serve",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+        input={
+            "policy": lambda wc: PROMPTSCALE_POLICIES[wc.policy],
+            "rows": promptscale_path("raw", "{benchmark}.jsonl"),
+        },
+        output={
+            "graded": promptscale_path("eval", "{policy}_{benchmark}.jsonl"),
+            "summary": promptscale_path("eval", "{policy}_{benchmark}.json"),
+        },
+        wildcards={"policy": PROMPTSCALE_WILDCARDS["policy"], "benchmark": PROMPTSCALE_WILDCARDS["benchmark"]},
+        tag="{policy}_{benchmark}",
+        benchmark=True,
+        threads=4,
+        reads=["vllm"],
+        params={"settings": PROMPTSCALE["llm_eval"], "dtype": PROMPTSCALE["models"]["policy"]["dtype"]},
+    ),
+    stage(
+        "evaluate_code",
+        script="evaluate_code.py",
+        env="lm-serve",
+        resources=heavy_resources("infer_gpu", PROMPTSCALE, stage="sample"),
+        input={
+            "policy": lambda wc: PROMPTSCALE_POLICIES[wc.policy],
+            "rows": promptscale_path("raw", "{code_benchmark}.jsonl"),
+        },
+        output={
+            "graded": promptscale_path("eval", "{policy}_{code_benchmark}.jsonl"),
+            "summary": promptscale_path("eval", "{policy}_{code_benchmark}.json"),
+        },
+        wildcards={
+            "policy": PROMPTSCALE_WILDCARDS["policy"],
+            "code_benchmark": PROMPTSCALE_WILDCARDS["code_benchmark"],
+        },
+        tag="{policy}_{code_benchmark}",
+        log_dir="evaluate",
+        benchmark=True,
+        threads=8,
+        reads=["vllm"],
+        params={
+            "settings": PROMPTSCALE["llm_eval"],
+            "limits": PROMPTSCALE["code_eval"],
+            "dtype": PROMPTSCALE["models"]["policy"]["dtype"],
+        },
+    ),
+    stage(
+        "report",
+        script="report_paper.py",
+        env="lm",
+        resources=resources_of("cpu_light"),
+        unpack=lambda wc: keyed("codeforces", promptscale_codeforces_report()),  # codeforces.smk: Elo or why none
+        input={
+            **keyed("bound", {m: promptscale_path("em", f"bound{m}.json") for m in range(PROMPTSCALE_E + 1)}),
+            **keyed("synthesis", {v: promptscale_path("synth", f"{v}.json") for v in PROMPTSCALE_SYNTH}),
+            **keyed(
+                "selfplay",
+                {s: promptscale_path("selfplay", f"{s}.json") for s in ("rollouts", "pairs")}
+                | PROMPTSCALE_CODE_SELFPLAY_SUMMARIES,
+            ),
+            **keyed(
+                "eval",
+                {
+                    (p, b): promptscale_path("eval", f"{p}_{b}.json")
+                    for p in PROMPTSCALE_POLICIES
+                    for b in [*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE]
+                },
+            ),
+        },
+        output={
+            "report": promptscale_path("report.md"),
+            "metrics": promptscale_path("metrics.json"),
+            "metrics_table": promptscale_path("metrics.parquet"),
+            "table_em": report(
+                promptscale_path("tables", "em.csv"), category="promptscale", labels={"table": "EM curve"}
+            ),
+            "table_synthesis": report(
+                promptscale_path("tables", "synthesis.csv"), category="promptscale", labels={"table": "synthesis"}
+            ),
+            "table_benchmarks": report(
+                promptscale_path("tables", "benchmarks.csv"), category="promptscale", labels={"table": "benchmarks"}
+            ),
+            "figure_em": report(promptscale_path("figures", "em.png"), category="promptscale", labels={"figure": "EM"}),
+        },
+        reads=["models", "llm_em", "llm_eval", "claims", "claims_not_measured"],
+        params={"benchmarks": [*PROMPTSCALE["benchmarks"], *PROMPTSCALE_CODE], "scale": RUN.scale},
+    ),
+)
 
 
 include: "code_seeds.smk"

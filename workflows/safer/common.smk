@@ -1,4 +1,4 @@
-# safer: the functions of its Snakefile (input lists, labels, resources), included first by it;
+# safer: the functions of its Snakefile (input lists, labels, resources), included by it after the globals they read;
 # kept apart so the Snakefile holds rules only (snakemake --lint). Names carry the slug.
 
 

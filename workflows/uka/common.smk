@@ -33,3 +33,17 @@ def uka_report_inputs(wildcards):
     turns = {(w, m): uka_path("eval", w, m, "per_turn.parquet") for w in uka_worlds() for m in uka_methods(w)}
     logs = {(w, m): uka_path("models", w, m, "attempts.csv") for w in uka_worlds() for m in uka_trained(w)}
     return {**keyed("per_user", evals), **keyed("per_turn", turns), **keyed("attempts", logs)}
+
+
+# paper scale (paper.smk defines UKA_REFERENCE before its stages call these)
+def uka_paper_trained():
+    return sorted({uka_trainer(m) for m in UKA["methods"]} - {None})
+
+
+def uka_paper_memory(wildcards):
+    trainer = uka_trainer(wildcards.method)
+    return {"memory": uka_path("models", trainer, "memory.parquet")} if trainer else {}
+
+
+def uka_judged():
+    return [m for m in UKA["methods"] if m != UKA_REFERENCE]

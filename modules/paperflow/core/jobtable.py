@@ -1,5 +1,6 @@
 """The jobs a checkout plans, as data: every job of Snakemake's DAG (with --forceall) for some papers at one scale,
-each with its rule, wildcards, named inputs and outputs, params, threads and resources.
+each with its rule, wildcards, named inputs, outputs and logs, benchmark, conda env, script, params, threads,
+priority, the rule's wildcard constraints and resources.
 
 Two checkouts that plan the same jobs at a scale run the same work there, whatever their workflow text says:
 `tests/test_plan_equal.py` holds today's plans against the snapshots in `tests/data/plans/` (a workflow refactor
@@ -66,6 +67,8 @@ def _job(job: Any, root: Path) -> dict[str, Any]:
         "conda": _source(job.rule.conda_env, job.rule, root),
         "script": _source(job.rule.script, job.rule, root),
         "threads": job.threads,
+        "priority": job.priority,
+        "constraints": {k: str(getattr(v, "pattern", v)) for k, v in job.rule._wildcard_constraints.items()},
         "resources": resources,
     }
 

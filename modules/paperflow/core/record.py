@@ -449,8 +449,8 @@ def _restamp_lines(paper: Mapping[str, Any]) -> list[str]:
     """What `paperflow record restamp` carried the entry across, one line each."""
     stamps = paper["restamped"] if "restamped" in paper else []
     return [
-        f"Restamped at commit `{s['at_commit'][:12]}`: its {s['jobs']} jobs are planned as at `{s['from_commit'][:12]}` "
-        "(code hashes included), so the results stand without a rerun."
+        f"Restamped from `{s['from_commit'][:12]}` (paper hash `{s['paper_hash_was'][:12]}` -> `{s['paper_hash'][:12]}`): "
+        f"its {s['jobs']} jobs are planned as at that commit, code hashes included, so the results stand without a rerun."
         for s in stamps
     ]
 
@@ -896,7 +896,6 @@ def restamp_record(
         return proc.stdout.strip()
 
     commit = git("rev-parse", "--verify", f"{since}^{{commit}}")
-    head = git("rev-parse", "HEAD")
     done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="paperflow-restamp-") as tmp:
         then = Path(tmp) / "then"
@@ -923,7 +922,7 @@ def restamp_record(
                 now = code_hashes(root, slug)
                 entry["restamped"] = [
                     *(entry["restamped"] if "restamped" in entry else []),
-                    {"from_commit": commit, "at_commit": head, "jobs": len(new), "paper_hash_was": was},
+                    {"from_commit": commit, "jobs": len(new), "paper_hash_was": was, "paper_hash": now["paper"]},
                 ]
                 entry["code_hashes"] = now
                 done.append(f"{slug}: {len(new)} {scale} jobs planned as at {commit[:12]}, code hashes included")

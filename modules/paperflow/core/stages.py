@@ -44,12 +44,15 @@ class Stage:
 
 
 def _split(value: Any) -> tuple[list[Any], dict[str, Any]]:
-    """A directive's value as (positional, named): a mapping is named, a list positional, anything else one item."""
+    """A directive's value as (positional, named): a mapping is named, a list positional (a mapping as its last item
+    names the files after the positional ones), anything else one item."""
     if value is None:
         return [], {}
     if isinstance(value, Mapping):
         return [], dict(value)
     if isinstance(value, (list, tuple)):
+        if value and isinstance(value[-1], Mapping):
+            return list(value[:-1]), dict(value[-1])
         return list(value), {}
     return [value], {}
 
