@@ -439,13 +439,29 @@ if module == "recipe.itpo.main_prime":
         data = types.SimpleNamespace(batch=batch, non_tensor_batch={{"uid": [f"p{{i // 4}}" for i in range(8)]}})
         trainer.compute_advantage(data, over["algorithm.adv_estimator"], None)
 elif module == "recipe.itpo.evaluate":
+    # RayPRIMEEvaluator: the rows of data.val_files in its val DataLoader's shuffled order (shuffle=True), each
+    # repeated val_kwargs.n times in a row, the decoded prompt (Qwen's template, special tokens dropped) as input
+    import random
+    import pyarrow.parquet as pq
     assert over["trainer.resume_from_path"].endswith("global_step_6"), over["trainer.resume_from_path"]
+    (val,) = json.loads(over["data.val_files"].replace("'", '"'))
+    with log.with_name("shards.log").open("a") as f:
+        f.write(Path(val).name + "\n")
+    if Path(val).name == os.environ.get("FAKE_DIE_ON"):
+        sys.exit(9)
+    rows = pq.read_table(val).to_pylist()
+    random.Random(os.environ.get("FAKE_SHUFFLE_SEED", "0") + val).shuffle(rows)
     out = Path("recipe/itpo/val_out")
     out.mkdir(parents=True, exist_ok=True)
     good = "itponorm" in over["trainer.experiment_name"]
-    rows = [{{"input": f"q{{i // 2}}", "output": "assistant: x = 4 user: thanks", "gts": "4",
-             "score": (0.9 if good else 0.4) - 0.0003, "step": 6}} for i in range(4)]
-    (out / "6.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dump = []
+    for row in rows:
+        text = "".join(f"{{m['role']}}\n{{m['content']}}\n" for m in row["prompt"]) + "assistant\n"
+        for r in range(int(over["actor_rollout_ref.rollout.val_kwargs.n"])):
+            dump.append({{"input": text, "output": f"assistant: {{row['prompt'][-1]['content']}}? #{{r}} user: thanks",
+                         "gts": row["reward_model"]["ground_truth"], "score": (0.9 if good else 0.4) - 0.0003,
+                         "step": 6}})
+    (out / "6.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dump))
 '''
 
 
@@ -457,7 +473,8 @@ def _fake_verl_inputs(recipe_json, tmp_path, monkeypatch, port: int) -> tuple[di
     cfg = {
         "tasks": {"math": {**CFG["tasks"]["math"], "revision": SHA}},
         "simulator": {**CFG["simulator"], "port": port, "ready_timeout_s": 30},
-        "verl": {**CFG["verl"], "device": "cpu"},
+        "verl": {**CFG["verl"], "device": "cpu", "train_batch_size": 2},  # the fake data's 2 validation rows
+        "evaluate": CFG["evaluate"],
     }
     cache = str(tmp_path / "cache")
     inputs = {
@@ -492,7 +509,8 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
                    "summary": str(tmp_path / "eval" / f"{method}.json")}  # fmt: skip
         summaries.append(paper.evaluate("math", method, cfg, {**inputs, "run": str(run_json)}, outputs, str(exe)))
         frame, meta = read_frame(outputs["rollouts"])
-        assert len(frame) == 4 and meta["prompts"] == 2 and meta["metric_mean"] is None
+        assert len(frame) == 2 * CFG["verl"]["eval"]["n"] and meta["prompts"] == 2 and meta["metric_mean"] is None
+        assert meta["shards"] == 1 and meta["unscored_prompts"] == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert [c["module"] for c in calls] == [
         "vllm.entrypoints.openai.api_server", "recipe.itpo.main_prime",
@@ -552,14 +570,17 @@ def test_the_evaluation_summary_reads_the_latest_dump_and_the_metric_where_it_is
     ]
     (tmp_path / "9.jsonl").write_text(json.dumps({"input": "old", "output": "", "score": 9.0}) + "\n")
     (tmp_path / "10.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    frame = collab.read_generations(tmp_path)
+    frame = collab.generations_frame(collab.read_dump(tmp_path))
     assert frame["output_words"].tolist() == [3, 2, 1]
     assert collab.summarise(frame, "accuracy") == {
         "rollouts": 3, "prompts": 2, "reward": 0.5, "metric": "accuracy", "metric_mean": 2 / 3, "output_words": 2.0,
     }  # fmt: skip
     assert collab.summarise(frame, "bleu_score")["metric_mean"] is None
     with pytest.raises(FileNotFoundError, match="dumped no generations"):
-        collab.read_generations(tmp_path / "none")
+        collab.read_dump(tmp_path / "none")
+    (tmp_path / "11.jsonl").write_text(json.dumps({"input": "q", "output": "a"}) + "\n")
+    with pytest.raises(ValueError, match="no \\['score'\\] field"):
+        collab.read_dump(tmp_path)
     with pytest.raises(ValueError, match="SYSTEM_PROMPT"):
         (tmp_path / "t" / "recipe" / "itpo" / "process_data").mkdir(parents=True)
         (tmp_path / "t" / collab.SYSTEM_PROMPT_FILE).write_text("PROMPT = 'x'\n")
@@ -581,6 +602,8 @@ def test_a_cuda_job_without_its_gpus_fails_naming_the_key():
         (("    gpus: 4\n", "    gpus: 2\n"), "resources.gpus = 2"),
         (("beta: {outcome: 0.005, prime: 0.05, itpo: 0.05, itponorm: 0.01}", "beta: {outcome: 0.005}"), "beta"),
         (("commit: b1245e8855e6f72f87feee4c6d00cfed01ede755", "commit: main"), "commit"),
+        (("    shard_prompts: 64\n", "    shard_prompts: 0\n"), "shard_prompts"),
+        (("    shard_prompts: 64\n", ""), "paper.evaluate"),
     ],
 )
 def test_paper_config_errors_name_the_key(tmp_path, edit, message):
@@ -875,3 +898,162 @@ def test_a_killed_training_run_resumes_from_verls_latest_checkpoint_in_the_jobs_
     assert Path(run["checkpoint"]).is_dir() and not (ckpt / "global_step_6").exists()
     steps = pd.Series([json.loads(line)["step"] for line in Path(turns).read_text().splitlines()])
     assert steps.value_counts().sort_index().to_dict() == {s: 8 for s in range(1, 7)}
+
+
+# --- long jobs resume (issue 43): the evaluation in journalled shards, one evaluator run each ---
+
+
+def test_the_validation_set_is_cut_into_even_contiguous_shards_of_at_most_shard_prompts():
+    shards = paper.eval_shards(10, 4, 2)
+    assert [list(s) for s in shards] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]  # 3 shards of 4 at most, even
+    assert [len(s) for s in paper.eval_shards(130, 64, 16)] == [44, 43, 43]  # not 64, 64, 2: verl needs a batch
+    assert [list(s) for s in paper.eval_shards(5, 64, 2)] == [[0, 1, 2, 3, 4]]
+    with pytest.raises(ConfigError, match=r"evaluate.shard_prompts = 20 .* verl.train_batch_size = 16"):
+        paper.eval_shards(41, 20, 16)  # 3 shards of 13-14 rows: below the evaluator's train batch
+    with pytest.raises(ConfigError, match="evaluate.shard_prompts = 0"):
+        paper.eval_shards(10, 0, 1)
+
+
+def test_a_shards_overrides_replace_data_val_files_only(tmp_path):
+    """The shard's command is the evaluation's with data.val_files (in its place, one entry per key) naming the
+    shard; data.train_files stays the whole validation file (the evaluator reads only data.val_files)."""
+    paths = _paths(tmp_path)
+    base = recipe.eval_overrides("math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"], paths)
+    shard = tmp_path / "shards" / "shard-003.parquet"
+    got = paper.shard_overrides(base, shard)
+    changed = [(b, g) for b, g in zip(base, got, strict=True) if b != g]
+    assert changed == [(f"data.val_files=['{paths['validation']}']", f"data.val_files=['{shard.resolve()}']")]
+    assert f"data.train_files=['{paths['validation']}']" in got
+    assert paper.shard_overrides(got, tmp_path / "other.parquet")[base.index(changed[0][0])].endswith("other.parquet']")
+    with pytest.raises(ValueError, match="data.val_files once"):
+        paper.shard_overrides([o for o in base if not o.startswith("data.val_files=")], shard)
+
+
+def _prompt(user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def _decoded(user: str) -> str:
+    """verl's `input`: the prompt through Qwen's chat template, decoded without its special tokens."""
+    return f"system\n{SYSTEM}\nuser\n{user}\nassistant\n"
+
+
+def test_dumped_rollouts_are_keyed_by_their_rows_index_whatever_order_verl_dumps_them():
+    rows = [
+        ("id-a", _prompt("help me with problem 1")),
+        ("id-b", _prompt("help me with problem 10")),
+        ("id-c", _prompt("help me with problem 2")),
+        ("id-d", _prompt("a prompt too long for verl")),
+    ]
+    dump = [
+        {"input": _decoded(u), "output": f"{u} #{r}", "score": 0.0}
+        for u in ("help me with problem 2", "help me with problem 10", "help me with problem 1")
+        for r in range(2)
+    ]
+    keyed, unscored = collab.key_rollouts(dump, rows, 2)
+    # row order, then each row's rollouts in their dumped rank; "problem 1" is part of "problem 10"'s input
+    assert [(r["prompt_index"], r["rollout"], r["output"]) for r in keyed] == [
+        ("id-a", 0, "help me with problem 1 #0"),
+        ("id-a", 1, "help me with problem 1 #1"),
+        ("id-b", 0, "help me with problem 10 #0"),
+        ("id-b", 1, "help me with problem 10 #1"),
+        ("id-c", 0, "help me with problem 2 #0"),
+        ("id-c", 1, "help me with problem 2 #1"),
+    ]
+    assert unscored == ["id-d"]  # verl's filter_overlong_prompts dropped it: no rollout
+    assert collab.key_rollouts(dump[::-1], rows, 2)[0] == [
+        {**r, "output": r["output"][:-1] + str(1 - r["rollout"])} for r in keyed
+    ]  # reversed: same rows in the same order; a row's rollouts keep their dumped rank
+    with pytest.raises(ValueError, match="matches no prompt"):
+        collab.key_rollouts([*dump, {"input": _decoded("something else"), "output": "", "score": 0}], rows, 2)
+    with pytest.raises(ValueError, match="prompt id-c: 1 rollouts in the dump, not the 2 asked"):
+        collab.key_rollouts(dump[1:], rows, 2)
+    twins = [("x", _prompt("abc")), ("y", _prompt("xyz"))]
+    with pytest.raises(ValueError, match="matches rows .* alike"):
+        collab.key_rollouts([{"input": "abc xyz", "output": "", "score": 0}], twins, 1)
+
+
+def _resumable_eval_inputs(recipe_json, tmp_path, monkeypatch):
+    """A fake-verl evaluation of 12 validation prompts in 4 shards of 3 (train_batch_size 2), 3 greedy rollouts
+    each, on a trained run's global_step_6 (run.json written as train writes it)."""
+    exe = tmp_path / "fake_python"
+    exe.write_text(FAKE_PYTHON.format(exe=sys.executable))
+    exe.chmod(0o755)
+    cfg, inputs = _fake_verl_inputs(recipe_json, tmp_path, monkeypatch, _free_port())
+    cfg = {**cfg, "verl": {**cfg["verl"], "eval": {**cfg["verl"]["eval"], "n": 3}}, "evaluate": {"shard_prompts": 3}}
+    hub = hub_rows(24).to_dict(orient="records")
+    collab.rl_splits(hub, SYSTEM, "solving math problems", 0.5, 42)["validation"].to_parquet(inputs["validation"])
+    run = {
+        "task": "math",
+        "method": "itponorm",
+        "seed": 0,
+        "global_step": 6,
+        "checkpoint": str(tmp_path / "runs" / "checkpoints" / "global_step_6"),
+    }
+    inputs["run"] = str(tmp_path / "runs" / "run.json")
+    Path(inputs["run"]).parent.mkdir(parents=True)
+    Path(inputs["run"]).write_text(json.dumps(run))
+    return exe, cfg, inputs
+
+
+def test_a_killed_evaluation_reruns_only_the_shards_left_and_writes_what_an_uninterrupted_one_writes(
+    hub, recipe_json, tmp_path, monkeypatch
+):
+    """Killed in its third shard, the evaluation has journalled two in the job's folder; rerun (verl shuffling
+    the rows otherwise), it launches the evaluator on shards 2 and 3 only, under one simulator server, and writes
+    the rollouts and summary an uninterrupted run writes: every validation row's rollouts, in the file's row order,
+    keyed by its `index`. A third call on the finished journal launches nothing."""
+    exe, cfg, inputs = _resumable_eval_inputs(recipe_json, tmp_path, monkeypatch)
+    launched = tmp_path / "shards.log"  # the fake evaluator's log of the shard files it was given
+    calls = tmp_path / "calls.jsonl"
+
+    def outputs(name):
+        return {"rollouts": str(tmp_path / name / "r.parquet"), "summary": str(tmp_path / name / "s.json")}
+
+    monkeypatch.setenv("FAKE_DIE_ON", "shard-002.parquet")
+    with pytest.raises(RuntimeError, match="verl exited"):
+        paper.evaluate("math", "itponorm", cfg, inputs, outputs("killed"), str(exe), checkpoints=str(tmp_path / "ck"))
+    assert launched.read_text().split() == ["shard-000.parquet", "shard-001.parquet", "shard-002.parquet"]
+    assert not Path(outputs("killed")["summary"]).exists()
+    monkeypatch.delenv("FAKE_DIE_ON")
+    launched.unlink()
+    calls.unlink()
+    monkeypatch.setenv("FAKE_SHUFFLE_SEED", "another order")
+    resumed = paper.evaluate(
+        "math", "itponorm", cfg, inputs, outputs("killed"), str(exe), checkpoints=str(tmp_path / "ck")
+    )
+    assert launched.read_text().split() == ["shard-002.parquet", "shard-003.parquet"]
+    assert [json.loads(c)["module"] for c in calls.read_text().splitlines()] == [
+        "vllm.entrypoints.openai.api_server",
+        "recipe.itpo.evaluate",
+        "recipe.itpo.evaluate",
+    ]
+    command = json.loads((tmp_path / "killed" / "math_itponorm_s0" / "command.json").read_text())
+    assert command["shards"] == [3, 3, 3, 3] and command["resumed_shards"] == [0, 1]
+
+    launched.unlink()
+    monkeypatch.setenv("FAKE_SHUFFLE_SEED", "a third order")
+    whole = paper.evaluate(
+        "math", "itponorm", cfg, inputs, outputs("whole"), str(exe), checkpoints=str(tmp_path / "ck2")
+    )
+    assert launched.read_text().split() == [f"shard-00{k}.parquet" for k in range(4)]
+    assert resumed == whole and resumed["shards"] == 4 and resumed["rollouts"] == 12 * 3
+    got, meta = read_frame(outputs("killed")["rollouts"])
+    want, _ = read_frame(outputs("whole")["rollouts"])
+    pd.testing.assert_frame_equal(got, want)
+    assert meta == whole
+    validation = pd.read_parquet(inputs["validation"])
+    assert got["prompt_index"].tolist() == [i for i in validation["index"] for _ in range(3)]
+    assert got["rollout"].tolist() == [0, 1, 2] * 12
+    users = [p[-1]["content"] for p in validation["prompt"]]
+    assert got["output"].tolist() == [f"assistant: {u}? #{r} user: thanks" for u in users for r in range(3)]
+
+    launched.unlink()
+    again = paper.evaluate(
+        "math", "itponorm", cfg, inputs, outputs("again"), str(exe), checkpoints=str(tmp_path / "ck")
+    )
+    assert again == whole and not launched.exists()  # every shard journalled: no evaluator, no server
+    pd.testing.assert_frame_equal(read_frame(outputs("again")["rollouts"])[0], want)
+    resplit = {**cfg, "evaluate": {"shard_prompts": 4}}  # 3 shards of 4: not the journal's shards
+    with pytest.raises(RuntimeError, match="shard 0 holds other rows"):
+        paper.evaluate("math", "itponorm", resplit, inputs, outputs("x"), str(exe), checkpoints=str(tmp_path / "ck"))

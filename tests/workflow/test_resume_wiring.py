@@ -53,21 +53,7 @@ EXEMPT: dict[str, str] = {
     "uka_download_model": HUB_DOWNLOAD,
 }
 
-NOT_WIRED: dict[str, tuple[int, str]] = {
-    # itpo
-    "itpo_evaluate": (
-        43,
-        "the recipe's scripts/eval/eval.sh dumps the generations once, at its end: resuming needs the eval split "
-        "into journalled shards, one evaluator run per shard with only data.val_files swapped (paper.py, since "
-        "recipe.py is in the cpu provenance). Read in ITPO b1245e8 / verl ddd86f5 (2026-12-07): the evaluator's val "
-        "DataLoader is shuffle=True over one batch of the file (rows come back reordered, so each rollout must be "
-        "keyed to its row by its prompt), it reads data.val_files only, its data.pt load is commented out, and it "
-        "asserts a full train_batch_size batch (a shard must hold at least that many rows). A shard-journal wiring "
-        "was written and tested on a faked launcher but not landed: it changes itpo's own files, so itpo's cpu "
-        "record goes stale, and that record (86 min on the AMD machine) cannot be retaken where its results are "
-        "absent; it lands with itpo's next cpu rerun",
-    ),
-}
+NOT_WIRED: dict[str, tuple[int, str]] = {}
 
 # The rule -> (Snakefile, script) map of the workflow as Snakemake loads it at paper scale (a paper's paper.smk
 # and synthetic.smk define rules of the same names; only the loaded one counts).

@@ -127,7 +127,7 @@ paper_stages(
         tag="{task}_{method}_{group}",
         benchmark=True,
         threads=16,
-        params={"cfg": {k: ITPO[k] for k in ("tasks", "simulator", "verl")}},
+        params={"cfg": {k: ITPO[k] for k in ("tasks", "simulator", "verl", "evaluate")}},
     ),
     stage(
         "report",

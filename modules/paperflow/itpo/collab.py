@@ -1,6 +1,6 @@
 """CollabLLM multi-turn data for the recipe (paper scale): the Hub parquet rows made into verl's RL rows, as
 `recipe/itpo/process_data/process_dataset.py --dataset_type rl` does (re-implemented, not copied), and the
-evaluation's dumped generations read back into one row per conversation.
+evaluation's dumped generations read back into one row per conversation, each keyed by its row's `index`.
 
 RL rows (process_dataset.collapse_example): the prompt is the recipe's system prompt (read from the pinned recipe
 tree, not retyped here) followed by the first user message; `extra_info` keeps every other field of the row with
@@ -110,20 +110,80 @@ def rl_splits(
     return {"train": split["train"], "validation": split["test"]}
 
 
-def read_generations(folder: str | Path) -> pd.DataFrame:
+DUMP_FIELDS = ("input", "output", "score")
+
+
+def read_dump(folder: str | Path) -> list[dict[str, Any]]:
     """The evaluation's dumped generations (verl's `_dump_generations`: `<step>.jsonl` under recipe/itpo/val_out,
-    one object per rollout with input, output, gts, score and the per-rollout reward infos) of the latest step as
-    one frame, the whitespace words of each decoded response added (`output_words`)."""
+    one object per rollout with input, output, gts, score and the per-rollout reward infos) of the latest step, one
+    dict per rollout in the dump's order. The dump names no row of the data: `input` is the decoded prompt."""
     files = sorted(
         Path(folder).glob("*.jsonl"),
         key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0, p.name),
     )
     if not files:
         raise FileNotFoundError(f"{folder}: the evaluation dumped no generations (<step>.jsonl)")
-    frame = pd.read_json(files[-1], lines=True)
-    for column in ("input", "output", "score"):
-        if column not in frame.columns:
-            raise ValueError(f"{files[-1]}: no {column!r} field (columns: {list(frame.columns)})")
+    rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
+    for i, row in enumerate(rows):
+        missing = [c for c in DUMP_FIELDS if c not in row]
+        if missing:
+            raise ValueError(f"{files[-1]}: rollout {i} has no {missing} field (fields: {sorted(row)})")
+    return rows
+
+
+def request(prompt: Any) -> str:
+    """The text that tells a row's prompt from the others': its last message (the user's first request, after the
+    system prompt every row shares)."""
+    messages = list(prompt)
+    if not messages or not isinstance(messages[-1].get("content"), str) or not messages[-1]["content"]:
+        raise ValueError(f"a prompt whose last message has no text: {messages[-1:]!r}")
+    return messages[-1]["content"]
+
+
+def key_rollouts(
+    rollouts: list[Mapping[str, Any]], rows: list[tuple[str, Any]], n: int
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The dumped `rollouts` of one evaluator run over `rows` ((the row's `index`, its prompt) in the data's order),
+    each given its row (`prompt_index`) and its rank among that row's rollouts in the dump (`rollout`), ordered by
+    row, then rank: the order does not depend on how verl ordered the rows (the evaluator's val DataLoader
+    shuffles). A rollout's `input` is verl's decoded prompt, which holds the row's messages verbatim; it belongs to
+    the row whose `request` is the longest found in it (a shorter request may be part of a longer one). Refused: a
+    rollout that matches no row or two rows alike, a row with a number of rollouts other than 0 or `n`. Returns
+    (the keyed rollouts, the indexes of the rows without any: verl's data.filter_overlong_prompts drops them)."""
+    requests = [(row_id, request(prompt)) for row_id, prompt in rows]
+    owner: dict[str, str] = {}
+    by_row: dict[str, list[dict[str, Any]]] = {row_id: [] for row_id, _ in requests}
+    for i, rollout in enumerate(rollouts):
+        text = str(rollout["input"])
+        if text not in owner:
+            found = sorted(((len(r), row_id) for row_id, r in requests if r in text), reverse=True)
+            if not found:
+                raise ValueError(f"rollout {i}: its input matches no prompt of the evaluated rows: {text[:300]!r}")
+            if len(found) > 1 and found[0][0] == found[1][0]:
+                raise ValueError(f"rollout {i}: its input matches rows {found[0][1]} and {found[1][1]} alike")
+            owner[text] = found[0][1]
+        by_row[owner[text]].append(dict(rollout))
+    keyed, unscored = [], []
+    for row_id, _ in requests:
+        got = by_row[row_id]
+        if not got:
+            unscored.append(row_id)
+        elif len(got) != n:
+            raise ValueError(f"prompt {row_id}: {len(got)} rollouts in the dump, not the {n} asked (eval.n)")
+        keyed += [{**r, "prompt_index": row_id, "rollout": k} for k, r in enumerate(got)]
+    return keyed, unscored
+
+
+def generations_frame(rollouts: list[Mapping[str, Any]]) -> pd.DataFrame:
+    """Dumped rollouts as one frame, the whitespace words of each decoded response added (`output_words`). The
+    columns in one order whatever the rows' key order (a journal reread gives its keys sorted): verl's dump fields
+    first, then the row's key and rank, then the reward infos by name."""
+    frame = pd.DataFrame(list(rollouts))
+    missing = [c for c in DUMP_FIELDS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"the rollouts have no {missing} column (columns: {list(frame.columns)})")
+    first = [c for c in (*DUMP_FIELDS, "gts", "step", "prompt_index", "rollout") if c in frame.columns]
+    frame = frame[first + sorted(c for c in frame.columns if c not in first)]
     return frame.assign(output_words=frame["output"].astype(str).str.split().str.len())
 
 

@@ -7,6 +7,7 @@ params; the command lines come from `paperflow.itpo.recipe`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -123,9 +124,10 @@ def gpu_split(simulator: Mapping[str, Any], verl: Mapping[str, Any]) -> tuple[st
     return ",".join(ids[:n_sim]), ",".join(ids[n_sim : n_sim + n_verl])
 
 
-def _run_with_simulator(cfg, simulator_json: str, cmd, workdir: Path, tree: str, log_dir: Path, python: str):
-    """`cmd` (a verl launch) in `workdir`, the recipe tree first on PYTHONPATH, on its GPUs, while the simulator
-    server runs on the others; its output goes to log_dir/verl.log (the server's to log_dir/simulator.log)."""
+@contextlib.contextmanager
+def _simulator_served(cfg, simulator_json: str, tree: str, log_dir: Path, python: str):
+    """The simulator server on its GPUs (log_dir/simulator.log) while the block runs; yields (the environment a
+    verl launch runs in: its GPUs, the recipe tree first on PYTHONPATH; what runs where)."""
     sim, verl = cfg["simulator"], cfg["verl"]
     sim_gpus, verl_gpus = gpu_split(sim, verl)
     url = serving.base_url(sim["port"])
@@ -134,17 +136,29 @@ def _run_with_simulator(cfg, simulator_json: str, cmd, workdir: Path, tree: str,
     # the recipe tree first; then paperflow's own root, so the recipe's Ray workers import the turn-log hook
     path = os.pathsep.join([tree, PAPERFLOW_ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     server = serving.server_command(sim, folder, python=python)
-    start = time.time()
     with serving.served(
         server, url, sim["served_name"], float(sim["ready_timeout_s"]), log_dir / "simulator.log",
         {"CUDA_VISIBLE_DEVICES": sim_gpus},
     ):  # fmt: skip
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": verl_gpus, "PYTHONPATH": path, "VLLM_USE_V1": "1"}
-        with open(log_dir / "verl.log", "a") as out:
-            proc = subprocess.run(list(cmd), cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
+        yield env, {"simulator": server, "simulator_gpus": sim_gpus, "verl_gpus": verl_gpus}
+
+
+def _run_verl(cmd, workdir: Path, env: Mapping[str, str], log_path: Path) -> None:
+    """`cmd` (a verl launch) in `workdir`, its output appended to `log_path`; a non-zero exit fails."""
+    with open(log_path, "a") as out:
+        proc = subprocess.run(list(cmd), cwd=workdir, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode:
-        raise RuntimeError(f"verl exited with code {proc.returncode}; see {log_dir / 'verl.log'}")
-    return {"simulator": server, "simulator_gpus": sim_gpus, "verl_gpus": verl_gpus, "wall_s": time.time() - start}
+        raise RuntimeError(f"verl exited with code {proc.returncode}; see {log_path}")
+
+
+def _run_with_simulator(cfg, simulator_json: str, cmd, workdir: Path, tree: str, log_dir: Path, python: str):
+    """`cmd` (a verl launch) in `workdir`, the recipe tree first on PYTHONPATH, on its GPUs, while the simulator
+    server runs on the others; its output goes to log_dir/verl.log (the server's to log_dir/simulator.log)."""
+    start = time.time()
+    with _simulator_served(cfg, simulator_json, tree, log_dir, python) as (env, ran):
+        _run_verl(cmd, workdir, env, log_dir / "verl.log")
+    return {**ran, "wall_s": time.time() - start}
 
 
 def _paths(run_dir: Path, data: Mapping[str, str], pretrained_json: str, cfg, name: str) -> dict[str, str]:
@@ -248,12 +262,66 @@ def resuming(overrides: Sequence[str], step: int, with_turn_log: bool) -> list[s
     return out
 
 
+def eval_shards(n_rows: int, shard_prompts: int, train_batch_size: int) -> list[range]:
+    """The validation rows (positions 0..n_rows-1) cut into the fewest contiguous shards of at most
+    `shard_prompts`, their sizes as equal as they can be (differing by one at most). The recipe's evaluator also
+    builds a train DataLoader over its data.val_files (batches of data.train_batch_size, the last partial one
+    dropped) and asserts it has a batch: a shard below verl.train_batch_size rows is refused."""
+    if shard_prompts < 1:
+        raise ConfigError(f"evaluate.shard_prompts = {shard_prompts}: must be at least 1")
+    count = max(1, -(-n_rows // shard_prompts))
+    size, extra = divmod(n_rows, count)
+    if size < train_batch_size:
+        raise ConfigError(
+            f"evaluate.shard_prompts = {shard_prompts} cuts the {n_rows} validation prompts into shards of {size}, "
+            f"fewer than verl.train_batch_size = {train_batch_size} (the evaluator asserts one full train batch "
+            "of its data.val_files): raise evaluate.shard_prompts to at least twice verl.train_batch_size"
+        )
+    bounds = [0]
+    for k in range(count):
+        bounds.append(bounds[-1] + size + (1 if k < extra else 0))
+    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def shard_overrides(overrides: Sequence[str], val_file: str | Path) -> list[str]:
+    """The evaluation's overrides for one shard: `data.val_files` replaced in place by the shard's file, every
+    other entry as `recipe.eval_overrides` made it (one entry per key, as recipe._merge keeps them; Hydra applies
+    plain overrides in order, so an appended duplicate would win as well). Only data.val_files: the evaluator reads
+    its rows (RayPRIMEEvaluator._create_dataloader builds both its loaders from data.val_files) and never
+    data.train_files, which stays the whole validation file eval_overrides names."""
+    key = "data.val_files"
+    if sum(o.split("=", 1)[0] == key for o in overrides) != 1:
+        raise ValueError(f"the evaluation's overrides must set {key} once: {[o for o in overrides if key in o]}")
+    pairs = [tuple(o.split("=", 1)) for o in overrides]
+    return recipe._merge(pairs, [(key, f"['{Path(val_file).resolve()}']")])
+
+
+SHARD_JOURNAL = "shards.jsonl"
+
+
 def evaluate(
-    task_name: str, method: str, cfg: Mapping[str, Any], inputs: Mapping[str, str], outputs, python=None
+    task_name: str,
+    method: str,
+    cfg: Mapping[str, Any],
+    inputs: Mapping[str, str],
+    outputs,
+    python=None,
+    checkpoints: str | None = None,
 ) -> dict[str, Any]:
     """scripts/eval/eval.sh on a trained run's final checkpoint (greedy, the simulator at temperature 0): the
-    dumped generations as a frame (`outputs['rollouts']`) and their means (`outputs['summary']`, JSON)."""
+    dumped generations as a frame (`outputs['rollouts']`) and their means (`outputs['summary']`, JSON).
+
+    The evaluator dumps its generations once, at its end, so the validation set is cut into shards
+    (`eval_shards`, `evaluate.shard_prompts` prompts at most) and the evaluator runs once per shard, each run
+    restarting Ray, the checkpoint and verl's vLLM (the simulator server stays up across them), with only
+    data.val_files swapped (`shard_overrides`). Each finished shard's rollouts, keyed by their row's `index`
+    (`collab.key_rollouts`), are appended to a journal in `checkpoints` (the job's folder, job.checkpoint_dir();
+    None: a scratch folder, nothing resumes); a rerun runs only the shards not in it. The frame is the shards'
+    rollouts in the validation file's row order, each row's in their rank."""
+    import pyarrow.parquet as pq
+
     from paperflow.core.io import write_frame
+    from paperflow.core.resume import row_journal
     from paperflow.itpo import collab
 
     python = python or sys.executable
@@ -266,16 +334,63 @@ def evaluate(
     paths["interaction"] = str((eval_dir / "interaction.yaml").resolve())
     _write_yaml(paths["interaction"], recipe.interaction_config(cfg["simulator"], paths["base_url"], 0.0))
     task = cfg["tasks"][task_name]
-    cmd = recipe.command(
-        recipe.EVAL_MODULE,
-        recipe.eval_overrides(task_name, task, method, cfg["verl"], cfg["simulator"], paths),
-        python=python,
-    )
-    _write_json(eval_dir / "command.json", {"cwd": str(workdir), "command": cmd})
-    _run_with_simulator(cfg, inputs["simulator"], cmd, workdir, tree, eval_dir / "logs", python)
-    frame = collab.read_generations(workdir / recipe.EVAL_DUMP_DIR)
-    summary = {"task": task_name, "method": method, "seed": run["seed"], "global_step": run["global_step"],
-               **collab.summarise(frame, task["metric"])}  # fmt: skip
+    overrides = recipe.eval_overrides(task_name, task, method, cfg["verl"], cfg["simulator"], paths)
+    table = pq.read_table(paths["validation"])
+    rows = list(zip(table.column("index").to_pylist(), table.column("prompt").to_pylist()))
+    if len({row_id for row_id, _ in rows}) != len(rows):  # the key of every rollout
+        raise ValueError(
+            f"{paths['validation']}: its 'index' column repeats a value (itpo_preprocess writes one a row)"
+        )
+    shards = eval_shards(len(rows), int(cfg["evaluate"]["shard_prompts"]), int(cfg["verl"]["train_batch_size"]))
+    n = int(cfg["verl"]["eval"]["n"])
+    journal_path = Path(checkpoints) / SHARD_JOURNAL if checkpoints is not None else None
+    with row_journal(journal_path, key="shard") as journal:
+        for kept in journal:  # a journal of another split cannot be resumed (the folder's key covers the inputs)
+            k = kept["shard"]
+            if k >= len(shards) or kept["ids"] != [rows[i][0] for i in shards[k]]:
+                raise RuntimeError(f"{journal_path}: shard {k} holds other rows than this split's shard {k}")
+        todo = journal.todo(range(len(shards)), key=lambda k: k)
+        files = {k: eval_dir / "shards" / f"shard-{k:03d}.parquet" for k in todo}
+        commands = {
+            k: recipe.command(recipe.EVAL_MODULE, shard_overrides(overrides, files[k]), python=python) for k in todo
+        }
+        _write_json(
+            eval_dir / "command.json",
+            {
+                "cwd": str(workdir),
+                "command": recipe.command(recipe.EVAL_MODULE, overrides, python=python),
+                "shards": [len(s) for s in shards],
+                "resumed_shards": [k for k in range(len(shards)) if k not in todo],
+                "shard_commands": {str(k): c for k, c in commands.items()},
+            },
+        )
+        if todo:
+            with _simulator_served(cfg, inputs["simulator"], tree, eval_dir / "logs", python) as (env, _):
+                for k in todo:
+                    files[k].parent.mkdir(parents=True, exist_ok=True)
+                    pq.write_table(table.take(list(shards[k])), files[k])
+                    shutil.rmtree(workdir / recipe.EVAL_DUMP_DIR, ignore_errors=True)  # the last shard's dump
+                    _run_verl(commands[k], workdir, env, eval_dir / "logs" / f"verl_shard{k:03d}.log")
+                    keyed, unscored = collab.key_rollouts(
+                        collab.read_dump(workdir / recipe.EVAL_DUMP_DIR), [rows[i] for i in shards[k]], n
+                    )
+                    ids = [rows[i][0] for i in shards[k]]
+                    journal.extend([{"shard": k, "ids": ids, "rollouts": keyed, "unscored": unscored}])
+                    log.info("shard %d of %d: %d rollouts journalled", k + 1, len(shards), len(keyed))
+        done = journal.complete(list(range(len(shards))))
+    frame = collab.generations_frame([r for shard in done for r in shard["rollouts"]])
+    unscored = [i for shard in done for i in shard["unscored"]]
+    if unscored:
+        log.warning("%d of %d prompts have no rollouts (verl's filter_overlong_prompts)", len(unscored), len(rows))
+    summary = {
+        "task": task_name,
+        "method": method,
+        "seed": run["seed"],
+        "global_step": run["global_step"],
+        **collab.summarise(frame, task["metric"]),
+        "shards": len(shards),
+        "unscored_prompts": len(unscored),
+    }
     write_frame(outputs["rollouts"], frame.assign(task=task_name, method=method, seed=run["seed"]), summary)
     _write_json(outputs["summary"], summary)
     return summary
