@@ -138,3 +138,21 @@ def paper_stages(slug, paper_cfg, path, *stages):
         env_file=env_file,
         root=PAPERFLOW_ROOT,
     )
+
+
+def hub_model_stage(slug, name, spec, key, cache, output, extra=None, **stage_kwargs):
+    """The stage `name` of paper `slug` that downloads a model repo at its pinned Hub commit into `cache`
+    (paperflow.core.hub_download.download_model, by the shared rules/scripts/download_model.py): `spec` the model's
+    config block (hub, revision, files, optional offline), `key` the config key an unpinned revision is refused by,
+    `extra` what the JSON written to `output` holds besides hub, revision and folder; each of the three may be a
+    function of the job's wildcards. `stage_kwargs` go to the stage (resources, wildcards, log; `params` join these)."""
+    params = {"spec": spec, "slug": slug, "key": key, "cache": cache, "extra": {} if extra is None else extra}
+    params.update(stage_kwargs.pop("params", {}))
+    return stage(
+        name,
+        script="rules/scripts/download_model.py",
+        env="lm",
+        output=output,
+        params=params,
+        **stage_kwargs,
+    )

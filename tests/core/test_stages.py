@@ -90,3 +90,16 @@ def test_a_stage_declared_twice_is_refused(tmp_path):
     tables.declare("p", [stage], **kw)
     with pytest.raises(StageError, match=r"stages \['train'\] are declared twice"):
         tables.declare("p", [stage], **kw)
+
+
+def test_a_script_under_rules_scripts_is_a_shared_one_taken_from_the_repository_root(tmp_path):
+    (tmp_path / "rules" / "scripts").mkdir(parents=True)
+    (tmp_path / "rules" / "scripts" / "download_model.py").write_text("")
+    shared = Stage("download_model", script="rules/scripts/download_model.py", env="lm", resources={}, output="m.json")
+    rule = _derive(shared, tmp_path)
+    assert rule["params"]["code"] == {"env": "lm", "script": "rules/scripts/download_model.py"}
+    assert rule["script"] == str(tmp_path / "rules/scripts/download_model.py")
+    assert rule["rule"] == "p_download_model" and rule["log"] == "results/smoke/p/logs/download_model.log"
+    absent = Stage("x", script="rules/scripts/absent.py", env="lm", resources={}, output="o")
+    with pytest.raises(StageError, match="no script rules/scripts/absent.py"):
+        _derive(absent, tmp_path)

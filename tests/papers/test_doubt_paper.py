@@ -21,6 +21,7 @@ from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.io import read_frame
 from paperflow.doubt import benchmarks as bm
 from paperflow.doubt import paper
@@ -267,9 +268,21 @@ def test_an_unpinned_download_is_refused_with_the_pin_command_named(hub, tmp_pat
     ):
         paper.download_benchmark("MMVet", bench, str(cache), str(tmp_path / "x.parquet"))
     with pytest.raises(UnpinnedDownload, match=r"encoder\.revision .*`paperflow pin doubt`"):
-        paper.download_model({**ENCODER_SPEC, "revision": None}, "encoder", str(cache), str(tmp_path / "e.json"))
+        download_model(
+            {**ENCODER_SPEC, "revision": None},
+            slug="doubt",
+            key="encoder.revision",
+            cache=str(cache),
+            out=str(tmp_path / "e.json"),
+        )
     with pytest.raises(ConfigError, match="not a pinned revision"):
-        paper.download_model({**VLM_SPEC, "revision": "main"}, "vlms.x", str(cache), str(tmp_path / "v.json"))
+        download_model(
+            {**VLM_SPEC, "revision": "main"},
+            slug="doubt",
+            key="vlms.x.revision",
+            cache=str(cache),
+            out=str(tmp_path / "v.json"),
+        )
     assert calls == []  # nothing was fetched
 
 
@@ -298,9 +311,9 @@ def test_the_paper_path_runs_end_to_end_on_a_tiny_llava_on_the_cpu(hub, tmp_path
 
     _, cache = hub
     vlm_json, judge_json, enc_json = (str(tmp_path / f"{k}.json") for k in ("vlm", "judge", "enc"))
-    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
-    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
-    paper.download_model(ENCODER_SPEC, "encoder", str(cache), enc_json)
+    download_model(VLM_SPEC, slug="doubt", key="vlms.tiny.revision", cache=str(cache), out=vlm_json)
+    download_model(JUDGE_SPEC, slug="doubt", key="judge.revision", cache=str(cache), out=judge_json)
+    download_model(ENCODER_SPEC, slug="doubt", key="encoder.revision", cache=str(cache), out=enc_json)
     labels, score_files = {}, {}
     for name, limit in (("ScienceQA", 2), ("LLaVABench", 1)):
         raw, items = str(tmp_path / f"raw_{name}.parquet"), str(tmp_path / f"items_{name}.parquet")
@@ -386,7 +399,7 @@ def test_a_cuda_device_without_a_gpu_fails_naming_the_key(hub, tmp_path):
         pytest.skip("a GPU is visible")
     _, cache = hub
     vlm_json = str(tmp_path / "vlm.json")
-    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
+    download_model(VLM_SPEC, slug="doubt", key="vlms.tiny.revision", cache=str(cache), out=vlm_json)
     with pytest.raises(ConfigError, match=r"vlms\.tiny\.device = 'cuda'"):
         paper.sample("tiny", vlm_json, {**VLM_SPEC, "device": "cuda"}, "unused", SAMPLING, seed=0)
 
@@ -814,7 +827,7 @@ def test_rephrasings_follow_the_codes_requests_and_keep_the_options(hub, tmp_pat
 
     _, cache = hub
     judge_json = str(tmp_path / "judge.json")
-    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    download_model(JUDGE_SPEC, slug="doubt", key="judge.revision", cache=str(cache), out=judge_json)
     mc = bm.render_choices("Which is a cat?", ["dog", "cat"])
     items = pd.DataFrame({"idx": [4, 9], "question": [mc, "What colour is it?"], "kind": bm.MULTI_CHOICE})
     write_frame(tmp_path / "items.parquet", items, {})
@@ -882,8 +895,8 @@ def test_vl_uncertainty_runs_end_to_end_on_the_tiny_llava_and_joins_the_evaluati
 
     _, cache = hub
     vlm_json, judge_json = str(tmp_path / "vlm.json"), str(tmp_path / "judge.json")
-    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
-    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    download_model(VLM_SPEC, slug="doubt", key="vlms.tiny.revision", cache=str(cache), out=vlm_json)
+    download_model(JUDGE_SPEC, slug="doubt", key="judge.revision", cache=str(cache), out=judge_json)
     save_tiny_nli(tmp_path / "nli", 0)  # contradicts everything: the free-form clusters are the exact strings
     nli_json = tmp_path / "nli.json"
     nli_json.write_text(json.dumps({"hub": "org/nli", "revision": SHA, "folder": str(tmp_path / "nli")}))
@@ -1020,8 +1033,8 @@ def resume_jobs(hub, tmp_path):
     _, cache = hub
     raw, items = str(tmp_path / "raw.parquet"), str(tmp_path / "items.parquet")
     vlm_json, judge_json = str(tmp_path / "vlm.json"), str(tmp_path / "judge.json")
-    paper.download_model(VLM_SPEC, "vlms.tiny", str(cache), vlm_json)
-    paper.download_model(JUDGE_SPEC, "judge", str(cache), judge_json)
+    download_model(VLM_SPEC, slug="doubt", key="vlms.tiny.revision", cache=str(cache), out=vlm_json)
+    download_model(JUDGE_SPEC, slug="doubt", key="judge.revision", cache=str(cache), out=judge_json)
     paper.download_benchmark("ScienceQA", BENCHES["ScienceQA"], str(cache), raw)
     assert paper.preprocess(raw, None, items) == 3  # idx 0, 2, 3
     samples, prompts = str(tmp_path / "samples.parquet"), str(tmp_path / "prompts.parquet")

@@ -20,6 +20,7 @@ from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.io import read_frame
 from paperflow.dualreform import paper
 from paperflow.dualreform import topiocqa as tq
@@ -187,7 +188,7 @@ def prepared(hub, tmp_path):
     marker file, as the rules name them)."""
     _, cache = hub
     pj = str(tmp_path / "models" / "pretrained.json")
-    paper.download_model(PRETRAINED, str(cache), pj)
+    download_model(PRETRAINED, slug="dualreform", key="pretrained.revision", cache=str(cache), out=pj)
     raw = {k: str(tmp_path / "raw" / f"{k}.parquet") for k in ("passages", "turns")}
     paper.download_data(DATA, str(cache), raw["passages"], raw["turns"])
     table, index = str(tmp_path / "data" / "turns.parquet"), tmp_path / "data" / "bm25_index"
@@ -230,9 +231,21 @@ def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_pat
     ):
         paper.download_data({**data, "conversations": DATA["conversations"]}, str(cache), "p", "t")
     with pytest.raises(UnpinnedDownload, match=r"pretrained\.revision .*`paperflow pin dualreform`"):
-        paper.download_model({**PRETRAINED, "revision": None}, str(cache), str(tmp_path / "p.json"))
+        download_model(
+            {**PRETRAINED, "revision": None},
+            slug="dualreform",
+            key="pretrained.revision",
+            cache=str(cache),
+            out=str(tmp_path / "p.json"),
+        )
     with pytest.raises(ConfigError, match="not a pinned revision"):
-        paper.download_model({**PRETRAINED, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+        download_model(
+            {**PRETRAINED, "revision": "main"},
+            slug="dualreform",
+            key="pretrained.revision",
+            cache=str(cache),
+            out=str(tmp_path / "p.json"),
+        )
     assert [c["repo_type"] for c in calls] == ["dataset"]  # the conversations only: nothing after the refusal
 
 
@@ -370,7 +383,7 @@ def test_the_paper_train_and_evaluate_path_runs_trl_with_lora_on_a_tiny_model(hu
     assert "rewards/accuracies" in history and history["loss"].notna().any()
     _, cache = hub
     dj, dindex = str(tmp_path / "models" / "dense.json"), str(tmp_path / "data" / "dense.npy")
-    paper.download_model(DENSE, str(cache), dj, key="dense")
+    download_model(DENSE, slug="dualreform", key="dense.revision", cache=str(cache), out=dj)
     assert paper.index_dense(str(tmp_path / "raw" / "passages.parquet"), dj, DENSE, dindex) == (18, 384)
     dense = {"json": dj, "index": dindex, "settings": DENSE}
     rounds = {1: outputs["checkpoints"][0], 2: outputs["checkpoints"][1]}

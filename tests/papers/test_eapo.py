@@ -189,7 +189,6 @@ def _bandit_step(probs_old, prior_logits, alpha, tau, n, seed):
         settings=settings(alpha=alpha),
         rule="critical",
         tau=tau,
-        tau_kl=0.0,
         generator=torch.Generator().manual_seed(seed + 1),
         rows=torch.ones(n, dtype=torch.bool),
     )
@@ -248,7 +247,7 @@ def test_critical_steps_are_decided_by_entropy_before_the_token_and_only_on_augm
     ent = -(logp.exp() * logp).sum(-1)
     tau = float(ent.median())
     rows = torch.tensor([True, False] * 4)
-    inj = rl.Injector(None, settings(), "critical", tau, 0.0, torch.Generator().manual_seed(0), rows)
+    inj = rl.Injector(None, settings(), "critical", tau, torch.Generator().manual_seed(0), rows)
     inj.forward = lambda ids, mask: torch.zeros(ids.shape[0], 5)
     done = torch.zeros(n, dtype=torch.bool)
     done[0] = True

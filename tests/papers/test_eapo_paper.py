@@ -25,6 +25,7 @@ from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import PIN_ENV, UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.io import read_frame
 from paperflow.eapo import math_data, paper, paper_train
 from paperflow.eapo.math_reward import last_boxed, math_reward, trl_math_reward
@@ -152,7 +153,7 @@ def prepared(hub, tmp_path):
     cfg = paper_cfg()
     cache = tmp_path / "cache"
     pretrained = tmp_path / "models" / "pretrained.json"
-    paper.download_model(cfg["pretrained"], str(cache), str(pretrained))
+    download_model(cfg["pretrained"], slug="eapo", key="pretrained.revision", cache=str(cache), out=str(pretrained))
     data = {}
     for name, spec in cfg["math"]["datasets"].items():
         raw = tmp_path / "raw" / f"{name}.parquet"
@@ -237,7 +238,13 @@ def test_an_unpinned_download_is_refused_with_the_pin_command_named(hub, tmp_pat
     with pytest.raises(UnpinnedDownload, match="paperflow pin eapo"):
         paper.download_dataset("aime24", spec, str(tmp_path / "c"), str(tmp_path / "raw.parquet"))
     with pytest.raises(UnpinnedDownload, match="pretrained.revision"):
-        paper.download_model({**cfg["pretrained"], "revision": None}, str(tmp_path / "c"), str(tmp_path / "m.json"))
+        download_model(
+            {**cfg["pretrained"], "revision": None},
+            slug="eapo",
+            key="pretrained.revision",
+            cache=str(tmp_path / "c"),
+            out=str(tmp_path / "m.json"),
+        )
     assert hub == []
 
 

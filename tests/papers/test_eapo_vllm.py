@@ -134,7 +134,7 @@ def in_process(policy, prior, tau, alpha=1.0):
     ids = torch.tensor([[PAD] * (width - len(r)) + r for r in rows])
     mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(r) for r in rows])[:, None]).long()
     augmented = (torch.arange(len(rows)) % G) < G_AUG
-    hook = rl.Injector(prior, settings(alpha), "critical", tau, 0.0, torch.Generator().manual_seed(3), augmented)
+    hook = rl.Injector(prior, settings(alpha), "critical", tau, torch.Generator().manual_seed(3), augmented)
     roll = sample(
         policy, ids, mask, max_new_tokens=MAX_NEW, temperature=0.0, generator=torch.Generator().manual_seed(0),
         eos_token_id=EOS, pad_token_id=PAD, hook=hook,

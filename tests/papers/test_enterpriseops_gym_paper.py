@@ -23,6 +23,7 @@ from fake_hub import FakeHub, install
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.enterpriseops_gym import endpoint, harness, official, tasks
 from paperflow.enterpriseops_gym.mcp_server import GymServer
 from paperflow.enterpriseops_gym.sandbox import WorldSize, world_sql
@@ -147,9 +148,21 @@ def test_an_unpinned_task_set_or_model_is_refused_with_the_pin_command_named(hub
         official.download_tasks(dataset(None), MODES, ["itsm"], str(cache), {})
     model = load_paper_config("enterpriseops_gym", "paper")["official"]["models"]["qwen3_4b"]
     with pytest.raises(UnpinnedDownload, match=r"official\.models\.qwen3_4b\.revision .*`paperflow pin"):
-        official.download_model("qwen3_4b", {**model, "revision": None}, str(cache), str(tmp_path / "m.json"))
+        download_model(
+            {**model, "revision": None},
+            slug="enterpriseops_gym",
+            key="official.models.qwen3_4b.revision",
+            cache=str(cache),
+            out=str(tmp_path / "m.json"),
+        )
     with pytest.raises(ConfigError, match="not a pinned revision"):
-        official.download_model("qwen3_4b", {**model, "revision": "main"}, str(cache), str(tmp_path / "m.json"))
+        download_model(
+            {**model, "revision": "main"},
+            slug="enterpriseops_gym",
+            key="official.models.qwen3_4b.revision",
+            cache=str(cache),
+            out=str(tmp_path / "m.json"),
+        )
     assert calls == []
 
 
@@ -468,15 +481,15 @@ def test_paper_scale_dry_run_puts_a_gpu_on_the_served_models_run_only(dry_repo):
         "enterpriseops_gym_download_dbs": "1",
         "enterpriseops_gym_download_model": "1",
         "enterpriseops_gym_preprocess": "1",
-        "enterpriseops_gym_train": "1",
+        "enterpriseops_gym_run_agents": "1",
         "enterpriseops_gym_evaluate": "1",
         "enterpriseops_gym_report": "1",
     }
     gpus = {}
     for job in parse_dry_run(proc.stdout):
         gpus.setdefault(job.rule, set()).add(job.gpus)
-    assert gpus["enterpriseops_gym_train"] == {1}
-    assert all(v == {0} for r, v in gpus.items() if r != "enterpriseops_gym_train")
+    assert gpus["enterpriseops_gym_run_agents"] == {1}
+    assert all(v == {0} for r, v in gpus.items() if r != "enterpriseops_gym_run_agents")
 
 
 # ---- the domain servers under Apptainer (paper scale, unattended) ----------------------------------------------------
@@ -540,7 +553,7 @@ def test_domain_servers_start_pinned_answer_log_and_stop(fake_apptainer, tmp_pat
     from paperflow.enterpriseops_gym import containers
 
     urls, boxes = two_servers()
-    logs = tmp_path / "logs" / "train" / "m_servers"
+    logs = tmp_path / "logs" / "run_agents" / "m_servers"
     with containers.domain_servers(boxes, urls, ["gym-teams-mcp", "gym-itsm-mcp", "gym-itsm-mcp"], logs) as cmds:
         assert all(containers.answers(u) for u in urls.values())
         assert sorted(cmds) == sorted(urls)
@@ -621,7 +634,7 @@ def test_paper_scale_dag_runs_the_domain_servers_under_apptainer_by_digest(dry_r
         )
         dag = wf.dag(DAGSettings(forceall=True))
         dag.execute_workflow(executor="dryrun")
-        jobs = [j for j in dag.workflow_api._workflow.dag.jobs if j.rule.name == "enterpriseops_gym_train"]
+        jobs = [j for j in dag.workflow_api._workflow.dag.jobs if j.rule.name == "enterpriseops_gym_run_agents"]
     assert len(jobs) == 1
     shown = jobs[0].params.domain_servers
     assert sorted(shown) == sorted(cfg)
@@ -633,7 +646,7 @@ def test_paper_scale_dag_runs_the_domain_servers_under_apptainer_by_digest(dry_r
         else:
             assert shown[server].startswith(f"refused: official.containers.images.{server}.digest is null")
     assert any(spec["digest"] for spec in cfg.values())
-    assert jobs[0].params.servers_log_dir == "results/paper/enterpriseops_gym/logs/train/qwen3_4b_servers"
+    assert jobs[0].params.servers_log_dir == "results/paper/enterpriseops_gym/logs/run_agents/qwen3_4b_servers"
 
 
 def test_episodes_are_journalled_and_a_rerun_runs_only_the_missing_ones(world, served, tmp_path):

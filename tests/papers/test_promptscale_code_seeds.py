@@ -319,12 +319,12 @@ def test_cross_key_rules_of_the_code_seeds_are_refused_by_name(cfg):
 
 def test_an_unpinned_annotator_is_refused_naming_its_annotate_key(tmp_path, monkeypatch):
     from paperflow.core.download import PIN_ENV, UnpinnedDownload
-    from paperflow.promptscale.paper import download_model
+    from paperflow.core.hub_download import download_model
 
     monkeypatch.delenv(PIN_ENV, raising=False)
     monkeypatch.setattr("paperflow.core.download.lock_path", lambda slug, root=None: tmp_path / "none.json")
     spec = {"hub": "org/annotator-x", "repo_type": "model", "revision": None, "files": ["*.json"]}
     with pytest.raises(UnpinnedDownload, match=r"annotate\.annotators\.x\.revision .*`paperflow pin promptscale`"):
-        download_model("annotator_x", spec, str(tmp_path / "c"), str(tmp_path / "a.json"),
-                       key="annotate.annotators.x.revision")  # fmt: skip
+        download_model(spec, slug="promptscale", key="annotate.annotators.x.revision", cache=str(tmp_path / "c"),
+                       out=str(tmp_path / "a.json"), extra={"role": "annotator_x"})  # fmt: skip
     assert not (tmp_path / "a.json").exists()

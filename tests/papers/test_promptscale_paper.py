@@ -20,6 +20,7 @@ from fake_openai import FakeOpenAI, chat_choices
 from paperflow.core import sandbox
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.lm import serve
 from paperflow.promptscale import llm_text as lt
 from paperflow.promptscale import paper, paper_generate, sft, vllm_server
@@ -235,7 +236,14 @@ def test_downloads_fetch_only_the_configured_files_at_the_pinned_commit_and_norm
     assert [r["answer"] for r in out["aime24"]] == ["033", "\\text{32}"]
     assert out["aime25"] == [{"id": "0", "problem": "Find 7 plus 8.", "answer": "15"}]
     assert out["hmmt_feb25"] == [{"id": "1", "problem": "Find 6 times 7.", "answer": "42"}]
-    doc = paper.download_model("prompt", cfg["models"]["prompt"], str(tmp_path / "cache"), str(tmp_path / "m.json"))
+    doc = download_model(
+        cfg["models"]["prompt"],
+        slug="promptscale",
+        key="models.prompt.revision",
+        cache=str(tmp_path / "cache"),
+        out=str(tmp_path / "m.json"),
+        extra={"role": "prompt"},
+    )
     assert doc["revision"] == cfg["models"]["prompt"]["revision"]
     assert hub[-1]["patterns"] == list(cfg["models"]["prompt"]["files"])
 
@@ -422,8 +430,22 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
     em = {**cfg["llm_em"], "iterations": 1, "k": 3, "max_rationale_tokens": 32, "score_batch_size": 4}
     for name in ("seeds", *cfg["benchmarks"]):
         paper.download_corpus(name, pinned(cfg["corpora"][name]), str(d / "cache"), str(d / f"{name}.jsonl"))
-    paper.download_model("prompt", cfg["models"]["prompt"], str(d / "cache"), str(d / "prompt.json"))
-    paper.download_model("policy", cfg["models"]["policy"], str(d / "cache"), str(d / "policy.json"))
+    download_model(
+        cfg["models"]["prompt"],
+        slug="promptscale",
+        key="models.prompt.revision",
+        cache=str(d / "cache"),
+        out=str(d / "prompt.json"),
+        extra={"role": "prompt"},
+    )
+    download_model(
+        cfg["models"]["policy"],
+        slug="promptscale",
+        key="models.policy.revision",
+        cache=str(d / "cache"),
+        out=str(d / "policy.json"),
+        extra={"role": "policy"},
+    )
     counts = paper.preprocess(str(d / "seeds.jsonl"), {"n_train": 100, "n_heldout": 6, "seed": 0},
                               str(d / "train.jsonl"), str(d / "heldout.jsonl"))  # fmt: skip
     assert counts == {"seeds": 24, "distinct": 24, "train": 18, "heldout": 6}
@@ -942,7 +964,14 @@ def test_the_sft_arm_streams_the_released_traces_and_trains_the_prompt_model_wit
     with pytest.raises(ValueError, match="no string prompt and completion .* columns: {'messages': 'list'}"):
         sft_arm.download_traces("sft_traces", spec, folder.parent, str(tmp_path / "bad.jsonl"))
 
-    paper.download_model("prompt", cfg["models"]["prompt"], str(tmp_path / "cache"), str(tmp_path / "prompt.json"))
+    download_model(
+        cfg["models"]["prompt"],
+        slug="promptscale",
+        key="models.prompt.revision",
+        cache=str(tmp_path / "cache"),
+        out=str(tmp_path / "prompt.json"),
+        extra={"role": "prompt"},
+    )
     settings = {**cfg["sft_arm"], "max_steps": 2, "bf16": False, "gradient_checkpointing": False,
                 "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
                 "max_length": 256, "warmup_steps": 0}  # fmt: skip

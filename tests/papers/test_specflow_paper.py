@@ -23,6 +23,7 @@ from fake_hub import FakeHub, install
 from paperflow.core.claims import CONTROL_HOLDS, HELD, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.io import read_frame
 from paperflow.specflow import benchmarks as bm
 from paperflow.specflow import paper
@@ -183,7 +184,7 @@ SPECFLOW = {"k": 6, "tau": 10.0, "alpha": 0.5, "steps": 2, "m": 2, "delta": None
 def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hub, tmp_path):
     calls, cache = hub
     pj = tmp_path / "models" / "pretrained.json"
-    paper.download_model(PRETRAINED, str(cache), str(pj))
+    download_model(PRETRAINED, slug="specflow", key="pretrained.revision", cache=str(cache), out=str(pj))
     counts = {name: paper.download_benchmark(name, bench(name), str(cache), str(tmp_path / f"{name}.parquet"))
               for name in BENCHES}  # fmt: skip
     assert counts == {"gqa": 3, "pope": 6, "mme": 4, "sqa": 2, "textvqa": 2, "mmbench": 4 + 2}  # one row a rotation
@@ -243,9 +244,21 @@ def test_an_unpinned_revision_is_refused_with_the_pin_command_named(hub, tmp_pat
     ):
         paper.download_benchmark("pope", bench("pope", revision=None), str(cache), str(tmp_path / "x.parquet"))
     with pytest.raises(UnpinnedDownload, match=r"pretrained\.revision .*`paperflow pin specflow`"):
-        paper.download_model({**PRETRAINED, "revision": None}, str(cache), str(tmp_path / "p.json"))
+        download_model(
+            {**PRETRAINED, "revision": None},
+            slug="specflow",
+            key="pretrained.revision",
+            cache=str(cache),
+            out=str(tmp_path / "p.json"),
+        )
     with pytest.raises(ConfigError, match="not a pinned revision"):
-        paper.download_model({**PRETRAINED, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+        download_model(
+            {**PRETRAINED, "revision": "main"},
+            slug="specflow",
+            key="pretrained.revision",
+            cache=str(cache),
+            out=str(tmp_path / "p.json"),
+        )
     assert calls == []  # nothing was fetched
 
 
@@ -288,7 +301,7 @@ def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub,
 
     _, cache = hub
     pj = str(tmp_path / "models" / "pretrained.json")
-    paper.download_model(PRETRAINED, str(cache), pj)
+    download_model(PRETRAINED, slug="specflow", key="pretrained.revision", cache=str(cache), out=pj)
     cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0], "ratios": [0.667, 0.889],
            "methods": ["full", "topk", "visionzip", "random", "specflow"], "report_ratio": 0.889,
            "scale": "paper"}  # fmt: skip
@@ -555,7 +568,7 @@ def test_fastv_prunes_to_the_budget_after_layer_k_keeping_the_top_attention_toke
 def test_mmbench_and_fastv_run_download_evaluate_score_on_a_tiny_llava(hub, tmp_path):
     _, cache = hub
     pj = str(tmp_path / "pretrained.json")
-    paper.download_model(PRETRAINED, str(cache), pj)
+    download_model(PRETRAINED, slug="specflow", key="pretrained.revision", cache=str(cache), out=pj)
     questions = str(tmp_path / "mmbench.parquet")
     paper.download_benchmark("mmbench", bench("mmbench"), str(cache), questions)
     cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0]}
@@ -601,7 +614,7 @@ def test_evaluate_journals_each_answer_and_a_rerun_answers_only_the_missing_ques
 
     _, cache = hub
     pj = str(tmp_path / "models" / "pretrained.json")
-    paper.download_model(PRETRAINED, str(cache), pj)
+    download_model(PRETRAINED, slug="specflow", key="pretrained.revision", cache=str(cache), out=pj)
     cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0]}
     questions = str(tmp_path / "raw" / "pope.parquet")
     paper.download_benchmark("pope", bench("pope", limit=3), str(cache), questions)

@@ -17,6 +17,7 @@ from fake_openai import FakeOpenAI, chat_choices
 
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.lm import serve
 from paperflow.uka import dialogue as dl
 from paperflow.uka import esconv, llm
@@ -248,12 +249,24 @@ def test_the_backbone_download_uses_the_pinned_commit_and_files(tmp_path, monkey
     calls = []
     monkeypatch.setattr(models, "download_pretrained", lambda *a, **k: calls.append((a, k)) or Path(a[2]))
     pretrained = load_paper_config("uka", "paper")["pretrained"]
-    doc = pp.download_model(pretrained, str(tmp_path / "cache"), str(tmp_path / "pretrained.json"))
+    doc = download_model(
+        pretrained,
+        slug="uka",
+        key="pretrained.revision",
+        cache=str(tmp_path / "cache"),
+        out=str(tmp_path / "pretrained.json"),
+    )
     (hub, revision, folder), kw = calls[0]
     assert (hub, revision) == (pretrained["hub"], pretrained["revision"]) == (doc["hub"], doc["revision"])
     assert kw["allow_patterns"] == pretrained["files"] and folder == Path(doc["folder"])
     with pytest.raises(UnpinnedDownload, match="paperflow pin uka"):
-        pp.download_model({**pretrained, "hub": "someone/unpinned-model", "revision": None}, str(tmp_path), "x.json")
+        download_model(
+            {**pretrained, "hub": "someone/unpinned-model", "revision": None},
+            slug="uka",
+            key="pretrained.revision",
+            cache=str(tmp_path),
+            out="x.json",
+        )
 
 
 def test_esconv_records_become_cases_and_a_record_without_a_seeker_is_refused(tmp_path):

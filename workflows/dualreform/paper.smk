@@ -29,14 +29,15 @@ paper_stages(
     "dualreform",
     DUALREFORM,
     dualreform_path,
-    stage(
+    hub_model_stage(
+        "dualreform",
         "download_model",
-        script="download_model.py",
-        env="lm",
+        DUALREFORM["pretrained"],
+        "pretrained.revision",
+        DUALREFORM_CACHE,
+        dualreform_path("models", "pretrained.json"),
         resources=resources_of("cpu_medium", runtime=120),
-        output=dualreform_path("models", "pretrained.json"),
-        reads=["pretrained"],
-        params={"key": "pretrained", "locked": dualreform_locked(DUALREFORM["pretrained"]), "cache": DUALREFORM_CACHE},
+        params={"locked": dualreform_locked(DUALREFORM["pretrained"])},
     ),
     stage(
         "download",
@@ -177,18 +178,15 @@ if DUALREFORM_DENSE:
         "dualreform",
         DUALREFORM,
         dualreform_path,
-        stage(
+        hub_model_stage(
+            "dualreform",
             "download_dense",
-            script="download_model.py",
-            env="lm",
+            DUALREFORM_DENSE,
+            "dense.revision",
+            DUALREFORM_CACHE,
+            dualreform_path("models", "dense.json"),
             resources=resources_of("cpu_medium", runtime=120),
-            output=dualreform_path("models", "dense.json"),
-            params={
-                "key": "dense",
-                "pretrained": DUALREFORM_DENSE,
-                "locked": dualreform_locked(DUALREFORM_DENSE),
-                "cache": DUALREFORM_CACHE,
-            },
+            params={"locked": dualreform_locked(DUALREFORM_DENSE)},
         ),
         stage(
             "index_dense",

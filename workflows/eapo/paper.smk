@@ -31,14 +31,15 @@ paper_stages(
     "eapo",
     EAPO,
     eapo_path,
-    stage(
+    hub_model_stage(
+        "eapo",
         "download_model",
-        script="download_model.py",
-        env="lm",
+        EAPO["pretrained"],
+        "pretrained.revision",
+        EAPO_CACHE,
+        eapo_path("models", "pretrained.json"),
         resources=resources_of("cpu_medium", runtime=240),
-        output=eapo_path("models", "pretrained.json"),
-        reads=["pretrained"],
-        params={"locked": eapo_locked("model", EAPO["pretrained"]["hub"]), "cache": EAPO_CACHE},
+        params={"locked": eapo_locked("model", EAPO["pretrained"]["hub"])},
     ),
     stage(
         "download",

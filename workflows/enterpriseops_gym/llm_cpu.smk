@@ -23,8 +23,8 @@ paper_stages(
         params={"pretrained": ENTERPRISEOPS_GYM_LLM["pretrained"], "cache": f"{RUN.resources}/enterpriseops_gym"},
     ),
     stage(
-        "train_llm",
-        script="train_llm.py",
+        "run_llm_agent",
+        script="run_llm_agent.py",
         env="lm",
         resources=resources_of("cpu_medium"),
         input={
@@ -40,7 +40,6 @@ paper_stages(
             "notes": enterpriseops_gym_path("runs", "llm_{plan}_notes.json"),
         },
         wildcards={"plan": "|".join(ENTERPRISEOPS_GYM_LLM["plans"])},
-        log_dir="train",
         tag="llm_{plan}",
         benchmark=True,
         priority=20,

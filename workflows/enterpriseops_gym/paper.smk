@@ -47,19 +47,17 @@ paper_stages(
             "cache": ENTERPRISEOPS_GYM_CACHE,
         },
     ),
-    stage(
+    hub_model_stage(
+        "enterpriseops_gym",
         "download_model",
-        script="download_model.py",
-        env="lm",
+        lambda wc: ENTERPRISEOPS_GYM_MODELS[wc.model],
+        lambda wc: f"official.models.{wc.model}.revision",
+        ENTERPRISEOPS_GYM_CACHE,
+        enterpriseops_gym_path("models", "{model}.json"),
         resources=resources_of("cpu_medium", runtime=240),
-        output=enterpriseops_gym_path("models", "{model}.json"),
         wildcards={"model": "|".join(ENTERPRISEOPS_GYM_SERVED) or "^$"},
         log="download_model_{model}.log",
-        params={
-            "model": lambda wc: ENTERPRISEOPS_GYM_MODELS[wc.model],
-            "locked": lambda wc: ENTERPRISEOPS_GYM_LOCK.get(f"model:{ENTERPRISEOPS_GYM_MODELS[wc.model]['hub']}"),
-            "cache": ENTERPRISEOPS_GYM_CACHE,
-        },
+        params={"locked": lambda wc: ENTERPRISEOPS_GYM_LOCK.get(f"model:{ENTERPRISEOPS_GYM_MODELS[wc.model]['hub']}")},
     ),
     stage(
         "preprocess",
@@ -74,8 +72,8 @@ paper_stages(
         params={"servers": ENTERPRISEOPS_GYM_OFFICIAL["servers"]},
     ),
     stage(
-        "train",
-        script="train_official.py",
+        "run_agents",  # the agents run their episodes: nothing is trained
+        script="run_agents_official.py",
         env="lm-serve",
         resources=heavy_resources("infer_gpu", ENTERPRISEOPS_GYM, stage="train", dataset="model"),
         unpack=enterpriseops_gym_model_input,
@@ -91,11 +89,11 @@ paper_stages(
         params={
             "model": lambda wc: ENTERPRISEOPS_GYM_MODELS[wc.model],
             "official": ENTERPRISEOPS_GYM_OFFICIAL,
-            "server_log": lambda wc: enterpriseops_gym_path("logs", "train", f"{wc.model}_server.log"),
+            "server_log": lambda wc: enterpriseops_gym_path("logs", "run_agents", f"{wc.model}_server.log"),
             # what the job runs per domain server (or why it refuses), from the same code: shown by the DAG tests
             "domain_servers": enterpriseops_gym_domain_servers(),
             # the domain servers' logs, one per server (containers.domain_servers starts them under Apptainer)
-            "servers_log_dir": lambda wc: enterpriseops_gym_path("logs", "train", f"{wc.model}_servers"),
+            "servers_log_dir": lambda wc: enterpriseops_gym_path("logs", "run_agents", f"{wc.model}_servers"),
         },
     ),
     stage(

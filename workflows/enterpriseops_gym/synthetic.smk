@@ -43,8 +43,8 @@ paper_stages(
         reads=["mutation"],
     ),
     stage(
-        "train",
-        script="train.py",
+        "run_agents",  # the agents run their episodes: nothing is trained
+        script="run_agents.py",
         env="agents",
         resources=heavy_resources("infer_gpu", ENTERPRISEOPS_GYM, stage="train"),
         unpack=lambda wc: keyed("tasks", enterpriseops_gym_task_files()),

@@ -18,19 +18,18 @@ if "code" in PROMPTSCALE_DOMAINS:
         "promptscale",
         PROMPTSCALE,
         promptscale_path,
-        stage(
+        hub_model_stage(
+            "promptscale",
             "download_annotator",
-            script="download_annotator.py",
-            env="lm",
+            promptscale_annotator,
+            lambda wc: f"annotate.annotators.{wc.annotator}.revision",
+            PROMPTSCALE_CACHE,
+            promptscale_path("models", "annotator_{annotator}.json"),
+            extra=lambda wc: {"role": f"annotator_{wc.annotator}"},
             resources=resources_of("cpu_medium", runtime=240),
-            output=promptscale_path("models", "annotator_{annotator}.json"),
             wildcards={"annotator": "|".join(PROMPTSCALE_ANNOTATORS)},
             log="download_annotator_{annotator}.log",
-            params={
-                "spec": promptscale_annotator,
-                "locked": lambda wc: promptscale_locked("model", promptscale_annotator(wc)["hub"]),
-                "cache": PROMPTSCALE_CACHE,
-            },
+            params={"locked": lambda wc: promptscale_locked("model", promptscale_annotator(wc)["hub"])},
         ),
         stage(
             "annotate",

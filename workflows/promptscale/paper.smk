@@ -46,19 +46,18 @@ paper_stages(
     "promptscale",
     PROMPTSCALE,
     promptscale_path,
-    stage(
+    hub_model_stage(
+        "promptscale",
         "download_model",
-        script="download_model.py",
-        env="lm",
+        lambda wc: PROMPTSCALE["models"][wc.role],
+        lambda wc: f"models.{wc.role}.revision",
+        PROMPTSCALE_CACHE,
+        promptscale_path("models", "{role}.json"),
+        extra=lambda wc: {"role": wc.role},
         resources=resources_of("cpu_medium", runtime=240),
-        output=promptscale_path("models", "{role}.json"),
         wildcards={"role": PROMPTSCALE_WILDCARDS["role"]},
         log="download_model_{role}.log",
-        params={
-            "spec": lambda wc: PROMPTSCALE["models"][wc.role],
-            "locked": lambda wc: promptscale_locked("model", PROMPTSCALE["models"][wc.role]["hub"]),
-            "cache": PROMPTSCALE_CACHE,
-        },
+        params={"locked": lambda wc: promptscale_locked("model", PROMPTSCALE["models"][wc.role]["hub"])},
     ),
     stage(
         "download",

@@ -20,14 +20,15 @@ paper_stages(
     "specflow",
     SPECFLOW,
     specflow_path,
-    stage(
+    hub_model_stage(
+        "specflow",
         "download_model",
-        script="download_model.py",
-        env="lm",
+        SPECFLOW["pretrained"],
+        "pretrained.revision",
+        SPECFLOW_CACHE,
+        specflow_path("models", "pretrained.json"),
         resources=resources_of("cpu_medium", runtime=240),
-        output=specflow_path("models", "pretrained.json"),
-        reads=["pretrained"],
-        params={"locked": specflow_locked("model", SPECFLOW["pretrained"]["hub"]), "cache": SPECFLOW_CACHE},
+        params={"locked": specflow_locked("model", SPECFLOW["pretrained"]["hub"])},
     ),
     stage(
         "download",

@@ -9,7 +9,8 @@ Derived, unless the stage says otherwise:
 - the benchmark `benchmarks/<log_dir>_<tag>.tsv` where `benchmark=True`;
 - the params: each key of `reads` (the paper's config value of that name), then `params`, then `code` (the
   script's code hash, its env and script path: `code_param`);
-- the conda env `envs/<env>.yaml` and the script `workflows/<slug>/scripts/<script>`.
+- the conda env `envs/<env>.yaml` and the script `workflows/<slug>/scripts/<script>` (a script named
+  `rules/scripts/<file>` is a shared one, taken from the repository root as named).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+CORE_SCRIPTS = "rules/scripts/"  # a stage's script under it is one every paper shares, named from the repository root
 
 
 class StageError(ValueError):
@@ -75,7 +78,7 @@ def derive(
     twice = sorted(set(stage.reads) & set(stage.params))
     if twice or "code" in stage.params or "code" in stage.reads:
         raise StageError(f"{where}: params {twice or ['code']} are given twice (reads and params, or the derived code)")
-    script = f"workflows/{slug}/scripts/{stage.script}"
+    script = stage.script if stage.script.startswith(CORE_SCRIPTS) else f"workflows/{slug}/scripts/{stage.script}"
     if not (root / script).is_file():
         raise StageError(f"{where}: no script {script}")
     log_dir = stage.log_dir or stage.name

@@ -38,22 +38,6 @@ SETS = ("A", "B")
 LABEL_MODES = ("official", "strict")
 
 
-def download_model(spec: Mapping[str, Any], key: str, cache: str, out: str) -> dict[str, str]:
-    """A model repo's files (`spec.files`) at its pinned commit (`<key>.revision`, else the lock file) into the
-    cache; `out` (JSON) names the commit and the folder, which every later rule loads offline."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = spec["hub"]
-    revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=f"{key}.revision", repo_type="model")
-    folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 def download_benchmark(name: str, bench: Mapping[str, Any], cache: str, out: str) -> int:
     """A benchmark's parquet files (only those its reader needs) at the pinned dataset commit, read into the items
     the code evaluates (rendered question, encoded image, gt, kind), written with their origin. Returns the rows."""

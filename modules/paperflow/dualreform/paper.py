@@ -48,16 +48,6 @@ def _fetch(ref: Mapping[str, Any], key: str, cache: str, patterns: list[str]) ->
     return folder, revision
 
 
-def download_model(pretrained: Mapping[str, Any], cache: str, out: str, key: str = "pretrained") -> dict[str, str]:
-    """A model's files (`<key>.files`) at its pinned commit into the cache; `out` (JSON) names the commit and the
-    folder, which every later rule loads offline. `key` is the config key (pretrained, or dense for the encoder)."""
-    folder, revision = _fetch(pretrained, f"{key}.revision", cache, list(pretrained["files"]))
-    doc = {"hub": pretrained["hub"], "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 def _first_conversations(records: list[dict], limit: int | None) -> list[dict]:
     if limit is None:
         return records

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from paperflow.core import plots
 from paperflow.core.claims import long_table
+from paperflow.core.curves import range_auc
 from paperflow.core.report import Figure, Report, Table, markdown_table, mean_std_text
 from paperflow.eapo.task import ANSWER_POSITIONS
 
@@ -40,10 +40,7 @@ def accuracy_curve(curves: pd.DataFrame, method: str, seed: int) -> pd.DataFrame
 def auc(curves: pd.DataFrame, method: str, seed: int) -> float:
     """Trapezoid of greedy test accuracy over the evaluated steps, divided by the step range (spec section 8)."""
     c = accuracy_curve(curves, method, seed)
-    if len(c) < 2:
-        return float("nan")
-    x, y = c["step"].to_numpy(float), c["test_accuracy"].to_numpy(float)
-    return float(np.trapezoid(y, x) / (x[-1] - x[0]))
+    return range_auc(c["step"].to_numpy(float), c["test_accuracy"].to_numpy(float))
 
 
 def final_accuracy(curves: pd.DataFrame, method: str, seed: int) -> float:

@@ -123,20 +123,6 @@ def _write_json(doc: Mapping[str, Any], out: str) -> None:
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
-    """The model's files (`pretrained.files`) at its pinned commit into the cache; `out` names commit and folder."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = pretrained["hub"]
-    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
-    folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
-    _write_json(doc, out)
-    return doc
-
-
 def download_dataset(name: str, spec: Mapping[str, Any], cache: str, out: str) -> int:
     """Dataset `name`'s files (`files`) at the pinned commit, its (problem, answer) rows as one parquet file with
     the origin in the metadata. Returns the row count."""

@@ -180,7 +180,6 @@ class Rollout:
                     self.s,
                     self.m.inject,
                     float(self.tau if self.tau is not None else 0.0),
-                    0.0,
                     self._generator("injector", device, 7919),
                     augmented,
                     self.m.denominator,

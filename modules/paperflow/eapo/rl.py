@@ -23,7 +23,7 @@ from paperflow.eapo.methods import Method, method
 __all__ = ["CRITICAL_RULES", "IS_MODES", "Injector", "Method", "Settings", "method"]
 
 IS_MODES = ("mixture_clip",)  # the behaviour log-probs log mu in the clipped surrogate (EAPOTrainer)
-CRITICAL_RULES = ("entropy",)  # the rule the rollout's tau_H serves (Injector also takes a KL threshold)
+CRITICAL_RULES = ("entropy",)  # the rule the rollout's tau_H serves
 
 
 @dataclass
@@ -56,8 +56,8 @@ class Settings:
 
 @dataclass
 class Injector:
-    """The EAPO hook over the augmented rows: decides the critical steps from pi_old alone (entropy >= tau_H,
-    KL(pi_E || pi_old) >= tau_KL, or a coin of fixed rate), injects pi_E's draw with probability alpha, and records
+    """The EAPO hook over the augmented rows: decides the critical steps from pi_old alone (entropy >= tau_H, or a coin
+    of fixed rate), injects pi_E's draw with probability alpha, and records
     the mixture's log-prob. Its own generator draws every coin and prior token, so the policy's draws are the ones
     a run without injection takes. Keeps, per step, the critical and injected flags and pi_old's argmax."""
 
@@ -65,7 +65,6 @@ class Injector:
     settings: Settings
     rule: str  # critical | random
     tau: float
-    tau_kl: float
     generator: torch.Generator
     rows: torch.Tensor  # [B] bool, the augmented rows (the others are pure on-policy)
     denominator: str = "mixture"
@@ -81,7 +80,6 @@ class Injector:
                     "critical": none,
                     "inject": none,
                     "argmax": state.logprobs.argmax(-1),
-                    "kl": torch.zeros_like(state.entropies),
                     "prior_token": torch.full_like(state.tokens, -1),
                 }
             )
@@ -90,22 +88,17 @@ class Injector:
             self.forward = CachedForward(self.prior)
         # pi_E runs on the augmented rows only (the same rows every step, so its KV cache stays aligned)
         prior_logits = self.forward(state.input_ids[self.rows], state.attention_mask[self.rows]).float()
-        prior_logp = state.logprobs.clone()  # pure rows: pi_old itself (never injected, KL 0)
+        prior_logp = state.logprobs.clone()  # pure rows: pi_old itself (never injected)
         prior_logp[self.rows] = torch.log_softmax(
             prior_logits if state.temperature in (0, 1) else prior_logits / state.temperature, -1
         )
         n = state.tokens.shape[0]
         device = state.logprobs.device  # the paper scale samples on a GPU (the generator lives there too)
         coins = torch.rand(n, 2, generator=self.generator, dtype=torch.float64, device=device)
-        kl = (prior_logp.exp() * (prior_logp - state.logprobs)).sum(-1)
         if self.rule == "random":
             critical = coins[:, 0] < s.random_rate
-        elif s.critical_rule == "entropy":
+        else:  # Settings.check admits CRITICAL_RULES only: the entropy rule
             critical = state.entropies >= self.tau
-        elif s.critical_rule == "kl":
-            critical = kl >= self.tau_kl
-        else:
-            critical = (state.entropies >= self.tau) & (kl >= self.tau_kl)
         critical = critical & ~state.done & self.rows
         inject = critical & (coins[:, 1] < s.alpha)
         u = torch.rand(n, 1, generator=self.generator, dtype=torch.float64, device=device)
@@ -122,7 +115,6 @@ class Injector:
                 "critical": critical,
                 "inject": inject,
                 "argmax": state.logprobs.argmax(-1),
-                "kl": kl,
                 "prior_token": torch.where(self.rows, prior_token, -1),  # the prior's draw (augmented rows)
             }
         )
@@ -132,5 +124,5 @@ class Injector:
 
     def flags(self) -> dict[str, torch.Tensor]:
         """[B, T] stacks of the per-step records."""
-        keys = ("critical", "inject", "argmax", "kl", "prior_token")
+        keys = ("critical", "inject", "argmax", "prior_token")
         return {k: torch.stack([st[k] for st in self.steps], 1) for k in keys}

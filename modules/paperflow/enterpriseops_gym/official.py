@@ -183,23 +183,6 @@ def download_dbs(dbs: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]
     return doc
 
 
-def download_model(name: str, model: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
-    """An open model's files at its pinned commit (what `vllm serve` loads offline); `out` (JSON) names the folder."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = model["hub"]
-    revision = pinned_revision(
-        hub, model["revision"], slug=SLUG, key=f"official.models.{name}.revision", repo_type="model"
-    )
-    folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(model["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 # ---- preprocess ----------------------------------------------------------------------------------------------------
 
 

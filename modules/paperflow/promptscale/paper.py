@@ -1,6 +1,5 @@
 """PromptScale at paper scale (`source.kind: official`), the stages that run in envs/lm.yaml, one function per rule:
 
-download_model    a model of `models` (q/p's start, the policy) at its pinned Hub commit
 download_corpus   the seed corpus (PromptCoT 1.0's triples) or a benchmark at its pinned commit, as JSONL rows
 preprocess        held-out and training seeds per domain (math; code with the annotate jobs' triples), deduplicated
                   by problem, shuffled by `seeds_data.seed`, each row tagged with its "domain"
@@ -9,7 +8,8 @@ fine_tune         q_m or p_m: TRL SFT from q_{m-1} / p_{m-1} (the pretrained mod
 score_estep       log p_m(z, x | c) and log q_m(z | c, x) of every sampled rationale (transformers, teacher forcing
                   on the token layout TRL trains on), best-of-K selection for the next M-step, the held-out bound
 
-The vLLM stages are in `paper_generate`, the report in `paper_report`.
+The vLLM stages are in `paper_generate`, the report in `paper_report`; the models of `models` and the annotators
+are downloaded by the shared stage (paperflow.core.hub_download, rules/common.smk's hub_model_stage).
 """
 
 from __future__ import annotations
@@ -27,24 +27,6 @@ from paperflow.promptscale import llm_text as lt
 
 log = logging.getLogger(__name__)
 SLUG = "promptscale"
-
-
-def download_model(role: str, spec: Mapping[str, Any], cache: str, out: str, key: str | None = None) -> dict[str, str]:
-    """The files `spec.files` of model `role` at its pinned commit into the cache; `out` (JSON) names the commit and
-    the folder that later rules load offline. `key`: the config key an unpinned revision is refused by (default
-    `models.<role>.revision`; the annotators' is `annotate.annotators.<name>.revision`)."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = spec["hub"]
-    key = key or f"models.{role}.revision"
-    revision = pinned_revision(hub, spec["revision"], slug=SLUG, key=key, repo_type="model")
-    folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(spec["files"]))
-    doc = {"role": role, "hub": hub, "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
 
 
 def download_corpus(name: str, spec: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:

@@ -27,23 +27,6 @@ SLUG = "specflow"
 FULL = "full"
 
 
-def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
-    """LLaVA's files (`pretrained.files`) at the pinned commit into the cache; `out` (JSON) names the commit and the
-    folder every later rule loads offline. TODO(kit): lozo_plus.paper.download_model's body with SLUG changed;
-    proposed as paperflow.core.hub.download_model_json(pretrained, cache, out, slug)."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = pretrained["hub"]
-    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="pretrained.revision", repo_type="model")
-    folder = snapshot_folder(cache, "model", hub, revision)
-    download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 def download_benchmark(name: str, bench: Mapping[str, Any], cache: str, out: str) -> int:
     """A benchmark's parquet files (`files`, only those) at the pinned commit, normalised to one question table
     (`benchmarks.questions`; the first `limit` rows when set) with its origin in the metadata. Returns the rows."""

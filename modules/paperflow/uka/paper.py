@@ -1,8 +1,6 @@
 """UKA's paper-scale stages with their files (source.kind esconv), one function per rule of workflows/uka/paper.smk.
 
 download_data(data, outputs)          ESConv, PPDPP's train / test split files, each by its pinned sha256
-download_model(pretrained, cache, out) a model's Hub snapshot at its pinned commit (JSON: hub, revision, folder): the
-                                      backbone (`pretrained`) and the judge (`judge`, another model)
 preprocess(raw, embedding, outs)      the cases of both splits, and the situation vocabulary embedded (MiniLM)
 tom(...)                              the LLM's theory-of-mind likelihood L~[need, strategy, feedback]
 train(method, ...)                    self-play knowledge acquisition on the training cases -> memory + attempts
@@ -11,7 +9,8 @@ win_rate(method, ...)                 the LLM judge on the paired test transcrip
 
 Every LLM stage but the judge runs inside `backbone(...)`: the job's own vLLM server on its GPU (or
 `server.base_url`); the win-rate stage runs inside `judge(...)`: the judge's model, served the same way (or
-`server.judge_base_url`).
+`server.judge_base_url`). The backbone (`pretrained`) and the judge (`judge`) are downloaded by the shared stage
+(paperflow.core.hub_download, rules/common.smk's hub_model_stage).
 
 train, evaluate and win_rate resume (README, "Long jobs resume"): `journal`, a file in the job's checkpoint folder,
 keeps each finished LLM unit (a simulated turn, a judged pair) of every seed, and a rerun asks only the rest
@@ -53,22 +52,6 @@ def download_data(data: Mapping[str, Any], outputs: Mapping[str, str]) -> dict[s
         pinned_fetch(spec["url"], outputs[split], spec.get("sha256"), slug=SLUG, key=f"data.{split}.sha256")
         counts[split] = sum(1 for line in Path(outputs[split]).read_text().splitlines() if line.strip())
     return counts
-
-
-def download_model(pretrained: Mapping[str, Any], cache: str, out: str, key: str = "pretrained") -> dict[str, str]:
-    """A model's files (`<key>.files`) at its pinned commit into the cache; `out` (JSON) names the commit and the
-    folder, which the server of the LLM jobs loads (`key`: pretrained, the backbone, or judge)."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained
-
-    hub = pretrained["hub"]
-    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key=f"{key}.revision", repo_type="model")
-    folder = Path(cache) / "models" / hub / revision
-    download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
 
 
 def preprocess(raw: Mapping[str, str], embedding: Mapping[str, Any], out_cases: str, out_embeddings: str,
