@@ -13,14 +13,16 @@ paper_stages(
     "enterpriseops_gym",
     ENTERPRISEOPS_GYM,
     enterpriseops_gym_path,
-    stage(
+    # the package's GGUF copy (pretrained.offline) materialised as a transformers folder: no network
+    hub_model_stage(
+        "enterpriseops_gym",
         "llm_model",
-        script="download_llm.py",
-        env="lm",
-        resources=resources_of("cpu_medium"),
+        spec=ENTERPRISEOPS_GYM_LLM["pretrained"],
+        key="llm_cpu.pretrained.revision",
+        cache=f"{RUN.resources}/enterpriseops_gym",
         output=enterpriseops_gym_path("models", "llm.json"),
+        resources=resources_of("cpu_medium"),
         priority=30,  # the language-model runs are the longest jobs: they start first
-        params={"pretrained": ENTERPRISEOPS_GYM_LLM["pretrained"], "cache": f"{RUN.resources}/enterpriseops_gym"},
     ),
     stage(
         "run_llm_agent",

