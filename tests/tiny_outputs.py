@@ -39,8 +39,12 @@ def itpo(out: Path) -> None:
 
     assert not _gated(out)  # tiny gates nothing; the claims gated at smoke and cpu are reported here
     reported = {c["id"] for c in json.loads((out / "metrics.json").read_text())["claims"]}
-    assert {"turn_auroc_itponorm", "control_permuted_prm_at_chance", "success_auc_itponorm_vs_outcome",
-            "success_auc_itponorm_gt_prime"} <= reported  # fmt: skip
+    assert {
+        "turn_auroc_itponorm",
+        "control_permuted_prm_at_chance",
+        "success_auc_itponorm_vs_outcome",
+        "success_auc_itponorm_gt_prime",
+    } <= reported
     turns = read_frame(out / "analysis" / "turns.parquet")[0]
     assert {"score_prm", "score_control", "useful", "useful_after_reply"} <= set(turns.columns)
     assert set(turns["method"]) == {"prime", "itpo", "itponorm"}

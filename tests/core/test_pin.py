@@ -108,8 +108,14 @@ def test_paperflow_pin_end_to_end_on_a_paper(server, tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != PIN_ENV}
     env["PYTHONPATH"] = str(repo / "modules")
-    pin = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "pin", "mtbl_wc", "--cores", "1"], cwd=repo,
-                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    pin = subprocess.run(
+        [sys.executable, "-m", "paperflow.core.cli", "pin", "mtbl_wc", "--cores", "1"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert pin.returncode == 0, pin.stdout[-3000:] + pin.stderr[-3000:]
     lock = json.loads((repo / "config" / "locks" / "mtbl_wc.json").read_text())["files"]
     assert lock[url]["sha256"] == hashlib.sha256(state["payload"]).hexdigest()

@@ -45,27 +45,47 @@ def test_unpinned_downloads_in_a_config_and_the_lock_clears_them():
 
 def test_plan_cli_on_a_paper_counts_the_dry_runs_jobs_and_writes_the_readme_block(dry_repo, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(dry_repo / "modules")}
-    out = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "plan", "safer", "--scale", "paper"],
-                         cwd=dry_repo, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "paperflow.core.cli", "plan", "safer", "--scale", "paper"],
+        cwd=dry_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     row = next(line for line in out.stdout.splitlines() if line.startswith("| safer |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     counts = job_counts(run_snakemake(dry_repo, "-n", "--config", "scale=paper", "papers=[safer]").stdout)
     assert int(cells[1]) == sum(n for rule, n in counts.items() if rule.startswith("safer_"))
     assert int(cells[3]) == counts["safer_pretrain"] + counts["safer_train"] + counts["safer_evaluate"]  # GPU jobs
-    gpus = [j.gpus for j in parse_dry_run(run_snakemake(dry_repo, "-n", "--config", "scale=paper", "papers=[safer]").stdout)
-            if j.rule.startswith("safer_") and j.gpus]  # fmt: skip
+    gpus = [
+        j.gpus
+        for j in parse_dry_run(run_snakemake(dry_repo, "-n", "--config", "scale=paper", "papers=[safer]").stdout)
+        if j.rule.startswith("safer_") and j.gpus
+    ]
     assert cells[4] == ", ".join(f"{n}: {gpus.count(n)}" for n in sorted(set(gpus)))  # GPUs per job: jobs
     assert int(cells[8]) == 4 and "datasets.arxiv.sha256" in cells[9]  # the four OGB / DGL archives
     readme = tmp_path / "R.md"
     readme.write_text(f"intro\n{PLAN_BEGIN}\nold\n{PLAN_END}\nrest\n")
-    again = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "plan", "safer", "--readme", str(readme)],
-                           cwd=dry_repo, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "-m", "paperflow.core.cli", "plan", "safer", "--readme", str(readme)],
+        cwd=dry_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     text = readme.read_text()
     assert row in text and "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
-    bad = subprocess.run([sys.executable, "-m", "paperflow.core.cli", "plan", "nosuch"], cwd=dry_repo, env=env,
-                         capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "paperflow.core.cli", "plan", "nosuch"],
+        cwd=dry_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "unknown paper(s) ['nosuch']" in bad.stderr
 
 
@@ -125,11 +145,25 @@ def test_render_lists_each_unpinned_key_with_its_reason():
     from paperflow.core.plan import render
 
     rows = [
-        {"paper": "p", "jobs": 1, "GPU jobs": 0, "GPU-hours": 0.0, "CPU-hours": 1.0, "unpinned downloads": 2,
-         "unpinned keys": "a.sha256, b.sha256"},
-        {"paper": "q", "jobs": 1, "GPU jobs": 0, "GPU-hours": 0.0, "CPU-hours": 1.0, "unpinned downloads": 0,
-         "unpinned keys": "-"},
-    ]  # fmt: skip
+        {
+            "paper": "p",
+            "jobs": 1,
+            "GPU jobs": 0,
+            "GPU-hours": 0.0,
+            "CPU-hours": 1.0,
+            "unpinned downloads": 2,
+            "unpinned keys": "a.sha256, b.sha256",
+        },
+        {
+            "paper": "q",
+            "jobs": 1,
+            "GPU jobs": 0,
+            "GPU-hours": 0.0,
+            "CPU-hours": 1.0,
+            "unpinned downloads": 0,
+            "unpinned keys": "-",
+        },
+    ]
     text = render(rows, "paper", {"p": {"a.sha256": "the host publishes none"}})
     assert "- `p` `a.sha256`: the host publishes none" in text
     assert "- `p` `b.sha256`: no reason recorded" in text and "`q`" not in text.split("why no published")[1]
@@ -140,11 +174,31 @@ def test_readme_rows_read_back_what_render_wrote_and_a_subset_replaces_only_its_
     from paperflow.core.plan import merge_rows, readme_rows, render, write_readme_block
 
     rows = [
-        {"paper": "p", "jobs": 3, "jobs per rule": "train 2, report 1", "GPU jobs": 2, "GPUs per job: jobs": "1: 1, 4: 1", "GPU-hours": 16.0,
-         "CPU-hours": 0.5, "max memory (GB)": 64.0, "unpinned downloads": 1, "unpinned keys": "a.sha256"},
-        {"paper": "q", "jobs": 1, "jobs per rule": "report 1", "GPU jobs": 0, "GPUs per job: jobs": "-", "GPU-hours": 0,
-         "CPU-hours": 0.2, "max memory (GB)": 2.0, "unpinned downloads": 0, "unpinned keys": "-"},
-    ]  # fmt: skip
+        {
+            "paper": "p",
+            "jobs": 3,
+            "jobs per rule": "train 2, report 1",
+            "GPU jobs": 2,
+            "GPUs per job: jobs": "1: 1, 4: 1",
+            "GPU-hours": 16.0,
+            "CPU-hours": 0.5,
+            "max memory (GB)": 64.0,
+            "unpinned downloads": 1,
+            "unpinned keys": "a.sha256",
+        },
+        {
+            "paper": "q",
+            "jobs": 1,
+            "jobs per rule": "report 1",
+            "GPU jobs": 0,
+            "GPUs per job: jobs": "-",
+            "GPU-hours": 0,
+            "CPU-hours": 0.2,
+            "max memory (GB)": 2.0,
+            "unpinned downloads": 0,
+            "unpinned keys": "-",
+        },
+    ]
     readme = tmp_path / "R.md"
     readme.write_text(f"x\n{PLAN_BEGIN}\n{PLAN_END}\n")
     write_readme_block(readme, render(rows, "paper", {"p": {"a.sha256": "none published anywhere we looked"}}))

@@ -245,9 +245,16 @@ def test_a_job_marks_the_outputs_its_rule_declares_temporary_and_refuses_an_unkn
         return type(
             "Smk",
             (),
-            {"rule": "x_train", "input": Namedlist([]), "output": out, "params": Namedlist(fromdict=params),
-             "wildcards": Namedlist(fromdict={}), "threads": 1, "log": Namedlist([])},
-        )()  # fmt: skip
+            {
+                "rule": "x_train",
+                "input": Namedlist([]),
+                "output": out,
+                "params": Namedlist(fromdict=params),
+                "wildcards": Namedlist(fromdict={}),
+                "threads": 1,
+                "log": Namedlist([]),
+            },
+        )()
 
     with snakemake_job(smk(["models"])) as job:
         for path in job.output:

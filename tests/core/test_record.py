@@ -247,10 +247,16 @@ def test_readme_status_counts_gated_claims_and_marks_scales_not_run():
         == "| Paper A | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a) | not run | not run | not run |"
     )
     assert table[3] == "| b | [`b`](workflows/b/README.md) | not run | not run | not run | not run |"
-    judged = {"papers": {"a": {"claims": [
-        {"id": "h", "gated": True, "held": True, "verdict": "held", "central": True},
-        {"id": "i", "gated": True, "held": False, "verdict": "inconclusive"},
-    ]}}}  # fmt: skip
+    judged = {
+        "papers": {
+            "a": {
+                "claims": [
+                    {"id": "h", "gated": True, "held": True, "verdict": "held", "central": True},
+                    {"id": "i", "gated": True, "held": False, "verdict": "inconclusive"},
+                ]
+            }
+        }
+    }
     row = readme_status({"smoke": judged, "cpu": judged}, ["a"], {}).splitlines()[2]
     assert row == (
         "| a | [`a`](workflows/a/README.md) | [1 of 2](docs/results/smoke.md#a): 1 held, 1 inconclusive "

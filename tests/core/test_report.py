@@ -19,13 +19,29 @@ def verdicts(new: list[float], old: list[float], **extra) -> list[C.Verdict]:
     table = C.long_table(rows, "smoke")
     specs = C.parse_claims(
         [
-            {"id": "main", "statement": "new beats old", "metric": "err", "method": "new", "baseline": "old",
-             "comparison": "<", "central": True, "control": {"method": "alt", "why": "the mechanism off"}, **extra},
-            {"id": "side", "statement": "new below 1", "metric": "err", "method": "new", "comparison": "<",
-             "threshold": 1.0, "gated": False},
+            {
+                "id": "main",
+                "statement": "new beats old",
+                "metric": "err",
+                "method": "new",
+                "baseline": "old",
+                "comparison": "<",
+                "central": True,
+                "control": {"method": "alt", "why": "the mechanism off"},
+                **extra,
+            },
+            {
+                "id": "side",
+                "statement": "new below 1",
+                "metric": "err",
+                "method": "new",
+                "comparison": "<",
+                "threshold": 1.0,
+                "gated": False,
+            },
         ],
         "test",
-    )  # fmt: skip
+    )
     return C.judge_all(specs, table, "smoke")
 
 

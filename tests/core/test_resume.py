@@ -305,8 +305,12 @@ def test_row_journal_keeps_rows_at_a_path_and_only_for_the_call_without_one(tmp_
 
 
 def _smk(tmp_path: Path, lr: float, fail: bool = False):
-    code = {"hash": "abc", "script": "workflows/x/scripts/train.py", "scale": "tiny",
-            "generated_roots": [str(tmp_path / "results"), str(tmp_path / "resources")]}  # fmt: skip
+    code = {
+        "hash": "abc",
+        "script": "workflows/x/scripts/train.py",
+        "scale": "tiny",
+        "generated_roots": [str(tmp_path / "results"), str(tmp_path / "resources")],
+    }
     data = tmp_path / "data.txt"
     (tmp_path / "results").mkdir(exist_ok=True)
     if not data.exists():

@@ -166,8 +166,14 @@ def test_200_mb_of_output_stops_at_the_cap():
 
 
 def test_odd_tokens_and_bytes_are_a_failed_test_never_a_grader_exception():
-    for printed, expected in [("sNaN", "1"), ("-sNaN sNaN7", "0 0"), ("NaN", "nan"), ("1e999999999", "1"),
-                              ("Infinity", "2"), ("1_0", "11")]:  # fmt: skip
+    for printed, expected in [
+        ("sNaN", "1"),
+        ("-sNaN sNaN7", "0 0"),
+        ("NaN", "nan"),
+        ("1e999999999", "1"),
+        ("Infinity", "2"),
+        ("1_0", "11"),
+    ]:
         got, _ = graded(f"print({printed!r})", expected)
         assert failed(got, "wrong"), printed
     got, _ = graded("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe 1\\n')", "1")

@@ -42,8 +42,15 @@ def _ph_fit(tmp_path, name, devices):
     from paperflow.ph_vae.training import fit
 
     x = np.random.default_rng(1).pareto(2.2, size=(512, 1)) + 1.0
-    history, _ = fit(x, decoder="ph", seed=5, model=PH_MODEL, train=PH_TRAIN | {"devices": devices},
-                     run_dir=tmp_path / name, checkpoint=tmp_path / f"{name}.ckpt")  # fmt: skip
+    history, _ = fit(
+        x,
+        decoder="ph",
+        seed=5,
+        model=PH_MODEL,
+        train=PH_TRAIN | {"devices": devices},
+        run_dir=tmp_path / name,
+        checkpoint=tmp_path / f"{name}.ckpt",
+    )
     vae = load_vae(tmp_path / f"{name}.ckpt")
     torch.manual_seed(0)
     with torch.no_grad():
@@ -94,8 +101,16 @@ def test_lm_kit_samples_and_scores_on_cuda_like_on_cpu():
     from paperflow.core.lm.models import build_model
     from paperflow.core.lm.sampling import sample, sequence_logprobs
 
-    spec = {"arch": "qwen2", "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}  # fmt: skip
+    spec = {
+        "arch": "qwen2",
+        "vocab_size": 32,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+    }
     cpu = build_model(spec, seed=0).eval()
     gpu = build_model(spec, seed=0).eval().to(DEV)
     ids = torch.randint(3, 32, (4, 6), generator=torch.Generator().manual_seed(1))
@@ -105,8 +120,16 @@ def test_lm_kit_samples_and_scores_on_cuda_like_on_cpu():
         lp_gpu = sequence_logprobs(gpu, ids.to(DEV), mask.to(DEV))
     assert lp_gpu.device.type == DEV
     torch.testing.assert_close(lp_gpu.cpu(), lp_cpu, rtol=1e-4, atol=1e-4)
-    out = sample(gpu, ids.to(DEV), mask.to(DEV), max_new_tokens=5, temperature=0.0, generator=None,
-                 eos_token_id=None, pad_token_id=0)  # fmt: skip
+    out = sample(
+        gpu,
+        ids.to(DEV),
+        mask.to(DEV),
+        max_new_tokens=5,
+        temperature=0.0,
+        generator=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     ref = sample(cpu, ids, mask, max_new_tokens=5, temperature=0.0, generator=None, eos_token_id=None, pad_token_id=0)
     assert torch.equal(out.sequences.cpu(), ref.sequences)  # greedy decoding: the same tokens
 
@@ -119,15 +142,36 @@ def test_mtbl_wc_penalty_method_on_cuda_matches_cpu():
     from paperflow.mtbl_wc.prepare import preference_matrix
 
     assert make_fabric().device.type == DEV  # the device the train jobs build their problem on (issue 54: Fabric's)
-    spec = {"n_obj": 2, "dim_x": 5, "dim_y": 10, "rows": 8, "rank": 6, "sv_range": [1.0, 1.5], "b_scale": 0.3,
-            "c_scale": 1.5}  # fmt: skip
+    spec = {
+        "n_obj": 2,
+        "dim_x": 5,
+        "dim_y": 10,
+        "rows": 8,
+        "rank": 6,
+        "sv_range": [1.0, 1.5],
+        "b_scale": 0.3,
+        "c_scale": 1.5,
+    }
     inst = fronts.quadratic_instance(spec, 0)
     prefs = preference_matrix([0.3, 0.7])
     exact = fronts.quadratic_front(inst, prefs, 51)
     z0 = np.tile(np.random.default_rng(0).normal(size=15), (2, 1))
-    solver = {"steps": 300, "rho0": 10.0, "rho_max": 100.0, "ramp": 30, "tau": 0.01, "eta0": 1.0, "x_step": 1.0,
-              "eval_every": 100, "chebyshev": "smooth", "penalty_grad": "analytic", "f_ref": "ideal",
-              "output": "best", "noise_std": 0.1, "decay_steps": 100}  # fmt: skip
+    solver = {
+        "steps": 300,
+        "rho0": 10.0,
+        "rho_max": 100.0,
+        "ramp": 30,
+        "tau": 0.01,
+        "eta0": 1.0,
+        "x_step": 1.0,
+        "eval_every": 100,
+        "chebyshev": "smooth",
+        "penalty_grad": "analytic",
+        "f_ref": "ideal",
+        "output": "best",
+        "noise_std": 0.1,
+        "decay_steps": 100,
+    }
     res = {
         d: run(build_problem("quadratic", inst, d), "wc", prefs, z0, exact["ideal"], solver, 0) for d in ("cpu", DEV)
     }

@@ -256,8 +256,9 @@ def test_an_imaging_chain_killed_after_a_checkpoint_resumes_and_ends_as_an_unint
         return x / (1 + s**2)
 
     with pytest.raises(RuntimeError, match="killed"):
-        posterior_langevin(*args[:2], dies_at_30, *args[3:], burn_in=10, seed=3, progress=False,
-                           checkpoint_dir=tmp_path, every_s=0)  # fmt: skip
+        posterior_langevin(
+            *args[:2], dies_at_30, *args[3:], burn_in=10, seed=3, progress=False, checkpoint_dir=tmp_path, every_s=0
+        )
     assert (tmp_path / "loop.pt").exists()
     calls.clear()
     resumed = posterior_langevin(*args, burn_in=10, seed=3, progress=False, checkpoint_dir=tmp_path, every_s=0)

@@ -297,9 +297,15 @@ def test_an_em_chain_killed_mid_way_resumes_to_the_uninterrupted_chain(tmp_path)
 
     def chain(folder, drift=base, seed=3):
         return run_em(
-            np.zeros((500, 1)), times, taus, drift, np.random.default_rng(seed), keep,
-            checkpoint_dir=folder, checkpoint_every_s=0.0,
-        )  # fmt: skip
+            np.zeros((500, 1)),
+            times,
+            taus,
+            drift,
+            np.random.default_rng(seed),
+            keep,
+            checkpoint_dir=folder,
+            checkpoint_every_s=0.0,
+        )
 
     clean = chain(None)
     calls = []

@@ -35,8 +35,16 @@ EOS, PAD = TOK.eos_token_id, TOK.pad_token_id
 
 
 def _target(seed: int = 0):
-    spec = {"arch": "llama", "vocab_size": V, "hidden_size": H, "intermediate_size": 64, "num_hidden_layers": 4,
-            "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64}  # fmt: skip
+    spec = {
+        "arch": "llama",
+        "vocab_size": V,
+        "hidden_size": H,
+        "intermediate_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 64,
+    }
     return build_model(spec, seed).eval()
 
 
@@ -68,14 +76,23 @@ def _prompts(n: int = 12, seed: int = 0):
 def _decode(target, head, enc, temperature=0.0, max_new=10, controls=None, tree=(6, 2, 3), seed=3):
     dec = SpecDecoder(target, head, TreeConfig(*tree), LAYERS, controls)
     u = uniforms(enc.prompt_ids.shape[0], max_new, seed)
-    return dec.decode(enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=temperature, uniforms=u,
-                      eos=EOS, pad=PAD)  # fmt: skip
+    return dec.decode(
+        enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=temperature, uniforms=u, eos=EOS, pad=PAD
+    )
 
 
 def _kit(target, enc, temperature, max_new=10, seed=3, eos=EOS):
     g = torch.Generator().manual_seed(seed) if temperature else None
-    r = sample(target, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=temperature,
-               generator=g, eos_token_id=eos, pad_token_id=PAD)  # fmt: skip
+    r = sample(
+        target,
+        enc.prompt_ids,
+        enc.prompt_mask,
+        max_new_tokens=max_new,
+        temperature=temperature,
+        generator=g,
+        eos_token_id=eos,
+        pad_token_id=PAD,
+    )
     return [[int(t) for t, m in zip(row, mk) if m] for row, mk in zip(r.completion_ids, r.completion_mask)]
 
 
@@ -100,9 +117,14 @@ def test_greedy_tree_decoding_equals_plain_greedy_generate_and_assisted_generati
 
 def _spec_keys(target):
     c = target.config
-    return {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
-            "max_position_embeddings": c.max_position_embeddings}  # fmt: skip
+    return {
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "max_position_embeddings": c.max_position_embeddings,
+    }
 
 
 def model_tokens(generated, ids):
@@ -244,8 +266,9 @@ def test_gradient_checkpointing_gives_the_same_loss_and_head_gradients(kind):
     got = []
     for ck in (False, True):
         head.zero_grad(set_to_none=True)
-        loss, logs = tr.ttt_loss(head, target, ids, mask, resp, steps=3, decay=0.8, layers=LAYERS, anchors=anchors,
-                                 window=2, checkpoint=ck)  # fmt: skip
+        loss, logs = tr.ttt_loss(
+            head, target, ids, mask, resp, steps=3, decay=0.8, layers=LAYERS, anchors=anchors, window=2, checkpoint=ck
+        )
         loss.backward()
         grads = {n: p.grad.clone() for n, p in head.named_parameters() if p.grad is not None}
         got.append((loss.detach(), logs, grads))
@@ -269,8 +292,9 @@ def _ttt_logits(head, target, ids, mask, resp, anchors, window=1, steps=2):
         return out
 
     head.run = capture
-    loss, logs = tr.ttt_loss(head, target, ids, mask, resp, steps=steps, decay=0.8, layers=LAYERS, anchors=anchors,
-                             window=window)  # fmt: skip
+    loss, logs = tr.ttt_loss(
+        head, target, ids, mask, resp, steps=steps, decay=0.8, layers=LAYERS, anchors=anchors, window=window
+    )
     head.run = orig
     return got, loss
 
@@ -423,8 +447,15 @@ def test_tau_is_depth_plus_one_for_a_perfect_chain_draft_and_one_for_an_always_w
     dec = _Oracle(target, _head(target, "eagle3"), TreeConfig(3, 1, 3), LAYERS)
     dec.wrong = wrong
     max_new = 1 + 3 * 4
-    out = dec.decode(enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=0.0,
-                     uniforms=uniforms(4, max_new, 0), eos=-1, pad=PAD)  # fmt: skip
+    out = dec.decode(
+        enc.prompt_ids,
+        enc.prompt_mask,
+        max_new_tokens=max_new,
+        temperature=0.0,
+        uniforms=uniforms(4, max_new, 0),
+        eos=-1,
+        pad=PAD,
+    )
     frame = pd.DataFrame({"new_after_prefill": [len(t) - 1 for t in out.tokens], "cycles": out.cycles})
     assert tau(frame) == expected
     assert frame.new_after_prefill.sum() / out.cycles.sum() == expected
@@ -450,9 +481,19 @@ def _eval_frame(tau_of: dict[str, float], leak_lossless: float = 0.2) -> pd.Data
                 for row in range(N_PROMPTS):
                     wobble = 0.05 * np.sin(3.1 * row + 1.3 * seed + len(variant))
                     lossless = row >= N_PROMPTS * leak_lossless if variant == "confu_leak" else True
-                    rows.append({"variant": variant, "temperature": temp, "seed": seed, "row": row, "task": "sorting",
-                                 "new_after_prefill": 10 * (base + wobble), "cycles": 10, "accepted": [1, 2, 3],
-                                 "lossless": lossless})  # fmt: skip
+                    rows.append(
+                        {
+                            "variant": variant,
+                            "temperature": temp,
+                            "seed": seed,
+                            "row": row,
+                            "task": "sorting",
+                            "new_after_prefill": 10 * (base + wobble),
+                            "cycles": 10,
+                            "accepted": [1, 2, 3],
+                            "lossless": lossless,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -540,8 +581,12 @@ def test_the_shuffled_f_control_changes_confus_drafts_and_zero_f_differs_from_no
 
 # ---------------------------------------------------------------- data and config
 def test_problems_are_disjoint_and_answers_follow_from_prompts():
-    data = {"tasks": {"sorting": {"min_len": 3, "max_len": 5}, "key_value": {"n_pairs": 3, "n_queries": 2}},
-            "n_train": 200, "n_test": 20, "seed": 0}  # fmt: skip
+    data = {
+        "tasks": {"sorting": {"min_len": 3, "max_len": 5}, "key_value": {"n_pairs": 3, "n_queries": 2}},
+        "n_train": 200,
+        "n_test": 20,
+        "seed": 0,
+    }
     frame = make_problems(data)
     test = set(frame[frame.split == "test"].prompt)
     assert not test & set(frame[frame.split == "train"].prompt)

@@ -406,9 +406,12 @@ def test_a_missing_seed_gives_no_data():
 
 def test_attack_metrics_are_named_by_radius_and_every_scale_measures_its_claims():
     frame = pd.DataFrame(
-        [{"method": m, "seed": 0, "metric": k, "level": r, "value": 0.5} for m in ("erm", "wfr") for k, r in
-         (("clean_acc", 0.0), ("fgsm_acc", 0.3), ("pgd_acc", 0.3))]
-    )  # fmt: skip
+        [
+            {"method": m, "seed": 0, "metric": k, "level": r, "value": 0.5}
+            for m in ("erm", "wfr")
+            for k, r in (("clean_acc", 0.0), ("fgsm_acc", 0.3), ("pgd_acc", 0.3))
+        ]
+    )
     table = metrics_table({"circle": frame}, {"circle": {"evaluate": {"kind": "attack"}}}, CLAIM, "tiny")
     assert set(table.metric) == {"circle/clean_acc", "circle/fgsm_acc@0.3", "circle/pgd_acc@0.3"}
     for scale in ("tiny", "smoke", "cpu", "paper"):
@@ -696,9 +699,14 @@ def engine_fit(case: str, method: str, engine: str, seed: int = 3, run_dir=None,
 
     make, dro, base = ENGINE_CASES[case]
     model, history = training.fit(
-        make(), method, {**SAMPLER, **dro}, {**base, **train, "engine": engine}, seed, run_dir,
+        make(),
+        method,
+        {**SAMPLER, **dro},
+        {**base, **train, "engine": engine},
+        seed,
+        run_dir,
         checkpoint_dir=checkpoint_dir,
-    )  # fmt: skip
+    )
     return model.state_dict(), history.drop(columns="seconds").sort_index(axis=1)
 
 

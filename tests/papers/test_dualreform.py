@@ -335,8 +335,14 @@ def test_a_missing_seed_gives_no_data():
 def test_the_metrics_table_does_not_depend_on_row_order():
     refs = {"dualreform": _refs([0.9, 0.95, 0.97], SEEDS)}
     a = claims.metrics_table(_evals(GOOD, SEEDS), refs, _table(0.36), 2, "synthconvqa", "smoke")
-    b = claims.metrics_table(_evals(GOOD, SEEDS).iloc[::-1], {"dualreform": refs["dualreform"].iloc[::-1]},
-                             _table(0.36), 2, "synthconvqa", "smoke")  # fmt: skip
+    b = claims.metrics_table(
+        _evals(GOOD, SEEDS).iloc[::-1],
+        {"dualreform": refs["dualreform"].iloc[::-1]},
+        _table(0.36),
+        2,
+        "synthconvqa",
+        "smoke",
+    )
     key = ["seed", "unit", "method", "metric"]
     assert a.sort_values(key).reset_index(drop=True).equals(b.sort_values(key).reset_index(drop=True))
     acc = a[(a["method"] == "dualreform") & (a["metric"] == "synthconvqa/ref_accuracy")].groupby("seed")["value"]

@@ -141,9 +141,14 @@ def test_the_prior_stops_at_the_first_evaluation_past_the_target_or_at_the_cap(t
     task = parity_task()
     seen = iter(values)
     policy, records, _ = _run(
-        task, "grpo", params({"steps": 5}), tmp_path, evaluate=lambda: next(seen), column="validation_accuracy",
+        task,
+        "grpo",
+        params({"steps": 5}),
+        tmp_path,
+        evaluate=lambda: next(seen),
+        column="validation_accuracy",
         stop_above=0.6,
-    )  # fmt: skip
+    )
     assert records[-1]["step"] == steps and "test_accuracy" not in records[-1]
     assert [r["step"] for r in records if "validation_accuracy" in r] == list(range(steps + 1))
 

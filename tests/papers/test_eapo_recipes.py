@@ -86,8 +86,14 @@ actor_rollout_ref.actor.use_off_policy_loss actor_rollout_ref.actor.off_policy_n
 actor_rollout_ref.actor.off_policy_reshape actor_rollout_ref.actor.off_policy_loss_impl algorithm.grpo_use_std
 actor_rollout_ref.actor.loss_remove_token_mean actor_rollout_ref.actor.loss_remove_clip data.reward_impl_version
 trainer.max_optim_to_keep data.shuffle trainer.default_hdfs_dir trainer.total_epochs""".split()
-PATHS = {"model": "/m", "train": "/t.parquet", "validation": "/v.parquet", "checkpoints": "/c", "name": "run",
-         "reward": "/r.py"}  # fmt: skip
+PATHS = {
+    "model": "/m",
+    "train": "/t.parquet",
+    "validation": "/v.parquet",
+    "checkpoints": "/c",
+    "name": "run",
+    "reward": "/r.py",
+}
 
 
 def cfg():
@@ -101,8 +107,9 @@ def as_dict(overrides):
 
 
 def frame():
-    return pd.DataFrame({"problem_id": [3, 5, 8], "problem": ["1 + 1?", "x^2 = 4, x > 0?", "2 + 2?"],
-                         "answer": ["2", "2", "4"]})  # fmt: skip
+    return pd.DataFrame(
+        {"problem_id": [3, 5, 8], "problem": ["1 + 1?", "x^2 = 4, x > 0?", "2 + 2?"], "answer": ["2", "2", "4"]}
+    )
 
 
 # --- data ---------------------------------------------------------------------------------------------------------
@@ -130,7 +137,7 @@ def test_luffy_rows_carry_pi_e_first_correct_trace_as_target(tmp_path):
             "sample": [0, 1, 0, 1, 0],
             "trace": ["a", "b \\boxed{2}", "c", "d", "e"],
             "correct": [0.0, 1.0, 0.0, 0.0, 1.0],
-        }  # fmt: skip
+        }
     )
     rows, dropped = recipes.luffy_rows(frame(), traces, template, "train")
     path = tmp_path / "luffy.parquet"
@@ -173,7 +180,9 @@ def test_dapo_command_is_the_recipes_with_ours_substituted():
     assert got["algorithm.filter_groups.enable"] == "True" and got["algorithm.filter_groups.metric"] == "acc"
     assert got["algorithm.filter_groups.max_num_gen_batches"] == str(r["max_num_gen_batches"])
     assert (got["actor_rollout_ref.actor.clip_ratio_low"], got["actor_rollout_ref.actor.clip_ratio_high"]) == (
-        "0.2", "0.28")  # fmt: skip
+        "0.2",
+        "0.28",
+    )
     assert got["actor_rollout_ref.actor.loss_agg_mode"] == "token-mean"
     assert got["algorithm.use_kl_in_reward"] == got["actor_rollout_ref.actor.use_kl_loss"] == "False"
     assert got["reward.reward_manager.name"] == "dapo"
@@ -207,8 +216,10 @@ def test_luffy_command_is_train_sh_with_ours_substituted():
 
 def test_resumable_commands_carry_the_job_folder_resume_mode_auto_and_save_freq():
     c = cfg()
-    for method, build in (("dapo", lambda r: recipes.dapo_overrides(c, PATHS, 0, resume=r)),
-                          ("luffy", lambda r: recipes.luffy_overrides(c, PATHS, resume=r))):  # fmt: skip
+    for method, build in (
+        ("dapo", lambda r: recipes.dapo_overrides(c, PATHS, 0, resume=r)),
+        ("luffy", lambda r: recipes.luffy_overrides(c, PATHS, resume=r)),
+    ):
         old, got = as_dict(build(False)), as_dict(build(True))
         assert got["trainer.default_local_dir"] == PATHS["checkpoints"] and got["trainer.resume_mode"] == "auto"
         assert got["trainer.save_freq"] == str(c["math"]["recipes"][method]["save_freq"])
@@ -219,7 +230,8 @@ def test_resumable_commands_carry_the_job_folder_resume_mode_auto_and_save_freq(
         assert old.get("trainer.resume_mode") == ("disable" if method == "dapo" else None)
         extra = {"trainer.resume_mode"} | ({"trainer.max_actor_ckpt_to_keep"} if method == "dapo" else set())
         assert set(got) - set(old) == extra - set(old) and {k: got[k] for k in old if k not in extra} == {
-            k: v for k, v in old.items() if k not in extra}  # fmt: skip
+            k: v for k, v in old.items() if k not in extra
+        }
     assert as_dict(recipes.dapo_overrides(c, PATHS, 0, resume=True))["trainer.max_actor_ckpt_to_keep"] == "2"
     assert as_dict(recipes.luffy_overrides(c, PATHS, resume=True))["trainer.max_optim_to_keep"] == "2"  # train.sh's
 
@@ -287,12 +299,23 @@ def job(tmp_path, monkeypatch):
     linked = []
     monkeypatch.setattr(recipes, "link_verl_config", lambda t: linked.append(t))
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
-    inputs = {"start": str(tmp_path / "pretrained.json"), "recipes": str(tmp_path / "source.json"),
-              "train": str(tmp_path / "train.parquet"), "validation": str(tmp_path / "val.parquet")}  # fmt: skip
+    inputs = {
+        "start": str(tmp_path / "pretrained.json"),
+        "recipes": str(tmp_path / "source.json"),
+        "train": str(tmp_path / "train.parquet"),
+        "validation": str(tmp_path / "val.parquet"),
+    }
     c = cfg()
     c["math"]["recipes"]["luffy"]["python"] = str(fake)
-    return {"fake": str(fake), "inputs": inputs, "cfg": c, "tmp": tmp_path, "tree": tree, "luffy": luffy,
-            "linked": linked}  # fmt: skip
+    return {
+        "fake": str(fake),
+        "inputs": inputs,
+        "cfg": c,
+        "tmp": tmp_path,
+        "tree": tree,
+        "luffy": luffy,
+        "linked": linked,
+    }
 
 
 def calls(tmp):
@@ -306,15 +329,29 @@ def test_dapo_job_runs_the_recipe_then_verls_merger(job):
     work = out.with_name("seed0_work")  # the job's own copy of the recipe tree
     assert train_call["argv"][:2] == ["-m", "recipe.dapo.main_dapo"] and train_call["cwd"] == str(work)
     assert (work / "recipe" / "dapo" / "main_dapo.py").is_file()
-    paths = {"model": str(job["tmp"] / "base"), "validation": job["inputs"]["validation"], "reward": str(recipes.REWARD_FILE),
-             "checkpoints": str(out.with_name("seed0_checkpoints")), "name": "eapo-dapo-seed0",
-             "train": job["inputs"]["train"]}  # fmt: skip
+    paths = {
+        "model": str(job["tmp"] / "base"),
+        "validation": job["inputs"]["validation"],
+        "reward": str(recipes.REWARD_FILE),
+        "checkpoints": str(out.with_name("seed0_checkpoints")),
+        "name": "eapo-dapo-seed0",
+        "train": job["inputs"]["train"],
+    }
     assert train_call["argv"][2:] == recipes.dapo_overrides(job["cfg"], paths, 0)
     assert job["linked"] == [work]  # verl's configs beside the recipe (its hydra searchpath)
     steps = job["cfg"]["rl"]["steps"]
     actor = out.with_name("seed0_checkpoints") / f"global_step_{steps}" / "actor"
-    assert merge_call["argv"] == ["-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
-                                  "--target_dir", str(out.with_suffix(""))]  # fmt: skip
+    assert merge_call["argv"] == [
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        str(out.with_suffix("")),
+    ]
     assert json.loads(out.read_text())["folder"] == doc["folder"] == str(out.with_suffix(""))
     assert paper.model_folder(str(out)) == str(out.with_suffix(""))  # what eapo_evaluate reads
 
@@ -325,8 +362,10 @@ def test_luffy_job_runs_in_luffys_python_and_tree(job):
     train_call, merge_call = calls(job["tmp"])
     assert train_call["argv"][:2] == ["-m", "verl.mix_src.main_mix_ppo"]
     assert train_call["cwd"] == str(job["luffy"] / "luffy" / "verl") and train_call["attn"] == "XFORMERS"
-    assert train_call["pythonpath"].split(os.pathsep)[:2] == [str(job["luffy"] / "luffy" / "verl"),
-                                                              str(job["luffy"] / "luffy")]  # fmt: skip
+    assert train_call["pythonpath"].split(os.pathsep)[:2] == [
+        str(job["luffy"] / "luffy" / "verl"),
+        str(job["luffy"] / "luffy"),
+    ]
     assert merge_call["argv"][:3] == ["-m", "paperflow.eapo.recipes", "merge"]
     assert (out.with_suffix("") / "config.json").is_file()
 
@@ -421,7 +460,8 @@ def test_a_recipe_run_cut_part_way_resumes_from_its_last_checkpoint_in_the_jobs_
     done, trained, _ = run("cut")  # the final checkpoint is there (say the merge was cut): no step is trained
     assert trained == [] and done["resumed_from_step"] == 20
     assert [c["argv"][1] for c in calls(job["tmp"])[n:]] == [
-        "verl.model_merger" if method == "dapo" else "paperflow.eapo.recipes"]  # fmt: skip
+        "verl.model_merger" if method == "dapo" else "paperflow.eapo.recipes"
+    ]
 
 
 def test_luffys_fsdp_shards_merge_back_to_the_model(tmp_path):
@@ -431,8 +471,15 @@ def test_luffys_fsdp_shards_merge_back_to_the_model(tmp_path):
     from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
 
     tok = word_level_tokenizer(["1", "2", "+"])
-    spec = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32}  # fmt: skip
+    spec = {
+        "arch": "llama",
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 32,
+    }
     model = build_model({**spec, "vocab_size": len(tok)}, seed=0)
     actor = tmp_path / "global_step_2" / "actor"
     recipes.write_fsdp_shards(model, actor, world_size=2)
@@ -466,8 +513,15 @@ def test_pi_e_traces_become_luffys_training_rows_on_a_tiny_model(tmp_path, monke
     monkeypatch.setitem(sys.modules, "math_verify", mod)
     boxes = ["\\boxed{2}", "\\boxed{4}"]
     tok = word_level_tokenizer(["Q:", "A:", "1", "2", "+", *boxes])
-    spec = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32}  # fmt: skip
+    spec = {
+        "arch": "llama",
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 32,
+    }
     folder = tmp_path / "prior"
     save_model(build_model({**spec, "vocab_size": len(tok)}, seed=0), folder)
     save_tokenizer(tok, folder)
@@ -477,19 +531,34 @@ def test_pi_e_traces_become_luffys_training_rows_on_a_tiny_model(tmp_path, monke
     write_frame(tmp_path / "train.parquet", data)
     outs = {k: str(tmp_path / f"{k}.parquet") for k in ("dapo_train", "validation", "luffy_validation")}
     assert paper.recipe_data(str(tmp_path / "train.parquet"), str(tmp_path / "train.parquet"), template, outs) == {
-        "train": 3, "validation": 3}  # fmt: skip
+        "train": 3,
+        "validation": 3,
+    }
     assert "target" in pd.read_parquet(outs["luffy_validation"]) and "target" not in pd.read_parquet(outs["validation"])
     evaluation = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 3, "batch_size": 8, "seed": 0}
-    counts = paper.prior_traces(str(tmp_path / "prior.json"), str(tmp_path / "train.parquet"), 4, evaluation, "cpu",
-                                "float32", [], str(tmp_path / "traces.parquet"))  # fmt: skip
+    counts = paper.prior_traces(
+        str(tmp_path / "prior.json"),
+        str(tmp_path / "train.parquet"),
+        4,
+        evaluation,
+        "cpu",
+        "float32",
+        [],
+        str(tmp_path / "traces.parquet"),
+    )
     traces = pd.read_parquet(tmp_path / "traces.parquet")
     assert len(traces) == 12 and counts["problems"] == 3
     for t, pid in zip(traces["trace"], traces["problem_id"]):  # the reward's rule, on each sample
         answer = dict(zip(frame()["problem_id"], frame()["answer"]))[pid]
         assert traces.loc[(traces["trace"] == t) & (traces["problem_id"] == pid), "correct"].iloc[0] == float(
-            t.rsplit("\\boxed{", 1)[-1].split("}")[0] == answer if "\\boxed{" in t else 0.0)  # fmt: skip
-    done = paper.luffy_data(str(tmp_path / "train.parquet"), str(tmp_path / "traces.parquet"), template,
-                            str(tmp_path / "luffy_train.parquet"))  # fmt: skip
+            t.rsplit("\\boxed{", 1)[-1].split("}")[0] == answer if "\\boxed{" in t else 0.0
+        )
+    done = paper.luffy_data(
+        str(tmp_path / "train.parquet"),
+        str(tmp_path / "traces.parquet"),
+        template,
+        str(tmp_path / "luffy_train.parquet"),
+    )
     rows = pd.read_parquet(tmp_path / "luffy_train.parquet")
     assert done == {"rows": len(rows), "dropped": 3 - len(rows)} and counts["solved"] == len(rows)
     assert 0 < len(rows) < 3, "seed 0 solves some problems and not others: both paths are exercised"
@@ -503,8 +572,13 @@ def _repo(root: Path, files: dict[str, str]) -> str:
     import subprocess
 
     def git(*args):
-        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-               "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        }
         return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
 
     root.mkdir(parents=True)
@@ -518,17 +592,23 @@ def _repo(root: Path, files: dict[str, str]) -> str:
 
 
 def test_the_recipes_are_checked_out_at_their_commits_and_laid_out_as_verl_runs_them(tmp_path, monkeypatch):
-    rec_sha = _repo(tmp_path / "src" / "recipe", {"dapo/main_dapo.py": "# DAPO\n", "dapo/config/dapo_trainer.yaml": "",
-                                                  "other/x.py": ""})  # fmt: skip
+    rec_sha = _repo(
+        tmp_path / "src" / "recipe",
+        {"dapo/main_dapo.py": "# DAPO\n", "dapo/config/dapo_trainer.yaml": "", "other/x.py": ""},
+    )
     luffy_sha = _repo(tmp_path / "src" / "luffy", {"luffy/verl/verl/mix_src/main_mix_ppo.py": "", "luffy/x": ""})
-    repos = {"verl_recipe": {"git": (tmp_path / "src" / "recipe").as_uri(), "commit": rec_sha},
-             "luffy": {"git": (tmp_path / "src" / "luffy").as_uri(), "commit": luffy_sha}}  # fmt: skip
+    repos = {
+        "verl_recipe": {"git": (tmp_path / "src" / "recipe").as_uri(), "commit": rec_sha},
+        "luffy": {"git": (tmp_path / "src" / "luffy").as_uri(), "commit": luffy_sha},
+    }
     doc = recipes.download(repos, str(tmp_path / "cache"), str(tmp_path / "source.json"))
     tree = Path(doc["dapo_tree"])
     assert (tree / "recipe" / "dapo" / "main_dapo.py").read_text() == "# DAPO\n"
     assert (tree / "recipe" / "__init__.py").is_file() and not (tree / "recipe" / "other").exists()
     assert doc["luffy"]["commit"] == luffy_sha and json.loads((tmp_path / "source.json").read_text()) == {
-        "folder": str(tree), **doc}  # fmt: skip
+        "folder": str(tree),
+        **doc,
+    }
     # verl's configs beside the recipe, as its hydra searchpath (file://verl/trainer/config) reads them
     fake = tmp_path / "site" / "verl"
     (fake / "trainer" / "config" / "actor").mkdir(parents=True)

@@ -136,9 +136,16 @@ def in_process(policy, prior, tau, alpha=1.0):
     augmented = (torch.arange(len(rows)) % G) < G_AUG
     hook = rl.Injector(prior, settings(alpha), "critical", tau, torch.Generator().manual_seed(3), augmented)
     roll = sample(
-        policy, ids, mask, max_new_tokens=MAX_NEW, temperature=0.0, generator=torch.Generator().manual_seed(0),
-        eos_token_id=EOS, pad_token_id=PAD, hook=hook,
-    )  # fmt: skip
+        policy,
+        ids,
+        mask,
+        max_new_tokens=MAX_NEW,
+        temperature=0.0,
+        generator=torch.Generator().manual_seed(0),
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        hook=hook,
+    )
     return rows, augmented, roll, hook.flags()
 
 
@@ -157,9 +164,17 @@ def vllm_side(policy_fake, prior_fake, rows, augmented, tau, max_rounds=MAX_NEW 
         max_rounds=max_rounds,
     )
     return sampler.rollout(
-        rows, augmented.tolist(), rule=rule, tau=tau, alpha=1.0, random_rate=0.2, temperature=0.0,
-        max_new_tokens=MAX_NEW, stop_ids=[EOS], generator=torch.Generator().manual_seed(0),
-    )  # fmt: skip
+        rows,
+        augmented.tolist(),
+        rule=rule,
+        tau=tau,
+        alpha=1.0,
+        random_rate=0.2,
+        temperature=0.0,
+        max_new_tokens=MAX_NEW,
+        stop_ids=[EOS],
+        generator=torch.Generator().manual_seed(0),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -252,8 +267,15 @@ def test_the_rollout_syncs_every_sync_every_steps_on_the_main_process(servers, t
     start = tiny_llama(0)
     start.save_pretrained(tmp_path / "policy")
     fake = servers(tiny_llama(0), "policy", tmp_path / "policy")
-    v = {"policy_url": fake.url, "policy_name": "policy", "policy_folder": str(tmp_path / "policy"),
-         "top_logprobs": V, "max_rounds": 4, "sync_every": 2, "timeout_s": 30}  # fmt: skip
+    v = {
+        "policy_url": fake.url,
+        "policy_name": "policy",
+        "policy_folder": str(tmp_path / "policy"),
+        "top_logprobs": V,
+        "max_rounds": 4,
+        "sync_every": 2,
+        "timeout_s": 30,
+    }
     roll = paper_train.Rollout("grpo", {"g_aug": 0}, G, {"batch_rows": G}, None, 0, backend="vllm", vllm=v)
     waits = []
     acc = type("Acc", (), {"is_main_process": True, "unwrap_model": lambda self, m: m})()
@@ -308,8 +330,14 @@ def test_the_launch_starts_both_servers_on_their_gpus_and_the_learner_on_the_res
     (tmp_path / "start" / "model.safetensors").write_bytes(b"x")
     cfg = load_paper_config("eapo", "paper")
     vcfg = dict(cfg["math"]["vllm"])
-    spec = {"rollout_backend": "vllm", "vllm": vcfg, "prior": str(tmp_path / "prior"), "start": str(tmp_path / "start"),
-            "out_dir": str(tmp_path / "run"), "dtype": "bfloat16"}  # fmt: skip
+    spec = {
+        "rollout_backend": "vllm",
+        "vllm": vcfg,
+        "prior": str(tmp_path / "prior"),
+        "start": str(tmp_path / "start"),
+        "out_dir": str(tmp_path / "run"),
+        "dtype": "bfloat16",
+    }
     paper.launch(spec, str(tmp_path / "s.json"), 4, python="python")
     assert ran[0]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     (policy_cmd, policy_url, pk), (prior_cmd, _, qk) = started
@@ -346,9 +374,15 @@ def test_trl_gets_log_mu_recomputed_from_its_pi_old_and_pi_e_on_the_vllm_sequenc
     cfg["math"]["rollout_backend"] = "vllm"
     spec = _spec(cfg, data, tmp_path, "eapo", base, prior=str(prior_folder))
     spec["vllm"].update(
-        policy_url=policy_fake.url, policy_name="policy", prior_url=prior_fake.url, prior_name="prior",
-        policy_folder=str(tmp_path / "unused"), top_logprobs=8, max_rounds=4, timeout_s=30,
-    )  # fmt: skip
+        policy_url=policy_fake.url,
+        policy_name="policy",
+        prior_url=prior_fake.url,
+        prior_name="prior",
+        policy_folder=str(tmp_path / "unused"),
+        top_logprobs=8,
+        max_rounds=4,
+        timeout_s=30,
+    )
     trainer = paper_train.build(spec)
     seen = _recording(trainer)
     trainer.train()

@@ -464,10 +464,25 @@ def test_rl_iteration_runs_every_method_and_leaves_the_init_unchanged():
     init = tiny_model()
     before = {k: v.clone() for k, v in init.state_dict().items()}
     s = rl.Settings(
-        steps=1, prompts_per_step=2, group_size=4, lr=1e-3, prm_lr=1e-3, beta=0.05, turn_temperature=0.4,
-        rollout_temperature=1.0, dpo_coef=5, gt_coef=5, clip=0.2, kl_coef=0.001, grad_clip=1.0, prm_grad_clip=10,
-        prm_minibatches=2, ppo_minibatches=2, ppo_epochs=1, eval_every=1,
-    )  # fmt: skip
+        steps=1,
+        prompts_per_step=2,
+        group_size=4,
+        lr=1e-3,
+        prm_lr=1e-3,
+        beta=0.05,
+        turn_temperature=0.4,
+        rollout_temperature=1.0,
+        dpo_coef=5,
+        gt_coef=5,
+        clip=0.2,
+        kl_coef=0.001,
+        grad_clip=1.0,
+        prm_grad_clip=10,
+        prm_minibatches=2,
+        ppo_minibatches=2,
+        ppo_epochs=1,
+        eval_every=1,
+    )
     tasks = env.draw_tasks(8, np.random.default_rng(0), "b")
     for method in rewards.METHODS:
         out = rl.train(init, method, s, 0, tasks)
@@ -481,10 +496,25 @@ def test_every_arm_of_a_seed_trains_on_the_same_task_stream(monkeypatch):
     """Issue 45: the control's outcome permutation has a generator of its own, so ITPO-norm (which trains the
     permuted-outcome PRM alongside) draws the same training tasks, user draws included, as every other arm."""
     s = rl.Settings(
-        steps=3, prompts_per_step=2, group_size=4, lr=1e-3, prm_lr=1e-3, beta=0.05, turn_temperature=0.4,
-        rollout_temperature=1.0, dpo_coef=5, gt_coef=5, clip=0.2, kl_coef=0.001, grad_clip=1.0, prm_grad_clip=10,
-        prm_minibatches=2, ppo_minibatches=2, ppo_epochs=1, eval_every=3,
-    )  # fmt: skip
+        steps=3,
+        prompts_per_step=2,
+        group_size=4,
+        lr=1e-3,
+        prm_lr=1e-3,
+        beta=0.05,
+        turn_temperature=0.4,
+        rollout_temperature=1.0,
+        dpo_coef=5,
+        gt_coef=5,
+        clip=0.2,
+        kl_coef=0.001,
+        grad_clip=1.0,
+        prm_grad_clip=10,
+        prm_minibatches=2,
+        ppo_minibatches=2,
+        ppo_epochs=1,
+        eval_every=3,
+    )
     eval_tasks = env.draw_tasks(4, np.random.default_rng(0), "b")
     seen: list[pd.DataFrame] = []
     rollout = env.rollout
@@ -525,9 +555,14 @@ def _curves(itn_gain, prime_gain, seeds=(0, 1, 2), itpo_gain=0.0):
         for m, gain in (("outcome", 0.0), ("itponorm", itn_gain), ("prime", prime_gain), ("itpo", itpo_gain)):
             for step in (0, 5, 10):
                 rows.append(
-                    {"method": m, "seed": s, "step": step, "greedy_success": 0.2 + gain * step / 10 + 0.3 * step / 10,
-                     "adv_volatility": {"prime": 0.6, "outcome": 0.0}.get(m, 0.2)}
-                )  # fmt: skip
+                    {
+                        "method": m,
+                        "seed": s,
+                        "step": step,
+                        "greedy_success": 0.2 + gain * step / 10 + 0.3 * step / 10,
+                        "adv_volatility": {"prime": 0.6, "outcome": 0.0}.get(m, 0.2),
+                    }
+                )
     return pd.DataFrame(rows)
 
 

@@ -527,9 +527,19 @@ def _lm_frames(loss_gain: float, seeds=(0, 1, 2, 3)) -> dict[str, pd.DataFrame]:
         [("lozo", s, 0.0) for s in seeds] + [("lozoplus", s, loss_gain + jitter[s]) for s in seeds] + [("mezo", 0, 0.1)]
     )
     curves = pd.DataFrame(
-        [{"task": "sst2", "method": m, "seed": s, "forwards": f, "step": f // 2, "train_loss": 0.9 - f / 400 + d * (f > 0)}
-         for m, s, d in runs for f in (0, 100, 200)]
-    )  # fmt: skip
+        [
+            {
+                "task": "sst2",
+                "method": m,
+                "seed": s,
+                "forwards": f,
+                "step": f // 2,
+                "train_loss": 0.9 - f / 400 + d * (f > 0),
+            }
+            for m, s, d in runs
+            for f in (0, 100, 200)
+        ]
+    )
     summaries = pd.DataFrame(
         [{"method": m, "seed": s, "peak_rss_bytes": 3 * 2**30, "forwards": 200} for m, s, _ in runs]
     )
@@ -538,9 +548,18 @@ def _lm_frames(loss_gain: float, seeds=(0, 1, 2, 3)) -> dict[str, pd.DataFrame]:
         + [{"method": m, "seed": s, "test_accuracy": 0.88 - d} for m, s, d in runs]
     )
     align = pd.DataFrame(
-        [{"method": m, "seed": s, "step": 0, "refresh": 1.0, "rho": 0.05 * (1.2 if m == "lozoplus" else 1.0) + 0.001 * s}
-         for m, s, _ in runs if m != "mezo"]
-    )  # fmt: skip
+        [
+            {
+                "method": m,
+                "seed": s,
+                "step": 0,
+                "refresh": 1.0,
+                "rho": 0.05 * (1.2 if m == "lozoplus" else 1.0) + 0.001 * s,
+            }
+            for m, s, _ in runs
+            if m != "mezo"
+        ]
+    )
     return {"evals": evals, "curves": curves, "summaries": summaries, "align": align}
 
 

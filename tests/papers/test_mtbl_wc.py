@@ -377,15 +377,22 @@ def test_every_run_claims_are_judged_exactly_on_the_worst_seed():
         (frame.method == "ls") & (frame.seed == 1) & (frame.pref == 0) & (frame.metric == "angle_deg"), "value"
     ] = 3
     found = verdicts(frame)
-    for cid, worst in (("quad_wc_within_2pct", 0.03), ("quad_wc_feasible", 0.014), ("quad_wc_on_ray", 1.5),
-                       ("quad_ls_off_ray", 3.0)):  # fmt: skip
+    for cid, worst in (
+        ("quad_wc_within_2pct", 0.03),
+        ("quad_wc_feasible", 0.014),
+        ("quad_wc_on_ray", 1.5),
+        ("quad_ls_off_ray", 3.0),
+    ):
         v = found[cid]
         assert v.aggregate == "worst" and v.verdict == "refuted" and v.value == pytest.approx(worst), cid
         assert v.ci_method.startswith("exact")
         assert np.mean(v.effects) < v.threshold if v.comparison == "<" else np.mean(v.effects) >= v.threshold
     assert {k for k, v in found.items() if v.gated and not v.held} == {
-        "quad_wc_within_2pct", "quad_wc_feasible", "quad_wc_on_ray", "quad_ls_off_ray"
-    }  # fmt: skip
+        "quad_wc_within_2pct",
+        "quad_wc_feasible",
+        "quad_wc_on_ray",
+        "quad_ls_off_ray",
+    }
 
 
 def test_rate_claim_is_refuted_when_k_stalls():

@@ -166,9 +166,15 @@ def test_a_fit_killed_mid_run_resumes_to_the_uninterrupted_weights_and_history(t
 
     def run(name, resume_dir=None):
         history, _ = training.fit(
-            x, decoder="ph", seed=5, model=model, train=train, run_dir=tmp_path / name,
-            checkpoint=tmp_path / f"{name}.ckpt", resume_dir=resume_dir,
-        )  # fmt: skip
+            x,
+            decoder="ph",
+            seed=5,
+            model=model,
+            train=train,
+            run_dir=tmp_path / name,
+            checkpoint=tmp_path / f"{name}.ckpt",
+            resume_dir=resume_dir,
+        )
         return load_vae(tmp_path / f"{name}.ckpt").state_dict(), history
 
     clean, history = run("clean")

@@ -61,18 +61,32 @@ def stdin(i, o):
     [
         (answer([io("1 2", "3"), io("5 5\n", "10\n")]), "stop", "ok", [stdin("1 2\n", "3"), stdin("5 5\n", "10\n")], 0),
         # only the last block after the reasoning counts
-        ("```json\n[]\n```</think>" + answer([io("1", "2")], think="")[8:] + "```json\n" + json.dumps([io("7", "8")])
-         + "\n```", "stop", "ok", [stdin("7\n", "8")], 0),
+        (
+            "```json\n[]\n```</think>"
+            + answer([io("1", "2")], think="")[8:]
+            + "```json\n"
+            + json.dumps([io("7", "8")])
+            + "\n```",
+            "stop",
+            "ok",
+            [stdin("7\n", "8")],
+            0,
+        ),
         (answer([io("1 2", "3")]), "length", "truncated", [], 0),
         ("I think the answer is 3.</think> input 1 2, output 3", "stop", "no_block", [], 0),
-        ("r</think>```json\n[{\"input\": \"1 2\", \"output\": 3,]\n```", "stop", "bad_json", [], 0),
+        ('r</think>```json\n[{"input": "1 2", "output": 3,]\n```', "stop", "bad_json", [], 0),
         ("r</think>```json\n" + json.dumps(io("1", "2")) + "\n```", "stop", "not_a_list", [], 0),
         ("r</think>```json\n[1, 2]\n```", "stop", "ok", [], 2),
-        (answer([io("1", "2"), {"input": "1"}, io("3", 4), io(" ", "1"), {**io("4", "5"), "why": "x"}]), "stop", "ok",
-         [stdin("1\n", "2")], 4),
-        ("r</think>```json\n[{\"input\": \"1 2", "stop", "no_block", [], 0),  # an unclosed block
+        (
+            answer([io("1", "2"), {"input": "1"}, io("3", 4), io(" ", "1"), {**io("4", "5"), "why": "x"}]),
+            "stop",
+            "ok",
+            [stdin("1\n", "2")],
+            4,
+        ),
+        ('r</think>```json\n[{"input": "1 2', "stop", "no_block", [], 0),  # an unclosed block
     ],
-)  # fmt: skip
+)
 def test_the_testers_answer_is_parsed_and_malformed_rounds_and_tests_are_counted(text, finish, status, tests, bad):
     assert cs.parse_tests(text, finish) == (status, tests, bad)
 
@@ -94,20 +108,38 @@ def test_rounds_merge_repeats_once_and_drop_inputs_whose_outputs_disagree():
 def test_problems_keep_their_tests_only_with_min_tests_and_every_drop_is_counted():
     problems = [{"id": 0, "problem": "sum"}, {"id": 4, "problem": "double"}]
     rounds = [
-        [{"text": answer([io("1 2", "3")]), "finish_reason": "stop"}, {"text": answer([io("5", "10")]), "finish_reason": "stop"}],
-        [{"text": answer([io("2 2", "4")]), "finish_reason": "stop"}, {"text": answer([io("5", "11")]), "finish_reason": "stop"}],
+        [
+            {"text": answer([io("1 2", "3")]), "finish_reason": "stop"},
+            {"text": answer([io("5", "10")]), "finish_reason": "stop"},
+        ],
+        [
+            {"text": answer([io("2 2", "4")]), "finish_reason": "stop"},
+            {"text": answer([io("5", "11")]), "finish_reason": "stop"},
+        ],
         [{"text": "no tests", "finish_reason": "stop"}, {"text": answer([io("6", "12"), {}]), "finish_reason": "stop"}],
         [{"text": answer([io("1 2", "3")]), "finish_reason": "length"}, {"text": "x", "finish_reason": "length"}],
-    ]  # fmt: skip
+    ]
     rows, summary = cs.tests_rows(problems, rounds, SETTINGS)
     assert [r["id"] for r in rows] == [0]  # "double" keeps one test (6): fewer than min_tests = 2
     assert rows[0]["tests"] == [stdin("1 2\n", "3"), stdin("2 2\n", "4")]
     assert rows[0]["rounds"] == ["ok", "ok", "no_block", "truncated"]
     assert summary == {
-        "problems": 2, "rounds": 4, "rounds_ok": 5, "rounds_truncated": 2, "rounds_no_block": 1, "rounds_bad_json": 0,
-        "rounds_not_a_list": 0, "tests_parsed": 5, "tests_bad_test": 1, "tests_duplicate": 0, "tests_kept": 3,
-        "inputs_conflicting": 1, "problems_too_few_tests": 1, "problems_with_tests": 1, "tests_used": 2,
-    }  # fmt: skip
+        "problems": 2,
+        "rounds": 4,
+        "rounds_ok": 5,
+        "rounds_truncated": 2,
+        "rounds_no_block": 1,
+        "rounds_bad_json": 0,
+        "rounds_not_a_list": 0,
+        "tests_parsed": 5,
+        "tests_bad_test": 1,
+        "tests_duplicate": 0,
+        "tests_kept": 3,
+        "inputs_conflicting": 1,
+        "problems_too_few_tests": 1,
+        "problems_with_tests": 1,
+        "tests_used": 2,
+    }
     relaxed, s = cs.tests_rows(problems, rounds, {**SETTINGS, "min_tests": 1})
     assert [r["id"] for r in relaxed] == [0, 4] and s["problems_too_few_tests"] == 0
 
@@ -166,8 +198,13 @@ def test_programs_are_verified_against_every_test_in_the_real_sandbox(tmp_path):
     with pytest.raises(ValueError, match=r"problems \[8\] have no tests"):
         cs.verify(str(tmp_path / "tests.jsonl"), str(tmp_path / "r3.jsonl"), LIMITS, 1, str(tmp_path / "v3.jsonl"))
     with pytest.raises(RuntimeError, match="cannot run a correct program"):  # the preflight (negative control)
-        cs.verify(str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"), {**LIMITS, "memory_mb": 1}, 1,
-                  str(tmp_path / "v4.jsonl"))  # fmt: skip
+        cs.verify(
+            str(tmp_path / "tests.jsonl"),
+            str(tmp_path / "rollouts.jsonl"),
+            {**LIMITS, "memory_mb": 1},
+            1,
+            str(tmp_path / "v4.jsonl"),
+        )
 
 
 def test_verification_appends_per_problem_and_a_rerun_after_a_crash_grades_only_the_rest(tmp_path, monkeypatch):
@@ -176,8 +213,10 @@ def test_verification_appends_per_problem_and_a_rerun_after_a_crash_grades_only_
     lt.write_jsonl(
         tmp_path / "tests.jsonl", [{"id": i, "problem": "sum", "tests": [stdin("1 2\n", "3")]} for i in (1, 2)]
     )
-    rollouts = [{"id": i, "problem": "sum", "message": "m", "completions": [fenced(RIGHT), fenced(f"print({i})")]}
-                for i in (1, 2)]  # fmt: skip
+    rollouts = [
+        {"id": i, "problem": "sum", "message": "m", "completions": [fenced(RIGHT), fenced(f"print({i})")]}
+        for i in (1, 2)
+    ]
     lt.write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
     args = (str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"))
     whole = cs.verify(*args, LIMITS, 1, str(tmp_path / "whole.jsonl"))
@@ -220,8 +259,10 @@ def test_verification_with_the_jobs_journal_resumes_there_and_writes_the_bytes_o
     lt.write_jsonl(
         tmp_path / "tests.jsonl", [{"id": i, "problem": "sum", "tests": [stdin("1 2\n", "3")]} for i in (1, 2)]
     )
-    rollouts = [{"id": i, "problem": "sum", "message": "m", "completions": [fenced(RIGHT), fenced(f"print({i})")]}
-                for i in (1, 2)]  # fmt: skip
+    rollouts = [
+        {"id": i, "problem": "sum", "message": "m", "completions": [fenced(RIGHT), fenced(f"print({i})")]}
+        for i in (1, 2)
+    ]
     lt.write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
     args = (str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"))
     whole = cs.verify(*args, LIMITS, 1, str(tmp_path / "whole.jsonl"))
@@ -257,8 +298,16 @@ def test_code_pairs_are_built_as_the_math_pairs_from_hand_made_verified_rollouts
     assert not cs.well_formed("```python\nprint(1)\n```", True)  # no closed reasoning
     assert not cs.well_formed("r</think> no code", True) and not cs.well_formed("</think>```python\nx\n```", True)
     assert not cs.well_formed("a</think> b</think>```python\nx\n```", True)
-    mixed = [fenced("print(1)", "a"), fenced("print(1)", "a"), fenced("print(2)", "b"), "r</think> none",
-             fenced("print(3)", "c"), fenced("print(4)", "d"), fenced("print(5)", "e"), fenced("print(6)", "f")]  # fmt: skip
+    mixed = [
+        fenced("print(1)", "a"),
+        fenced("print(1)", "a"),
+        fenced("print(2)", "b"),
+        "r</think> none",
+        fenced("print(3)", "c"),
+        fenced("print(4)", "d"),
+        fenced("print(5)", "e"),
+        fenced("print(6)", "f"),
+    ]
     rows = [
         verified(0, [True] * 8),  # too easy
         verified(1, [False] * 8),  # unsolved
@@ -266,8 +315,15 @@ def test_code_pairs_are_built_as_the_math_pairs_from_hand_made_verified_rollouts
         verified(3, [True, False, False, False], ["```python\nx\n```"] * 4),  # no reasoning closed: nothing to pair
     ]
     pairs, summary = cs.build_pairs(rows, SELFPLAY)
-    assert summary == {"problems": 4, "problems_paired": 1, "problems_unsolved": 1, "problems_too_easy": 1,
-                       "problems_no_valid": 1, "pairs": 3, "mean_pass_rate": pytest.approx((1 + 0 + 0.5 + 0.25) / 4)}  # fmt: skip
+    assert summary == {
+        "problems": 4,
+        "problems_paired": 1,
+        "problems_unsolved": 1,
+        "problems_too_easy": 1,
+        "problems_no_valid": 1,
+        "pairs": 3,
+        "mean_pass_rate": pytest.approx((1 + 0 + 0.5 + 0.25) / 4),
+    }
     # chosen: the distinct well-formed passing (a, b, c: the repeat of a once); rejected: d, e, f (the one without
     # code is not well-formed); the i-th with the i-th
     got = sorted((p["chosen"], p["rejected"]) for p in pairs)
@@ -293,8 +349,12 @@ def scripted_tests(kind: str, r: int) -> tuple[str, str]:
         a = r % 3
         return answer([io(f"{a} {a + 1}", str(2 * a + 1))]), "stop"
     if kind == "double":  # round 1 disagrees with round 0 on input 5; nothing else survives
-        return [(answer([io("5", "10")]), "stop"), (answer([io("5", "11")]), "stop"), ("no block", "stop"),
-                (answer([io("6", "12")]), "length")][r]  # fmt: skip
+        return [
+            (answer([io("5", "10")]), "stop"),
+            (answer([io("5", "11")]), "stop"),
+            ("no block", "stop"),
+            (answer([io("6", "12")]), "length"),
+        ][r]
     return (answer([io(f"{r} 9 {r}", "9")]) if r != 2 else "r</think>```json\n[{oops}]\n```"), "stop"
 
 
@@ -328,17 +388,36 @@ def test_code_self_play_runs_end_to_end_and_dpo_trains_on_math_and_code_pairs(ti
         return [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]
 
     with FakeOpenAI(tester, name="tester") as server:
-        summary = cs.generate_tests("/t", str(tmp_path / "synth.jsonl"), SETTINGS, vllm_cfg(server.url.removesuffix("/v1")),
-                                    "bfloat16", str(tmp_path / "tests.jsonl"), str(tmp_path / "vllm.log"))  # fmt: skip
+        summary = cs.generate_tests(
+            "/t",
+            str(tmp_path / "synth.jsonl"),
+            SETTINGS,
+            vllm_cfg(server.url.removesuffix("/v1")),
+            "bfloat16",
+            str(tmp_path / "tests.jsonl"),
+            str(tmp_path / "vllm.log"),
+        )
         bodies = list(server.bodies)
     assert sorted(b["seed"] for b in bodies) == list(range(12))  # round r, problem i: 0 + 3 r + i
     assert {(b["temperature"], b["max_tokens"], b["top_k"], b["top_p"]) for b in bodies} == {(0.6, 128, -1, 1.0)}
     assert all("write one new test case" in b["messages"][0]["content"] for b in bodies)
     assert summary == {
-        "problems": 3, "rounds": 4, "rounds_ok": 9, "rounds_truncated": 1, "rounds_no_block": 1, "rounds_bad_json": 1,
-        "rounds_not_a_list": 0, "tests_parsed": 9, "tests_bad_test": 0, "tests_duplicate": 1, "tests_kept": 6,
-        "inputs_conflicting": 1, "problems_too_few_tests": 1, "problems_with_tests": 2, "tests_used": 6,
-    }  # fmt: skip
+        "problems": 3,
+        "rounds": 4,
+        "rounds_ok": 9,
+        "rounds_truncated": 1,
+        "rounds_no_block": 1,
+        "rounds_bad_json": 1,
+        "rounds_not_a_list": 0,
+        "tests_parsed": 9,
+        "tests_bad_test": 0,
+        "tests_duplicate": 1,
+        "tests_kept": 6,
+        "inputs_conflicting": 1,
+        "problems_too_few_tests": 1,
+        "problems_with_tests": 2,
+        "tests_used": 6,
+    }
     tests = lt.read_jsonl(tmp_path / "tests.jsonl")
     assert [(t["id"], len(t["tests"])) for t in tests] == [(1, 3), (4, 3)]
     assert tests[0]["tests"] == [stdin("0 1\n", "1"), stdin("1 2\n", "3"), stdin("2 3\n", "5")]
@@ -350,15 +429,23 @@ def test_code_self_play_runs_end_to_end_and_dpo_trains_on_math_and_code_pairs(ti
         return chat_choices(policy_programs(kind, body["seed"], body["n"]))
 
     with FakeOpenAI(policy, name="base") as server:
-        rolled = cs.code_rollouts("/p", str(tmp_path / "tests.jsonl"), SELFPLAY, vllm_cfg(server.url.removesuffix("/v1")),
-                                  "bfloat16", str(tmp_path / "rollouts.jsonl"), str(tmp_path / "vllm.log"))  # fmt: skip
+        rolled = cs.code_rollouts(
+            "/p",
+            str(tmp_path / "tests.jsonl"),
+            SELFPLAY,
+            vllm_cfg(server.url.removesuffix("/v1")),
+            "bfloat16",
+            str(tmp_path / "rollouts.jsonl"),
+            str(tmp_path / "vllm.log"),
+        )
         bodies = list(server.bodies)
     assert rolled == {"problems": 2, "completions": 16, "truncated": 0.0}
     assert sorted(b["seed"] for b in bodies) == [10, 11, 12, 13]  # pass s, problem i: 10 + 2 s + i
     assert {(b["temperature"], b["n"]) for b in bodies} == {(1.2, 4)}
 
-    checked = cs.verify(str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"), LIMITS, 2,
-                        str(tmp_path / "verified.jsonl"))  # fmt: skip
+    checked = cs.verify(
+        str(tmp_path / "tests.jsonl"), str(tmp_path / "rollouts.jsonl"), LIMITS, 2, str(tmp_path / "verified.jsonl")
+    )
     assert checked["pass_rate"] == pytest.approx(12 / 16) and checked["problems_solved"] == 2
     assert checked["programs_run"] == 5  # sum: right, wrong, none, right + comment; max: one program
     counts = cs.pairs_job(str(tmp_path / "verified.jsonl"), SELFPLAY, str(tmp_path / "code_pairs.jsonl"))
@@ -368,8 +455,15 @@ def test_code_self_play_runs_end_to_end_and_dpo_trains_on_math_and_code_pairs(ti
     with pytest.raises(ValueError, match="no code DPO pair"):
         cs.pairs_job(str(tmp_path / "verified.jsonl"), {**SELFPLAY, "max_pass_rate": 0.1}, str(tmp_path / "x.jsonl"))
 
-    math_pairs = [{"id": 0, "problem": "Find 2 squared.", "reference": "4", "chosen": "a</think> \\boxed{4}",
-                   "rejected": "a</think> \\boxed{5}"}]  # fmt: skip
+    math_pairs = [
+        {
+            "id": 0,
+            "problem": "Find 2 squared.",
+            "reference": "4",
+            "chosen": "a</think> \\boxed{4}",
+            "rejected": "a</think> \\boxed{5}",
+        }
+    ]
     lt.write_jsonl(tmp_path / "math_pairs.jsonl", math_pairs)
     merged = cs.merge_pairs(
         [str(tmp_path / "math_pairs.jsonl"), str(tmp_path / "code_pairs.jsonl")], str(tmp_path / "all.jsonl")
@@ -382,15 +476,31 @@ def test_code_self_play_runs_end_to_end_and_dpo_trains_on_math_and_code_pairs(ti
     assert code_pairs[0]["message"] in code_prompt and lt.MATH_INSTRUCTION not in code_prompt  # the rollout's message
     assert lt.MATH_INSTRUCTION in dpo.chat_prompt(tok, "Find 2 squared.")  # a math pair: the benchmark message
     (tmp_path / "policy.json").write_text(json.dumps({"folder": str(tiny_model_folder)}))
-    settings = {"beta": 0.1, "loss_type": "sigmoid", "learning_rate": 1e-2, "per_device_train_batch_size": 3,
-                "max_length": 512, "seed": 0, "max_steps": 1, "bf16": False, "gradient_checkpointing": False}  # fmt: skip
-    out = dpo.dpo_job(str(tmp_path / "policy.json"), str(tmp_path / "all.jsonl"), settings, "cpu", 1,
-                      str(tmp_path / "models" / "selfplay.json"), str(tmp_path / "history.json"))  # fmt: skip
+    settings = {
+        "beta": 0.1,
+        "loss_type": "sigmoid",
+        "learning_rate": 1e-2,
+        "per_device_train_batch_size": 3,
+        "max_length": 512,
+        "seed": 0,
+        "max_steps": 1,
+        "bf16": False,
+        "gradient_checkpointing": False,
+    }
+    out = dpo.dpo_job(
+        str(tmp_path / "policy.json"),
+        str(tmp_path / "all.jsonl"),
+        settings,
+        "cpu",
+        1,
+        str(tmp_path / "models" / "selfplay.json"),
+        str(tmp_path / "history.json"),
+    )
     history = json.loads((tmp_path / "history.json").read_text())
     assert out["steps"] == 1 and history[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)  # one batch: all three
 
     stages = {"code_tests": summary, "code_rollouts": rolled, "code_verify": checked, "code_pairs": counts}
-    (title, table), = paper_report.code_selfplay_sections(stages)  # fmt: skip
+    ((title, table),) = paper_report.code_selfplay_sections(stages)
     assert "| 3 | 2 | 6 | 1 | 16 | 0.75 | 2 | 1 | 2 |" in table.replace(".0 |", " |")
     assert paper_report.code_selfplay_sections({}) == []
     assert "on code by unit tests" in paper_report.selfplay_limitation(stages)
@@ -427,7 +537,9 @@ def test_the_paper_dag_runs_code_self_play_with_gpus_only_on_the_vllm_rules(dry_
     assert "synth/em.jsonl" in " ".join(rule_inputs(proc.stdout, "promptscale_code_tests"))
     dpo_inputs = rule_inputs(proc.stdout, "promptscale_dpo")
     assert sorted(i.split("promptscale/", 1)[1] for i in dpo_inputs if i.endswith("pairs.jsonl")) == [
-        "code_selfplay/pairs.jsonl", "selfplay/pairs.jsonl"]  # fmt: skip
+        "code_selfplay/pairs.jsonl",
+        "selfplay/pairs.jsonl",
+    ]
     report = [i.split("promptscale/", 1)[1] for i in rule_inputs(proc.stdout, "promptscale_report")]
     assert {f"code_selfplay/{s}.json" for s in ("tests", "rollouts", "verify", "pairs")} <= set(report)
 
@@ -452,11 +564,16 @@ def test_with_math_only_no_code_self_play_job_is_planned_and_dpo_takes_the_math_
     [
         (("    tests_per_round: 1 ", "    test_per_round: 1 "), "test_per_round"),
         (("    tester_gpus: 4 ", "    tester_gpus: 0 "), "tester_gpus"),
-        (("      hub: Qwen/Qwen3-32B\n      repo_type: model\n      revision:", "      hub: Qwen/Qwen3-32B\n      "
-          "repo_type: model\n      revison:"), "revison"),
+        (
+            (
+                "      hub: Qwen/Qwen3-32B\n      repo_type: model\n      revision:",
+                "      hub: Qwen/Qwen3-32B\n      repo_type: model\n      revison:",
+            ),
+            "revison",
+        ),
         (("    min_tests: 2 ", "    min_tests: 5 "), "min_tests exceeds"),  # 4 rounds x 1 test
     ],
-)  # fmt: skip
+)
 def test_config_errors_in_the_code_self_play_keys_name_the_key(repo_copy, edit, message):
     from conftest import run_snakemake
 

@@ -67,13 +67,19 @@ def field_contest(cid, n, points=None):
     rows = [{"handle": f"h{i}", "points": 2.0 if i < n // 2 else 1.0, "penalty": 10 * (i % 5)} for i in range(n)]
     rows.sort(key=lambda r: (-r["points"], r["penalty"]))
     rows.insert(3, {"handle": "unrated", "points": 99.0, "penalty": 0})
-    return {"id": cid, "name": f"Round {cid}", "problems": [{"index": "A", "points": points}, {"index": "B", "points": points}],
-            "rows": rows, "old_ratings": {f"h{i}": 1500 for i in range(n)}}  # fmt: skip
+    return {
+        "id": cid,
+        "name": f"Round {cid}",
+        "problems": [{"index": "A", "points": points}, {"index": "B", "points": points}],
+        "rows": rows,
+        "old_ratings": {f"h{i}": 1500 for i in range(n)},
+    }
 
 
 def test_points_and_icpc_scoring_the_rank_with_ties_and_the_mean_over_rated_contests():
-    assert cf.contest_score([{"index": "A", "points": 500}, {"index": "B", "points": 1000}],
-                            {"A": [False, False, True], "B": [False] * 8}) == (400.0, 0)  # fmt: skip
+    assert cf.contest_score(
+        [{"index": "A", "points": 500}, {"index": "B", "points": 1000}], {"A": [False, False, True], "B": [False] * 8}
+    ) == (400.0, 0)
     assert cf.contest_score([{"index": "A", "points": 500}], {"A": [False] * 11 + [True]}) == (0.0, 0)  # floor at 0
     assert cf.contest_score([{"index": "A"}, {"index": "B"}], {"A": [False, True], "B": [True]}) == (2.0, 10)
     rows = [{"points": 2, "penalty": 0}, {"points": 2, "penalty": 10}, {"points": 1, "penalty": 0}]
@@ -87,8 +93,10 @@ def test_points_and_icpc_scoring_the_rank_with_ties_and_the_mean_over_rated_cont
     assert (got["score"], got["penalty"], got["participants"], got["rank"]) == (1.0, 10, 400, ahead)
     assert got["rating"] == math.floor(1500 + 400 * math.log10(400 / (ahead - 1) - 1))
     assert cf.contest_elo(small, {"A": [True]})["skipped"] == "150 rated participants <= 200"
-    both = cf.codeelo_rating({"2000": big, "2001": small, "2002": field_contest("2002", 400)},
-                             {"2000": {"A": [False, True]}, "2001": {"A": [True]}, "2002": {"A": [True], "B": [True]}})  # fmt: skip
+    both = cf.codeelo_rating(
+        {"2000": big, "2001": small, "2002": field_contest("2002", 400)},
+        {"2000": {"A": [False, True]}, "2001": {"A": [True]}, "2002": {"A": [True], "B": [True]}},
+    )
     assert (both["contests_rated"], both["contests_skipped"]) == (2, 1)
     assert both["elo"] == (got["rating"] + 1599) / 2  # 2002: two solved, no penalty: first place
     with pytest.raises(ValueError, match=r"contests \['2003'\] without their standings"):
@@ -98,13 +106,23 @@ def test_points_and_icpc_scoring_the_rank_with_ties_and_the_mean_over_rated_cont
 
 
 def test_the_api_answers_are_compacted_and_an_error_answer_is_named():
-    standings = {"status": "OK", "result": {"contest": {"id": 2000, "name": "Round 1"},
-                 "problems": [{"contestId": 2000, "index": "A", "points": 500.0}, {"contestId": 2000, "index": "B"}],
-                 "rows": [{"party": {"members": [{"handle": "x"}]}, "points": 500.0, "penalty": 0, "rank": 1}]}}  # fmt: skip
+    standings = {
+        "status": "OK",
+        "result": {
+            "contest": {"id": 2000, "name": "Round 1"},
+            "problems": [{"contestId": 2000, "index": "A", "points": 500.0}, {"contestId": 2000, "index": "B"}],
+            "rows": [{"party": {"members": [{"handle": "x"}]}, "points": 500.0, "penalty": 0, "rank": 1}],
+        },
+    }
     changes = {"status": "OK", "result": [{"handle": "x", "oldRating": 1400, "newRating": 1450}]}
     doc = cf.compact_contest("2000", standings, changes)
-    assert doc == {"id": "2000", "name": "Round 1", "problems": [{"index": "A", "points": 500.0}, {"index": "B", "points": None}],
-                   "rows": [{"handle": "x", "points": 500.0, "penalty": 0}], "old_ratings": {"x": 1400}}  # fmt: skip
+    assert doc == {
+        "id": "2000",
+        "name": "Round 1",
+        "problems": [{"index": "A", "points": 500.0}, {"index": "B", "points": None}],
+        "rows": [{"handle": "x", "points": 500.0, "penalty": 0}],
+        "old_ratings": {"x": 1400},
+    }
     with pytest.raises(ValueError, match="contest 2000: contest.ratingChanges answered 'FAILED': not rated"):
         cf.compact_contest("2000", standings, {"status": "FAILED", "comment": "not rated"})
     urls = cf.contest_urls("https://codeforces.com/api/", "2000")
@@ -147,11 +165,14 @@ def write_verdicts(path, rows):
 
 
 def test_verdicts_are_read_per_attempt_with_unsubmitted_attempts_failed(tmp_path):
-    path = write_verdicts(tmp_path / "v.jsonl", [
-        {"contest_id": 2000, "index": "A", "attempt": 3, "verdict": "OK"},
-        {"contest_id": 2000, "index": "A", "attempt": 1, "verdict": "WRONG_ANSWER"},
-        {"contest_id": "2001", "index": "B", "attempt": 1, "verdict": "tle"},
-    ])  # fmt: skip
+    path = write_verdicts(
+        tmp_path / "v.jsonl",
+        [
+            {"contest_id": 2000, "index": "A", "attempt": 3, "verdict": "OK"},
+            {"contest_id": 2000, "index": "A", "attempt": 1, "verdict": "WRONG_ANSWER"},
+            {"contest_id": "2001", "index": "B", "attempt": 1, "verdict": "tle"},
+        ],
+    )
     assert cf.read_verdicts(path, SUBS) == {"2000": {"A": [False, False, True]}, "2001": {"B": [False]}}
 
 
@@ -181,7 +202,11 @@ def test_codeelo_problems_are_read_from_the_pinned_snapshot_in_its_columns(hub, 
     info = paper.download_corpus("codeelo", spec, str(tmp_path / "cache"), str(tmp_path / "ce.jsonl"))
     assert hub[0]["revision"] == spec["revision"] and hub[0]["written"] == ["test.json"]  # not README.md
     assert {k: info[k] for k in ("records", "rows", "contests", "interactive")} == {
-        "records": 2, "rows": 2, "contests": 2, "interactive": 1}  # fmt: skip
+        "records": 2,
+        "rows": 2,
+        "contests": 2,
+        "interactive": 1,
+    }
     rows = lt.read_jsonl(tmp_path / "ce.jsonl")
     assert [(r["contest_id"], r["index"]) for r in rows] == [("2000", "A"), ("2001", "B")]  # by contest
     assert rows[0]["examples"] == [{"input": "1 2\n", "output": "3\n"}] and rows[1]["rating"] is None
@@ -210,8 +235,12 @@ def test_program_extraction_takes_the_last_block_after_the_reasoning_and_its_lan
 def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_path):
     rows = cf.codeelo_rows(base.codeelo_records(), "codeelo")
     lt.write_jsonl(tmp_path / "ce.jsonl", rows)
-    answers = ["<think>sum</think>```cpp\nint main(){}\n```", "```python\nprint(sum(map(int, input().split())))\n```",
-               "I cannot solve it.", "```haskell\nmain = pure ()\n```"]  # fmt: skip
+    answers = [
+        "<think>sum</think>```cpp\nint main(){}\n```",
+        "```python\nprint(sum(map(int, input().split())))\n```",
+        "I cannot solve it.",
+        "```haskell\nmain = pure ()\n```",
+    ]
     seen = []
 
     def policy(path, body):
@@ -220,9 +249,16 @@ def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_pat
 
     settings = dict(load_paper_config("promptscale", "paper")["codeforces"], attempts=4)
     with FakeOpenAI(policy, name="selfplay") as server:
-        summary = cf.generate("/m", "selfplay", str(tmp_path / "ce.jsonl"), settings,
-                              base.vllm_cfg(server.url.removesuffix("/v1")), "bfloat16", str(tmp_path / "s.jsonl"),
-                              str(tmp_path / "vllm.log"))  # fmt: skip
+        summary = cf.generate(
+            "/m",
+            "selfplay",
+            str(tmp_path / "ce.jsonl"),
+            settings,
+            base.vllm_cfg(server.url.removesuffix("/v1")),
+            "bfloat16",
+            str(tmp_path / "s.jsonl"),
+            str(tmp_path / "vllm.log"),
+        )
     seen.sort(key=lambda b: b["seed"])  # the client sends the problems concurrently: any arrival order
     assert [(b["n"], b["temperature"], b["top_p"], b["seed"]) for b in seen] == [(4, 0.6, 0.95, 0), (4, 0.6, 0.95, 1)]
     message = seen[0]["messages"][0]["content"]
@@ -231,15 +267,19 @@ def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_pat
     assert "## Interaction\nAsk ? y." in seen[1]["messages"][0]["content"]
     subs = lt.read_jsonl(tmp_path / "s.jsonl")
     assert [(s["problem_id"], s["attempt"], s["status"], s["language_id"]) for s in subs[:4]] == [
-        ("2000A", 1, "submit", 91), ("2000A", 2, "submit", 70), ("2000A", 3, "no_code", None),
-        ("2000A", 4, "unsupported_language", None)]  # fmt: skip
+        ("2000A", 1, "submit", 91),
+        ("2000A", 2, "submit", 70),
+        ("2000A", 3, "no_code", None),
+        ("2000A", 4, "unsupported_language", None),
+    ]
     assert (
         subs[0]["source"] == "int main(){}\n"
         and subs[0]["compiler"].startswith("GNU G++23")
         and subs[2]["source"] is None
     )
-    assert {k: summary[k] for k in ("problems", "contests", "attempts", "submit", "no_code", "unsupported_language")} == {
-        "problems": 2, "contests": 2, "attempts": 8, "submit": 4, "no_code": 2, "unsupported_language": 2}  # fmt: skip
+    assert {
+        k: summary[k] for k in ("problems", "contests", "attempts", "submit", "no_code", "unsupported_language")
+    } == {"problems": 2, "contests": 2, "attempts": 8, "submit": 4, "no_code": 2, "unsupported_language": 2}
     assert (
         summary["elo"] is None and summary["status"] == "needs the judge's verdicts: set codeforces.verdicts.selfplay"
     )
@@ -248,15 +288,23 @@ def test_the_generate_job_writes_a_submissions_file_a_judge_bot_can_take(tmp_pat
 def test_the_elo_job_scores_the_judges_verdicts_of_the_submissions_file(tmp_path):
     subs = [dict(s, problem_id=s["contest_id"] + s["index"]) for s in SUBS]
     lt.write_jsonl(tmp_path / "s.jsonl", subs)
-    write_verdicts(tmp_path / "v.jsonl", [
-        {"contest_id": 2000, "index": "A", "attempt": 1, "verdict": "WA"},
-        {"contest_id": 2000, "index": "A", "attempt": 3, "verdict": "OK"},
-        {"contest_id": 2001, "index": "B", "attempt": 1, "verdict": "OK"},
-    ])  # fmt: skip
+    write_verdicts(
+        tmp_path / "v.jsonl",
+        [
+            {"contest_id": 2000, "index": "A", "attempt": 1, "verdict": "WA"},
+            {"contest_id": 2000, "index": "A", "attempt": 3, "verdict": "OK"},
+            {"contest_id": 2001, "index": "B", "attempt": 1, "verdict": "OK"},
+        ],
+    )
     contests = {"2000": field_contest("2000", 400), "2001": field_contest("2001", 400)}
     (tmp_path / "c.json").write_text(json.dumps(contests))
-    doc = cf.elo_job("base", str(tmp_path / "s.jsonl"), str(tmp_path / "v.jsonl"), str(tmp_path / "c.json"),
-                     {"min_participants": 200})  # fmt: skip
+    doc = cf.elo_job(
+        "base",
+        str(tmp_path / "s.jsonl"),
+        str(tmp_path / "v.jsonl"),
+        str(tmp_path / "c.json"),
+        {"min_participants": 200},
+    )
     # 2000: A at the third attempt (1 point, penalty 20); 2001: B first time (1 point, penalty 0)
     by = {c["contest_id"]: c for c in doc["contests"]}
     assert (by["2000"]["score"], by["2000"]["penalty"], by["2001"]["penalty"]) == (1.0, 20, 0)
@@ -266,8 +314,10 @@ def test_the_elo_job_scores_the_judges_verdicts_of_the_submissions_file(tmp_path
 
 
 def test_the_report_rows_show_the_elo_or_the_key_to_set_beside_the_papers_number():
-    docs = {"base": {"elo": 1723.25, "contests_rated": 2, "problems": 9, "status": "computed"},
-            "sft": {"elo": None, "problems": 9, "status": "needs the judge's verdicts: set codeforces.verdicts.sft"}}  # fmt: skip
+    docs = {
+        "base": {"elo": 1723.25, "contests_rated": 2, "problems": 9, "status": "computed"},
+        "sft": {"elo": None, "problems": 9, "status": "needs the judge's verdicts: set codeforces.verdicts.sft"},
+    }
     rows = cf.report_rows(docs)
     assert [(r["policy"], r["codeforces_elo"], r["paper"]) for r in rows] == [
         ("base", 1723.25, 1852),

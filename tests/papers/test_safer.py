@@ -261,12 +261,21 @@ def summary_of(values, jitter=0.002):
     rng = np.random.default_rng(0)
     return pd.DataFrame(
         [
-            {"variant": v, "seed": s, "auroc": a + rng.normal(0, jitter), "aa": aa + rng.normal(0, jitter),
-             "af": af + rng.normal(0, jitter), "fpr95": 0.1, "task_id_acc": 1.0, "open_acc": 0.9, "open_macro_f1": 0.9}
+            {
+                "variant": v,
+                "seed": s,
+                "auroc": a + rng.normal(0, jitter),
+                "aa": aa + rng.normal(0, jitter),
+                "af": af + rng.normal(0, jitter),
+                "fpr95": 0.1,
+                "task_id_acc": 1.0,
+                "open_acc": 0.9,
+                "open_macro_f1": 0.9,
+            }
             for v, (a, aa, af) in values.items()
             for s in SEEDS
         ]
-    )  # fmt: skip
+    )
 
 
 WORKING = {

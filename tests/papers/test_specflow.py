@@ -334,12 +334,25 @@ def _frame(values: dict, ratio=0.889):
     for (method, task), (acc, cov) in values.items():
         for s in SEEDS:
             rank = np.random.default_rng(s).permutation(ITEMS)
-            rows.append(pd.DataFrame({
-                "method": method, "task": task, "seed": s, "ratio": ratio, "budget": 7, "k_fed": 7,
-                "item": np.arange(ITEMS), "correct": (rank < round(acc * ITEMS)).astype(int), "full_correct": 1,
-                "coverage": cov + 0.01 * (rank % 3), "prune_ms": 0.1, "leaves": np.nan,
-                "energy_std_over_delta": np.nan,
-            }))  # fmt: skip
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "method": method,
+                        "task": task,
+                        "seed": s,
+                        "ratio": ratio,
+                        "budget": 7,
+                        "k_fed": 7,
+                        "item": np.arange(ITEMS),
+                        "correct": (rank < round(acc * ITEMS)).astype(int),
+                        "full_correct": 1,
+                        "coverage": cov + 0.01 * (rank % 3),
+                        "prune_ms": 0.1,
+                        "leaves": np.nan,
+                        "energy_std_over_delta": np.nan,
+                    }
+                )
+            )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -365,9 +378,17 @@ GOOD = {
     ("topk", "control"): (0.95, 1.0),
     ("random", "control"): (0.60, 0.30),
 }
-GATED_CLAIMS = {"specflow_vs_topk", "specflow_vs_fastv", "specflow_vs_random", "ablation_no_diffusion",
-                "ablation_no_quadtree", "coverage_vs_topk", "coverage_no_diffusion", "coverage_no_quadtree",
-                "single_object_tie"}  # fmt: skip
+GATED_CLAIMS = {
+    "specflow_vs_topk",
+    "specflow_vs_fastv",
+    "specflow_vs_random",
+    "ablation_no_diffusion",
+    "ablation_no_quadtree",
+    "coverage_vs_topk",
+    "coverage_no_diffusion",
+    "coverage_no_quadtree",
+    "single_object_tie",
+}
 
 
 def test_metrics_table_names_are_the_ones_the_settings_declare():
@@ -404,8 +425,14 @@ def test_the_baselines_numbers_in_specflows_place_are_not_held():
     bad = dict(GOOD)
     bad[("specflow", "count")] = GOOD[("topk", "count")]
     found = verdicts(bad)
-    for cid in ("specflow_vs_topk", "specflow_vs_random", "ablation_no_diffusion", "ablation_no_quadtree",
-                "coverage_vs_topk", "coverage_no_quadtree"):  # fmt: skip
+    for cid in (
+        "specflow_vs_topk",
+        "specflow_vs_random",
+        "ablation_no_diffusion",
+        "ablation_no_quadtree",
+        "coverage_vs_topk",
+        "coverage_no_quadtree",
+    ):
         assert found[cid].verdict in ("refuted", "inconclusive") and not found[cid].held, cid
 
 

@@ -184,8 +184,15 @@ def verdicts(per_user: pd.DataFrame) -> dict:
     return {v.id: v for v in judge_all(specs, claims.metrics_table(per_user, "smoke"), "smoke")}
 
 
-RATES = {"standard": 0.3, "uniform_prior": 0.3, "principles": 0.45, "uka": 0.6, "uka_permuted_tom": 0.45,
-         "uka_no_belief_test": 0.45, "uka_no_eig_train": 0.45}  # fmt: skip
+RATES = {
+    "standard": 0.3,
+    "uniform_prior": 0.3,
+    "principles": 0.45,
+    "uka": 0.6,
+    "uka_permuted_tom": 0.45,
+    "uka_no_belief_test": 0.45,
+    "uka_no_eig_train": 0.45,
+}
 NULL = {"standard": 0.3, "principles": 0.45, "uka": 0.45}  # the uninformative world (reported, no claim)
 
 

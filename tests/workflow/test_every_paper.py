@@ -25,9 +25,31 @@ PAPERS = available_papers()
 # own in tests/tiny_outputs.py (the REORDER checks go with them in CI); `make test` runs them all.
 TINY_PARAMS = [s if s in TINY_CHECKS else pytest.param(s, marks=pytest.mark.smoke_covered) for s in PAPERS]
 STAGES = ("download", "preprocess", "train", "evaluate", "report")
-CLAIM_KEYS = {"id", "statement", "value", "threshold", "comparison", "held", "gated", "seeds", "values", "value_std",
-              "verdict", "ci_low", "ci_high", "ci_level", "ci_method", "n_units", "n_needed", "central", "control",
-              "metric", "method", "baseline", "effects"}  # fmt: skip
+CLAIM_KEYS = {
+    "id",
+    "statement",
+    "value",
+    "threshold",
+    "comparison",
+    "held",
+    "gated",
+    "seeds",
+    "values",
+    "value_std",
+    "verdict",
+    "ci_low",
+    "ci_high",
+    "ci_level",
+    "ci_method",
+    "n_units",
+    "n_needed",
+    "central",
+    "control",
+    "metric",
+    "method",
+    "baseline",
+    "effects",
+}
 
 
 @pytest.fixture(scope="module")

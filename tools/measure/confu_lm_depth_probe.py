@@ -42,9 +42,15 @@ def main() -> None:
         accepted = []
         for q in test.itertuples(index=False):
             ids = torch.tensor([list(q.prompt_ids)])
-            got = decoder.decode(ids, torch.ones_like(ids), max_new_tokens=int(dec["max_new_tokens"]),
-                                 temperature=0.0, uniforms=torch.zeros(1, int(dec["max_new_tokens"])), eos=eos,
-                                 pad=pad)  # fmt: skip
+            got = decoder.decode(
+                ids,
+                torch.ones_like(ids),
+                max_new_tokens=int(dec["max_new_tokens"]),
+                temperature=0.0,
+                uniforms=torch.zeros(1, int(dec["max_new_tokens"])),
+                eos=eos,
+                pad=pad,
+            )
             accepted.append([int(a) for a in got.accepted[0]])
         flat = np.concatenate([np.asarray(a) for a in accepted])
         per_depth = ", ".join(f"{a:.3f}" for a in depth_acceptance(accepted, tree.depth))

@@ -87,8 +87,11 @@ def _setup(spec: dict):
         folder = next(Path(spec["folder"]).iterdir())  # <hub>-<offline>/<revision>
         target = load_pretrained(SMOLLM2, folder.name, folder, dtype=spec["dtype"]).eval()
         n = int(target.config.num_hidden_layers)
-        head = {"feature_layers": [2, n // 2, n - 3], "heads": int(target.config.num_attention_heads),
-                "intermediate_size": int(target.config.intermediate_size)}  # fmt: skip
+        head = {
+            "feature_layers": [2, n // 2, n - 3],
+            "heads": int(target.config.num_attention_heads),
+            "intermediate_size": int(target.config.intermediate_size),
+        }
         cfg = paper.head_config("smollm2", head, load_paper_config("confu", "paper"), target.config)
         pad = int(target.config.pad_token_id)
     return target, cfg, pad
@@ -159,8 +162,18 @@ def child(spec: dict) -> dict:
     # count in the resident set) before the measured step
     warm = [(ids[:16], 4) for ids, _ in seqs]
     train_draft(spec["method"], target, warm, cfg, 0, init=init, pad=pad, max_length=16, dtype=spec["dtype"])
-    train_draft(spec["method"], target, seqs, cfg, 0, init=init, pad=pad, max_length=length, dtype=spec["dtype"],
-                checkpoint=Probe)  # fmt: skip
+    train_draft(
+        spec["method"],
+        target,
+        seqs,
+        cfg,
+        0,
+        init=init,
+        pad=pad,
+        max_length=length,
+        dtype=spec["dtype"],
+        checkpoint=Probe,
+    )
     out["fb_mb"] = out["fb_top_mb"] - out["before_mb"]  # forward + backward (+ clipping) above the steady state
     out["opt_mb"] = out["opt_top_mb"] - out["before_mb"]  # the AdamW step (gradients alive, activations freed)
     out["peak_mb"] = max(out["fb_mb"], out["opt_mb"])
@@ -181,8 +194,18 @@ def dims(setup: str) -> dict:
         V = len(world_of(cfg["data"]).tokenizer())
         h, n, i = t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
         params = V * h + n * (4 * h * h + 3 * h * i + 2 * h) + h + V * h
-        return {"V": V, "h": h, "layers": n, "I": i, "Id": cfg["draft"]["intermediate_size"], "kv": h,
-                "params": params, "n_soft": cfg["confu"]["n_soft"], "K": cfg["confu"]["anchors"], "tied": False}  # fmt: skip
+        return {
+            "V": V,
+            "h": h,
+            "layers": n,
+            "I": i,
+            "Id": cfg["draft"]["intermediate_size"],
+            "kv": h,
+            "params": params,
+            "n_soft": cfg["confu"]["n_soft"],
+            "K": cfg["confu"]["anchors"],
+            "tied": False,
+        }
     cfg = load_paper_config("confu", "paper")
     if setup == "smollm2":
         folder = next(Path(SMOLLM2_FOLDER).iterdir())
@@ -190,11 +213,25 @@ def dims(setup: str) -> dict:
         h, n, i = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]
         kv = c["num_key_value_heads"] * c.get("head_dim", h // c["num_attention_heads"])
         params = c["vocab_size"] * h + n * (2 * h * h + 2 * h * kv + 3 * h * i + 2 * h) + h
-        return {"V": c["vocab_size"], "h": h, "layers": n, "I": i, "Id": i, "kv": kv, "params": params,
-                "n_soft": cfg["confu"]["n_soft"], "K": cfg["confu"]["anchors"], "tied": True}  # fmt: skip
+        return {
+            "V": c["vocab_size"],
+            "h": h,
+            "layers": n,
+            "I": i,
+            "Id": i,
+            "kv": kv,
+            "params": params,
+            "n_soft": cfg["confu"]["n_soft"],
+            "K": cfg["confu"]["anchors"],
+            "tied": True,
+        }
     t = PAPER_TARGETS[setup]
-    return {**t, "Id": cfg["targets"][setup]["intermediate_size"], "n_soft": cfg["confu"]["n_soft"],
-            "K": cfg["confu"]["anchors"]}  # fmt: skip
+    return {
+        **t,
+        "Id": cfg["targets"][setup]["intermediate_size"],
+        "n_soft": cfg["confu"]["n_soft"],
+        "K": cfg["confu"]["anchors"],
+    }
 
 
 def unit(dm: dict) -> int:
@@ -241,15 +278,25 @@ def regressors(dm: dict, method: str, b: int, length: int, ttt: int, ck: bool) -
     return [vocab_step, b * m * dm["V"], target, b * m * ttt * unit({"h": dm["h"], "I": dm["Id"]}), 1.0]
 
 
-TERMS = ["vocab/TTT step (B·N·V·ttt)", "vocab fixed (B·N·V)", "contemplate target act.", "head act. (B·N·ttt·u)",
-         "constant"]  # fmt: skip
+TERMS = [
+    "vocab/TTT step (B·N·V·ttt)",
+    "vocab fixed (B·N·V)",
+    "contemplate target act.",
+    "head act. (B·N·ttt·u)",
+    "constant",
+]
 
 
 def run_point(point: dict) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0", "OMP_NUM_THREADS": str(
-        point["threads"])}  # fmt: skip
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(point)], capture_output=True, text=True,
-                          env=env)  # fmt: skip
+    env = {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        "MALLOC_TRIM_THRESHOLD_": "0",
+        "OMP_NUM_THREADS": str(point["threads"]),
+    }
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(point)], capture_output=True, text=True, env=env
+    )
     if proc.returncode:
         raise RuntimeError(f"{point}: {proc.stderr[-3000:]}")
     return {**point, **json.loads(proc.stdout.strip().splitlines()[-1])}
@@ -258,8 +305,9 @@ def run_point(point: dict) -> dict:
 def fit(rows: list[dict]):
     import numpy as np
 
-    x = np.array([regressors(dims(r["setup"]), r["method"], r["batch"], r["length"], r["ttt"], r["checkpointing"])
-                  for r in rows])  # fmt: skip
+    x = np.array(
+        [regressors(dims(r["setup"]), r["method"], r["batch"], r["length"], r["ttt"], r["checkpointing"]) for r in rows]
+    )
     y = np.array([r["fb_mb"] * MB for r in rows])
     from scipy.optimize import nnls
 
@@ -301,24 +349,52 @@ def main() -> None:
             {"setup": "smollm2", "method": mt, "batch": b, "length": n, "ttt": t, "checkpointing": False}
             for mt, b, n, t in itertools.product(["eagle3", "confu"], [1, 2], [256, 512], [1, 3])
         ]
-        points += [{"setup": "smollm2", "method": mt, "batch": 2, "length": n, "ttt": t, "checkpointing": True}
-                   for mt, n, t in itertools.product(["eagle3", "confu"], [256, 512], [1, 3])]  # fmt: skip
-        points += [{"setup": "smollm2", "method": "confu", "batch": 2, "length": 512, "ttt": 3, "checkpointing": ck,
-                    "dtype": "bfloat16"} for ck in (False, True)]  # fmt: skip
-        points += [{"setup": "tiny", "method": mt, "batch": 16, "length": 60, "ttt": 3, "checkpointing": ck}
-                   for ck, mt in itertools.product([False, True], ["eagle3", "confu"])]  # fmt: skip
+        points += [
+            {"setup": "smollm2", "method": mt, "batch": 2, "length": n, "ttt": t, "checkpointing": True}
+            for mt, n, t in itertools.product(["eagle3", "confu"], [256, 512], [1, 3])
+        ]
+        points += [
+            {
+                "setup": "smollm2",
+                "method": "confu",
+                "batch": 2,
+                "length": 512,
+                "ttt": 3,
+                "checkpointing": ck,
+                "dtype": "bfloat16",
+            }
+            for ck in (False, True)
+        ]
+        points += [
+            {"setup": "tiny", "method": mt, "batch": 16, "length": 60, "ttt": 3, "checkpointing": ck}
+            for ck, mt in itertools.product([False, True], ["eagle3", "confu"])
+        ]
     else:
-        points = [{"setup": args.setup, "method": args.method, "batch": args.batch, "length": args.length,
-                   "ttt": args.ttt, "checkpointing": args.checkpointing}]  # fmt: skip
+        points = [
+            {
+                "setup": args.setup,
+                "method": args.method,
+                "batch": args.batch,
+                "length": args.length,
+                "ttt": args.ttt,
+                "checkpointing": args.checkpointing,
+            }
+        ]
     rows = []
-    print(f"{'setup':8} {'method':6} {'ckpt':4} {'B':>2} {'L':>4} {'ttt':>3} {'dtype':8} {'before MB':>9} "
-          f"{'fwd+bwd MB':>10} {'AdamW MB':>8} {'peak MB':>8} {'s':>5}  loss", flush=True)  # fmt: skip
+    print(
+        f"{'setup':8} {'method':6} {'ckpt':4} {'B':>2} {'L':>4} {'ttt':>3} {'dtype':8} {'before MB':>9} "
+        f"{'fwd+bwd MB':>10} {'AdamW MB':>8} {'peak MB':>8} {'s':>5}  loss",
+        flush=True,
+    )
     for p in points:
         r = run_point({**base, **p})  # a point may name its own dtype
         rows.append(r)
-        print(f"{r['setup']:8} {r['method']:6} {'on' if r['checkpointing'] else 'off':4} {r['batch']:>2} "
-              f"{r['length']:>4} {r['ttt']:>3} {r['dtype']:8} {r['before_mb']:9.0f} {r['fb_mb']:10.1f} {r['opt_mb']:8.1f} {r['peak_mb']:8.1f} "
-              f"{r['seconds']:5.1f}  {r['loss']:.6f}", flush=True)  # fmt: skip
+        print(
+            f"{r['setup']:8} {r['method']:6} {'on' if r['checkpointing'] else 'off':4} {r['batch']:>2} "
+            f"{r['length']:>4} {r['ttt']:>3} {r['dtype']:8} {r['before_mb']:9.0f} {r['fb_mb']:10.1f} {r['opt_mb']:8.1f} {r['peak_mb']:8.1f} "
+            f"{r['seconds']:5.1f}  {r['loss']:.6f}",
+            flush=True,
+        )
     if args.out:
         import pandas as pd
 
@@ -337,16 +413,23 @@ def report(rows: list[dict], fitted: bool) -> None:
         return
     smol = [r for r in rows if r["setup"] == "smollm2" and r["dtype"] == "float32"]
     coef = fit(smol)
-    print("fit (bytes per element): " + ", ".join(f"{t} {c:.3g}" for t, c in zip(TERMS[:-1], coef[:-1]))
-          + f", constant {coef[-1] / MB:.1f} MB")  # fmt: skip
-    resid = [r["fb_mb"] - predict(coef, dims("smollm2"), r["method"], r["batch"], r["length"], r["ttt"],
-                                    r["checkpointing"]) for r in smol]  # fmt: skip
+    print(
+        "fit (bytes per element): "
+        + ", ".join(f"{t} {c:.3g}" for t, c in zip(TERMS[:-1], coef[:-1]))
+        + f", constant {coef[-1] / MB:.1f} MB"
+    )
+    resid = [
+        r["fb_mb"] - predict(coef, dims("smollm2"), r["method"], r["batch"], r["length"], r["ttt"], r["checkpointing"])
+        for r in smol
+    ]
     print(f"fit residuals on SmolLM2: max |r| {max(abs(x) for x in resid):.1f} MB")
     for r in rows:
         if r["setup"] == "tiny" and r["dtype"] == "float32":
             got = predict(coef, dims("tiny"), r["method"], r["batch"], r["length"], r["ttt"], r["checkpointing"])
-            print(f"tiny {r['method']} ckpt {'on' if r['checkpointing'] else 'off'}: measured {r['fb_mb']:.1f} MB, "
-                  f"predicted {got:.1f} MB")  # fmt: skip
+            print(
+                f"tiny {r['method']} ckpt {'on' if r['checkpointing'] else 'off'}: measured {r['fb_mb']:.1f} MB, "
+                f"predicted {got:.1f} MB"
+            )
     extrapolate(coef)
 
 
@@ -366,10 +449,13 @@ def extrapolate(coef) -> None:
             a = analytic(dm, "confu", b, length, ttt, target_bytes=2)
             static = (a["target_weights"] + a["head_params_grads_adamw"] + a["frozen_embedding"]) / 1024
             total = static + sum(terms)
-            print(f"{name} confu B {b} L {length} ttt {ttt} ckpt {'on' if ck else 'off'}: static {static:.1f} GB "
-                  f"(target {a['target_weights'] / 1024:.1f}, head+grads+AdamW "
-                  f"{a['head_params_grads_adamw'] / 1024:.1f}, frozen emb {a['frozen_embedding'] / 1024:.1f}) + "
-                  + ", ".join(f"{t} {v:.1f}" for t, v in zip(TERMS, terms)) + f" = {total:.1f} GB per GPU")  # fmt: skip
+            print(
+                f"{name} confu B {b} L {length} ttt {ttt} ckpt {'on' if ck else 'off'}: static {static:.1f} GB "
+                f"(target {a['target_weights'] / 1024:.1f}, head+grads+AdamW "
+                f"{a['head_params_grads_adamw'] / 1024:.1f}, frozen emb {a['frozen_embedding'] / 1024:.1f}) + "
+                + ", ".join(f"{t} {v:.1f}" for t, v in zip(TERMS, terms))
+                + f" = {total:.1f} GB per GPU"
+            )
 
 
 if __name__ == "__main__":

@@ -131,8 +131,10 @@ def observe(trainer, model, inputs, logps: torch.Tensor) -> dict:
 def summarise_run(steps: list[dict], history: list[dict]) -> dict:
     """Pooled over the run's steps."""
     out: dict = {}
-    cat = {k: {f: np.concatenate([s["tokens"][k][f] for s in steps]) for f in ("logr", "adv", "active", "correct")}
-           for k in CLASSES}  # fmt: skip
+    cat = {
+        k: {f: np.concatenate([s["tokens"][k][f] for s in steps]) for f in ("logr", "adv", "active", "correct")}
+        for k in CLASSES
+    }
     lo = steps[0]["lo"]
     weight = {k: np.abs(c["adv"]) * np.exp(c["logr"]) for k, c in cat.items()}
     total_w = sum(w.sum() for w in weight.values())
@@ -208,18 +210,25 @@ def main() -> None:
             runs.append({"steps": []})
             with tempfile.TemporaryDirectory() as tmp:
                 curves, _ = stages.train_method(
-                    method, cfg["task"], str(RESULTS / "raw" / "test_problems.parquet"),
-                    str(RESULTS / "models" / "base.safetensors"), str(RESULTS / "models" / "prior.safetensors"),
-                    params, [seed], {seed: f"{tmp}/seed{seed}.safetensors"},
-                )  # fmt: skip
+                    method,
+                    cfg["task"],
+                    str(RESULTS / "raw" / "test_problems.parquet"),
+                    str(RESULTS / "models" / "base.safetensors"),
+                    str(RESULTS / "models" / "prior.safetensors"),
+                    params,
+                    [seed],
+                    {seed: f"{tmp}/seed{seed}.safetensors"},
+                )
             run = runs[-1]
             summary = flatten(summarise_run(run["steps"], run["trainer"].state.log_history))
             table.append({"method": method, "seed": seed, **summary})
             ours = curves.dropna(subset=["test_accuracy"])["test_accuracy"].to_numpy()
             theirs = stored[stored.seed == seed].dropna(subset=["test_accuracy"])["test_accuracy"].to_numpy()
             same = np.array_equal(ours, theirs)
-            replay.append(f"{method} seed {seed}: greedy accuracy curve equals the cpu run's: {same} "
-                          f"(final {ours[-1]:.3f} vs {theirs[-1]:.3f})")  # fmt: skip
+            replay.append(
+                f"{method} seed {seed}: greedy accuracy curve equals the cpu run's: {same} "
+                f"(final {ours[-1]:.3f} vs {theirs[-1]:.3f})"
+            )
             runs[-1] = {}  # free the arrays
             print(replay[-1], f"[{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
     frame = pd.DataFrame(table)
@@ -256,8 +265,10 @@ def main() -> None:
         "|---|" + "---|" * len(agg.index),
     ]
     for c in cols:
-        cells = [f"{agg.loc[m, (c, 'mean')]:.4g} [{agg.loc[m, (c, 'min')]:.3g}, {agg.loc[m, (c, 'max')]:.3g}]"
-                 for m in agg.index]  # fmt: skip
+        cells = [
+            f"{agg.loc[m, (c, 'mean')]:.4g} [{agg.loc[m, (c, 'min')]:.3g}, {agg.loc[m, (c, 'max')]:.3g}]"
+            for m in agg.index
+        ]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines += ["", "## Per seed (JSON)", "", "```json", frame.to_json(orient="records", indent=1), "```", ""]
     text = "\n".join(lines)

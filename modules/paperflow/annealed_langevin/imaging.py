@@ -139,9 +139,16 @@ def run_inpainting(
     taus = imaging_taus(path, T, cfg["n_iter"], cfg["step"], cfg["sigma_final"])
     denoiser = diffunet_denoiser(weights_path, device)
     mean, last = posterior_langevin(
-        x_true, mask, denoiser, taus, cfg["step"], cfg["lam"], cfg["burn_in"], cfg["mask_seed"],
+        x_true,
+        mask,
+        denoiser,
+        taus,
+        cfg["step"],
+        cfg["lam"],
+        cfg["burn_in"],
+        cfg["mask_seed"],
         checkpoint_dir=checkpoint_dir,
-    )  # fmt: skip
+    )
     summary = {
         "path": path,
         "T": "inf" if T is None else T,

@@ -245,8 +245,11 @@ def _pin(args: argparse.Namespace) -> int:
     code = subprocess.run(cmd, cwd=root, env=env).returncode
     lock = lock_path(args.slug, root)
     if code == 0:
-        print(f"pin: {lock} holds the sha256 of the files without a published checksum; commit it" if lock.is_file()
-              else f"pin: every {args.slug} download at scale {args.scale} already had a checksum")  # fmt: skip
+        print(
+            f"pin: {lock} holds the sha256 of the files without a published checksum; commit it"
+            if lock.is_file()
+            else f"pin: every {args.slug} download at scale {args.scale} already had a checksum"
+        )
     return code
 
 

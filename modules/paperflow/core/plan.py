@@ -61,8 +61,16 @@ def parse_dry_run(text: str) -> list[PlannedJob]:
 
 def dry_run(root: str | Path, scale: str, papers: Sequence[str]) -> str:
     # --forceall: every job of the DAG, whatever this checkout already holds under results/ (a plan, not a resume)
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--forceall", "--config", f"scale={scale}",
-           f"papers=[{','.join(papers)}]"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-n",
+        "--forceall",
+        "--config",
+        f"scale={scale}",
+        f"papers=[{','.join(papers)}]",
+    ]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode:
         raise PlanError(
@@ -148,18 +156,21 @@ def plan_rows(jobs: Iterable[PlannedJob], papers: Sequence[str], scale: str, roo
         unpinned = unpinned_downloads(
             load_paper_config(slug, scale, Path(root)), read_lock(slug, root), revisions=read_lock_revisions(slug, root)
         )
-        rows.append({
-            "paper": slug,
-            "jobs": len(mine),
-            "jobs per rule": ", ".join(f"{r} {n}" for r, n in sorted(per_rule.items(), key=_stage_order)),
-            "GPU jobs": len(gpu),
-            "GPUs per job: jobs": ", ".join(f"{n}: {k}" for n, k in sorted(Counter(j.gpus for j in gpu).items())) or "-",
-            "GPU-hours": round(sum(j.gpus * j.hours for j in gpu), 1),
-            "CPU-hours": round(sum(j.threads * j.hours for j in mine if not j.gpus), 1),
-            "max memory (GB)": round(max((j.mem_gb for j in mine), default=0.0), 1),
-            "unpinned downloads": len(unpinned),
-            "unpinned keys": ", ".join(unpinned) or "-",
-        })  # fmt: skip
+        rows.append(
+            {
+                "paper": slug,
+                "jobs": len(mine),
+                "jobs per rule": ", ".join(f"{r} {n}" for r, n in sorted(per_rule.items(), key=_stage_order)),
+                "GPU jobs": len(gpu),
+                "GPUs per job: jobs": ", ".join(f"{n}: {k}" for n, k in sorted(Counter(j.gpus for j in gpu).items()))
+                or "-",
+                "GPU-hours": round(sum(j.gpus * j.hours for j in gpu), 1),
+                "CPU-hours": round(sum(j.threads * j.hours for j in mine if not j.gpus), 1),
+                "max memory (GB)": round(max((j.mem_gb for j in mine), default=0.0), 1),
+                "unpinned downloads": len(unpinned),
+                "unpinned keys": ", ".join(unpinned) or "-",
+            }
+        )
     return rows
 
 
@@ -179,8 +190,12 @@ def render(
         f"{missing} download(s) without a checksum (`paperflow pin <slug>` fills them)."
     )
     if missing:
-        lines += ["", "Downloads that only `paperflow pin` can fill, and why no published checksum was found "
-                  f"(`{UNPINNED_FILE.as_posix()}`):", ""]  # fmt: skip
+        lines += [
+            "",
+            "Downloads that only `paperflow pin` can fill, and why no published checksum was found "
+            f"(`{UNPINNED_FILE.as_posix()}`):",
+            "",
+        ]
         for row in rows:
             for key in [k for k in str(row["unpinned keys"]).split(", ") if k != "-"]:
                 why = (reasons or {}).get(row["paper"], {}).get(key, "no reason recorded")

@@ -217,8 +217,9 @@ def run(
         _kill(proc)
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
-    return Result(_status(why, proc.returncode, err, isolation), proc.returncode, out, err, isolation,
-                  time.monotonic() - start)  # fmt: skip
+    return Result(
+        _status(why, proc.returncode, err, isolation), proc.returncode, out, err, isolation, time.monotonic() - start
+    )
 
 
 def _pump(proc: subprocess.Popen, data: bytes, deadline: float, cap: int) -> tuple[bytes, bytes, str | None]:

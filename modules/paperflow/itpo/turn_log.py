@@ -77,8 +77,11 @@ def keep_until(path: str | Path, step: int) -> None:
     path = Path(path)
     kept = []
     if step and path.exists():
-        kept = [line for line in path.read_text().splitlines(keepends=True)
-                if line.endswith("\n") and json.loads(line)["step"] <= step]  # fmt: skip
+        kept = [
+            line
+            for line in path.read_text().splitlines(keepends=True)
+            if line.endswith("\n") and json.loads(line)["step"] <= step
+        ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(kept))
 

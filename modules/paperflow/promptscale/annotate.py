@@ -47,8 +47,14 @@ STATEMENT_COLUMNS = (
     "tags",
 )
 _ITEM = re.compile(r"^\s*(?:\d+\s*[.):]|[-*\u2022])\s*(.+?)\s*$")
-DROP_REASONS = ("concepts_unmarked", "concepts_truncated", "too_few_concepts", "rationale_unmarked",
-                "rationale_truncated", "rationale_empty")  # fmt: skip
+DROP_REASONS = (
+    "concepts_unmarked",
+    "concepts_truncated",
+    "too_few_concepts",
+    "rationale_unmarked",
+    "rationale_truncated",
+    "rationale_empty",
+)
 
 
 # --- statements ---------------------------------------------------------------------------------------------------

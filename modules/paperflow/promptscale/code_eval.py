@@ -414,8 +414,9 @@ def folder_stamp(folder: str | os.PathLike) -> list[tuple[str, int, int]]:
     )
 
 
-def grade_by_problem(jobs: Sequence[tuple[Any, str, Mapping[str, Any]]], limits: Mapping[str, Any], workers: int,
-                     on_problem) -> None:  # fmt: skip
+def grade_by_problem(
+    jobs: Sequence[tuple[Any, str, Mapping[str, Any]]], limits: Mapping[str, Any], workers: int, on_problem
+) -> None:
     """Grade (problem id, completion, row) jobs `workers` at a time; `on_problem(id, [grade, ...])` (in job order)
     as soon as the last job of a problem is graded."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -465,14 +466,30 @@ def evaluate_code(
     preflight(limits)
     rows = read_jsonl(benchmark_rows)
     k = int(settings["samples"])
-    key = {"rows": file_digest(benchmark_rows), "policy": policy, "model": folder_stamp(policy_folder),
-           "settings": dict(settings), "limits": limits}  # fmt: skip
+    key = {
+        "rows": file_digest(benchmark_rows),
+        "policy": policy,
+        "model": folder_stamp(policy_folder),
+        "settings": dict(settings),
+        "limits": limits,
+    }
     with journal_at(journal) as done:
         progress = Progress(out, key) if done is None else JournalProgress(out, done)
         try:
-            graded = _evaluate_code(rows, progress, done, k, settings, limits, workers,
-                                    lambda: nullcontext() if journalled(done, "sample:", len(rows)) else
-                                    served(policy_folder, policy, vllm, server_log, dtype))  # fmt: skip
+            graded = _evaluate_code(
+                rows,
+                progress,
+                done,
+                k,
+                settings,
+                limits,
+                workers,
+                lambda: (
+                    nullcontext()
+                    if journalled(done, "sample:", len(rows))
+                    else served(policy_folder, policy, vllm, server_log, dtype)
+                ),
+            )
         finally:
             progress.close()
     score = pass_at_1([g["correct"] for g in graded])
@@ -516,8 +533,14 @@ def _evaluate_code(rows, progress, journal, k, settings, limits, workers, serve)
         truncated = {str(r["id"]): [c["finish_reason"] == "length" for c in ch] for r, ch in zip(todo, samples)}
 
         def record(ident, graded):
-            progress.add({"id": ident, "status": [g["status"] for g in graded],
-                          "correct": [g["passed"] for g in graded], "truncated": truncated[ident]})  # fmt: skip
+            progress.add(
+                {
+                    "id": ident,
+                    "status": [g["status"] for g in graded],
+                    "correct": [g["passed"] for g in graded],
+                    "truncated": truncated[ident],
+                }
+            )
 
         jobs = [(str(r["id"]), c["text"], r) for r, choices in zip(todo, samples) for c in choices]
         grade_by_problem(jobs, limits, workers, record)

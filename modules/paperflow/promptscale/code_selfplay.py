@@ -307,8 +307,9 @@ def verify(
         return _verify(tests_jsonl, rollouts_jsonl, limits, workers, out, done)
 
 
-def _verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], workers: int, out: str,
-            journal) -> dict[str, Any]:  # fmt: skip
+def _verify(
+    tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], workers: int, out: str, journal
+) -> dict[str, Any]:
     limits = code_eval.check_limits(limits, "code_eval")
     code_eval.preflight(limits)
     tests = {r["id"]: r["tests"] for r in lt.read_jsonl(tests_jsonl)}
@@ -317,8 +318,11 @@ def _verify(tests_jsonl: str, rollouts_jsonl: str, limits: Mapping[str, Any], wo
     if missing:
         raise ValueError(f"{rollouts_jsonl}: problems {missing[:5]} have no tests in {tests_jsonl}")
     programs = [[code_eval.extract_code(text) for text in r["completions"]] for r in rows]
-    key = {"tests": code_eval.file_digest(tests_jsonl), "rollouts": code_eval.file_digest(rollouts_jsonl),
-           "limits": limits}  # fmt: skip
+    key = {
+        "tests": code_eval.file_digest(tests_jsonl),
+        "rollouts": code_eval.file_digest(rollouts_jsonl),
+        "limits": limits,
+    }
     progress = code_eval.Progress(out, key) if journal is None else code_eval.JournalProgress(out, journal)
     try:
         pending: dict[str, tuple[Mapping[str, Any], list[str], list[str]]] = {}

@@ -41,8 +41,22 @@ from paperflow.promptscale import llm_text as lt
 from paperflow.promptscale import selfplay as sp
 
 # the dataset's columns (Qwen/CodeElo's card and the public loaders that read test.json)
-CODEELO_COLUMNS = ("problem_id", "url", "title", "rating", "tags", "div", "time_limit_ms", "memory_limit_mb",
-                   "description", "input", "output", "interaction", "examples", "note")  # fmt: skip
+CODEELO_COLUMNS = (
+    "problem_id",
+    "url",
+    "title",
+    "rating",
+    "tags",
+    "div",
+    "time_limit_ms",
+    "memory_limit_mb",
+    "description",
+    "input",
+    "output",
+    "interaction",
+    "examples",
+    "note",
+)
 FORMATS = ("codeelo",)
 
 # Codeforces language ids of the code block tags (QwenLM/CodeElo main.py's lang_map)
@@ -56,23 +70,73 @@ LANGUAGES = {
     "go": (32, "Go 1.22.2"),
     "csharp": (79, "C# 10, .NET SDK 6.0"),
 }
-LANGUAGE_ALIASES = {"c++": "cpp", "cc": "cpp", "cxx": "cpp", "py": "python", "python3": "python", "rs": "rust",
-                    "cs": "csharp", "c#": "csharp", "kt": "kotlin", "golang": "go"}  # fmt: skip
-LANGUAGE_NAMES = {"cpp": "C++", "c": "C", "python": "Python 3", "java": "Java", "kotlin": "Kotlin", "rust": "Rust",
-                  "go": "Go", "csharp": "C#"}  # fmt: skip
+LANGUAGE_ALIASES = {
+    "c++": "cpp",
+    "cc": "cpp",
+    "cxx": "cpp",
+    "py": "python",
+    "python3": "python",
+    "rs": "rust",
+    "cs": "csharp",
+    "c#": "csharp",
+    "kt": "kotlin",
+    "golang": "go",
+}
+LANGUAGE_NAMES = {
+    "cpp": "C++",
+    "c": "C",
+    "python": "Python 3",
+    "java": "Java",
+    "kotlin": "Kotlin",
+    "rust": "Rust",
+    "go": "Go",
+    "csharp": "C#",
+}
 
 # the judge's verdicts: Codeforces API names and CodeElo's short ones; OK / AC accepted
 ACCEPTED = {"OK", "AC", "ACCEPTED"}
-REJECTED = {"FAILED", "PARTIAL", "COMPILATION_ERROR", "RUNTIME_ERROR", "WRONG_ANSWER", "PRESENTATION_ERROR",
-            "TIME_LIMIT_EXCEEDED", "MEMORY_LIMIT_EXCEEDED", "IDLENESS_LIMIT_EXCEEDED", "SECURITY_VIOLATED", "CRASHED",
-            "INPUT_PREPARATION_CRASHED", "CHALLENGED", "SKIPPED", "REJECTED", "WA", "TLE", "MLE", "RE", "CE", "ILE",
-            "PE"}  # fmt: skip
+REJECTED = {
+    "FAILED",
+    "PARTIAL",
+    "COMPILATION_ERROR",
+    "RUNTIME_ERROR",
+    "WRONG_ANSWER",
+    "PRESENTATION_ERROR",
+    "TIME_LIMIT_EXCEEDED",
+    "MEMORY_LIMIT_EXCEEDED",
+    "IDLENESS_LIMIT_EXCEEDED",
+    "SECURITY_VIOLATED",
+    "CRASHED",
+    "INPUT_PREPARATION_CRASHED",
+    "CHALLENGED",
+    "SKIPPED",
+    "REJECTED",
+    "WA",
+    "TLE",
+    "MLE",
+    "RE",
+    "CE",
+    "ILE",
+    "PE",
+}
 
 # the paper's Codeforces Elo of each policy (spec 5): Qwen3-4B-Thinking-2507 and PromptCoT 2.0 self-play, the 4B
 # table's first and last rows (HF model card); PromptCoT-2.0-SFT-7B
 PAPER_ELO = {"base": 1852, "selfplay": 1934, "sft": 1815}
-SETTING_KEYS = ("corpus", "language", "attempts", "temperature", "top_p", "top_k", "max_tokens", "seed",
-                "min_participants", "api", "contest_sha256", "verdicts")  # fmt: skip
+SETTING_KEYS = (
+    "corpus",
+    "language",
+    "attempts",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "seed",
+    "min_participants",
+    "api",
+    "contest_sha256",
+    "verdicts",
+)
 
 
 # --- the rating -----------------------------------------------------------------------------------------------------
@@ -143,9 +207,14 @@ def contest_elo(
     rated field has `min_participants` participants or fewer, as CodeElo skips it."""
     rows, old = rated_field(contest)
     score, penalty = contest_score(contest["problems"], verdicts)
-    doc = {"contest_id": str(contest["id"]), "name": contest.get("name"), "participants": len(rows),
-           "score": score, "penalty": penalty,
-           "solved": sum(first_accepted(verdicts.get(str(p["index"]), ())) is not None for p in contest["problems"])}  # fmt: skip
+    doc = {
+        "contest_id": str(contest["id"]),
+        "name": contest.get("name"),
+        "participants": len(rows),
+        "score": score,
+        "penalty": penalty,
+        "solved": sum(first_accepted(verdicts.get(str(p["index"]), ())) is not None for p in contest["problems"]),
+    }
     if len(rows) <= min_participants:
         return doc | {"rank": None, "rating": None, "skipped": f"{len(rows)} rated participants <= {min_participants}"}
     rank = contest_rank(rows, score, penalty)
@@ -166,8 +235,12 @@ def codeelo_rating(
     rated = [d["rating"] for d in per if d["rating"] is not None]
     if not rated:
         raise ValueError(f"no contest was rated: every one of {len(per)} has <= {min_participants} rated participants")
-    return {"elo": sum(rated) / len(rated), "contests_rated": len(rated), "contests_skipped": len(per) - len(rated),
-            "contests": per}  # fmt: skip
+    return {
+        "elo": sum(rated) / len(rated),
+        "contests_rated": len(rated),
+        "contests_skipped": len(per) - len(rated),
+        "contests": per,
+    }
 
 
 def _contest_key(c: str) -> tuple[int, str]:
@@ -198,8 +271,12 @@ def codeelo_rows(records: Sequence[Mapping[str, Any]], name: str) -> list[dict[s
         if r["problem_id"] in seen:
             raise ValueError(f"corpora.{name}: problem {r['problem_id']} appears twice")
         seen.add(r["problem_id"])
-        examples = [{"input": str(e[0]), "output": str(e[1])} if isinstance(e, (list, tuple)) else
-                    {"input": str(e["input"]), "output": str(e["output"])} for e in (r["examples"] or [])]  # fmt: skip
+        examples = [
+            {"input": str(e[0]), "output": str(e[1])}
+            if isinstance(e, (list, tuple))
+            else {"input": str(e["input"]), "output": str(e["output"])}
+            for e in (r["examples"] or [])
+        ]
         rows.append(
             {
                 "problem_id": str(r["problem_id"]),
@@ -208,7 +285,7 @@ def codeelo_rows(records: Sequence[Mapping[str, Any]], name: str) -> list[dict[s
                 **{
                     k: ("" if r[k] is None else str(r[k]))
                     for k in ("title", "description", "input", "output", "interaction", "note", "url", "div")
-                },  # fmt: skip
+                },
                 "rating": None if r["rating"] is None else int(r["rating"]),
                 "tags": list(r["tags"] or []),
                 "time_limit_ms": int(r["time_limit_ms"]),
@@ -227,8 +304,12 @@ def download_codeelo(name: str, spec: Mapping[str, Any], folder: str | Path, out
     if not rows:
         raise ValueError(f"corpora.{name}: {list(spec['files'])} in {folder} hold no problem")
     lt.write_jsonl(out, rows)
-    return {"records": len(records), "rows": len(rows), "contests": len({r["contest_id"] for r in rows}),
-            "interactive": sum(bool(r["interaction"].strip()) for r in rows)}  # fmt: skip
+    return {
+        "records": len(records),
+        "rows": len(rows),
+        "contests": len({r["contest_id"] for r in rows}),
+        "interactive": sum(bool(r["interaction"].strip()) for r in rows),
+    }
 
 
 # --- the attempts ---------------------------------------------------------------------------------------------------
@@ -284,10 +365,20 @@ def submissions(
             source, lang = extract_program(choice["text"], language)
             status = "no_code" if not source.strip() else ("submit" if lang else "unsupported_language")
             lid, compiler = LANGUAGES[lang] if status == "submit" else (None, None)
-            out.append({"contest_id": row["contest_id"], "index": row["index"], "problem_id": row["problem_id"],
-                        "attempt": attempt, "status": status, "language": lang if status == "submit" else None,
-                        "language_id": lid, "compiler": compiler, "source": source if status == "submit" else None,
-                        "finish_reason": choice.get("finish_reason")})  # fmt: skip
+            out.append(
+                {
+                    "contest_id": row["contest_id"],
+                    "index": row["index"],
+                    "problem_id": row["problem_id"],
+                    "attempt": attempt,
+                    "status": status,
+                    "language": lang if status == "submit" else None,
+                    "language_id": lid,
+                    "compiler": compiler,
+                    "source": source if status == "submit" else None,
+                    "finish_reason": choice.get("finish_reason"),
+                }
+            )
     return out
 
 
@@ -361,10 +452,18 @@ def generate(
     subs = submissions(rows, samples, language)
     lt.write_jsonl(out, subs)
     counts = {s: sum(r["status"] == s for r in subs) for s in ("submit", "no_code", "unsupported_language")}
-    return {"policy": policy, "problems": len(rows), "contests": len({r["contest_id"] for r in rows}),
-            "attempts_per_problem": k, "attempts": len(subs), **counts, "language": language,
-            "truncated": sum(r["finish_reason"] == "length" for r in subs) / max(len(subs), 1),
-            "elo": None, "status": f"needs the judge's verdicts: set codeforces.verdicts.{policy}"}  # fmt: skip
+    return {
+        "policy": policy,
+        "problems": len(rows),
+        "contests": len({r["contest_id"] for r in rows}),
+        "attempts_per_problem": k,
+        "attempts": len(subs),
+        **counts,
+        "language": language,
+        "truncated": sum(r["finish_reason"] == "length" for r in subs) / max(len(subs), 1),
+        "elo": None,
+        "status": f"needs the judge's verdicts: set codeforces.verdicts.{policy}",
+    }
 
 
 # --- the judge's verdicts and the contests --------------------------------------------------------------------------
@@ -393,8 +492,10 @@ def read_verdicts(path: str | Path, subs: Sequence[Mapping[str, Any]]) -> dict[s
         if key in given:
             raise ValueError(f"{path}:{n}: a second verdict for {key[0]}{key[1]} attempt {key[2]}")
         if verdict not in ACCEPTED | REJECTED:
-            raise ValueError(f"{path}:{n}: verdict {doc['verdict']!r} is neither accepted ({sorted(ACCEPTED)}) nor a "
-                             "final rejection (TESTING and unknown verdicts are refused)")  # fmt: skip
+            raise ValueError(
+                f"{path}:{n}: verdict {doc['verdict']!r} is neither accepted ({sorted(ACCEPTED)}) nor a "
+                "final rejection (TESTING and unknown verdicts are refused)"
+            )
         given[key] = verdict in ACCEPTED
     lacking = sorted(k for k, status in attempts.items() if status == "submit" and k not in given)
     if lacking:
@@ -429,7 +530,7 @@ def compact_contest(contest_id: str, standings: Mapping[str, Any], changes: Mapp
         "rows": [
             {"handle": r["party"]["members"][0]["handle"], "points": r["points"], "penalty": r["penalty"]}
             for r in result["rows"]
-        ],  # fmt: skip
+        ],
         "old_ratings": {c["handle"]: c["oldRating"] for c in changes["result"]},
     }
 
@@ -465,8 +566,14 @@ def elo_job(
     contests = json.loads(Path(contests_path).read_text(encoding="utf-8"))
     rating = codeelo_rating(contests, verdicts, int(settings["min_participants"]))
     accepted = sum(any(v) for c in verdicts.values() for v in c.values())
-    return {"policy": policy, "verdicts": str(verdicts_path), "problems": sum(len(c) for c in verdicts.values()),
-            "problems_accepted": accepted, **rating, "status": "computed"}  # fmt: skip
+    return {
+        "policy": policy,
+        "verdicts": str(verdicts_path),
+        "problems": sum(len(c) for c in verdicts.values()),
+        "problems_accepted": accepted,
+        **rating,
+        "status": "computed",
+    }
 
 
 # --- the report -----------------------------------------------------------------------------------------------------
@@ -477,7 +584,14 @@ def report_rows(docs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     the paper's Elo of that row (spec 5)."""
     rows = []
     for policy, doc in sorted(docs.items()):
-        rows.append({"policy": policy, "codeforces_elo": doc.get("elo"),
-                     "contests_rated": doc.get("contests_rated"), "problems": doc.get("problems"),
-                     "status": doc["status"], "paper": PAPER_ELO.get(policy)})  # fmt: skip
+        rows.append(
+            {
+                "policy": policy,
+                "codeforces_elo": doc.get("elo"),
+                "contests_rated": doc.get("contests_rated"),
+                "problems": doc.get("problems"),
+                "status": doc["status"],
+                "paper": PAPER_ELO.get(policy),
+            }
+        )
     return rows

@@ -30,13 +30,21 @@ def metrics_table(curve: pd.DataFrame, synthesis: pd.DataFrame, evals: pd.DataFr
     the last iteration (method `em`), each prompt model's synthesis validity (`heldout_validity`), and each policy's avg@k per benchmark
     (metric `<benchmark>/avg_at_k`)."""
     rows = [
-        {"seed": 0, "method": "em", "metric": "heldout_bound_gain",
-         "value": float(curve["heldout_bound"].iloc[-1] - curve["heldout_bound"].iloc[0])}
-    ]  # fmt: skip
-    rows += [{"seed": 0, "method": r["variant"], "metric": "heldout_validity", "value": float(r["validity"])}
-             for r in synthesis.to_dict("records")]  # fmt: skip
-    rows += [{"seed": 0, "method": r["policy"], "metric": f"{r['benchmark']}/avg_at_k", "value": float(r["avg_at_k"])}
-             for r in evals.to_dict("records")]  # fmt: skip
+        {
+            "seed": 0,
+            "method": "em",
+            "metric": "heldout_bound_gain",
+            "value": float(curve["heldout_bound"].iloc[-1] - curve["heldout_bound"].iloc[0]),
+        }
+    ]
+    rows += [
+        {"seed": 0, "method": r["variant"], "metric": "heldout_validity", "value": float(r["validity"])}
+        for r in synthesis.to_dict("records")
+    ]
+    rows += [
+        {"seed": 0, "method": r["policy"], "metric": f"{r['benchmark']}/avg_at_k", "value": float(r["avg_at_k"])}
+        for r in evals.to_dict("records")
+    ]
     return long_table(rows, scale)
 
 

@@ -154,9 +154,12 @@ def answer(
         return {"prediction": text, "k_fed": int(fastv), "prune_ms": prune_ms}
     mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
     out = llava.model.generate(
-        inputs_embeds=embeds, attention_mask=mask, max_new_tokens=int(max_new_tokens), do_sample=False,
+        inputs_embeds=embeds,
+        attention_mask=mask,
+        max_new_tokens=int(max_new_tokens),
+        do_sample=False,
         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-    )  # fmt: skip
+    )
     text = tok.decode(out[0], skip_special_tokens=True).strip()
     return {"prediction": text, "k_fed": int(fed.shape[1]), "prune_ms": prune_ms}
 
@@ -240,8 +243,14 @@ def fastv_generate(
             kept = fastv_keep(attention, start, n_image, budget).to(device)
             hidden, positions = hidden[:, kept], positions[:, kept]
             cos, sin = cos[:, kept], sin[:, kept]
-        hidden = decoder(hidden, attention_mask=_causal_mask(hidden.shape[1], hidden), position_ids=positions,
-                         cache=cache, use_cache=True, position_embeddings=(cos, sin))  # fmt: skip
+        hidden = decoder(
+            hidden,
+            attention_mask=_causal_mask(hidden.shape[1], hidden),
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            position_embeddings=(cos, sin),
+        )
     logits = head(lm.norm(hidden[:, -1:]))[0, -1]
     info = {"kept": kept.cpu(), "cache": [int(cache.layers[i].keys.shape[-2]) for i in range(len(layers))]}
     steps = [logits]
@@ -258,8 +267,14 @@ def fastv_generate(
         pos = torch.tensor([[length + t]], device=device)
         cos, sin = lm.rotary_emb(hidden, position_ids=pos)
         for decoder in layers:  # one query over each layer's own (full or pruned) cache: no mask needed
-            hidden = decoder(hidden, attention_mask=None, position_ids=pos, cache=cache, use_cache=True,
-                             position_embeddings=(cos, sin))  # fmt: skip
+            hidden = decoder(
+                hidden,
+                attention_mask=None,
+                position_ids=pos,
+                cache=cache,
+                use_cache=True,
+                position_embeddings=(cos, sin),
+            )
         logits = head(lm.norm(hidden))[0, -1]
         steps.append(logits)
     info["logits"] = torch.stack(steps).float().cpu()

@@ -132,8 +132,9 @@ class Roles:
             f"conversation about {case['emotion']} regarding {case['problem']}: {transcript_text(history)}\n"
             "Question: Has the Seeker's issue been solved? Answer: "
         )
-        texts = self._ask("critic", [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": user}],
-                          seed, n=samples)  # fmt: skip
+        texts = self._ask(
+            "critic", [{"role": "system", "content": CRITIC_SYSTEM}, {"role": "user", "content": user}], seed, n=samples
+        )
         return texts, nw.critic_reward(texts)
 
     def feedback(self, history: Sequence[Mapping[str, str]], seed: int) -> int:
@@ -210,8 +211,14 @@ class Axes:
         )
 
 
-def make_agent(method: str, settings: ag.Settings, tom: Mapping[str, Any], emb: Embeddings, memory=None,
-               shuffle: np.ndarray | None = None):  # fmt: skip
+def make_agent(
+    method: str,
+    settings: ag.Settings,
+    tom: Mapping[str, Any],
+    emb: Embeddings,
+    memory=None,
+    shuffle: np.ndarray | None = None,
+):
     """The planner of `method` (None for standard: the LLM alone); `shuffle`: the permuted-ToM control's
     derangement of the test cases (agents.belief_shuffle)."""
     if method == "standard":
@@ -248,8 +255,9 @@ def _journal_turn(journal: RowJournal | None, seeds: Sequence[int], turn: tuple)
     return turn
 
 
-def _journalled_turn(roles: Roles, case, history, strategy: int, critic_samples: int, seeds: Sequence[int],
-                     journal: RowJournal | None) -> tuple:  # fmt: skip
+def _journalled_turn(
+    roles: Roles, case, history, strategy: int, critic_samples: int, seeds: Sequence[int], journal: RowJournal | None
+) -> tuple:
     """`_turn`, or its outcome from `journal` when a former run finished it (then nothing is asked)."""
     row = _journalled(journal, unit_key("turn", seeds))
     if row is not None:
@@ -257,8 +265,17 @@ def _journalled_turn(roles: Roles, case, history, strategy: int, critic_samples:
     return _journal_turn(journal, seeds, _turn(roles, case, history, strategy, critic_samples, seeds))
 
 
-def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float, seed: int,
-             concurrency: int, journal: RowJournal | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
+def run_test(
+    roles: Roles,
+    agent,
+    axes: Axes,
+    cases: pd.DataFrame,
+    settings: ag.Settings,
+    success: float,
+    seed: int,
+    concurrency: int,
+    journal: RowJournal | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
     """Every test case's dialogue (no backtracking), turn by turn over all cases as `agents.run_episodes` does at
     smoke scale: each turn the planner chooses for every running case from the beliefs of that turn (its own, or
     the permuted-ToM control's other case's), then the cases' turns run `concurrency` at a time. A dialogue ends
@@ -282,14 +299,17 @@ def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.
             else:
                 sit = np.concatenate([axes.index(t, records[i], last[i]) for i in idx])
                 strategies = agent.choose_test(agent.decision_belief(b, idx), sit, u)
-            jobs = [(records[i], history[i], int(strategies[k]), (seed, records[i]["case"], t, 0))
-                    for k, i in enumerate(idx)]  # fmt: skip
+            jobs = [
+                (records[i], history[i], int(strategies[k]), (seed, records[i]["case"], t, 0))
+                for k, i in enumerate(idx)
+            ]
             known = {k: _journalled(journal, unit_key("turn", j[3])) for k, j in enumerate(jobs)}
             todo = [j for k, j in enumerate(jobs) if known[k] is None]
             asked = pool.map(lambda j: _turn(roles, j[0], j[1], j[2], settings.critic_samples, j[3]), todo)
             asked = iter([_journal_turn(journal, j[3], out) for j, out in zip(todo, asked)])  # kept as they come
-            turns = [next(asked) if known[k] is None else tuple(known[k][f] for f in _TURN_FIELDS)
-                     for k in range(len(jobs))]  # fmt: skip
+            turns = [
+                next(asked) if known[k] is None else tuple(known[k][f] for f in _TURN_FIELDS) for k in range(len(jobs))
+            ]
             for k, i in enumerate(idx):
                 s, (said, reply, verdicts, reward, fb) = int(strategies[k]), turns[k]
                 history[i] += [
@@ -300,9 +320,17 @@ def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.
                     b[i] = bf.update(b[i : i + 1], agent.likelihood, [s], [fb])[0]
                 last[i] = fb if fb >= 0 else nw.NO_FEEDBACK
                 done[i] = reward >= success
-                rows[i].append({"case": int(records[i]["case"]), "turn": t, "strategy": s, "feedback": fb,
-                                "reward": reward, "entropy": float(bf.entropy(b[i])) if agent is not None else np.nan,
-                                "verdicts": verdicts})  # fmt: skip
+                rows[i].append(
+                    {
+                        "case": int(records[i]["case"]),
+                        "turn": t,
+                        "strategy": s,
+                        "feedback": fb,
+                        "reward": reward,
+                        "entropy": float(bf.entropy(b[i])) if agent is not None else np.nan,
+                        "verdicts": verdicts,
+                    }
+                )
                 if t == 2:
                     entropy_t3[i] = rows[i][-1]["entropy"]
     summaries = []
@@ -310,9 +338,15 @@ def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.
         e3 = entropy_t3[i]
         if agent is not None and np.isnan(e3):
             e3 = float(bf.entropy(b[i]))  # a dialogue shorter than three turns: its last belief
-        summaries.append({"case": int(c["case"]), "success": bool(done[i]),
-                          "turns": len(rows[i]) if done[i] else settings.turns, "final_reward": rows[i][-1]["reward"],
-                          "entropy_t3": e3})  # fmt: skip
+        summaries.append(
+            {
+                "case": int(c["case"]),
+                "success": bool(done[i]),
+                "turns": len(rows[i]) if done[i] else settings.turns,
+                "final_reward": rows[i][-1]["reward"],
+                "entropy_t3": e3,
+            }
+        )
     per_turn = pd.DataFrame([r for case_rows in rows for r in case_rows])
     return (
         pd.DataFrame(summaries),
@@ -321,8 +355,16 @@ def run_test(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.
     )
 
 
-def acquire(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.Settings, success: float,
-            seed: int, journal: RowJournal | None = None) -> pd.DataFrame:  # fmt: skip
+def acquire(
+    roles: Roles,
+    agent,
+    axes: Axes,
+    cases: pd.DataFrame,
+    settings: ag.Settings,
+    success: float,
+    seed: int,
+    journal: RowJournal | None = None,
+) -> pd.DataFrame:
     """Self-play knowledge acquisition on the training cases, as `agents.acquire` at smoke scale: a turn whose
     critic reward does not beat the previous one is revised (the seeker never saw it) up to `max_revisions` times,
     the budget counts every simulated turn, and a winning attempt writes the memory. One dialogue after another:
@@ -342,15 +384,27 @@ def acquire(roles: Roles, agent, axes: Axes, cases: pd.DataFrame, settings: ag.S
             tried, attempts = [], []
             for attempt in range(settings.max_revisions + 1):
                 s = agent.choose_train(b, sit, tried, float(rng.random()))
-                said, reply, _, reward, fb = _journalled_turn(roles, case, history, s, settings.critic_samples,
-                                                              (seed, 100000 + i, t, attempt), journal)  # fmt: skip
+                said, reply, _, reward, fb = _journalled_turn(
+                    roles, case, history, s, settings.critic_samples, (seed, 100000 + i, t, attempt), journal
+                )
                 budget -= 1
                 b_after = bf.update(b, agent.likelihood, [s], [fb]) if fb >= 0 else b
                 won = reward > r_prev
                 attempts.append((s, _Out(reward), b_after, said, reply, fb))
-                rows.append({"dialogue": i, "case": int(case["case"]), "turn": t, "attempt": attempt, "strategy": s,
-                             "reward": reward, "won": won, "success": reward >= success, "feedback": fb,
-                             "inferred_need": int(b_after[0].argmax())})  # fmt: skip
+                rows.append(
+                    {
+                        "dialogue": i,
+                        "case": int(case["case"]),
+                        "turn": t,
+                        "attempt": attempt,
+                        "strategy": s,
+                        "reward": reward,
+                        "won": won,
+                        "success": reward >= success,
+                        "feedback": fb,
+                        "inferred_need": int(b_after[0].argmax()),
+                    }
+                )
                 if won or budget <= 0:
                     break
                 tried.append(s)
@@ -372,8 +426,15 @@ class _Out:
         self.reward = np.array([self.value])
 
 
-def win_rates(roles: Roles, cases: pd.DataFrame, mine: Sequence[Mapping], theirs: Sequence[Mapping], seed: int,
-              concurrency: int, journal: RowJournal | None = None) -> pd.DataFrame:  # fmt: skip
+def win_rates(
+    roles: Roles,
+    cases: pd.DataFrame,
+    mine: Sequence[Mapping],
+    theirs: Sequence[Mapping],
+    seed: int,
+    concurrency: int,
+    journal: RowJournal | None = None,
+) -> pd.DataFrame:
     """Per test case, the judge's preference for `mine` over `theirs`, asked in both orders (position bias): 1 when
     both answers prefer mine, 0 when both prefer theirs, 0.5 when they split (a tie counts half); an order whose
     answer names neither is left out, NaN when both are. `journal`: the judged cases, kept as they come and not asked
@@ -390,10 +451,12 @@ def win_rates(roles: Roles, cases: pd.DataFrame, mine: Sequence[Mapping], theirs
         return first, second
 
     def row(case_id: int, first: str | None, second: str | None) -> dict:
-        votes = [v for v in (None if first is None else first == "A", None if second is None else second == "B")
-                 if v is not None]  # fmt: skip
-        return {"case": case_id, "first": first, "second": second,
-                "win": float(np.mean(votes)) if votes else np.nan}  # fmt: skip
+        votes = [
+            v
+            for v in (None if first is None else first == "A", None if second is None else second == "B")
+            if v is not None
+        ]
+        return {"case": case_id, "first": first, "second": second, "win": float(np.mean(votes)) if votes else np.nan}
 
     ids = sorted(a_of)
     known = {c: _journalled(journal, unit_key("judge", (seed, c))) for c in ids}

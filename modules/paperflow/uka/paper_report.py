@@ -83,10 +83,12 @@ def figure_success(table: pd.DataFrame):
 def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     """The table's rows for metrics.json: NaN (Standard's entropy, the reference's own win rate) as null."""
     return [
-        {k: (None if isinstance(v, float) and not np.isfinite(v) else v.item() if hasattr(v, "item") else v)
-         for k, v in row.items()}
+        {
+            k: (None if isinstance(v, float) and not np.isfinite(v) else v.item() if hasattr(v, "item") else v)
+            for k, v in row.items()
+        }
         for row in table.to_dict("records")
-    ]  # fmt: skip
+    ]
 
 
 def acquisition_lines(attempts: pd.DataFrame) -> list[dict[str, Any]]:
@@ -134,7 +136,7 @@ def build_report(
                 "Self-play knowledge acquisition",
                 markdown_table(acquisition_lines(attempts if attempts is not None else pd.DataFrame())),
             ),
-        ],  # fmt: skip
+        ],
         figures=[Figure("figure_success", "Success rate per method (ESConv test)", figure_success(table))],
         tables=[Table("table_methods", "Per method and seed: SR, AT, entropy after turn 3, win rate", table)],
         limitations=[

@@ -50,8 +50,16 @@ def test_a_tiny_model_loads_through_from_pretrained_with_a_cpu_only_map(tmp_path
 
     from paperflow.core.lm.models import build_model, save_model
 
-    spec = {"arch": "llama", "vocab_size": 16, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
-            "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 16}  # fmt: skip
+    spec = {
+        "arch": "llama",
+        "vocab_size": 16,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 16,
+    }
     reference = build_model(spec, seed=0)
     save_model(reference, tmp_path)
     model = sharding.load_sharded(AutoModelForCausalLM, tmp_path, "float32", sharding.max_memory(2, 1, "g", "cpu"), "g")

@@ -143,19 +143,47 @@ def trl_trainer():
     from paperflow.eapo.task import AdditionTask
 
     task = AdditionTask(2)
-    rl_cfg = {"prompts_per_step": N_GROUPS, "group_size": G, "lr": 1e-4, "eps_low": EPS_LOW, "eps_high": EPS_HIGH,
-              "temperature": 1.0, "ppo_epochs": 1, "grad_clip": 1.0}  # fmt: skip
-    spec = {"arch": "qwen2", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16,
-            "vocab_size": len(task.vocab)}  # fmt: skip
-    eapo = {"g_aug": 1, "alpha": 1.0, "quantile": 0.8, "ema": 0.9, "critical_rule": "entropy",
-            "is_mode": "mixture_clip", "random_rate": 0.2}  # fmt: skip
+    rl_cfg = {
+        "prompts_per_step": N_GROUPS,
+        "group_size": G,
+        "lr": 1e-4,
+        "eps_low": EPS_LOW,
+        "eps_high": EPS_HIGH,
+        "temperature": 1.0,
+        "ppo_epochs": 1,
+        "grad_clip": 1.0,
+    }
+    spec = {
+        "arch": "qwen2",
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 16,
+        "vocab_size": len(task.vocab),
+    }
+    eapo = {
+        "g_aug": 1,
+        "alpha": 1.0,
+        "quantile": 0.8,
+        "ema": 0.9,
+        "critical_rule": "entropy",
+        "is_mode": "mixture_clip",
+        "random_rate": 0.2,
+    }
     trainer = paper_train.trainer(
-        method="eapo", eapo=eapo, rollout={"batch_rows": N_GROUPS * G}, seed=0,
+        method="eapo",
+        eapo=eapo,
+        rollout={"batch_rows": N_GROUPS * G},
+        seed=0,
         args=stages.grpo_args(rl_cfg, task, 1, 0, 1e-4, tempfile.mkdtemp()),
-        policy=build_model(spec, 0).train(), prior=build_model(spec, 1), tokenizer=task.tokenizer,
-        dataset=Dataset.from_list([{"prompt": "x"}]), reward_funcs=lambda completions, **_: [0.0] * len(completions),
-    )  # fmt: skip
+        policy=build_model(spec, 0).train(),
+        prior=build_model(spec, 1),
+        tokenizer=task.tokenizer,
+        dataset=Dataset.from_list([{"prompt": "x"}]),
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+    )
     trainer.current_gradient_accumulation_steps = 1
     return trainer
 
@@ -167,10 +195,14 @@ def ours_loss(trainer, logp, old, adv, mask, loss_type="dapo"):
     trainer._get_per_token_logps_and_entropies = lambda *a, **k: (leaf, torch.zeros_like(leaf), None)
     trainer.loss_type, trainer.max_completion_length = loss_type, width
     inputs = {
-        "prompt_ids": torch.zeros(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
-        "completion_ids": torch.zeros(n, width, dtype=torch.long), "completion_mask": mask.long(),
-        "advantages": adv, "old_per_token_logps": old, "num_items_in_batch": mask.sum().float(),
-    }  # fmt: skip
+        "prompt_ids": torch.zeros(n, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(n, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(n, width, dtype=torch.long),
+        "completion_mask": mask.long(),
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": mask.sum().float(),
+    }
     loss = trainer._compute_loss(trainer.model, inputs)
     (grad,) = torch.autograd.grad(loss, leaf)
     return loss.detach(), grad
@@ -222,18 +254,37 @@ def compare(verl, luffy, seed: int):
     l_adv, _ = luffy["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=TRL_EPS)
     v_adv6, _ = verl["compute_grpo_outcome_advantage"](tlr, maskf, index, epsilon=1e-6)
     tok = lambda a: a[:, None] * maskf  # noqa: E731
-    row("GRPO advantages (as TRL computes them)", "verl compute_grpo_outcome_advantage", "epsilon 1e-4 on both",
-        (tok(adv), v_adv))  # fmt: skip
-    row("GRPO advantages (as TRL computes them)", "LUFFY compute_grpo_outcome_advantage", "epsilon 1e-4 on both",
-        (tok(adv), l_adv))  # fmt: skip
-    row("GRPO advantages (as TRL computes them)", "verl compute_grpo_outcome_advantage", "verl epsilon 1e-6",
-        (tok(adv), v_adv6), expect="differs", why="TRL adds 1e-4 to the std, verl's default 1e-6")  # fmt: skip
+    row(
+        "GRPO advantages (as TRL computes them)",
+        "verl compute_grpo_outcome_advantage",
+        "epsilon 1e-4 on both",
+        (tok(adv), v_adv),
+    )
+    row(
+        "GRPO advantages (as TRL computes them)",
+        "LUFFY compute_grpo_outcome_advantage",
+        "epsilon 1e-4 on both",
+        (tok(adv), l_adv),
+    )
+    row(
+        "GRPO advantages (as TRL computes them)",
+        "verl compute_grpo_outcome_advantage",
+        "verl epsilon 1e-6",
+        (tok(adv), v_adv6),
+        expect="differs",
+        why="TRL adds 1e-4 to the std, verl's default 1e-6",
+    )
     on_policy = torch.ones(len(rewards), dtype=torch.bool)
     on_policy[::G] = False  # LUFFY's off-policy trace: the first row of each group
     s_adv, _ = luffy["compute_grpo_outcome_advantage_split"](tlr, maskf, index, on_policy, epsilon=TRL_EPS)
-    row("LUFFY advantages, grpo_split", "LUFFY compute_grpo_outcome_advantage_split", "trace = row 0 of each group",
-        (tok(adv), s_adv), expect="differs",
-        why="grpo_split takes mean/std over the on-policy rows only (and std 0 -> 1); TRL over all G rows")  # fmt: skip
+    row(
+        "LUFFY advantages, grpo_split",
+        "LUFFY compute_grpo_outcome_advantage_split",
+        "trace = row 0 of each group",
+        (tok(adv), s_adv),
+        expect="differs",
+        why="grpo_split takes mean/std over the on-policy rows only (and std 0 -> 1); TRL over all G rows",
+    )
 
     trainer = trl_trainer()
     advt = tok(adv)
@@ -242,66 +293,156 @@ def compare(verl, luffy, seed: int):
     # GRPO: token-mean clipped surrogate (TRL loss_type dapo), clip-higher
     ours_v, ours_g = ours_loss(trainer, logp, old, adv, mask)
     vv = theirs(verl["compute_policy_loss_vanilla"], old, logp, advt, maskf, "token-mean", actor_config())
-    row("GRPO clipped surrogate, token-mean", "verl compute_policy_loss_vanilla",
-        "eps 0.2/0.28, clip_ratio_c 3, loss_agg_mode token-mean", (ours_v, vv[0]), (ours_g, vv[1]))  # fmt: skip
+    row(
+        "GRPO clipped surrogate, token-mean",
+        "verl compute_policy_loss_vanilla",
+        "eps 0.2/0.28, clip_ratio_c 3, loss_agg_mode token-mean",
+        (ours_v, vv[0]),
+        (ours_g, vv[1]),
+    )
     # the deprecated alias: old, logp, adv, mask, cliprange, low, high, c, mode
     vd = theirs(verl["compute_policy_loss"], old, logp, advt, maskf, EPS_LOW, EPS_LOW, EPS_HIGH, 3.0, "token-mean")
-    row("GRPO clipped surrogate, token-mean", "verl compute_policy_loss (deprecated alias)",
-        "cliprange 0.2, low 0.2, high 0.28, clip_ratio_c 3", (ours_v, vd[0]), (ours_g, vd[1]))  # fmt: skip
+    row(
+        "GRPO clipped surrogate, token-mean",
+        "verl compute_policy_loss (deprecated alias)",
+        "cliprange 0.2, low 0.2, high 0.28, clip_ratio_c 3",
+        (ours_v, vd[0]),
+        (ours_g, vd[1]),
+    )
 
     # EAPO's mixture IS: EAPOTrainer's old log-probs are log mu at the injected (critical) tokens
     inj = x["injected"]
     mu = torch.where(inj, old + 0.5 * torch.rand(old.shape, generator=torch.Generator().manual_seed(seed)), old)
     ours_v, ours_g = ours_loss(trainer, logp, mu, adv, mask)
     ve = theirs(verl["compute_policy_loss_vanilla"], mu, logp, advt, maskf, "token-mean", actor_config())
-    row("EAPO mixture IS (old = log mu at injected tokens)", "verl compute_policy_loss_vanilla",
-        "old_log_prob := recorded behaviour log-probs; token-mean", (ours_v, ve[0]), (ours_g, ve[1]))  # fmt: skip
+    row(
+        "EAPO mixture IS (old = log mu at injected tokens)",
+        "verl compute_policy_loss_vanilla",
+        "old_log_prob := recorded behaviour log-probs; token-mean",
+        (ours_v, ve[0]),
+        (ours_g, ve[1]),
+    )
 
     # dual clip: ratios past clip_ratio_c with negative advantages
     y = tensors(seed + 1, spread=2.0)
     ours_v, ours_g = ours_loss(trainer, y["logp"], y["old"], adv, y["mask"])
-    vy = theirs(verl["compute_policy_loss_vanilla"], y["old"], y["logp"], adv[:, None] * y["mask"],
-                y["mask"].float(), "token-mean", actor_config())  # fmt: skip
-    row("clipped surrogate, ratios up to e^2", "verl compute_policy_loss_vanilla", "clip_ratio_c 3 (verl's default)",
-        (ours_v, vy[0]), (ours_g, vy[1]), expect="differs",
-        why="verl's dual clip caps -A*ratio at -3A for A < 0; TRL's loss has no dual clip")  # fmt: skip
-    vy = theirs(verl["compute_policy_loss_vanilla"], y["old"], y["logp"], adv[:, None] * y["mask"],
-                y["mask"].float(), "token-mean", actor_config(clip_ratio_c=1e9))  # fmt: skip
-    row("clipped surrogate, ratios up to e^2", "verl compute_policy_loss_vanilla", "clip_ratio_c 1e9 (dual clip off)",
-        (ours_v, vy[0]), (ours_g, vy[1]))  # fmt: skip
+    vy = theirs(
+        verl["compute_policy_loss_vanilla"],
+        y["old"],
+        y["logp"],
+        adv[:, None] * y["mask"],
+        y["mask"].float(),
+        "token-mean",
+        actor_config(),
+    )
+    row(
+        "clipped surrogate, ratios up to e^2",
+        "verl compute_policy_loss_vanilla",
+        "clip_ratio_c 3 (verl's default)",
+        (ours_v, vy[0]),
+        (ours_g, vy[1]),
+        expect="differs",
+        why="verl's dual clip caps -A*ratio at -3A for A < 0; TRL's loss has no dual clip",
+    )
+    vy = theirs(
+        verl["compute_policy_loss_vanilla"],
+        y["old"],
+        y["logp"],
+        adv[:, None] * y["mask"],
+        y["mask"].float(),
+        "token-mean",
+        actor_config(clip_ratio_c=1e9),
+    )
+    row(
+        "clipped surrogate, ratios up to e^2",
+        "verl compute_policy_loss_vanilla",
+        "clip_ratio_c 1e9 (dual clip off)",
+        (ours_v, vy[0]),
+        (ours_g, vy[1]),
+    )
 
     # clip-cov
-    cc = theirs(verl["compute_policy_loss_clip_cov"], old, logp, advt, maskf, "token-mean",
-                actor_config(clip_cov_lb=1e9, clip_cov_ub=1e9))  # fmt: skip
+    cc = theirs(
+        verl["compute_policy_loss_clip_cov"],
+        old,
+        logp,
+        advt,
+        maskf,
+        "token-mean",
+        actor_config(clip_cov_lb=1e9, clip_cov_ub=1e9),
+    )
     ours_v, ours_g = ours_loss(trainer, logp, old, adv, mask)
-    row("clipped surrogate vs Clip-Cov", "verl compute_policy_loss_clip_cov",
-        "empty covariance window (lb = ub = 1e9): no token detached", (ours_v, cc[0]), (ours_g, cc[1]))  # fmt: skip
+    row(
+        "clipped surrogate vs Clip-Cov",
+        "verl compute_policy_loss_clip_cov",
+        "empty covariance window (lb = ub = 1e9): no token detached",
+        (ours_v, cc[0]),
+        (ours_g, cc[1]),
+    )
     torch.manual_seed(seed)
-    cc = theirs(verl["compute_policy_loss_clip_cov"], old, logp, advt, maskf, "token-mean",
-                actor_config(clip_cov_lb=-1e9, clip_cov_ub=1e9, clip_cov_ratio=0.2))  # fmt: skip
-    row("clipped surrogate vs Clip-Cov", "verl compute_policy_loss_clip_cov",
-        "window (-1e9, 1e9), clip_cov_ratio 0.2", (ours_v, cc[0]), (ours_g, cc[1]), expect="differs",
-        why="Clip-Cov zeroes the loss of a random 20% of unclipped tokens; eapo has no Clip-Cov")  # fmt: skip
+    cc = theirs(
+        verl["compute_policy_loss_clip_cov"],
+        old,
+        logp,
+        advt,
+        maskf,
+        "token-mean",
+        actor_config(clip_cov_lb=-1e9, clip_cov_ub=1e9, clip_cov_ratio=0.2),
+    )
+    row(
+        "clipped surrogate vs Clip-Cov",
+        "verl compute_policy_loss_clip_cov",
+        "window (-1e9, 1e9), clip_cov_ratio 0.2",
+        (ours_v, cc[0]),
+        (ours_g, cc[1]),
+        expect="differs",
+        why="Clip-Cov zeroes the loss of a random 20% of unclipped tokens; eapo has no Clip-Cov",
+    )
 
     # TRL's other aggregations (not eapo's) against verl's
     for loss_type, verl_mode, expect, why in (
         ("grpo", "seq-mean-token-mean", "match", ""),
-        ("dr_grpo", "seq-mean-token-sum-norm", "differs",
-         "verl divides the token sum by loss_scale_factor (= T) only; TRL's dr_grpo by N x T"),
-    ):  # fmt: skip
+        (
+            "dr_grpo",
+            "seq-mean-token-sum-norm",
+            "differs",
+            "verl divides the token sum by loss_scale_factor (= T) only; TRL's dr_grpo by N x T",
+        ),
+    ):
         lo, go = ours_loss(trainer, logp, old, adv, mask, loss_type=loss_type)
         va = theirs(verl["compute_policy_loss_vanilla"], old, logp, advt, maskf, verl_mode, actor_config())
-        row(f"aggregation: TRL loss_type {loss_type}", f"verl agg_loss {verl_mode}", "via compute_policy_loss_vanilla",
-            (lo, va[0]), (go, va[1]), expect=expect, why=why)  # fmt: skip
+        row(
+            f"aggregation: TRL loss_type {loss_type}",
+            f"verl agg_loss {verl_mode}",
+            "via compute_policy_loss_vanilla",
+            (lo, va[0]),
+            (go, va[1]),
+            expect=expect,
+            why=why,
+        )
 
     # LUFFY's token loss with no off-policy trace (prefix_mask empty) is the clipped surrogate, token-mean
     none = torch.zeros_like(mask)
     ours_v, ours_g = ours_loss(trainer, logp, old, adv, mask)
-    lf = theirs(luffy["compute_token_on_off_policy_loss"], old, logp, advt, maskf, cliprange=EPS_LOW,
-                clip_upper_bound=1 + EPS_HIGH, prefix_mask=none, off_cliprange=None,
-                off_policy_reshape="p_div_p_0.1")  # fmt: skip
-    row("on-policy part of LUFFY's loss (no trace)", "LUFFY compute_token_on_off_policy_loss",
-        "prefix_mask empty, cliprange 0.2, clip_upper_bound 1.28", (ours_v, lf[0]), (ours_g, lf[1]))  # fmt: skip
+    lf = theirs(
+        luffy["compute_token_on_off_policy_loss"],
+        old,
+        logp,
+        advt,
+        maskf,
+        cliprange=EPS_LOW,
+        clip_upper_bound=1 + EPS_HIGH,
+        prefix_mask=none,
+        off_cliprange=None,
+        off_policy_reshape="p_div_p_0.1",
+    )
+    row(
+        "on-policy part of LUFFY's loss (no trace)",
+        "LUFFY compute_token_on_off_policy_loss",
+        "prefix_mask empty, cliprange 0.2, clip_upper_bound 1.28",
+        (ours_v, lf[0]),
+        (ours_g, lf[1]),
+    )
     return rows
 
 

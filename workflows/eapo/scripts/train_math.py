@@ -11,9 +11,19 @@ with snakemake_job(snakemake) as job:
     start = model_folder(i.start)
     checkpoints = str(job.checkpoint_dir())  # TRL saves there every 30 min and a rerun resumes (paper_train.run)
     spec = train_spec(
-        p.settings, p.method, p.seed, start, prior, i.train, folder, o.history, o.rollouts, p.processes, p.steps,
+        p.settings,
+        p.method,
+        p.seed,
+        start,
+        prior,
+        i.train,
+        folder,
+        o.history,
+        o.rollouts,
+        p.processes,
+        p.steps,
         checkpoints=checkpoints,
-    )  # fmt: skip
+    )
     launch(spec, folder + ".spec.json", p.processes)
     Path(o.model).write_text(json.dumps({"folder": folder, "method": p.method, "seed": p.seed}, indent=1) + "\n")
     job.note(seeds=[p.seed], method=p.method, processes=p.processes)

@@ -7,8 +7,9 @@ with snakemake_job(snakemake) as job:
     memory = i.memory if "memory" in i.keys() else None
     journal = job.checkpoint_dir() / "turns.jsonl"  # the finished turns: a rerun asks only the rest
     with backbone(i.pretrained, p.settings, job.log[0] + ".server") as client:
-        per_case, per_turn, transcripts = evaluate(client, method, i.cases, i.embeddings, i.tom, memory, p.settings,
-                                                   p.seeds, journal)  # fmt: skip
+        per_case, per_turn, transcripts = evaluate(
+            client, method, i.cases, i.embeddings, i.tom, memory, p.settings, p.seeds, journal
+        )
     write_frame(job.output.per_case, per_case)
     write_frame(job.output.per_turn, per_turn)
     write_transcripts(job.output.transcripts, transcripts)
