@@ -26,8 +26,10 @@ def record(tmp_path):
 
 
 def test_an_unmoved_plan_is_restamped_and_the_entry_says_so(record, capsys):
-    assert cli_main(["record", "restamp", "--scale", "cpu", "--papers", PAPER, "--since", "HEAD",
-                     "--record", str(record)]) == 0  # fmt: skip
+    assert (
+        cli_main(["record", "restamp", "--scale", "cpu", "--papers", PAPER, "--since", "HEAD", "--record", str(record)])
+        == 0
+    )
     assert f"restamped {PAPER}: 24 cpu jobs planned as at" in capsys.readouterr().out
     entry = json.loads((record / "cpu.json").read_text())["papers"][PAPER]
     assert entry["restamped"][-1]["jobs"] == 24

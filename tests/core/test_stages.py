@@ -24,8 +24,17 @@ def _derive(stage: Stage, tmp_path: Path, config=None):
 
 
 def test_a_stage_derives_its_rule_log_benchmark_params_env_and_script(tmp_path):
-    stage = Stage("train", script="train.py", env="gfn", resources={"mem_mb": 1}, output={"model": "m.pt"},
-                  tag="{env}_{seed}", benchmark=True, reads=["seeds"], params={"lr": 0.1})  # fmt: skip
+    stage = Stage(
+        "train",
+        script="train.py",
+        env="gfn",
+        resources={"mem_mb": 1},
+        output={"model": "m.pt"},
+        tag="{env}_{seed}",
+        benchmark=True,
+        reads=["seeds"],
+        params={"lr": 0.1},
+    )
     rule = _derive(stage, tmp_path)
     assert rule["rule"] == "p_train"
     assert rule["log"] == "results/smoke/p/logs/train/{env}_{seed}.log"
@@ -45,8 +54,16 @@ def test_without_a_tag_the_log_is_named_by_the_stage_and_a_log_dir_or_log_overri
     assert _derive(base, tmp_path)["log"] == "results/smoke/p/logs/report.log"
     assert _derive(base, tmp_path)["benchmark"] is None
     assert _derive(base, tmp_path)["output_args"] == ["r.md"]
-    moved = Stage("train_text", script="train.py", env="base", resources={}, output="o", tag="{g}", log_dir="train",
-                  benchmark=True)  # fmt: skip
+    moved = Stage(
+        "train_text",
+        script="train.py",
+        env="base",
+        resources={},
+        output="o",
+        tag="{g}",
+        log_dir="train",
+        benchmark=True,
+    )
     assert _derive(moved, tmp_path)["log"] == "results/smoke/p/logs/train/{g}.log"
     assert _derive(moved, tmp_path)["benchmark"] == "results/smoke/p/benchmarks/train_{g}.tsv"
     mixed = Stage("x", script="train.py", env="base", resources={}, output=["m.pt", {"history": "h.csv"}])

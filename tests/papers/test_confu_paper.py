@@ -30,16 +30,44 @@ from paperflow.core.io import read_frame
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 WORDS = "the a cat dog sat ran on mat big small red blue it was good bad sort list write".split()
-MODEL_SPEC = {"arch": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
-              "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128}  # fmt: skip
-TARGET = {"hub": "org/tiny-llama", "repo_type": "model", "revision": SHA, "files": ["*.json", "*.safetensors"],
-          "dtype": "float32", "device": "cpu", "feature_layers": [1, 2, 3], "heads": 4, "intermediate_size": 64}  # fmt: skip
+MODEL_SPEC = {
+    "arch": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 128,
+}
+TARGET = {
+    "hub": "org/tiny-llama",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors"],
+    "dtype": "float32",
+    "device": "cpu",
+    "feature_layers": [1, 2, 3],
+    "heads": 4,
+    "intermediate_size": 64,
+}
 DATASETS = {
-    "sharegpt": {"hub": "org/sharegpt", "repo_type": "dataset", "revision": SHA,
-                 "files": ["ShareGPT_V4.3_unfiltered_cleaned_split.json"], "format": "sharegpt", "limit": None},
-    "ultrachat": {"hub": "org/ultrachat", "repo_type": "dataset", "revision": SHA,
-                  "files": ["data/train_sft-*.parquet"], "format": "ultrachat", "limit": 5},
-}  # fmt: skip
+    "sharegpt": {
+        "hub": "org/sharegpt",
+        "repo_type": "dataset",
+        "revision": SHA,
+        "files": ["ShareGPT_V4.3_unfiltered_cleaned_split.json"],
+        "format": "sharegpt",
+        "limit": None,
+    },
+    "ultrachat": {
+        "hub": "org/ultrachat",
+        "repo_type": "dataset",
+        "revision": SHA,
+        "files": ["data/train_sft-*.parquet"],
+        "format": "ultrachat",
+        "limit": 5,
+    },
+}
 
 
 def _text(rng, n):
@@ -51,14 +79,24 @@ def repo_files(rng) -> dict[str, dict[str, bytes]]:
     dropped), UltraChat's train_sft and test_sft parquet shards (prompt, prompt_id, messages)."""
     import io
 
-    convs = [{"id": f"c{i}", "conversations": [{"from": "human", "value": _text(rng, 5)},
-                                               {"from": "gpt", "value": _text(rng, 4)}]} for i in range(5)]  # fmt: skip
+    convs = [
+        {
+            "id": f"c{i}",
+            "conversations": [{"from": "human", "value": _text(rng, 5)}, {"from": "gpt", "value": _text(rng, 4)}],
+        }
+        for i in range(5)
+    ]
     convs.append({"id": "g", "conversations": [{"from": "gpt", "value": "hello"}]})
 
     def chat(n, tag):
         prompts = [_text(rng, 4) for _ in range(n)]
-        frame = pd.DataFrame({"prompt": prompts, "prompt_id": [f"{tag}{i}" for i in range(n)],
-                              "messages": [[{"content": p, "role": "user"}] for p in prompts]})  # fmt: skip
+        frame = pd.DataFrame(
+            {
+                "prompt": prompts,
+                "prompt_id": [f"{tag}{i}" for i in range(n)],
+                "messages": [[{"content": p, "role": "user"}] for p in prompts],
+            }
+        )
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
         return buf.getvalue()
@@ -77,8 +115,10 @@ def repo_files(rng) -> dict[str, dict[str, bytes]]:
 
 def specbench_bytes(rng) -> bytes:
     cats = ["writing", "coding", "translation", "summarization"]
-    lines = [json.dumps({"question_id": 81 + i, "category": c, "turns": [_text(rng, 4), _text(rng, 3)]})
-             for i, c in enumerate(cats)]  # fmt: skip
+    lines = [
+        json.dumps({"question_id": 81 + i, "category": c, "turns": [_text(rng, 4), _text(rng, 3)]})
+        for i, c in enumerate(cats)
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -104,8 +144,11 @@ def hub(tmp_path, monkeypatch):
 def bench(serve_bytes):
     payload = specbench_bytes(np.random.default_rng(1))
     base, hits = serve_bytes(payload)
-    return {"url": f"{base}/data/spec_bench/question.jsonl", "sha256": hashlib.sha256(payload).hexdigest(),
-            "limit": None}, hits  # fmt: skip
+    return {
+        "url": f"{base}/data/spec_bench/question.jsonl",
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "limit": None,
+    }, hits
 
 
 def cfg_for(**over):
@@ -115,12 +158,22 @@ def cfg_for(**over):
         "targets": {"tiny": TARGET},
         "prompts": {"max_prompt_tokens": 12, "shards": 2, "seed": 0},
         "regenerate": {"max_new_tokens": 6, "max_length": 24, "batch_size": 4},
-        "draft": {"feature_layers": [1, 2, 3], "heads": 4, "intermediate_size": 64, "ttt_steps": 2,
-                  "ttt_decay": 0.8, "n_prompts": 8, "batch_size": 4, "steps": 2, "lr": 3e-3, "extra_steps": 1,
-                  "extra_lr": 1e-3},
+        "draft": {
+            "feature_layers": [1, 2, 3],
+            "heads": 4,
+            "intermediate_size": 64,
+            "ttt_steps": 2,
+            "ttt_decay": 0.8,
+            "n_prompts": 8,
+            "batch_size": 4,
+            "steps": 2,
+            "lr": 3e-3,
+            "extra_steps": 1,
+            "extra_lr": 1e-3,
+        },
         "confu": {"n_soft": 2, "n_expert": 2, "k_expert": 1, "anchors": 2, "window": 2},
         "decoding": {"nodes": 4, "top_k": 2, "depth": 2, "temperatures": [0, 1.0], "max_new_tokens": 4},
-    }  # fmt: skip
+    }
     cfg.update(over)
     return cfg
 
@@ -182,8 +235,9 @@ def test_unpinned_downloads_are_refused_with_the_pin_command_named(hub, bench, t
 
 def _train(method, pj, shards, tmp_path, cfg, init=None, target=TARGET):
     out = str(tmp_path / "models" / f"{method}.safetensors")
-    spec = paper_train.train_spec(method, "tiny", target, cfg, pj, shards, init, out,
-                                  str(tmp_path / "models" / f"{method}_history.csv"), 0)  # fmt: skip
+    spec = paper_train.train_spec(
+        method, "tiny", target, cfg, pj, shards, init, out, str(tmp_path / "models" / f"{method}_history.csv"), 0
+    )
     rows = paper_train.run(json.loads(json.dumps(spec)))  # what crosses the torchrun boundary
     return out, rows
 
@@ -213,8 +267,17 @@ def test_paper_path_trains_drafts_and_decodes_losslessly_on_cpu(hub, bench, tmp_
     for method, head in heads.items():
         out = str(tmp_path / "eval" / f"{method}.parquet")
         temps = cfg["decoding"]["temperatures"] if method == "confu" else [0]  # T > 0 once, to keep the test short
-        paper.evaluate(method, pj, head, test, plain, TARGET, "tiny", {**cfg, "decoding": {**cfg["decoding"],
-                       "temperatures": temps}}, out)  # fmt: skip
+        paper.evaluate(
+            method,
+            pj,
+            head,
+            test,
+            plain,
+            TARGET,
+            "tiny",
+            {**cfg, "decoding": {**cfg["decoding"], "temperatures": temps}},
+            out,
+        )
         frame, meta = read_frame(out)
         assert meta["c_draft"] > 0 and len(frame) == 2 * len(temps)
         greedy = frame[frame.temperature == 0]
@@ -245,9 +308,19 @@ def test_the_paper_claims_fail_when_a_method_differs_from_the_target_or_confu_ga
     rows = []
     for method in methods:
         for q in range(4):
-            rows.append({"target": "llama31_8b", "method": method, "temperature": 0.0, "question_id": q, "task": "qa",
-                         "n_tokens": 9, "cycles": 3 if method == "confu" else 4, "seconds": 1.0,
-                         "lossless": not (method == "confu" and q == 0)})  # fmt: skip
+            rows.append(
+                {
+                    "target": "llama31_8b",
+                    "method": method,
+                    "temperature": 0.0,
+                    "question_id": q,
+                    "task": "qa",
+                    "n_tokens": 9,
+                    "cycles": 3 if method == "confu" else 4,
+                    "seconds": 1.0,
+                    "lossless": not (method == "confu" and q == 0),
+                }
+            )
     evals = pd.DataFrame(rows)
     plain = pd.DataFrame({"target": "llama31_8b", "question_id": range(4), "task": "qa", "n_tokens": 9, "seconds": 2.0})
     cfg = cfg_for(methods=methods)
@@ -291,12 +364,22 @@ def test_training_launches_one_process_per_gpu_under_torchrun(tmp_path, monkeypa
     monkeypatch.setattr(subprocess, "run", lambda command, check, env: seen.append((command, env)))
     spec = {"method": "eagle3"}
     command = paper_train.launch(spec, str(tmp_path / "spec.json"), 8, python="python")
-    assert command[:7] == ["python", "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                           "--nproc-per-node=8", "-m"]  # fmt: skip
+    assert command[:7] == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=8",
+        "-m",
+    ]
     assert command[7:] == ["paperflow.confu.paper_train", str(tmp_path / "spec.json")]
     assert json.loads((tmp_path / "spec.json").read_text()) == spec
     assert paper_train.launch(spec, str(tmp_path / "spec.json"), 1, python="python")[:3] == [
-        "python", "-m", "paperflow.confu.paper_train"]  # fmt: skip
+        "python",
+        "-m",
+        "paperflow.confu.paper_train",
+    ]
 
 
 def test_a_cuda_target_without_a_gpu_fails_naming_the_key(hub, bench, tmp_path):
@@ -344,11 +427,16 @@ def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
     nt, nm = len(cfg["targets"]), len(cfg["methods"])
     counts = dict(re.findall(r"^(confu_\w+)\s+(\d+)$", proc.stdout, re.M))
     assert counts == {
-        "confu_download_model": str(nt), "confu_download": str(len(cfg["datasets"])),
-        "confu_download_benchmark": "1", "confu_preprocess": str(nt),
-        "confu_regenerate": str(nt * cfg["prompts"]["shards"]), "confu_train": str(nt * nm),
-        "confu_evaluate_plain": str(nt), "confu_evaluate": str(nt * nm), "confu_report": "1",
-    }  # fmt: skip
+        "confu_download_model": str(nt),
+        "confu_download": str(len(cfg["datasets"])),
+        "confu_download_benchmark": "1",
+        "confu_preprocess": str(nt),
+        "confu_regenerate": str(nt * cfg["prompts"]["shards"]),
+        "confu_train": str(nt * nm),
+        "confu_evaluate_plain": str(nt),
+        "confu_evaluate": str(nt * nm),
+        "confu_report": "1",
+    }
     gpus, nodes = {}, {}
     for job in parse_dry_run(proc.stdout):
         gpus.setdefault(job.rule, set()).add(job.gpus)
@@ -370,8 +458,11 @@ def _kv_kit(kind: str | None):
     target = build_model({**MODEL_SPEC, "vocab_size": 24}, seed=0).eval()
     if kind is None:
         return target, None
-    head = DraftHead(DraftConfig(kind, 32, 24, (1, 2, 3), 4, 64, 128, n_soft=2, n_expert=2, k_expert=1),
-                     target.get_input_embeddings().weight, seed=1).eval()  # fmt: skip
+    head = DraftHead(
+        DraftConfig(kind, 32, 24, (1, 2, 3), 4, 64, 128, n_soft=2, n_expert=2, k_expert=1),
+        target.get_input_embeddings().weight,
+        seed=1,
+    ).eval()
     if kind == "confu":  # a trained f path: fc_f and the [f] experts start at zero
         g = torch.Generator().manual_seed(2)
         with torch.no_grad():
@@ -382,8 +473,14 @@ def _kv_kit(kind: str | None):
 
 def _greedy(target, prompt, n):
     ids = torch.tensor([prompt])
-    got = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                          min_new_tokens=n, pad_token_id=0)  # fmt: skip
+    got = target.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        pad_token_id=0,
+    )
     return got[0, len(prompt) :].tolist()
 
 
@@ -411,8 +508,11 @@ def _oracle(base, greedy, prompt_len, right_depth):
                 depth += [d, d]
                 prev = len(tokens) - 1
             keep = self.tree.nodes
-            return (torch.tensor([tokens[:keep]]), ancestors(torch.tensor([parent[:keep]])),
-                    torch.tensor([depth[:keep]]))  # fmt: skip
+            return (
+                torch.tensor([tokens[:keep]]),
+                ancestors(torch.tensor([parent[:keep]])),
+                torch.tensor([depth[:keep]]),
+            )
 
     return Oracle
 
@@ -434,12 +534,20 @@ def test_the_cached_decoder_equals_the_uncached_one_and_greedy_decoding_with_acc
         greedy = _greedy(target, prompt, max_new + tree[2] + 1)
         outs = []
         for base in (SpecDecoder, CachedSpecDecoder):
-            dec = _oracle(base, greedy, len(prompt), lambda c: c % (tree[2] + 1))(target, head, TreeConfig(*tree),
-                                                                                    (1, 2, 3))  # fmt: skip
+            dec = _oracle(base, greedy, len(prompt), lambda c: c % (tree[2] + 1))(
+                target, head, TreeConfig(*tree), (1, 2, 3)
+            )
             dec.seen = []
             ids = torch.tensor([prompt])
-            out = dec.decode(ids, torch.ones_like(ids), max_new_tokens=max_new, temperature=0.0,
-                             uniforms=uniforms(1, max_new, p), eos=-1, pad=0)  # fmt: skip
+            out = dec.decode(
+                ids,
+                torch.ones_like(ids),
+                max_new_tokens=max_new,
+                temperature=0.0,
+                uniforms=uniforms(1, max_new, p),
+                eos=-1,
+                pad=0,
+            )
             outs.append((out, dec.seen))
         (plain, seen_plain), (cached, seen_cached) = outs
         assert cached.tokens == plain.tokens == [greedy[:max_new]]
@@ -468,9 +576,18 @@ def test_the_cached_decoder_with_a_real_draft_equals_the_uncached_one(kind, temp
     tree = (6, 2, 3) if temperature == 0 else (4, 4, 1)
     prompt = np.random.default_rng(3).integers(1, 24, 7).tolist()
     ids = torch.tensor([prompt])
-    got = [base(target, head, TreeConfig(*tree), (1, 2, 3)).decode(ids, torch.ones_like(ids), max_new_tokens=6,
-           temperature=temperature, uniforms=uniforms(1, 6, 1), eos=-1, pad=0) for base in (SpecDecoder,
-           CachedSpecDecoder)]  # fmt: skip
+    got = [
+        base(target, head, TreeConfig(*tree), (1, 2, 3)).decode(
+            ids,
+            torch.ones_like(ids),
+            max_new_tokens=6,
+            temperature=temperature,
+            uniforms=uniforms(1, 6, 1),
+            eos=-1,
+            pad=0,
+        )
+        for base in (SpecDecoder, CachedSpecDecoder)
+    ]
     assert got[1].tokens == got[0].tokens and got[1].accepted == got[0].accepted
     assert list(got[1].cycles) == list(got[0].cycles)
     if temperature == 0:
@@ -507,9 +624,9 @@ def test_the_cached_decoder_reads_only_the_trees_positions_per_cycle(kind):
         counts, handle = _count_target_tokens(target)
         draft_counts, draft_handle = _count_target_tokens(head.body.model)
         try:
-            out = base(target, head, tree, (1, 2, 3)).decode(ids, torch.ones_like(ids), max_new_tokens=8,
-                                                             temperature=0.0, uniforms=uniforms(1, 8, 0), eos=-1,
-                                                             pad=0)  # fmt: skip
+            out = base(target, head, tree, (1, 2, 3)).decode(
+                ids, torch.ones_like(ids), max_new_tokens=8, temperature=0.0, uniforms=uniforms(1, 8, 0), eos=-1, pad=0
+            )
         finally:
             handle.remove()
             draft_handle.remove()
@@ -544,8 +661,19 @@ def test_a_draft_run_killed_after_a_checkpoint_resumes_and_ends_as_an_uninterrup
         paper.regenerate(pj, train, s, TARGET, "tiny", cfg["regenerate"], out)
     whole, rows = _train("vanilla", pj, shards, tmp_path / "whole", cfg)
     assert len(rows) >= 2
-    spec = paper_train.train_spec("vanilla", "tiny", TARGET, cfg, pj, shards, None, str(tmp_path / "head.safetensors"),
-                                  str(tmp_path / "history.csv"), 0, str(tmp_path / "ckpt"))  # fmt: skip
+    spec = paper_train.train_spec(
+        "vanilla",
+        "tiny",
+        TARGET,
+        cfg,
+        pj,
+        shards,
+        None,
+        str(tmp_path / "head.safetensors"),
+        str(tmp_path / "history.csv"),
+        0,
+        str(tmp_path / "ckpt"),
+    )
     saves = []
     original = paper_train.RankCheckpoint.save
 
@@ -595,8 +723,14 @@ def test_the_smoke_and_the_paper_scale_train_drafts_with_one_loop(tmp_path):
     seqs = [torch.randint(4, len(tok), (int(n),), generator=g) for n in lengths]
     shard = str(tmp_path / "data" / "draft_shard0.safetensors")
     Path(shard).parent.mkdir(parents=True)
-    save_file({"ids": torch.cat(seqs), "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
-               "prompt_lengths": plens}, shard)  # fmt: skip
+    save_file(
+        {
+            "ids": torch.cat(seqs),
+            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+            "prompt_lengths": plens,
+        },
+        shard,
+    )
     width = int(lengths.max())  # the smoke's set: left-padded as stages.regenerate pads it
     ids, mask = torch.full((12, width), pad, dtype=torch.long), torch.zeros(12, width, dtype=torch.long)
     for r, s in enumerate(seqs):
@@ -607,8 +741,9 @@ def test_the_smoke_and_the_paper_scale_train_drafts_with_one_loop(tmp_path):
     target = load_model(folder).eval()
     smoke, paper_heads = {}, {}
     for method, init in (("eagle3", None), ("confu", "eagle3")):
-        head, rows = train_draft(method, target, smoke_seqs, smoke_cfg, 0, init=smoke.get(init), pad=pad,
-                                 max_length=width)  # fmt: skip
+        head, rows = train_draft(
+            method, target, smoke_seqs, smoke_cfg, 0, init=smoke.get(init), pad=pad, max_length=width
+        )
         smoke[method] = str(save_head(head, tmp_path / "smoke" / f"{method}.safetensors", {"seed": 0}))
         paper_heads[method], paper_rows = _train(method, str(pj), [shard], tmp_path, cfg, init=paper_heads.get(init))
         assert len(rows) >= 1 and rows == paper_rows, method
@@ -707,11 +842,31 @@ def test_the_real_targets_report_rows_are_the_paper_scales_metrics():
     rows = []
     for method, cycles in (("eagle3", [4, 5]), ("confu", [2, 5]), ("eagle3_extra", [4, 5])):
         for q, c in enumerate(cycles):
-            rows.append({"target": "smollm2", "method": method, "temperature": 0.0, "question_id": q, "task": "qa",
-                         "n_tokens": 9, "cycles": c, "accepted": [1] * c, "seconds": 0.5, "lossless": True})  # fmt: skip
+            rows.append(
+                {
+                    "target": "smollm2",
+                    "method": method,
+                    "temperature": 0.0,
+                    "question_id": q,
+                    "task": "qa",
+                    "n_tokens": 9,
+                    "cycles": c,
+                    "accepted": [1] * c,
+                    "seconds": 0.5,
+                    "lossless": True,
+                }
+            )
     evals = pd.DataFrame(rows)
-    plain = pd.DataFrame({"question_id": [0, 1], "task": "qa", "tokens": [[1] * 9] * 2, "n_tokens": 9,
-                          "seconds": 2.0, "target": "smollm2"})  # fmt: skip
+    plain = pd.DataFrame(
+        {
+            "question_id": [0, 1],
+            "task": "qa",
+            "tokens": [[1] * 9] * 2,
+            "n_tokens": 9,
+            "seconds": 2.0,
+            "target": "smollm2",
+        }
+    )
     table, text, _ = lm_section(evals, plain, lm, "cpu")
     tau = table[(table.metric == "smollm2/T0/tau_prompt") & (table.method == "confu")].value.tolist()
     assert tau == [pytest.approx(8 / 2), pytest.approx(8 / 5)]  # (tokens - 1) / cycles per prompt

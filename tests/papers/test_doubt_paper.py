@@ -129,11 +129,36 @@ def hub_files() -> dict[str, pd.DataFrame]:
 
 
 BENCHES = {
-    "ScienceQA": {"hub": "org/sqa", "repo_type": "dataset", "revision": SHA, "files": ["data/test-*.parquet"], "limit": None},
-    "MMMU": {"hub": "org/mmmu", "repo_type": "dataset", "revision": SHA, "per_subject": 4, "subjects": ["Art", "Math"], "limit": None},
-    "LLaVABench": {"hub": "org/llava-bench", "repo_type": "dataset", "revision": SHA, "files": ["llava/data/train-*.parquet"], "limit": None},
-    "MMVet": {"hub": "org/mmvet", "repo_type": "dataset", "revision": SHA, "files": ["mmvet/data/test-*.parquet"], "limit": None},
-}  # fmt: skip
+    "ScienceQA": {
+        "hub": "org/sqa",
+        "repo_type": "dataset",
+        "revision": SHA,
+        "files": ["data/test-*.parquet"],
+        "limit": None,
+    },
+    "MMMU": {
+        "hub": "org/mmmu",
+        "repo_type": "dataset",
+        "revision": SHA,
+        "per_subject": 4,
+        "subjects": ["Art", "Math"],
+        "limit": None,
+    },
+    "LLaVABench": {
+        "hub": "org/llava-bench",
+        "repo_type": "dataset",
+        "revision": SHA,
+        "files": ["llava/data/train-*.parquet"],
+        "limit": None,
+    },
+    "MMVet": {
+        "hub": "org/mmvet",
+        "repo_type": "dataset",
+        "revision": SHA,
+        "files": ["mmvet/data/test-*.parquet"],
+        "limit": None,
+    },
+}
 
 
 def word_tokenizer():
@@ -196,8 +221,15 @@ def save_tiny_judge(folder: Path) -> None:
     from paperflow.core.lm.tokenizer import save_tokenizer
 
     tok = word_tokenizer()
-    spec = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 256}  # fmt: skip
+    spec = {
+        "arch": "llama",
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+    }
     save_model(build_model({**spec, "vocab_size": len(tok)}, seed=0), folder)
     save_tokenizer(tok, folder)
 
@@ -359,9 +391,16 @@ def test_the_paper_path_runs_end_to_end_on_a_tiny_llava_on_the_cpu(hub, tmp_path
     assert len(metrics) == 2 * 2 * 2 * 2  # benchmarks x methods x n x label modes
     assert set(metrics["benchmark"]) == {"ScienceQA", "LLaVABench"}
     assert metrics[metrics["method"] == "se_exact"]["detection_accuracy"].between(0, 1).all()
-    outputs = {k: str(tmp_path / "report" / v) for k, v in
-               {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png",
-                "metrics_table": "metrics.parquet"}.items()}  # fmt: skip
+    outputs = {
+        k: str(tmp_path / "report" / v)
+        for k, v in {
+            "report": "report.md",
+            "metrics": "metrics.json",
+            "table_detectors": "t.csv",
+            "figure_auroc": "a.png",
+            "metrics_table": "metrics.parquet",
+        }.items()
+    }
     params = {"seeds": [0], "sampling": SAMPLING, "scale": "paper"}
     claims = load_paper_config("doubt", "paper")["claims"]
     doc = publish(build_report(metrics, params), outputs, paper="doubt", scale="paper", claims=claims)
@@ -373,9 +412,13 @@ def test_the_paper_path_runs_end_to_end_on_a_tiny_llava_on_the_cpu(hub, tmp_path
 
 def test_evaluate_ranks_wrong_answers_as_positives_under_each_label_mode(tmp_path):
     labels = pd.DataFrame(
-        {"idx": [0, 1, 2, 3], "reply": None, "correct_official": [True, False, True, False],
-         "correct_strict": [True, True, True, False]}
-    )  # fmt: skip
+        {
+            "idx": [0, 1, 2, 3],
+            "reply": None,
+            "correct_official": [True, False, True, False],
+            "correct_strict": [True, True, True, False],
+        }
+    )
     labels.to_parquet(tmp_path / "labels.parquet")
     table = pd.DataFrame(
         {"seed": 0, "n": 3, "rep": 0, "item": [3, 2, 1, 0], "score": [-0.2, -0.8, -0.1, -0.9], "flag": [1.0, 0, 1, 0]}
@@ -429,12 +472,15 @@ def test_the_paper_config_resolves_and_bad_paper_keys_are_named(repo_copy):
     path = repo_copy / "config" / "doubt.yaml"
     text = path.read_text()
     for old, new, message in (
-        ("      max_memory_per_gpu: 70GiB", "      no_memory_per_gpu: 70GiB",
-         r"no_memory_per_gpu"),  # a misspelt key (schema)
+        (
+            "      max_memory_per_gpu: 70GiB",
+            "      no_memory_per_gpu: 70GiB",
+            r"no_memory_per_gpu",
+        ),  # a misspelt key (schema)
         ("      max_memory_per_gpu: 70GiB", "      #", r"vlms\.Qwen2-VL-72B-Instruct\.gpus = 4 .*max_memory_per_gpu"),
         ("    MMVet:\n", "    POPE:\n", r"benchmarks \['POPE'\] have no reader"),
         ("revision: 895c3a49bc3fa70a340399125c650a463535e71c", "revision: main", "revision"),
-    ):  # fmt: skip
+    ):
         assert old in text
         path.write_text(text.replace(old, new))
         with pytest.raises(ConfigError, match=message):
@@ -522,20 +568,42 @@ def save_tiny_llava_next(folder: Path) -> None:
 
     tok, grid = word_tokenizer(), [[28, 28], [28, 56]]
     cfg = LlavaNextConfig(
-        vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                       num_attention_heads=2, image_size=28, patch_size=14),
-        text_config=LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512),
-        image_token_index=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=grid, vision_feature_layer=-2,
-        image_seq_length=4, pad_token_id=tok.pad_token_id,
-    )  # fmt: skip
+        vision_config=CLIPVisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+        ),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=grid,
+        vision_feature_layer=-2,
+        image_seq_length=4,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     LlavaNextForConditionalGeneration(cfg).save_pretrained(folder)
     images = LlavaNextImageProcessorPil(
         size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}, image_grid_pinpoints=grid
     )
-    LlavaNextProcessor(image_processor=images, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
-                       chat_template=CHAT, num_additional_image_tokens=1).save_pretrained(folder)  # fmt: skip
+    LlavaNextProcessor(
+        image_processor=images,
+        tokenizer=tok,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=CHAT,
+        num_additional_image_tokens=1,
+    ).save_pretrained(folder)
 
 
 def test_a_tiny_llava_next_loads_and_samples_through_the_vlm_sampler(tmp_path):
@@ -568,22 +636,53 @@ def test_tiny_qwen2_vl_and_internvl_models_load_natively_and_sample_on_the_cpu(t
     special = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<IMG_CONTEXT>"]
     tok.add_tokens(special, special_tokens=True)
     sid = {t: tok.convert_tokens_to_ids(t) for t in special}
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=2, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
-                eos_token_id=tok.eos_token_id)  # fmt: skip
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
-    Qwen2VLForConditionalGeneration(Qwen2VLConfig(
-        text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
-        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_chans=3),
-        image_token_id=sid["<|image_pad|>"], video_token_id=sid["<|video_pad|>"],
-        vision_start_token_id=sid["<|vision_start|>"], vision_end_token_id=sid["<|vision_end|>"],
-    )).save_pretrained(tmp_path / "qwen2_vl")  # fmt: skip
-    InternVLForConditionalGeneration(InternVLConfig(
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=[28, 28], patch_size=[14, 14]),
-        text_config={**text, "model_type": "qwen2"}, image_token_id=sid["<IMG_CONTEXT>"], downsample_ratio=0.5,
-    )).save_pretrained(tmp_path / "internvl")  # fmt: skip
+    Qwen2VLForConditionalGeneration(
+        Qwen2VLConfig(
+            text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+            vision_config=dict(
+                depth=1,
+                embed_dim=16,
+                hidden_size=32,
+                num_heads=2,
+                mlp_ratio=2,
+                patch_size=14,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+                in_chans=3,
+            ),
+            image_token_id=sid["<|image_pad|>"],
+            video_token_id=sid["<|video_pad|>"],
+            vision_start_token_id=sid["<|vision_start|>"],
+            vision_end_token_id=sid["<|vision_end|>"],
+        )
+    ).save_pretrained(tmp_path / "qwen2_vl")
+    InternVLForConditionalGeneration(
+        InternVLConfig(
+            vision_config=dict(
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                image_size=[28, 28],
+                patch_size=[14, 14],
+            ),
+            text_config={**text, "model_type": "qwen2"},
+            image_token_id=sid["<IMG_CONTEXT>"],
+            downsample_ratio=0.5,
+        )
+    ).save_pretrained(tmp_path / "internvl")
     spec, cpu = {"dtype": "float32", "device": "cpu"}, torch.device("cpu")
     prompt = tok("USER: the answer", add_special_tokens=False)["input_ids"]
     image = Image.open(io.BytesIO(png(0))).convert("RGB")
@@ -601,8 +700,15 @@ def test_tiny_qwen2_vl_and_internvl_models_load_natively_and_sample_on_the_cpu(t
         model = paper.load_vlm_model(str(tmp_path / kind), spec, f"vlms.{kind}", cpu)
         assert model.config.model_type == kind and not model.training
         ids = torch.tensor([inp.pop("input_ids")])
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **inp, do_sample=True,
-                             temperature=0.5, top_k=10, max_new_tokens=3)  # fmt: skip
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            **inp,
+            do_sample=True,
+            temperature=0.5,
+            top_k=10,
+            max_new_tokens=3,
+        )
         assert out.shape == (1, ids.shape[1] + 3)
 
 
@@ -651,10 +757,18 @@ def save_tiny_nli(folder: Path, verdict: int) -> None:
     from paperflow.core.lm.tokenizer import save_tokenizer
 
     tok = word_tokenizer()
-    cfg = DebertaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, max_position_embeddings=128, num_labels=3, pad_token_id=tok.pad_token_id,
-                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})  # fmt: skip
+    cfg = DebertaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=128,
+        num_labels=3,
+        pad_token_id=tok.pad_token_id,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2},
+    )
     torch.manual_seed(0)
     model = DebertaForSequenceClassification(cfg)
     with torch.no_grad():
@@ -669,18 +783,27 @@ def test_a_tiny_nli_model_runs_the_entailment_rule_and_semantic_entropy_uses_its
 
     items = pd.DataFrame({"idx": [3, 7], "question": ["What is the cat ?", "Which colour ?"], "kind": bm.FREE_FORM})
     write_frame(tmp_path / "items.parquet", items, {})
-    samples = pd.DataFrame({
-        "idx": [3, 7], "ans0": ["cat", "red"],
-        "A": [["cat", "a cat", "dog", "cat"], ["red", "red", "red", "red"]],
-        "B": [["dog", "dog", "cat", "a dog"], ["blue", "red", "the answer is red", "red"]],
-    })  # fmt: skip
+    samples = pd.DataFrame(
+        {
+            "idx": [3, 7],
+            "ans0": ["cat", "red"],
+            "A": [["cat", "a cat", "dog", "cat"], ["red", "red", "red", "red"]],
+            "B": [["dog", "dog", "cat", "a dog"], ["blue", "red", "the answer is red", "red"]],
+        }
+    )
     samples.to_parquet(tmp_path / "samples.parquet")
     strings = sorted({a for s in ("A", "B") for row in samples[s] for a in row})
     emb = pd.DataFrame({"answer": strings, "vector": list(np.random.default_rng(0).normal(size=(len(strings), 8)))})
     emb.to_parquet(tmp_path / "emb.parquet")
     scoring, spec = {"ns": [3, 4], "reps": 2}, {"device": "cpu", "batch_size": 4, "condition_on_question": True}
-    exact = paper.score("se_exact", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
-                        str(tmp_path / "emb.parquet"), scoring, seed=0)  # fmt: skip
+    exact = paper.score(
+        "se_exact",
+        str(tmp_path / "items.parquet"),
+        str(tmp_path / "samples.parquet"),
+        str(tmp_path / "emb.parquet"),
+        scoring,
+        seed=0,
+    )
     for verdict, name in ((2, "entails"), (0, "contradicts")):
         save_tiny_nli(tmp_path / name, verdict)
         nli_json = tmp_path / f"{name}.json"
@@ -696,8 +819,15 @@ def test_a_tiny_nli_model_runs_the_entailment_rule_and_semantic_entropy_uses_its
             assert np.array_equal(np.reshape(row["same"], (k, k)), entailment.equivalence(list(row["answers"]), judge))
         path = tmp_path / f"entail_{name}.parquet"
         judged.to_parquet(path)
-        se = paper.score("se_plain", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
-                         str(tmp_path / "emb.parquet"), scoring, seed=0, entail_path=str(path))  # fmt: skip
+        se = paper.score(
+            "se_plain",
+            str(tmp_path / "items.parquet"),
+            str(tmp_path / "samples.parquet"),
+            str(tmp_path / "emb.parquet"),
+            scoring,
+            seed=0,
+            entail_path=str(path),
+        )
         if verdict == 2:  # every answer entails every other: one cluster, zero entropy, nothing flagged
             assert (se["score"] == 0).all() and (se["flag"] == 0).all()
         else:  # nothing entails: the clusters are the exact strings
@@ -706,13 +836,26 @@ def test_a_tiny_nli_model_runs_the_entailment_rule_and_semantic_entropy_uses_its
             assert got[key].to_numpy().tolist() == want[key].to_numpy().tolist()
             np.testing.assert_allclose(got["score"].to_numpy(), want["score"].to_numpy(), atol=1e-12)
             assert 0 < got["score"].max()  # the check can fail: the sets are not all uniform
-    oub = paper.score("oub_se", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
-                      str(tmp_path / "emb.parquet"), {"ns": [4], "reps": 1}, seed=0, entail_path=str(path))  # fmt: skip
+    oub = paper.score(
+        "oub_se",
+        str(tmp_path / "items.parquet"),
+        str(tmp_path / "samples.parquet"),
+        str(tmp_path / "emb.parquet"),
+        {"ns": [4], "reps": 1},
+        seed=0,
+        entail_path=str(path),
+    )
     expected = [np.mean([scores.semantic_entropy(list(samples[s][i])) for s in ("A", "B")]) for i in range(2)]
     np.testing.assert_allclose(oub.sort_values("item")["score"].to_numpy(), expected, atol=1e-12)
     with pytest.raises(ValueError, match="clusters by entailment"):
-        paper.score("se_plain", str(tmp_path / "items.parquet"), str(tmp_path / "samples.parquet"),
-                    str(tmp_path / "emb.parquet"), scoring, seed=0)  # fmt: skip
+        paper.score(
+            "se_plain",
+            str(tmp_path / "items.parquet"),
+            str(tmp_path / "samples.parquet"),
+            str(tmp_path / "emb.parquet"),
+            scoring,
+            seed=0,
+        )
 
 
 def test_internvl2_tiles_follow_the_codes_load_image():
@@ -930,8 +1073,9 @@ def test_vl_uncertainty_runs_end_to_end_on_the_tiny_llava_and_joins_the_evaluati
         path = str(tmp_path / f"scores_{name}.parquet")
         frame.to_parquet(path)
         score_files[("tiny", name, 0, "vl_uncertainty")] = path
-        lab = pd.DataFrame({"idx": perturbed["idx"], "reply": None, "correct_official": [True, False],
-                            "correct_strict": [False, True]})  # fmt: skip
+        lab = pd.DataFrame(
+            {"idx": perturbed["idx"], "reply": None, "correct_official": [True, False], "correct_strict": [False, True]}
+        )
         lp = str(tmp_path / f"labels_{name}.parquet")
         lab.to_parquet(lp)
         labels[("tiny", name, 0)] = lp
@@ -942,9 +1086,16 @@ def test_vl_uncertainty_runs_end_to_end_on_the_tiny_llava_and_joins_the_evaluati
     metrics = paper.evaluate(labels, score_files)
     assert len(metrics) == 2 * 2 and set(metrics["n"]) == {3} and metrics["full_set"].all()
     assert metrics["detection_accuracy"].between(0, 1).all()
-    outputs = {k: str(tmp_path / "report" / v) for k, v in
-               {"report": "report.md", "metrics": "metrics.json", "table_detectors": "t.csv", "figure_auroc": "a.png",
-                "metrics_table": "metrics.parquet"}.items()}  # fmt: skip
+    outputs = {
+        k: str(tmp_path / "report" / v)
+        for k, v in {
+            "report": "report.md",
+            "metrics": "metrics.json",
+            "table_detectors": "t.csv",
+            "figure_auroc": "a.png",
+            "metrics_table": "metrics.parquet",
+        }.items()
+    }
     publish(
         build_report(metrics, {"seeds": [0], "sampling": SAMPLING, "scale": "paper"}),
         outputs,
@@ -968,13 +1119,19 @@ def test_vl_uncertainty_config_errors_are_named():
     cfg = load_paper_config("doubt", "paper")
     vlu = cfg["vl_uncertainty"]
     cases = (
-        ({**vlu, "blur_radii": {k: v for k, v in vlu["blur_radii"].items() if k != "MMMU"}},
-         r"vl_uncertainty\.blur_radii has no entry for the benchmarks \['MMMU'\]"),
-        ({**vlu, "blur_radii": {**vlu["blur_radii"], "MMVet": [0.6, 0.8]}},
-         r"blur_radii\.MMVet has 2 radii but rephrase_temperatures has 5"),
-        ({**vlu, "temperature": {**vlu["temperature"], "MMVet": {"default": 0.5, "gpt-4v": 1.0}}},
-         r"names MLLMs \['gpt-4v'\] that are not in vlms"),
-    )  # fmt: skip
+        (
+            {**vlu, "blur_radii": {k: v for k, v in vlu["blur_radii"].items() if k != "MMMU"}},
+            r"vl_uncertainty\.blur_radii has no entry for the benchmarks \['MMMU'\]",
+        ),
+        (
+            {**vlu, "blur_radii": {**vlu["blur_radii"], "MMVet": [0.6, 0.8]}},
+            r"blur_radii\.MMVet has 2 radii but rephrase_temperatures has 5",
+        ),
+        (
+            {**vlu, "temperature": {**vlu["temperature"], "MMVet": {"default": 0.5, "gpt-4v": 1.0}}},
+            r"names MLLMs \['gpt-4v'\] that are not in vlms",
+        ),
+    )
     for bad, message in cases:
         with pytest.raises(ConfigError, match=message):
             check({**cfg, "vl_uncertainty": bad}, "doubt.yaml")

@@ -70,33 +70,52 @@ trainer.resume_mode=disable trainer.resume_from_path=$RESUME_PATH reward_model.e
 # what the other scripts change relative to it (diffs of the scripts at the same commit)
 SCRIPT_DELTAS = {
     ("math", "outcome"): {  # math_rloo_baseline.sh
-        "algorithm.adv_estimator": "rloo", "algorithm.reward_gt_coef": "5", "algorithm.reward_dpo_coef": "0",
-        "reward_model.model.update": "before", "reward_model.model.beta_train": "0.005", "+reward_model.model.temp": None,
+        "algorithm.adv_estimator": "rloo",
+        "algorithm.reward_gt_coef": "5",
+        "algorithm.reward_dpo_coef": "0",
+        "reward_model.model.update": "before",
+        "reward_model.model.beta_train": "0.005",
+        "+reward_model.model.temp": None,
     },
     ("math", "itpo"): {  # math_rloo_itpo.sh
-        "algorithm.adv_estimator": "rloo_itpo", "reward_model.model.update": "itpo",
+        "algorithm.adv_estimator": "rloo_itpo",
+        "reward_model.model.update": "itpo",
         "reward_model.model.beta_train": "0.050",
     },
     ("doc", "itponorm"): {  # medium_rloo_itponorm.sh
-        "data.max_response_length": "3072", "actor_rollout_ref.actor.optim.lr": "5e-7",
-        "algorithm.reward_dpo_coef": "15", "reward_model.model.beta_train": "0.005",
+        "data.max_response_length": "3072",
+        "actor_rollout_ref.actor.optim.lr": "5e-7",
+        "algorithm.reward_dpo_coef": "15",
+        "reward_model.model.beta_train": "0.005",
         "+reward_model.reward_kwargs.metric_weights.accuracy": None,
         "+reward_model.reward_kwargs.metric_weights.bleu_score": "1",
     },
     ("doc", "itpo"): {  # medium_rloo_itpo.sh
-        "data.max_response_length": "3072", "actor_rollout_ref.actor.optim.lr": "5e-7",
-        "algorithm.adv_estimator": "rloo_itpo", "algorithm.reward_dpo_coef": "15", "reward_model.model.update": "itpo",
-        "reward_model.model.beta_train": "0.005", "+reward_model.reward_kwargs.metric_weights.accuracy": None,
+        "data.max_response_length": "3072",
+        "actor_rollout_ref.actor.optim.lr": "5e-7",
+        "algorithm.adv_estimator": "rloo_itpo",
+        "algorithm.reward_dpo_coef": "15",
+        "reward_model.model.update": "itpo",
+        "reward_model.model.beta_train": "0.005",
+        "+reward_model.reward_kwargs.metric_weights.accuracy": None,
         "+reward_model.reward_kwargs.metric_weights.bleu_score": "1",
     },
-}  # fmt: skip
+}
 # overrides whose values are paths, names or addresses of this pipeline, not hyperparameters
 LOCAL = {
-    "data.train_files", "data.val_files", "actor_rollout_ref.model.path", "reward_model.model.path",
-    "critic.model.path", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-    "+reward_model.reward_kwargs.llm_judge_kwargs.api_base", "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
-    "trainer.resume_from_path", "trainer.default_local_dir",
-}  # fmt: skip
+    "data.train_files",
+    "data.val_files",
+    "actor_rollout_ref.model.path",
+    "reward_model.model.path",
+    "critic.model.path",
+    "trainer.logger",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "+reward_model.reward_kwargs.llm_judge_kwargs.api_base",
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+    "trainer.resume_from_path",
+    "trainer.default_local_dir",
+}
 
 
 def _parse(words) -> dict[str, str]:
@@ -136,8 +155,9 @@ def test_the_generated_training_overrides_are_the_official_scripts(task, method,
     got = _parse(
         recipe.train_overrides(task, CFG["tasks"][task], method, CFG["verl"], CFG["simulator"], _paths(tmp_path))
     )
-    assert len(got) == len(recipe.train_overrides(task, CFG["tasks"][task], method, CFG["verl"], CFG["simulator"],
-                                                  _paths(tmp_path)))  # fmt: skip
+    assert len(got) == len(
+        recipe.train_overrides(task, CFG["tasks"][task], method, CFG["verl"], CFG["simulator"], _paths(tmp_path))
+    )
     hyper = {k: _value(v) for k, v in expected.items() if k not in LOCAL}
     assert {k: _value(v) for k, v in got.items() if k not in LOCAL} == hyper
     assert set(got) - set(expected) == {"trainer.default_local_dir"}
@@ -241,19 +261,24 @@ def hub_rows(n: int = 12) -> pd.DataFrame:
     rows = []
     for i in range(n):
         first = i if i > 1 else 0
-        rows.append({
-            "prompt": [{"role": "user", "content": f"help me with problem {first}"},
-                       {"role": "assistant", "content": "which part?"}, {"role": "user", "content": "all of it"}],
-            "completion": f"answer {i}",
-            "conv_id": i // 2,
-            "score": 0.5,
-            "single_turn_prompt": f"Solve problem {first} exactly.",
-            "single_turn_completion": f"\\boxed{{{first}}}",
-            "single_turn_metadata": json.dumps({"level": 5}),
-            "turn_id": i % 2,
-            "sessions": json.dumps([]),
-            "rewards": json.dumps({"accuracy": [1.0]}),
-        })  # fmt: skip
+        rows.append(
+            {
+                "prompt": [
+                    {"role": "user", "content": f"help me with problem {first}"},
+                    {"role": "assistant", "content": "which part?"},
+                    {"role": "user", "content": "all of it"},
+                ],
+                "completion": f"answer {i}",
+                "conv_id": i // 2,
+                "score": 0.5,
+                "single_turn_prompt": f"Solve problem {first} exactly.",
+                "single_turn_completion": f"\\boxed{{{first}}}",
+                "single_turn_metadata": json.dumps({"level": 5}),
+                "turn_id": i % 2,
+                "sessions": json.dumps([]),
+                "rewards": json.dumps({"accuracy": [1.0]}),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -273,12 +298,21 @@ def test_downloads_fetch_only_the_listed_files_at_the_pinned_commit(hub, tmp_pat
     task = {**CFG["tasks"]["math"], "revision": SHA}
     data = paper.download_hub(task, "tasks.math", str(tmp_path / "cache"), str(tmp_path / "math.json"))
     assert hub == [
-        {"name": "Qwen/Qwen2.5-3B-Instruct", "revision": CFG["pretrained"]["revision"],
-         "patterns": CFG["pretrained"]["files"], "repo_type": "model",
-         "written": ["config.json", "model.safetensors", "tokenizer.json"]},  # not the README beside them
-        {"name": "collabllm/collabllm-multiturn-math-hard", "revision": SHA, "patterns": ["data/*.parquet"],
-         "repo_type": "dataset", "written": ["data/train-00000-of-00001.parquet"]},
-    ]  # fmt: skip
+        {
+            "name": "Qwen/Qwen2.5-3B-Instruct",
+            "revision": CFG["pretrained"]["revision"],
+            "patterns": CFG["pretrained"]["files"],
+            "repo_type": "model",
+            "written": ["config.json", "model.safetensors", "tokenizer.json"],
+        },  # not the README beside them
+        {
+            "name": "collabllm/collabllm-multiturn-math-hard",
+            "revision": SHA,
+            "patterns": ["data/*.parquet"],
+            "repo_type": "dataset",
+            "written": ["data/train-00000-of-00001.parquet"],
+        },
+    ]
     assert sorted(doc["sha256"]) == ["config.json", "model.safetensors", "tokenizer.json"]
     assert list(data["sha256"]) == ["data/train-00000-of-00001.parquet"]
     assert data["folder"].endswith(f"datasets/collabllm--collabllm-multiturn-math-hard/{SHA}")
@@ -318,15 +352,23 @@ def _repo(root: Path, files: dict[str, str]) -> str:
 @pytest.fixture
 def recipe_json(tmp_path):
     """ITPO and verl as local git repositories, fetched at their commits and assembled by download_recipe."""
-    itpo_sha = _repo(tmp_path / "src" / "itpo", {
-        "recipe/itpo/main_prime.py": "# trainer\n",
-        "recipe/itpo/process_data/process_dataset.py": f"X = 1\nSYSTEM_PROMPT = {SYSTEM!r}\n",
-        "verl/interactions/collabllm_interaction.py": "# ITPO's simulator\n",
-        "README.md": "itpo\n",
-    })  # fmt: skip
-    verl_sha = _repo(tmp_path / "src" / "verl", {
-        "verl/__init__.py": "", "verl/interactions/collabllm_interaction.py": "# verl's\n", "recipe/prime/x.py": "",
-    })  # fmt: skip
+    itpo_sha = _repo(
+        tmp_path / "src" / "itpo",
+        {
+            "recipe/itpo/main_prime.py": "# trainer\n",
+            "recipe/itpo/process_data/process_dataset.py": f"X = 1\nSYSTEM_PROMPT = {SYSTEM!r}\n",
+            "verl/interactions/collabllm_interaction.py": "# ITPO's simulator\n",
+            "README.md": "itpo\n",
+        },
+    )
+    verl_sha = _repo(
+        tmp_path / "src" / "verl",
+        {
+            "verl/__init__.py": "",
+            "verl/interactions/collabllm_interaction.py": "# verl's\n",
+            "recipe/prime/x.py": "",
+        },
+    )
     source = {
         "itpo": {"git": (tmp_path / "src" / "itpo").as_uri(), "commit": itpo_sha},
         "verl": {"git": (tmp_path / "src" / "verl").as_uri(), "commit": verl_sha},
@@ -487,8 +529,14 @@ def _fake_verl_inputs(recipe_json, tmp_path, monkeypatch, port: int) -> tuple[di
     paper.download_hub(CFG["pretrained"], "pretrained", cache, inputs["pretrained"])
     paper.download_hub(CFG["simulator"], "simulator", cache, inputs["simulator"])
     paper.download_hub(cfg["tasks"]["math"], "tasks.math", cache, str(tmp_path / "math.json"))
-    paper.preprocess("math", cfg["tasks"]["math"], str(tmp_path / "math.json"), inputs["recipe"], CFG["split"],
-                     {"train": inputs["train"], "validation": inputs["validation"]})  # fmt: skip
+    paper.preprocess(
+        "math",
+        cfg["tasks"]["math"],
+        str(tmp_path / "math.json"),
+        inputs["recipe"],
+        CFG["split"],
+        {"train": inputs["train"], "validation": inputs["validation"]},
+    )
     return cfg, inputs
 
 
@@ -501,21 +549,26 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
     summaries = []
     for method in ("outcome", "itponorm"):
         run_json = tmp_path / "runs" / method / "run.json"
-        run = paper.train("math", method, [0], cfg, inputs, str(run_json), python=str(exe),
-                          turns=str(run_json.parent / "turns.jsonl"))  # fmt: skip
+        run = paper.train(
+            "math", method, [0], cfg, inputs, str(run_json), python=str(exe), turns=str(run_json.parent / "turns.jsonl")
+        )
         assert run["global_step"] == 6 and run["checkpoint"].endswith("checkpoints/global_step_6")
         assert (run["simulator_gpus"], run["verl_gpus"]) == ("4,5", "6,7")
-        outputs = {"rollouts": str(tmp_path / "eval" / f"{method}.parquet"),
-                   "summary": str(tmp_path / "eval" / f"{method}.json")}  # fmt: skip
+        outputs = {
+            "rollouts": str(tmp_path / "eval" / f"{method}.parquet"),
+            "summary": str(tmp_path / "eval" / f"{method}.json"),
+        }
         summaries.append(paper.evaluate("math", method, cfg, {**inputs, "run": str(run_json)}, outputs, str(exe)))
         frame, meta = read_frame(outputs["rollouts"])
         assert len(frame) == 2 * CFG["verl"]["eval"]["n"] and meta["prompts"] == 2 and meta["metric_mean"] is None
         assert meta["shards"] == 1 and meta["unscored_prompts"] == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert [c["module"] for c in calls] == [
-        "vllm.entrypoints.openai.api_server", "recipe.itpo.main_prime",
-        "vllm.entrypoints.openai.api_server", "recipe.itpo.evaluate",
-    ] * 2  # fmt: skip
+        "vllm.entrypoints.openai.api_server",
+        "recipe.itpo.main_prime",
+        "vllm.entrypoints.openai.api_server",
+        "recipe.itpo.evaluate",
+    ] * 2
     tree = json.loads(Path(inputs["recipe"]).read_text())["tree"]
     for c in calls:
         assert c["gpus"] == ("4,5" if c["module"].startswith("vllm") else "6,7")
@@ -538,11 +591,20 @@ def test_train_evaluate_and_report_run_end_to_end_with_a_fake_verl(hub, recipe_j
 
     turns = turn_table({("math", m, "s0"): str(tmp_path / "runs" / m / "turns.jsonl") for m in ("outcome", "itponorm")})
     runs = pd.DataFrame(summaries)
-    params = {"methods": ["outcome", "itponorm"], "tasks": ["math"], "seeds": [0], "metrics": {"math": "accuracy"},
-              "scale": "paper"}  # fmt: skip
+    params = {
+        "methods": ["outcome", "itponorm"],
+        "tasks": ["math"],
+        "seeds": [0],
+        "metrics": {"math": "accuracy"},
+        "scale": "paper",
+    }
     specs = [c for c in load_paper_config("itpo", "paper")["claims"] if c["metric"] == "math/reward"]
-    outputs = {"report": str(tmp_path / "r.md"), "metrics": str(tmp_path / "m.json"),
-               "table_runs": str(tmp_path / "runs.csv"), "metrics_table": str(tmp_path / "m.parquet")}  # fmt: skip
+    outputs = {
+        "report": str(tmp_path / "r.md"),
+        "metrics": str(tmp_path / "m.json"),
+        "table_runs": str(tmp_path / "runs.csv"),
+        "metrics_table": str(tmp_path / "m.parquet"),
+    }
     doc = publish(build_report(runs, params), outputs, paper="itpo", scale="paper", claims=specs)
     (claim,) = doc["claims"]
     assert claim["id"] == "paper_math_reward_itponorm_minus_outcome" and not claim["gated"]
@@ -573,8 +635,13 @@ def test_the_evaluation_summary_reads_the_latest_dump_and_the_metric_where_it_is
     frame = collab.generations_frame(collab.read_dump(tmp_path))
     assert frame["output_words"].tolist() == [3, 2, 1]
     assert collab.summarise(frame, "accuracy") == {
-        "rollouts": 3, "prompts": 2, "reward": 0.5, "metric": "accuracy", "metric_mean": 2 / 3, "output_words": 2.0,
-    }  # fmt: skip
+        "rollouts": 3,
+        "prompts": 2,
+        "reward": 0.5,
+        "metric": "accuracy",
+        "metric_mean": 2 / 3,
+        "output_words": 2.0,
+    }
     assert collab.summarise(frame, "bleu_score")["metric_mean"] is None
     with pytest.raises(FileNotFoundError, match="dumped no generations"):
         collab.read_dump(tmp_path / "none")
@@ -752,11 +819,16 @@ def test_the_training_launch_carries_the_hook_and_the_evaluation_does_not(tmp_pa
     got = _parse(recipe.train_overrides("math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"], paths))
     assert got["+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"] == "paperflow.itpo.turn_log.setup"
     assert got["+ray_kwargs.ray_init.runtime_env.env_vars.PAPERFLOW_ITPO_TURN_LOG"] == paths["turn_log"]
-    plain = _parse(recipe.train_overrides("math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"],
-                                          _paths(tmp_path)))  # fmt: skip
+    plain = _parse(
+        recipe.train_overrides(
+            "math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"], _paths(tmp_path)
+        )
+    )
     assert set(got) - set(plain) == {k for k in got if k.startswith("+ray_kwargs.")}
-    assert not any("ray_kwargs" in o for o in recipe.eval_overrides("math", CFG["tasks"]["math"], "itponorm",
-                                                                     CFG["verl"], CFG["simulator"], paths))  # fmt: skip
+    assert not any(
+        "ray_kwargs" in o
+        for o in recipe.eval_overrides("math", CFG["tasks"]["math"], "itponorm", CFG["verl"], CFG["simulator"], paths)
+    )
     # the hook is importable by the name the launch gives Ray
     module, name = recipe.TURN_LOG_HOOK.rsplit(".", 1)
     import importlib
@@ -794,10 +866,17 @@ def test_the_reports_auroc_is_sklearns():
 
 def _log_records(step, outcome, scores, tokens, uid):
     return [
-        {"step": step, "episode": i, "uid": uid[i], "outcome": outcome[i], "tokens": tokens[i], "score": scores[i],
-         "score_after": scores[i]}
+        {
+            "step": step,
+            "episode": i,
+            "uid": uid[i],
+            "outcome": outcome[i],
+            "tokens": tokens[i],
+            "score": scores[i],
+            "score_after": scores[i],
+        }
         for i in range(len(outcome))
-    ]  # fmt: skip
+    ]
 
 
 def test_turn_aurocs_per_step_then_averaged_with_the_length_control(tmp_path):
@@ -882,15 +961,17 @@ def test_a_killed_training_run_resumes_from_verls_latest_checkpoint_in_the_jobs_
     turns = str(run_json.parent / "turns.jsonl")
     monkeypatch.setenv("FAKE_DIE_AT", "5")
     with pytest.raises(RuntimeError, match="verl exited"):
-        paper.train("math", "itponorm", [0], cfg, inputs, str(run_json), python=str(exe), turns=turns,
-                    checkpoints=str(ckpt))  # fmt: skip
+        paper.train(
+            "math", "itponorm", [0], cfg, inputs, str(run_json), python=str(exe), turns=turns, checkpoints=str(ckpt)
+        )
     command = json.loads((run_json.parent / "command.json").read_text())
     over = dict(a.split("=", 1) for a in command["command"][3:])
     assert over["trainer.resume_mode"] == "auto" and over["trainer.default_local_dir"] == str(ckpt.resolve())
     assert command["resumed_from_step"] == 0 and paper.latest_step(ckpt) == 4
     monkeypatch.delenv("FAKE_DIE_AT")
-    run = paper.train("math", "itponorm", [0], cfg, inputs, str(run_json), python=str(exe), turns=turns,
-                      checkpoints=str(ckpt))  # fmt: skip
+    run = paper.train(
+        "math", "itponorm", [0], cfg, inputs, str(run_json), python=str(exe), turns=turns, checkpoints=str(ckpt)
+    )
     command = json.loads((run_json.parent / "command.json").read_text())
     assert command["resumed_from_step"] == 4
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.PAPERFLOW_ITPO_TURN_LOG_START=4" in command["command"]

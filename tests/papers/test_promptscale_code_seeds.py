@@ -29,7 +29,12 @@ def test_statements_are_assembled_from_the_configured_split_and_unusable_ones_dr
     assert hub[0]["written"] == ["data/train-00000-of-00001.parquet"]  # the test split is not fetched
     assert hub[0]["revision"] == spec["revision"]
     assert {k: info[k] for k in ("records", "kept", "interactive", "no_description", "duplicate_id")} == {
-        "records": 5, "kept": 2, "interactive": 1, "no_description": 1, "duplicate_id": 1}  # fmt: skip
+        "records": 5,
+        "kept": 2,
+        "interactive": 1,
+        "no_description": 1,
+        "duplicate_id": 1,
+    }
     rows = lt.read_jsonl(tmp_path / "cf.jsonl")
     assert [r["id"] for r in rows] == ["1/A", "1/D"]
     assert rows[0]["problem"] == (
@@ -57,15 +62,18 @@ R0, R1 = lt.RATIONALE
 @pytest.mark.parametrize(
     ("text", "finish", "expected"),
     [
-        (f"Sure.\n{C0}\n1. Prefix sums\n2) Binary search.\n- greedy choice\n{C1}\n", "stop",
-         (["Prefix sums", "Binary search", "greedy choice"], "ok")),
+        (
+            f"Sure.\n{C0}\n1. Prefix sums\n2) Binary search.\n- greedy choice\n{C1}\n",
+            "stop",
+            (["Prefix sums", "Binary search", "greedy choice"], "ok"),
+        ),
         (f"{C0}\n1. Graphs\n2. graphs\n3. BFS\n4. DFS\n5. Trees\n{C1}", "stop", (["Graphs", "BFS", "DFS"], "ok")),
         (f"{C0}\nno list here\n1. Only one\n{C1}", "stop", (None, "too_few_concepts")),
         ("1. Graphs\n2. BFS", "stop", (None, "concepts_unmarked")),
         (f"{C0}\n1. Graphs\n2. BFS\n3. DF", "length", (None, "concepts_truncated")),
         (f"{C1}\n1. a\n2. b\n{C0}", "stop", (None, "concepts_unmarked")),
     ],
-)  # fmt: skip
+)
 def test_concepts_are_parsed_from_the_marked_list_and_malformed_answers_named(text, finish, expected):
     assert ann.parse_concepts(text, finish, SETTINGS) == expected
 
@@ -78,7 +86,7 @@ def test_concepts_are_parsed_from_the_marked_list_and_malformed_answers_named(te
         ("Start from BFS.", "stop", (None, "rationale_unmarked")),
         (f"{R0}\n  \n{R1}", "stop", (None, "rationale_empty")),
     ],
-)  # fmt: skip
+)
 def test_rationales_are_parsed_from_the_marked_span_and_malformed_answers_named(text, finish, expected):
     assert ann.parse_rationale(text, finish) == expected
 
@@ -109,8 +117,18 @@ def test_each_statement_goes_to_one_annotator_by_its_id_whatever_the_order():
 
 
 def statement_rows():
-    return [{"id": f"9/{c}", "contest_id": "9", "index": c, "rating": 1200, "tags": ["dp"],
-             "difficulty": "Codeforces 1200", "problem": f"Problem {c}: count the paths."} for c in "ABCDEFG"]  # fmt: skip
+    return [
+        {
+            "id": f"9/{c}",
+            "contest_id": "9",
+            "index": c,
+            "rating": 1200,
+            "tags": ["dp"],
+            "difficulty": "Codeforces 1200",
+            "problem": f"Problem {c}: count the paths.",
+        }
+        for c in "ABCDEFG"
+    ]
 
 
 def scripted(path, body):
@@ -136,17 +154,38 @@ def scripted(path, body):
 
 def test_an_annotate_job_asks_concepts_then_rationales_and_keeps_the_well_formed_triples(tmp_path):
     lt.write_jsonl(tmp_path / "statements.jsonl", statement_rows())
-    settings = {"seed": 7, "max_statements": None, "min_concepts": 2, "max_concepts": 5, "temperature": 0.0,
-                "top_p": 1.0, "max_concept_tokens": 100, "max_rationale_tokens": 200,
-                "annotators": annotators("qwen32b", gpus=2)}  # fmt: skip
+    settings = {
+        "seed": 7,
+        "max_statements": None,
+        "min_concepts": 2,
+        "max_concepts": 5,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_concept_tokens": 100,
+        "max_rationale_tokens": 200,
+        "annotators": annotators("qwen32b", gpus=2),
+    }
     with FakeOpenAI(scripted, name="qwen32b") as server:
-        summary = ann.annotate("qwen32b", str(tmp_path), str(tmp_path / "statements.jsonl"), settings,
-                               vllm_cfg(server.url.removesuffix("/v1")), str(tmp_path / "t.jsonl"),
-                               str(tmp_path / "t.json"), str(tmp_path / "vllm.log"))  # fmt: skip
+        summary = ann.annotate(
+            "qwen32b",
+            str(tmp_path),
+            str(tmp_path / "statements.jsonl"),
+            settings,
+            vllm_cfg(server.url.removesuffix("/v1")),
+            str(tmp_path / "t.jsonl"),
+            str(tmp_path / "t.json"),
+            str(tmp_path / "vllm.log"),
+        )
         bodies = list(server.bodies)
     assert summary["share"] == 7 and summary["kept"] == 2
-    assert summary["dropped"] == {"concepts_unmarked": 1, "concepts_truncated": 1, "too_few_concepts": 1,
-                                  "rationale_unmarked": 0, "rationale_truncated": 1, "rationale_empty": 1}  # fmt: skip
+    assert summary["dropped"] == {
+        "concepts_unmarked": 1,
+        "concepts_truncated": 1,
+        "too_few_concepts": 1,
+        "rationale_unmarked": 0,
+        "rationale_truncated": 1,
+        "rationale_empty": 1,
+    }
     assert len(bodies) == 7 + 4  # every statement once, then only those whose concepts parsed
     assert [b["max_tokens"] for b in bodies] == [100] * 7 + [200] * 4
     assert {b["temperature"] for b in bodies} == {0.0}
@@ -169,24 +208,42 @@ def test_an_annotate_job_asks_concepts_then_rationales_and_keeps_the_well_formed
     two = {**settings, "annotators": annotators("qwen32b", "phi4")}
     share = [r["id"] for r in ann.assign(statement_rows(), two)["phi4"]]
     with FakeOpenAI(scripted, name="phi4") as server:
-        summary = ann.annotate("phi4", str(tmp_path), str(tmp_path / "statements.jsonl"), two,
-                               vllm_cfg(server.url.removesuffix("/v1")), str(tmp_path / "p.jsonl"),
-                               str(tmp_path / "p.json"), str(tmp_path / "vllm.log"))  # fmt: skip
+        summary = ann.annotate(
+            "phi4",
+            str(tmp_path),
+            str(tmp_path / "statements.jsonl"),
+            two,
+            vllm_cfg(server.url.removesuffix("/v1")),
+            str(tmp_path / "p.jsonl"),
+            str(tmp_path / "p.json"),
+            str(tmp_path / "vllm.log"),
+        )
         asked = {re.search(r"Problem ([A-G]):", b["messages"][0]["content"]).group(1) for b in server.bodies}
     assert 0 < len(share) < 7 and summary["share"] == len(share)
     assert asked == {i[-1] for i in share}
 
 
 def math_and_code(tmp_path, n_math=12, n_code=(5, 4)):
-    math = [{"concepts": ["sums", f"m{i}"], "difficulty": "AMC12", "rationale": "r", "problem": f"Math {i}."}
-            for i in range(n_math)] + [{"concepts": ["x"], "difficulty": "AMC12", "rationale": "r", "problem": "Math 0."}]  # fmt: skip
+    math = [
+        {"concepts": ["sums", f"m{i}"], "difficulty": "AMC12", "rationale": "r", "problem": f"Math {i}."}
+        for i in range(n_math)
+    ] + [{"concepts": ["x"], "difficulty": "AMC12", "rationale": "r", "problem": "Math 0."}]
     lt.write_jsonl(tmp_path / "seeds.jsonl", math)
     paths, k = [], 0
     for j, n in enumerate(n_code):
         rows = []
         for _ in range(n):
-            rows.append({"concepts": ["graphs", f"c{k}"], "difficulty": "Codeforces 1500", "rationale": "z",
-                         "problem": f"Code {k}.", "domain": "code", "annotator": f"a{j}", "id": f"{k}/A"})  # fmt: skip
+            rows.append(
+                {
+                    "concepts": ["graphs", f"c{k}"],
+                    "difficulty": "Codeforces 1500",
+                    "rationale": "z",
+                    "problem": f"Code {k}.",
+                    "domain": "code",
+                    "annotator": f"a{j}",
+                    "id": f"{k}/A",
+                }
+            )
             k += 1
         rows.append({**rows[0], "annotator": "dup"})  # the same problem from another annotator: dropped
         lt.write_jsonl(tmp_path / f"a{j}.jsonl", rows)
@@ -196,12 +253,26 @@ def math_and_code(tmp_path, n_math=12, n_code=(5, 4)):
 
 def test_preprocess_splits_each_domain_tags_every_row_and_leaves_the_math_rows_as_a_math_only_run(tmp_path):
     code = math_and_code(tmp_path)
-    settings = {"n_train": 100, "n_heldout": 3, "seed": 0, "domains": ["math", "code"],
-                "code": {"n_train": None, "n_heldout": 2}}  # fmt: skip
-    counts = paper.preprocess(str(tmp_path / "seeds.jsonl"), settings, str(tmp_path / "tr.jsonl"),
-                              str(tmp_path / "ho.jsonl"), code)  # fmt: skip
-    assert counts == {"seeds": 13, "distinct": 12, "train": 9, "heldout": 3,
-                      "code_seeds": 11, "code_distinct": 9, "code_train": 7, "code_heldout": 2}  # fmt: skip
+    settings = {
+        "n_train": 100,
+        "n_heldout": 3,
+        "seed": 0,
+        "domains": ["math", "code"],
+        "code": {"n_train": None, "n_heldout": 2},
+    }
+    counts = paper.preprocess(
+        str(tmp_path / "seeds.jsonl"), settings, str(tmp_path / "tr.jsonl"), str(tmp_path / "ho.jsonl"), code
+    )
+    assert counts == {
+        "seeds": 13,
+        "distinct": 12,
+        "train": 9,
+        "heldout": 3,
+        "code_seeds": 11,
+        "code_distinct": 9,
+        "code_train": 7,
+        "code_heldout": 2,
+    }
     train, heldout = lt.read_jsonl(tmp_path / "tr.jsonl"), lt.read_jsonl(tmp_path / "ho.jsonl")
     assert [r["domain"] for r in heldout] == ["math"] * 3 + ["code"] * 2
     assert [r["domain"] for r in train] == ["math"] * 9 + ["code"] * 7
@@ -209,32 +280,60 @@ def test_preprocess_splits_each_domain_tags_every_row_and_leaves_the_math_rows_a
     assert not {r["problem"] for r in train} & {r["problem"] for r in heldout}  # no leakage
     assert len({r["problem"] for r in train + heldout}) == 21  # nothing lost but the duplicates
     # math only (the switch): the same math rows, no code row, the counts of before
-    only = paper.preprocess(str(tmp_path / "seeds.jsonl"), {"n_train": 100, "n_heldout": 3, "seed": 0},
-                            str(tmp_path / "tr1.jsonl"), str(tmp_path / "ho1.jsonl"), code)  # fmt: skip
+    only = paper.preprocess(
+        str(tmp_path / "seeds.jsonl"),
+        {"n_train": 100, "n_heldout": 3, "seed": 0},
+        str(tmp_path / "tr1.jsonl"),
+        str(tmp_path / "ho1.jsonl"),
+        code,
+    )
     assert only == {"seeds": 13, "distinct": 12, "train": 9, "heldout": 3}
     assert lt.read_jsonl(tmp_path / "tr1.jsonl") == train[:9]
     assert lt.read_jsonl(tmp_path / "ho1.jsonl") == heldout[:3]
-    code_train = paper.preprocess(str(tmp_path / "seeds.jsonl"), {**settings, "code": {"n_train": 3, "n_heldout": 2}},
-                                  str(tmp_path / "tr2.jsonl"), str(tmp_path / "ho2.jsonl"), code)  # fmt: skip
+    code_train = paper.preprocess(
+        str(tmp_path / "seeds.jsonl"),
+        {**settings, "code": {"n_train": 3, "n_heldout": 2}},
+        str(tmp_path / "tr2.jsonl"),
+        str(tmp_path / "ho2.jsonl"),
+        code,
+    )
     assert code_train["code_train"] == 3
     with pytest.raises(ValueError, match=r"seeds_data\.code\.n_heldout = 9"):
-        paper.preprocess(str(tmp_path / "seeds.jsonl"), {**settings, "code": {"n_train": None, "n_heldout": 9}},
-                         str(tmp_path / "tr3.jsonl"), str(tmp_path / "ho3.jsonl"), code)  # fmt: skip
+        paper.preprocess(
+            str(tmp_path / "seeds.jsonl"),
+            {**settings, "code": {"n_train": None, "n_heldout": 9}},
+            str(tmp_path / "tr3.jsonl"),
+            str(tmp_path / "ho3.jsonl"),
+            code,
+        )
 
 
 def test_synthesis_tags_each_problem_with_the_domain_of_its_concept_set(tmp_path, cfg):
     code = math_and_code(tmp_path, n_math=8, n_code=(6,))
-    settings = {"n_train": 100, "n_heldout": 4, "seed": 0, "domains": ["math", "code"],
-                "code": {"n_train": None, "n_heldout": 4}}  # fmt: skip
-    paper.preprocess(str(tmp_path / "seeds.jsonl"), settings, str(tmp_path / "tr.jsonl"), str(tmp_path / "ho.jsonl"),
-                     code)  # fmt: skip
+    settings = {
+        "n_train": 100,
+        "n_heldout": 4,
+        "seed": 0,
+        "domains": ["math", "code"],
+        "code": {"n_train": None, "n_heldout": 4},
+    }
+    paper.preprocess(
+        str(tmp_path / "seeds.jsonl"), settings, str(tmp_path / "tr.jsonl"), str(tmp_path / "ho.jsonl"), code
+    )
     heldout = lt.read_jsonl(tmp_path / "ho.jsonl")
     domain_of = {tuple(r["concepts"]): r["domain"] for r in heldout}
     fake = FakeVLLM("p_em")
     try:
-        summary = paper_generate.synthesize(str(tmp_path), str(tmp_path / "ho.jsonl"), "em",
-                                            {**cfg["llm_synthesis"], "n": 40}, vllm_cfg(fake.url), "bfloat16",
-                                            str(tmp_path / "synth.jsonl"), str(tmp_path / "vllm.log"))  # fmt: skip
+        summary = paper_generate.synthesize(
+            str(tmp_path),
+            str(tmp_path / "ho.jsonl"),
+            "em",
+            {**cfg["llm_synthesis"], "n": 40},
+            vllm_cfg(fake.url),
+            "bfloat16",
+            str(tmp_path / "synth.jsonl"),
+            str(tmp_path / "vllm.log"),
+        )
         prompts = [b["prompt"] for b in sorted(fake.bodies, key=lambda b: b["seed"])]
     finally:
         fake.close()
@@ -325,6 +424,12 @@ def test_an_unpinned_annotator_is_refused_naming_its_annotate_key(tmp_path, monk
     monkeypatch.setattr("paperflow.core.download.lock_path", lambda slug, root=None: tmp_path / "none.json")
     spec = {"hub": "org/annotator-x", "repo_type": "model", "revision": None, "files": ["*.json"]}
     with pytest.raises(UnpinnedDownload, match=r"annotate\.annotators\.x\.revision .*`paperflow pin promptscale`"):
-        download_model(spec, slug="promptscale", key="annotate.annotators.x.revision", cache=str(tmp_path / "c"),
-                       out=str(tmp_path / "a.json"), extra={"role": "annotator_x"})  # fmt: skip
+        download_model(
+            spec,
+            slug="promptscale",
+            key="annotate.annotators.x.revision",
+            cache=str(tmp_path / "c"),
+            out=str(tmp_path / "a.json"),
+            extra={"role": "annotator_x"},
+        )
     assert not (tmp_path / "a.json").exists()

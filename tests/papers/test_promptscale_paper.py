@@ -84,10 +84,18 @@ LCB_FILES = {
     "test4.jsonl": [lcb_record("abc370_a", "2024-07-30", [stdin_test(1, 2)], [stdin_test(3, 4)])],  # before v5
     "test5.jsonl": [
         lcb_record("abc380_a", "2024-11-16", [stdin_test(1, 2)], [stdin_test(5, 6), stdin_test(-1, 1)]),
-        lcb_record("weekly_1", "2025-01-05", [fn_test(1, 2)], [fn_test(7, 8)], "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ", "add", compress=False),
+        lcb_record(
+            "weekly_1",
+            "2025-01-05",
+            [fn_test(1, 2)],
+            [fn_test(7, 8)],
+            "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
+            "add",
+            compress=False,
+        ),
     ],
     "test6.jsonl": [lcb_record("abc395_a", "2025-03-01", [stdin_test(2, 2)], [stdin_test(9, 9)])],
-}  # fmt: skip
+}
 
 
 SFT_ROWS = pd.DataFrame(
@@ -101,31 +109,78 @@ SFT_ROWS = pd.DataFrame(
 def codeforces_rows() -> pd.DataFrame:
     """open-r1/codeforces's statement columns (its dataset card's features): two usable problems, one interactive,
     one without a description, a repeated id (the code seeds' statements: test_promptscale_code_seeds.py)."""
-    base = {"contest_id": "1", "input_format": "Two integers a and b.", "output_format": "Their sum.",
-            "interaction_format": None, "note": None, "rating": 800.0, "tags": ["math"],
-            "examples": [{"input": "1 2\n", "output": "3\n"}], "official_tests": [{"input": "5 5\n", "output": "10\n"}]}  # fmt: skip
+    base = {
+        "contest_id": "1",
+        "input_format": "Two integers a and b.",
+        "output_format": "Their sum.",
+        "interaction_format": None,
+        "note": None,
+        "rating": 800.0,
+        "tags": ["math"],
+        "examples": [{"input": "1 2\n", "output": "3\n"}],
+        "official_tests": [{"input": "5 5\n", "output": "10\n"}],
+    }
     rows = [
         {**base, "id": "1/A", "index": "A", "title": "A. Sum", "description": "Add two numbers.", "note": "1+2=3."},
-        {**base, "id": "1/B", "index": "B", "title": "B. Guess", "description": "Guess x.", "interaction_format": "Ask ? y."},
+        {
+            **base,
+            "id": "1/B",
+            "index": "B",
+            "title": "B. Guess",
+            "description": "Guess x.",
+            "interaction_format": "Ask ? y.",
+        },
         {**base, "id": "1/C", "index": "C", "title": "C. Empty", "description": ""},
-        {**base, "id": "1/D", "index": "D", "title": "D. Max", "description": "Print the larger one.", "rating": None,
-         "tags": ["greedy", "implementation"], "examples": []},
+        {
+            **base,
+            "id": "1/D",
+            "index": "D",
+            "title": "D. Max",
+            "description": "Print the larger one.",
+            "rating": None,
+            "tags": ["greedy", "implementation"],
+            "examples": [],
+        },
         {**base, "id": "1/A", "index": "A", "title": "A. Sum", "description": "Add two numbers."},
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows)
 
 
 def codeelo_records() -> list[dict]:
     """Qwen/CodeElo's test.json columns (its dataset card; public loaders): examples as [input, output] pairs,
     interaction empty unless interactive (the Codeforces Elo: test_promptscale_codeforces.py)."""
-    base = {"rating": 800, "tags": ["math"], "div": "Div. 2", "time_limit_ms": 1000, "memory_limit_mb": 256,
-            "input": "Two integers a and b.", "output": "Their sum.", "interaction": "", "note": ""}  # fmt: skip
+    base = {
+        "rating": 800,
+        "tags": ["math"],
+        "div": "Div. 2",
+        "time_limit_ms": 1000,
+        "memory_limit_mb": 256,
+        "input": "Two integers a and b.",
+        "output": "Their sum.",
+        "interaction": "",
+        "note": "",
+    }
     return [
-        {**base, "problem_id": "2001B", "url": "https://codeforces.com/contest/2001/problem/B", "title": "Guess",
-         "description": "Guess x.", "interaction": "Ask ? y.", "examples": [], "rating": None},
-        {**base, "problem_id": "2000A", "url": "https://codeforces.com/contest/2000/problem/A", "title": "Sum",
-         "description": "Add two numbers.", "examples": [["1 2\n", "3\n"]], "note": "1+2=3."},
-    ]  # fmt: skip
+        {
+            **base,
+            "problem_id": "2001B",
+            "url": "https://codeforces.com/contest/2001/problem/B",
+            "title": "Guess",
+            "description": "Guess x.",
+            "interaction": "Ask ? y.",
+            "examples": [],
+            "rating": None,
+        },
+        {
+            **base,
+            "problem_id": "2000A",
+            "url": "https://codeforces.com/contest/2000/problem/A",
+            "title": "Sum",
+            "description": "Add two numbers.",
+            "examples": [["1 2\n", "3\n"]],
+            "note": "1+2=3.",
+        },
+    ]
 
 
 HUB_FILES = {
@@ -138,7 +193,7 @@ HUB_FILES = {
     "xl-zhao/PromptCoT-2.0-SFT-4.8M": {
         "data/train-00000-of-00002.parquet": SFT_ROWS.iloc[:3],
         "data/train-00001-of-00002.parquet": SFT_ROWS.iloc[3:],
-    },  # fmt: skip
+    },
     "xl-zhao/PromptCoT-Problem-Generation-Dataset": {"data/train-00000-of-00001.parquet": seed_rows()},
     "math-ai/aime24": {
         "test-00000-of-00001.parquet": pd.DataFrame(
@@ -400,8 +455,9 @@ def test_scoring_uses_the_token_layout_trl_trains_on(tiny_model_folder, tmp_path
     model = AutoModelForCausalLM.from_pretrained(tiny_model_folder)
     pairs = lt.pairs_p([{"concepts": CONCEPTS[:2], "difficulty": "AMC12", "rationale": "r one", "problem": "x 1"}])
     pairs += lt.pairs_q([{"concepts": CONCEPTS[1:4], "difficulty": "AIME", "rationale": "plan two", "problem": "x 2"}])
-    args = sft.sft_arguments({"learning_rate": 1e-3, "per_device_train_batch_size": 1, "max_length": 512, "seed": 0},
-                             tmp_path, "cpu", 1)  # fmt: skip
+    args = sft.sft_arguments(
+        {"learning_rate": 1e-3, "per_device_train_batch_size": 1, "max_length": 512, "seed": 0}, tmp_path, "cpu", 1
+    )
     trainer = SFTTrainer(
         model=model, args=SFTConfig(**args), train_dataset=Dataset.from_list(pairs), processing_class=tok
     )
@@ -409,8 +465,9 @@ def test_scoring_uses_the_token_layout_trl_trains_on(tiny_model_folder, tmp_path
         ids, start = paper.trl_layout(tok, pair["prompt"], pair["completion"])
         assert row["input_ids"] == ids
         assert row["labels"] == [-100] * start + ids[start:]  # TRL's loss is on the completion tokens only
-    scored = paper.completion_logprobs(model, tok, [p["prompt"] for p in pairs], [p["completion"] for p in pairs], 2,
-                                       "cpu")  # fmt: skip
+    scored = paper.completion_logprobs(
+        model, tok, [p["prompt"] for p in pairs], [p["completion"] for p in pairs], 2, "cpu"
+    )
     import torch
 
     for pair, value in zip(pairs, scored):
@@ -425,8 +482,14 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
     from paperflow.core.report import publish
 
     d = tmp_path
-    sft_settings = {"learning_rate": 5e-3, "per_device_train_batch_size": 4, "max_length": 512, "seed": 0,
-                    "max_steps": 2, "bf16": False}  # fmt: skip
+    sft_settings = {
+        "learning_rate": 5e-3,
+        "per_device_train_batch_size": 4,
+        "max_length": 512,
+        "seed": 0,
+        "max_steps": 2,
+        "bf16": False,
+    }
     em = {**cfg["llm_em"], "iterations": 1, "k": 3, "max_rationale_tokens": 32, "score_batch_size": 4}
     for name in ("seeds", *cfg["benchmarks"]):
         paper.download_corpus(name, pinned(cfg["corpora"][name]), str(d / "cache"), str(d / f"{name}.jsonl"))
@@ -446,8 +509,12 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
         out=str(d / "policy.json"),
         extra={"role": "policy"},
     )
-    counts = paper.preprocess(str(d / "seeds.jsonl"), {"n_train": 100, "n_heldout": 6, "seed": 0},
-                              str(d / "train.jsonl"), str(d / "heldout.jsonl"))  # fmt: skip
+    counts = paper.preprocess(
+        str(d / "seeds.jsonl"),
+        {"n_train": 100, "n_heldout": 6, "seed": 0},
+        str(d / "train.jsonl"),
+        str(d / "heldout.jsonl"),
+    )
     assert counts == {"seeds": 24, "distinct": 24, "train": 18, "heldout": 6}
 
     def train(which, m):
@@ -457,16 +524,25 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
         }
         if m:
             inputs["kept"] = str(d / f"kept{m - 1}.jsonl")
-        return paper.fine_tune_job(which, m, inputs, sft_settings, "cpu", 1, str(d / f"{which}{m}.json"),
-                                   str(d / f"history_{which}{m}.json"))  # fmt: skip
+        return paper.fine_tune_job(
+            which, m, inputs, sft_settings, "cpu", 1, str(d / f"{which}{m}.json"), str(d / f"history_{which}{m}.json")
+        )
 
     bounds = []
     for m in (0, 1):
         assert train("q", m)["rows"] == 18 and train("p", m)["rows"] == 18
         fake = fake_vllm(f"q{m}")
-        rows = paper_generate.sample_rationales(lt.model_folder(d / f"q{m}.json"), str(d / "train.jsonl"),
-                                                str(d / "heldout.jsonl"), m, em, vllm_cfg(fake.url), "bfloat16",
-                                                str(d / f"samples{m}.jsonl"), str(d / "vllm.log"))  # fmt: skip
+        rows = paper_generate.sample_rationales(
+            lt.model_folder(d / f"q{m}.json"),
+            str(d / "train.jsonl"),
+            str(d / "heldout.jsonl"),
+            m,
+            em,
+            vllm_cfg(fake.url),
+            "bfloat16",
+            str(d / f"samples{m}.jsonl"),
+            str(d / "vllm.log"),
+        )
         assert rows == ({"heldout": 6, "train": 18} if m == 0 else {"heldout": 6})  # m = E: held-out only
         assert {b["stop"][0] for b in fake.bodies} == {lt.RATIONALE[1]}
         bounds.append(
@@ -482,7 +558,7 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
                 4,
                 str(d / f"kept{m}.jsonl"),
                 str(d / f"bound{m}.json"),
-            )  # fmt: skip
+            )
         )
     assert all(b["heldout_items"] == 6 and b["heldout_bound"] < 0 for b in bounds)
     assert bounds[0]["kept_reward"] == pytest.approx(bounds[0]["best_reward"])  # best-of-K keeps the argmax
@@ -508,7 +584,7 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
                 "bfloat16",
                 str(d / f"synth_{variant}.jsonl"),
                 str(d / "vllm.log"),
-            )  # fmt: skip
+            )
         )
     assert [s["validity"] for s in synthesis] == [0.75, 0.75]  # prompts 0 and 4 of 8 garbled (seed = 0 + index)
     assert [s["distinct_problems"] for s in synthesis] == [1.0, 1.0]
@@ -528,21 +604,36 @@ def test_the_paper_em_synthesis_and_benchmark_path_runs_end_to_end_on_a_tiny_mod
                 "bfloat16",
                 str(d / f"eval_{bench}.jsonl"),
                 str(d / "vllm.log"),
-            )  # fmt: skip
+            )
         )
         assert fake.bodies[0]["top_k"] == cfg["llm_eval"]["top_k"]
     assert [e["avg_at_k"] for e in evals] == [50.0, 50.0, 50.0]  # every second sample is right
 
-    params = {"models": cfg["models"], "llm_em": em, "llm_eval": cfg["llm_eval"], "benchmarks": cfg["benchmarks"],
-              "scale": "paper"}  # fmt: skip
+    params = {
+        "models": cfg["models"],
+        "llm_em": em,
+        "llm_eval": cfg["llm_eval"],
+        "benchmarks": cfg["benchmarks"],
+        "scale": "paper",
+    }
     from paperflow.promptscale.paper_report import build_report
 
-    outputs = {k: str(d / "report" / f"{k}.{ext}") for k, ext in
-               [("report", "md"), ("metrics", "json"), ("table_em", "csv"), ("table_synthesis", "csv"),
-                ("table_benchmarks", "csv"), ("figure_em", "png"), ("metrics_table", "parquet")]}  # fmt: skip
+    outputs = {
+        k: str(d / "report" / f"{k}.{ext}")
+        for k, ext in [
+            ("report", "md"),
+            ("metrics", "json"),
+            ("table_em", "csv"),
+            ("table_synthesis", "csv"),
+            ("table_benchmarks", "csv"),
+            ("figure_em", "png"),
+            ("metrics_table", "parquet"),
+        ]
+    }
     claims = [c for c in cfg["claims"] if c["id"] in ("paper_heldout_bound_rises", "paper_validity_em_minus_coldstart")]
-    doc = publish(build_report(bounds, synthesis, evals, params), outputs, paper="promptscale", scale="paper",
-                  claims=claims)  # fmt: skip
+    doc = publish(
+        build_report(bounds, synthesis, evals, params), outputs, paper="promptscale", scale="paper", claims=claims
+    )
     claim = {c["id"]: c for c in doc["claims"]}
     assert claim["paper_heldout_bound_rises"]["value"] == pytest.approx(
         bounds[1]["heldout_bound"] - bounds[0]["heldout_bound"]
@@ -585,7 +676,7 @@ def test_best_of_k_keeps_the_argmax_random_of_k_a_uniform_one_and_the_bound_is_t
                 '      revision: main\n      files: ["*.parquet", "*.jsonl"',
             ),
             "revision",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_paper_config_errors_name_the_key(repo_copy, edit, message):
@@ -632,8 +723,14 @@ def test_paper_scale_dry_run_puts_gpus_on_the_heavy_rules_only(dry_repo):
     res = cfg["resources"]
     for rule in ("promptscale_train", "promptscale_dpo", "promptscale_sft"):  # one node's GPUs each
         assert gpus.pop(rule) == {res["train_gpus"]}, rule
-    for rule in ("promptscale_sample", "promptscale_synthesize", "promptscale_evaluate", "promptscale_evaluate_code",
-                 "promptscale_rollouts", "promptscale_codeforces_generate"):  # fmt: skip
+    for rule in (
+        "promptscale_sample",
+        "promptscale_synthesize",
+        "promptscale_evaluate",
+        "promptscale_evaluate_code",
+        "promptscale_rollouts",
+        "promptscale_codeforces_generate",
+    ):
         assert gpus.pop(rule) == {res["sample_gpus"]}
     assert gpus.pop("promptscale_score") == {res["score_gpus"]}
     gpus.pop("promptscale_annotate", None)  # one count per annotator: test_promptscale_code_seeds.py
@@ -667,8 +764,12 @@ def rollout_texts(i: int, seed: int) -> list[str]:
     if i == 0:
         return [f"square it {seed} {j}</think> so \\boxed{{0}}" for j in range(4)]
     if i == 1:
-        return [f"one {seed} 0</think> \\boxed{{1}}", f"one {seed} 1</think> \\boxed{{1}}",
-                f"guess {seed}</think> \\boxed{{7}}", "no closing tag \\boxed{9}"]  # fmt: skip
+        return [
+            f"one {seed} 0</think> \\boxed{{1}}",
+            f"one {seed} 1</think> \\boxed{{1}}",
+            f"guess {seed}</think> \\boxed{{7}}",
+            "no closing tag \\boxed{9}",
+        ]
     if i == 2:
         return [f"I give up {seed} {j}</think> no answer" for j in range(4)]
     return [f"maybe \\boxed{{{seed * 10 + j}}}" for j in range(4)]
@@ -726,9 +827,15 @@ def test_self_play_rollouts_pairs_dpo_and_evaluation_run_end_to_end_on_a_tiny_mo
         return chat_choices(rollout_texts(i, body["seed"]))
 
     with FakeOpenAI(policy, name="base") as server:
-        summary = sp.rollouts(str(tiny_model_folder), str(tmp_path / "synth.jsonl"), SELFPLAY,
-                              vllm_cfg(server.url.removesuffix("/v1")), "bfloat16", str(tmp_path / "rollouts.jsonl"),
-                              str(tmp_path / "vllm.log"))  # fmt: skip
+        summary = sp.rollouts(
+            str(tiny_model_folder),
+            str(tmp_path / "synth.jsonl"),
+            SELFPLAY,
+            vllm_cfg(server.url.removesuffix("/v1")),
+            "bfloat16",
+            str(tmp_path / "rollouts.jsonl"),
+            str(tmp_path / "vllm.log"),
+        )
         bodies = list(server.bodies)
     assert summary == {"problems": 4, "completions": 32, "truncated": 0.0}
     assert sorted(b["seed"] for b in bodies) == [10, 11, 12, 13, 14, 15, 16, 17]  # pass s, problem i: 10 + 4 s + i
@@ -743,10 +850,26 @@ def test_self_play_rollouts_pairs_dpo_and_evaluation_run_end_to_end_on_a_tiny_mo
         sp.pairs_job(str(tmp_path / "rollouts.jsonl"), {**SELFPLAY, "max_pass_rate": 0.1}, str(tmp_path / "x.jsonl"))
 
     (tmp_path / "policy.json").write_text(json.dumps({"folder": str(tiny_model_folder)}))
-    settings = {"beta": 0.1, "loss_type": "sigmoid", "learning_rate": 1e-2, "per_device_train_batch_size": 2,
-                "max_length": 256, "seed": 0, "max_steps": 2, "bf16": False, "gradient_checkpointing": False}  # fmt: skip
-    out = dpo.dpo_job(str(tmp_path / "policy.json"), str(tmp_path / "pairs.jsonl"), settings, "cpu", 1,
-                      str(tmp_path / "models" / "selfplay.json"), str(tmp_path / "history_dpo.json"))  # fmt: skip
+    settings = {
+        "beta": 0.1,
+        "loss_type": "sigmoid",
+        "learning_rate": 1e-2,
+        "per_device_train_batch_size": 2,
+        "max_length": 256,
+        "seed": 0,
+        "max_steps": 2,
+        "bf16": False,
+        "gradient_checkpointing": False,
+    }
+    out = dpo.dpo_job(
+        str(tmp_path / "policy.json"),
+        str(tmp_path / "pairs.jsonl"),
+        settings,
+        "cpu",
+        1,
+        str(tmp_path / "models" / "selfplay.json"),
+        str(tmp_path / "history_dpo.json"),
+    )
     history = json.loads((tmp_path / "history_dpo.json").read_text())
     assert out["steps"] == 2 and history[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)  # pi = pi_ref at step 1
     assert history[1]["rewards/margins"] > 0  # the step raised the chosen log-ratio over the rejected one
@@ -779,13 +902,17 @@ def test_self_play_rollouts_pairs_dpo_and_evaluation_run_end_to_end_on_a_tiny_mo
                     "bfloat16",
                     str(tmp_path / f"eval_{name}.jsonl"),
                     str(tmp_path / "vllm.log"),
-                )  # fmt: skip
+                )
             )
     curve = [{"iteration": 0, "k": 4, "heldout_bound": -3.0, "kept_reward": -2.0, "best_reward": -2.0}]
     synthesis = [{"variant": "em", "n": 4, "validity": 1.0}]
-    params = {"models": load_paper_config("promptscale", "paper")["models"], "benchmarks": ["aime25"],
-              "llm_em": {"iterations": 0, "k": 4, "select": "best"}, "llm_eval": {"samples": 4},
-              "scale": "paper"}  # fmt: skip
+    params = {
+        "models": load_paper_config("promptscale", "paper")["models"],
+        "benchmarks": ["aime25"],
+        "llm_em": {"iterations": 0, "k": 4, "select": "best"},
+        "llm_eval": {"samples": 4},
+        "scale": "paper",
+    }
     report = paper_report.build_report(curve, synthesis, evals, params, {"rollouts": summary, "pairs": counts})
     from paperflow.core.claims import judge, parse_claims
 
@@ -878,25 +1005,43 @@ def test_the_code_evaluation_samples_the_policy_and_reports_lcb_pass_at_1(tmp_pa
 
     rows = [
         {"id": "abc", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(1, 2)]},
-        {"id": "w", "fn_name": "add", "starter_code": "class Solution:\n    def add(self, a, b):\n", "problem": "add",
-         "tests": [fn_test(1, 2)]},
-    ]  # fmt: skip
+        {
+            "id": "w",
+            "fn_name": "add",
+            "starter_code": "class Solution:\n    def add(self, a, b):\n",
+            "problem": "add",
+            "tests": [fn_test(1, 2)],
+        },
+    ]
     lt.write_jsonl(tmp_path / "lcb.jsonl", rows)
-    right = {"abc": "a, b = map(int, input().split())\nprint(a + b)",
-             "w": "class Solution:\n    def add(self, a, b):\n        return a + b"}  # fmt: skip
+    right = {
+        "abc": "a, b = map(int, input().split())\nprint(a + b)",
+        "w": "class Solution:\n    def add(self, a, b):\n        return a + b",
+    }
 
     def policy(path, body):
         message = body["messages"][0]["content"]
         ident = "w" if "starter code" in message else "abc"
         assert ("standard input" in message) == (ident == "abc")
-        return chat_choices([fenced(right[ident]), "no code"][: body["n"]] if ident == "abc" else
-                            [fenced(right[ident])] * body["n"])  # fmt: skip
+        return chat_choices(
+            [fenced(right[ident]), "no code"][: body["n"]] if ident == "abc" else [fenced(right[ident])] * body["n"]
+        )
 
     settings = {"samples": 2, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_tokens": 64, "seed": 0}
     with FakeOpenAI(policy, name="base") as server:
-        summary = code_eval.evaluate_code("/m", "base", str(tmp_path / "lcb.jsonl"), "lcb_v6", settings, LIMITS,
-                                          vllm_cfg(server.url.removesuffix("/v1")), "bfloat16",
-                                          str(tmp_path / "graded.jsonl"), str(tmp_path / "vllm.log"), 2)  # fmt: skip
+        summary = code_eval.evaluate_code(
+            "/m",
+            "base",
+            str(tmp_path / "lcb.jsonl"),
+            "lcb_v6",
+            settings,
+            LIMITS,
+            vllm_cfg(server.url.removesuffix("/v1")),
+            "bfloat16",
+            str(tmp_path / "graded.jsonl"),
+            str(tmp_path / "vllm.log"),
+            2,
+        )
     assert summary["pass_at_1"] == summary["avg_at_k"] == pytest.approx(75.0)  # (1/2 + 2/2) / 2
     graded = lt.read_jsonl(tmp_path / "graded.jsonl")
     assert [g["status"] for g in graded] == [["pass", "no_code"], ["pass", "pass"]]
@@ -910,8 +1055,10 @@ def test_the_code_evaluation_with_the_jobs_journal_asks_and_grades_only_what_it_
     server, one missing a problem's samples asks for that problem only, with its own seed; the bytes are the same."""
     from paperflow.promptscale import code_eval
 
-    rows = [{"id": "abc", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(1, 2)]},
-            {"id": "xyz", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(5, 6)]}]  # fmt: skip
+    rows = [
+        {"id": "abc", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(1, 2)]},
+        {"id": "xyz", "fn_name": None, "starter_code": "", "problem": "add", "tests": [stdin_test(5, 6)]},
+    ]
     lt.write_jsonl(tmp_path / "lcb.jsonl", rows)
     right = fenced("a, b = map(int, input().split())\nprint(a + b)")
     settings = {"samples": 2, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_tokens": 64, "seed": 0}
@@ -922,9 +1069,20 @@ def test_the_code_evaluation_with_the_jobs_journal_asks_and_grades_only_what_it_
     def run(out, journal, up=True):
         with FakeOpenAI(policy, name="base") as server:
             vllm = vllm_cfg(server.url.removesuffix("/v1") if up else "http://127.0.0.1:9", startup_timeout_s=1)
-            summary = code_eval.evaluate_code("/m", "base", str(tmp_path / "lcb.jsonl"), "lcb_v6", settings, LIMITS,
-                                              vllm, "bfloat16", str(tmp_path / out), str(tmp_path / "vllm.log"), 1,
-                                              journal=journal)  # fmt: skip
+            summary = code_eval.evaluate_code(
+                "/m",
+                "base",
+                str(tmp_path / "lcb.jsonl"),
+                "lcb_v6",
+                settings,
+                LIMITS,
+                vllm,
+                "bfloat16",
+                str(tmp_path / out),
+                str(tmp_path / "vllm.log"),
+                1,
+                journal=journal,
+            )
             return summary, [b["seed"] for b in server.bodies]
 
     whole, _ = run("whole.jsonl", None)
@@ -956,8 +1114,9 @@ def test_the_sft_arm_streams_the_released_traces_and_trains_the_prompt_model_wit
     assert info["records"] == 6 and info["rows"] == 5  # the empty completion dropped
     rows = lt.read_jsonl(tmp_path / "traces.jsonl")
     assert rows[4] == {"prompt": SFT_ROWS["prompt"][4], "completion": SFT_ROWS["completion"][4]}  # both files
-    capped = paper.download_corpus("sft_traces", {**spec, "max_rows": 2}, str(tmp_path / "cache"),
-                                   str(tmp_path / "capped.jsonl"))  # fmt: skip
+    capped = paper.download_corpus(
+        "sft_traces", {**spec, "max_rows": 2}, str(tmp_path / "cache"), str(tmp_path / "capped.jsonl")
+    )
     assert capped["rows"] == 2 and lt.read_jsonl(tmp_path / "capped.jsonl") == rows[:2]
     folder = next((tmp_path / "cache").rglob("train-00000-of-00002.parquet")).parent
     pd.DataFrame({"messages": [[{"role": "user", "content": "x"}]]}).to_parquet(folder / "train-00000-of-00002.parquet")
@@ -972,11 +1131,26 @@ def test_the_sft_arm_streams_the_released_traces_and_trains_the_prompt_model_wit
         out=str(tmp_path / "prompt.json"),
         extra={"role": "prompt"},
     )
-    settings = {**cfg["sft_arm"], "max_steps": 2, "bf16": False, "gradient_checkpointing": False,
-                "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
-                "max_length": 256, "warmup_steps": 0}  # fmt: skip
-    summary = sft_arm.sft_job(str(tmp_path / "prompt.json"), str(tmp_path / "traces.jsonl"), settings, "cpu", 1,
-                              str(tmp_path / "models" / "sft.json"), str(tmp_path / "history.json"))  # fmt: skip
+    settings = {
+        **cfg["sft_arm"],
+        "max_steps": 2,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 1e-2,
+        "max_length": 256,
+        "warmup_steps": 0,
+    }
+    summary = sft_arm.sft_job(
+        str(tmp_path / "prompt.json"),
+        str(tmp_path / "traces.jsonl"),
+        settings,
+        "cpu",
+        1,
+        str(tmp_path / "models" / "sft.json"),
+        str(tmp_path / "history.json"),
+    )
     assert summary["steps"] == 2 and summary["final_loss"] > 0
     start = load_file(Path(lt.model_folder(tmp_path / "prompt.json")) / "model.safetensors")
     after = load_file(Path(lt.model_folder(tmp_path / "models" / "sft.json")) / "model.safetensors")
@@ -1030,9 +1204,16 @@ def test_rollouts_cut_off_part_way_rerun_with_their_journal_ask_only_for_the_res
     def run(answer, out, journal):
         with FakeOpenAI(answer, name="base") as server:
             try:
-                return sp.rollouts(str(tiny_model_folder), str(tmp_path / "synth.jsonl"), SELFPLAY,
-                                   vllm_cfg(server.url.removesuffix("/v1"), retries=0), "bfloat16", str(out),
-                                   str(tmp_path / "vllm.log"), journal=journal)  # fmt: skip
+                return sp.rollouts(
+                    str(tiny_model_folder),
+                    str(tmp_path / "synth.jsonl"),
+                    SELFPLAY,
+                    vllm_cfg(server.url.removesuffix("/v1"), retries=0),
+                    "bfloat16",
+                    str(out),
+                    str(tmp_path / "vllm.log"),
+                    journal=journal,
+                )
             finally:
                 sent.append([b["seed"] for b in server.bodies])
 
@@ -1055,9 +1236,16 @@ def test_rollouts_cut_off_part_way_rerun_with_their_journal_ask_only_for_the_res
     assert sent[-1] == [] and (tmp_path / "again.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
     with pytest.raises(ValueError, match="journalled for another request"):
         with FakeOpenAI(policy, name="base") as server:
-            sp.rollouts(str(tiny_model_folder), str(tmp_path / "synth.jsonl"), {**SELFPLAY, "temperature": 0.7},
-                        vllm_cfg(server.url.removesuffix("/v1")), "bfloat16", str(tmp_path / "x.jsonl"),
-                        str(tmp_path / "vllm.log"), journal=journal)  # fmt: skip
+            sp.rollouts(
+                str(tiny_model_folder),
+                str(tmp_path / "synth.jsonl"),
+                {**SELFPLAY, "temperature": 0.7},
+                vllm_cfg(server.url.removesuffix("/v1")),
+                "bfloat16",
+                str(tmp_path / "x.jsonl"),
+                str(tmp_path / "vllm.log"),
+                journal=journal,
+            )
 
 
 def test_sft_killed_after_a_checkpoint_resumes_from_it_and_ends_as_an_uninterrupted_run(
@@ -1074,13 +1262,29 @@ def test_sft_killed_after_a_checkpoint_resumes_from_it_and_ends_as_an_uninterrup
     rows = [{"prompt": f"Find {i} plus {i}. ", "completion": f"It is {2 * i}."} for i in range(6)]
     lt.write_jsonl(tmp_path / "traces.jsonl", rows)
     (tmp_path / "start.json").write_text(json.dumps({"folder": str(tiny_model_folder)}))
-    settings = {"learning_rate": 1e-2, "per_device_train_batch_size": 2, "max_length": 64, "seed": 0, "max_steps": 3,
-                "bf16": False, "gradient_checkpointing": False, "warmup_steps": 0}  # fmt: skip
+    settings = {
+        "learning_rate": 1e-2,
+        "per_device_train_batch_size": 2,
+        "max_length": 64,
+        "seed": 0,
+        "max_steps": 3,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "warmup_steps": 0,
+    }
 
     def job(name, checkpoint_dir=None):
         out = tmp_path / name / "sft.json"
-        sft_arm.sft_job(str(tmp_path / "start.json"), str(tmp_path / "traces.jsonl"), settings, "cpu", 1, str(out),
-                        str(tmp_path / name / "history.json"), checkpoint_dir)  # fmt: skip
+        sft_arm.sft_job(
+            str(tmp_path / "start.json"),
+            str(tmp_path / "traces.jsonl"),
+            settings,
+            "cpu",
+            1,
+            str(out),
+            str(tmp_path / name / "history.json"),
+            checkpoint_dir,
+        )
         losses = [r["loss"] for r in json.loads((tmp_path / name / "history.json").read_text()) if "loss" in r]
         return load_file(Path(lt.model_folder(out)) / "model.safetensors"), losses
 

@@ -48,79 +48,123 @@ def image_cell(seed: int) -> dict:
 
 def hub_tables() -> dict[str, dict[str, pd.DataFrame]]:
     """{repo: {repo path: frame}} with lmms-lab's columns (the Hub `Image` feature as {'bytes', 'path'})."""
-    pope = pd.DataFrame({
-        "id": [str(i) for i in range(6)], "question_id": [str(i + 1) for i in range(6)],
-        "question": ["Is there a cat in the image?"] * 6, "answer": ["yes", "no", "yes", "no", "yes", "no"],
-        "image_source": ["COCO_val2014_0001"] * 6, "image": [image_cell(i) for i in range(6)],
-        "category": ["adversarial", "adversarial", "popular", "popular", "random", "random"],
-    })  # fmt: skip
-    mme = pd.DataFrame({
-        "question_id": ["code/1.png", "code/1.png", "count/2.png", "count/2.png"],
-        "question": ["Is there a cat? Please answer yes or no."] * 4, "answer": ["Yes", "No", "Yes", "No"],
-        "image": [image_cell(10 + i) for i in range(4)], "category": ["code_reasoning"] * 2 + ["count"] * 2,
-    })  # fmt: skip
-    sqa = pd.DataFrame({
-        "image": [image_cell(20), image_cell(21)], "question": ["Which is a cat?", "Which is a dog?"],
-        "choices": [["cat", "dog"], ["cat", "dog", "bird"]], "answer": [0, 1], "hint": ["", "A farm."],
-        "task": ["closed choice"] * 2, "grade": ["grade2"] * 2, "subject": ["natural science"] * 2,
-        "topic": ["biology"] * 2, "category": ["Classification"] * 2, "skill": ["x"] * 2, "lecture": [""] * 2,
-        "solution": [""] * 2,
-    })  # fmt: skip
-    textvqa = pd.DataFrame({
-        "image_id": ["a", "b"], "question_id": [34602, 34603], "question": ["what word is it?", "what brand?"],
-        "question_tokens": [["what"], ["what"]], "image": [image_cell(30), image_cell(31)],
-        "image_width": [40, 40], "image_height": [30, 30], "flickr_original_url": ["u", "u"],
-        "flickr_300k_url": ["u", "u"], "answers": [["cat"] * 4 + ["dog"] * 6, ["nokia"] * 10],
-        "image_classes": [["x"], ["x"]], "set_name": ["val", "val"], "ocr_tokens": [["cat"], ["nokia"]],
-    })  # fmt: skip
-    gqa_questions = pd.DataFrame({
-        "id": ["201307251", "201640614", "202225914"], "imageId": ["n1", "n2", "n1"],
-        "question": ["Is it a cat?", "What animal is it?", "Which color is it?"], "answer": ["yes", "dog", "red"],
-        "fullAnswer": ["Yes, it is.", "It is a dog.", "It is red."], "isBalanced": [True] * 3,
-    })  # fmt: skip
+    pope = pd.DataFrame(
+        {
+            "id": [str(i) for i in range(6)],
+            "question_id": [str(i + 1) for i in range(6)],
+            "question": ["Is there a cat in the image?"] * 6,
+            "answer": ["yes", "no", "yes", "no", "yes", "no"],
+            "image_source": ["COCO_val2014_0001"] * 6,
+            "image": [image_cell(i) for i in range(6)],
+            "category": ["adversarial", "adversarial", "popular", "popular", "random", "random"],
+        }
+    )
+    mme = pd.DataFrame(
+        {
+            "question_id": ["code/1.png", "code/1.png", "count/2.png", "count/2.png"],
+            "question": ["Is there a cat? Please answer yes or no."] * 4,
+            "answer": ["Yes", "No", "Yes", "No"],
+            "image": [image_cell(10 + i) for i in range(4)],
+            "category": ["code_reasoning"] * 2 + ["count"] * 2,
+        }
+    )
+    sqa = pd.DataFrame(
+        {
+            "image": [image_cell(20), image_cell(21)],
+            "question": ["Which is a cat?", "Which is a dog?"],
+            "choices": [["cat", "dog"], ["cat", "dog", "bird"]],
+            "answer": [0, 1],
+            "hint": ["", "A farm."],
+            "task": ["closed choice"] * 2,
+            "grade": ["grade2"] * 2,
+            "subject": ["natural science"] * 2,
+            "topic": ["biology"] * 2,
+            "category": ["Classification"] * 2,
+            "skill": ["x"] * 2,
+            "lecture": [""] * 2,
+            "solution": [""] * 2,
+        }
+    )
+    textvqa = pd.DataFrame(
+        {
+            "image_id": ["a", "b"],
+            "question_id": [34602, 34603],
+            "question": ["what word is it?", "what brand?"],
+            "question_tokens": [["what"], ["what"]],
+            "image": [image_cell(30), image_cell(31)],
+            "image_width": [40, 40],
+            "image_height": [30, 30],
+            "flickr_original_url": ["u", "u"],
+            "flickr_300k_url": ["u", "u"],
+            "answers": [["cat"] * 4 + ["dog"] * 6, ["nokia"] * 10],
+            "image_classes": [["x"], ["x"]],
+            "set_name": ["val", "val"],
+            "ocr_tokens": [["cat"], ["nokia"]],
+        }
+    )
+    gqa_questions = pd.DataFrame(
+        {
+            "id": ["201307251", "201640614", "202225914"],
+            "imageId": ["n1", "n2", "n1"],
+            "question": ["Is it a cat?", "What animal is it?", "Which color is it?"],
+            "answer": ["yes", "dog", "red"],
+            "fullAnswer": ["Yes, it is.", "It is a dog.", "It is red."],
+            "isBalanced": [True] * 3,
+        }
+    )
     gqa_images = pd.DataFrame({"id": ["n0", "n1", "n2"], "image": [image_cell(40), image_cell(41), image_cell(42)]})
     return {
         "lmms-lab/MMBench": {
             "en/dev-00000-of-00001.parquet": mmbench_table(),
             "en/test-00000-of-00001.parquet": mmbench_table(),
             "cn/dev-00000-of-00001.parquet": mmbench_table(),
-        },  # fmt: skip
+        },
         "lmms-lab/GQA": {
             "testdev_balanced_instructions/testdev-00000-of-00001.parquet": gqa_questions,
             "testdev_balanced_images/testdev-00000-of-00001.parquet": gqa_images,
             "train_balanced_instructions/train-00000-of-00001.parquet": gqa_questions,
-        },  # fmt: skip
+        },
         "lmms-lab/POPE": {"data/test-00000-of-00001.parquet": pope, "Full/adversarial-00000-of-00001.parquet": pope},
         "lmms-lab/MME": {"data/test-00000-of-00001-abc.parquet": mme},
         "lmms-lab/ScienceQA": {
             "ScienceQA-IMG/test-00000-of-00001.parquet": sqa,
             "ScienceQA-IMG/train-00000-of-00001.parquet": sqa,
-        },  # fmt: skip
+        },
         "lmms-lab/textvqa": {
             "data/validation-00000-of-00001.parquet": textvqa,
             "data/train-00000-of-00001.parquet": textvqa,
-        },  # fmt: skip
+        },
     }
 
 
 def mmbench_table() -> pd.DataFrame:
     """lmms-lab/MMBench's columns: a 4-option question with a hint, a 2-option one (C, D empty), and a circular copy
     of the first (index + 1e6, options rotated) as the official TSV carries them."""
-    return pd.DataFrame({
-        "index": [0, 1, 1000000], "question": ["Which animal is it?", "Is the cat black?", "Which animal is it?"],
-        "hint": ["A farm photo.", None, "A farm photo."], "A": ["dog", "yes", "cat"], "B": ["cat", "no", "bird"],
-        "C": ["bird", None, "cow"], "D": ["cow", "nan", "dog"], "answer": ["B", "A", "A"],
-        "category": ["object_localization", "attribute_recognition", "object_localization"],
-        "image": [image_cell(50), image_cell(51), image_cell(50)], "source": ["x"] * 3, "L2-category": ["y"] * 3,
-        "comment": ["-"] * 3, "split": ["dev"] * 3,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "index": [0, 1, 1000000],
+            "question": ["Which animal is it?", "Is the cat black?", "Which animal is it?"],
+            "hint": ["A farm photo.", None, "A farm photo."],
+            "A": ["dog", "yes", "cat"],
+            "B": ["cat", "no", "bird"],
+            "C": ["bird", None, "cow"],
+            "D": ["cow", "nan", "dog"],
+            "answer": ["B", "A", "A"],
+            "category": ["object_localization", "attribute_recognition", "object_localization"],
+            "image": [image_cell(50), image_cell(51), image_cell(50)],
+            "source": ["x"] * 3,
+            "L2-category": ["y"] * 3,
+            "comment": ["-"] * 3,
+            "split": ["dev"] * 3,
+        }
+    )
 
 
 BENCHES = {
     "gqa": {
         "hub": "lmms-lab/GQA",
         "files": ["testdev_balanced_instructions/testdev-*.parquet", "testdev_balanced_images/testdev-*.parquet"],
-    },  # fmt: skip
+    },
     "pope": {"hub": "lmms-lab/POPE", "files": ["data/test-*.parquet"]},
     "mme": {"hub": "lmms-lab/MME", "files": ["data/test-*.parquet"]},
     "sqa": {"hub": "lmms-lab/ScienceQA", "files": ["ScienceQA-IMG/test-*.parquet"]},
@@ -147,13 +191,34 @@ def save_tiny_llava(folder: Path) -> None:
     from paperflow.core.lm.tokenizer import save_tokenizer, word_level_tokenizer
 
     tok = word_level_tokenizer(WORDS + ["<image>"])
-    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
-                              image_size=SIDE, patch_size=PATCH, projection_dim=16)  # fmt: skip
-    text = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0,
-                       bos_token_id=1, eos_token_id=2)  # fmt: skip
-    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=len(tok) - 1,
-                         vision_feature_layer=-2, projector_hidden_act="gelu")  # fmt: skip
+    vision = CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        image_size=SIDE,
+        patch_size=PATCH,
+        projection_dim=16,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=len(tok) - 1,
+        vision_feature_layer=-2,
+        projector_hidden_act="gelu",
+    )
     torch.manual_seed(0)
     LlavaForConditionalGeneration(config).save_pretrained(folder)
     save_tokenizer(tok, folder)
@@ -175,37 +240,72 @@ def hub(tmp_path, monkeypatch, tiny_llava):
     return hub.calls, tmp_path / "cache"
 
 
-PRETRAINED = {"hub": "org/tiny-llava", "repo_type": "model", "revision": SHA, "files": ["*.json", "*.safetensors"],
-              "dtype": "float32", "device": "cpu", "tokens": N, "max_new_tokens": 3, "fastv_layer": 1}  # fmt: skip
-SPECFLOW = {"k": 6, "tau": 10.0, "alpha": 0.5, "steps": 2, "m": 2, "delta": None, "symmetric": False,
-            "allocation": "quadtree", "sinks": True, "matched": False, "graph": "knn"}  # fmt: skip
+PRETRAINED = {
+    "hub": "org/tiny-llava",
+    "repo_type": "model",
+    "revision": SHA,
+    "files": ["*.json", "*.safetensors"],
+    "dtype": "float32",
+    "device": "cpu",
+    "tokens": N,
+    "max_new_tokens": 3,
+    "fastv_layer": 1,
+}
+SPECFLOW = {
+    "k": 6,
+    "tau": 10.0,
+    "alpha": 0.5,
+    "steps": 2,
+    "m": 2,
+    "delta": None,
+    "symmetric": False,
+    "allocation": "quadtree",
+    "sinks": True,
+    "matched": False,
+    "graph": "knn",
+}
 
 
 def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hub, tmp_path):
     calls, cache = hub
     pj = tmp_path / "models" / "pretrained.json"
     download_model(PRETRAINED, slug="specflow", key="pretrained.revision", cache=str(cache), out=str(pj))
-    counts = {name: paper.download_benchmark(name, bench(name), str(cache), str(tmp_path / f"{name}.parquet"))
-              for name in BENCHES}  # fmt: skip
+    counts = {
+        name: paper.download_benchmark(name, bench(name), str(cache), str(tmp_path / f"{name}.parquet"))
+        for name in BENCHES
+    }
     assert counts == {"gqa": 3, "pope": 6, "mme": 4, "sqa": 2, "textvqa": 2, "mmbench": 4 + 2}  # one row a rotation
     model_call = {k: v for k, v in calls[0].items() if k != "written"}
-    assert model_call == {"name": "org/tiny-llava", "revision": SHA, "patterns": ["*.json", "*.safetensors"],
-                          "repo_type": "model"}  # fmt: skip
+    assert model_call == {
+        "name": "org/tiny-llava",
+        "revision": SHA,
+        "patterns": ["*.json", "*.safetensors"],
+        "repo_type": "model",
+    }
     written = {c["name"]: c["written"] for c in calls[1:]}
     assert all(c["revision"] == SHA and c["repo_type"] == "dataset" for c in calls[1:])
-    assert written == {"lmms-lab/GQA": ["testdev_balanced_images/testdev-00000-of-00001.parquet",
-                                        "testdev_balanced_instructions/testdev-00000-of-00001.parquet"],
-                       "lmms-lab/POPE": ["data/test-00000-of-00001.parquet"],
-                       "lmms-lab/MME": ["data/test-00000-of-00001-abc.parquet"],
-                       "lmms-lab/ScienceQA": ["ScienceQA-IMG/test-00000-of-00001.parquet"],
-                       "lmms-lab/textvqa": ["data/validation-00000-of-00001.parquet"],
-                       "lmms-lab/MMBench": ["en/dev-00000-of-00001.parquet"]}  # fmt: skip
+    assert written == {
+        "lmms-lab/GQA": [
+            "testdev_balanced_images/testdev-00000-of-00001.parquet",
+            "testdev_balanced_instructions/testdev-00000-of-00001.parquet",
+        ],
+        "lmms-lab/POPE": ["data/test-00000-of-00001.parquet"],
+        "lmms-lab/MME": ["data/test-00000-of-00001-abc.parquet"],
+        "lmms-lab/ScienceQA": ["ScienceQA-IMG/test-00000-of-00001.parquet"],
+        "lmms-lab/textvqa": ["data/validation-00000-of-00001.parquet"],
+        "lmms-lab/MMBench": ["en/dev-00000-of-00001.parquet"],
+    }
     assert json.loads(pj.read_text())["folder"].endswith(f"models/org--tiny-llava/{SHA}")
     assert all(read_frame(tmp_path / f"{name}.parquet")[0].qid.is_unique for name in BENCHES)
     frame, meta = read_frame(tmp_path / "sqa.parquet")
     assert list(frame.columns) == bm.QUESTION_COLUMNS
-    assert meta == {"benchmark": "sqa", "kind": "sqa", "hub": "lmms-lab/ScienceQA", "revision": SHA,
-                    "files": ["ScienceQA-IMG/test-*.parquet"]}  # fmt: skip
+    assert meta == {
+        "benchmark": "sqa",
+        "kind": "sqa",
+        "hub": "lmms-lab/ScienceQA",
+        "revision": SHA,
+        "files": ["ScienceQA-IMG/test-*.parquet"],
+    }
     assert frame.question[1] == (
         "Context: A farm.\nWhich is a dog?\nA. cat\nB. dog\nC. bird\nAnswer with the option's letter from the given "
         "choices directly."
@@ -223,10 +323,13 @@ def test_download_fetches_only_the_pinned_files_and_normalises_each_benchmark(hu
     assert limited == 2
     mmb, meta = read_frame(tmp_path / "mmbench.parquet")  # the circular copy dropped, the rotations rebuilt
     assert list(mmb.qid) == ["0/0", "0/1", "0/2", "0/3", "1/0", "1/1"] and list(mmb.group) == ["0"] * 4 + ["1"] * 2
-    assert mmb.question[1] == ("A farm photo.\nWhich animal is it?\nA. cat\nB. bird\nC. cow\nD. dog\n"
-                               "Answer with the option's letter from the given choices directly.")  # fmt: skip
-    assert mmb.question[4] == ("Is the cat black?\nA. yes\nB. no\n"
-                               "Answer with the option's letter from the given choices directly.")  # fmt: skip
+    assert mmb.question[1] == (
+        "A farm photo.\nWhich animal is it?\nA. cat\nB. bird\nC. cow\nD. dog\n"
+        "Answer with the option's letter from the given choices directly."
+    )
+    assert mmb.question[4] == (
+        "Is the cat black?\nA. yes\nB. no\nAnswer with the option's letter from the given choices directly."
+    )
     assert [json.loads(a)[0] for a in mmb.answers] == ["B", "A", "D", "C", "A", "B"]
     assert json.loads(mmb.answers[1])[1] == {"A": "cat", "B": "bird", "C": "cow", "D": "dog"}
     assert mmb.image[0] == png(50) and meta["kind"] == "mmbench"
@@ -272,8 +375,9 @@ def test_the_hook_feeds_llava_what_its_own_forward_does_and_condenses_to_the_bud
     assert model.grid == (6, 6) and model.layer == -2
     px = llava.pixels(model, png(3))
     toks = llava.vision_tokens(model, px)
-    feats = model.model.get_image_features(pixel_values=px, vision_feature_layer=-2,
-                                           vision_feature_select_strategy="default").pooler_output[0]  # fmt: skip
+    feats = model.model.get_image_features(
+        pixel_values=px, vision_feature_layer=-2, vision_feature_select_strategy="default"
+    ).pooler_output[0]
     np.testing.assert_allclose(toks.z[0], feats.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert toks.cls.shape == (1, N) and toks.cls.sum() == pytest.approx(1.0, abs=0.05)  # [CLS] row minus self
     assert toks.keys.shape[1] == N + 1 and toks.attn.shape == (1, N, N)
@@ -289,8 +393,10 @@ def test_the_hook_feeds_llava_what_its_own_forward_does_and_condenses_to_the_bud
     torch.testing.assert_close(ours, own, rtol=1e-5, atol=1e-5)
 
     cfg = {"specflow": SPECFLOW}
-    fed = {m: llava.answer(model, png(3), question, m, 8, cfg, 0, 2)["k_fed"]
-           for m in ("full", "topk", "visionzip", "specflow", "specflow_matched")}  # fmt: skip
+    fed = {
+        m: llava.answer(model, png(3), question, m, 8, cfg, 0, 2)["k_fed"]
+        for m in ("full", "topk", "visionzip", "specflow", "specflow_matched")
+    }
     assert fed == {"full": N, "topk": 8, "visionzip": 8, "specflow": 10, "specflow_matched": 8}
     fastv = llava.answer(model, png(3), question, "fastv", 8, {**cfg, "pretrained": PRETRAINED}, 0, 2)
     assert fastv["k_fed"] == 8 and isinstance(fastv["prediction"], str)
@@ -302,11 +408,26 @@ def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub,
     _, cache = hub
     pj = str(tmp_path / "models" / "pretrained.json")
     download_model(PRETRAINED, slug="specflow", key="pretrained.revision", cache=str(cache), out=pj)
-    cfg = {"pretrained": PRETRAINED, "specflow": SPECFLOW, "seeds": [0], "ratios": [0.667, 0.889],
-           "methods": ["full", "topk", "visionzip", "random", "specflow"], "report_ratio": 0.889,
-           "scale": "paper"}  # fmt: skip
-    assert paper.jobs(cfg) == [("full", N), ("topk", 12), ("topk", 4), ("visionzip", 12), ("visionzip", 4),
-                               ("random", 12), ("random", 4), ("specflow", 12), ("specflow", 4)]  # fmt: skip
+    cfg = {
+        "pretrained": PRETRAINED,
+        "specflow": SPECFLOW,
+        "seeds": [0],
+        "ratios": [0.667, 0.889],
+        "methods": ["full", "topk", "visionzip", "random", "specflow"],
+        "report_ratio": 0.889,
+        "scale": "paper",
+    }
+    assert paper.jobs(cfg) == [
+        ("full", N),
+        ("topk", 12),
+        ("topk", 4),
+        ("visionzip", 12),
+        ("visionzip", 4),
+        ("random", 12),
+        ("random", 4),
+        ("specflow", 12),
+        ("specflow", 4),
+    ]
     cfg["ratios"] = [0.889]  # the jobs at K = 4 only: each job loads the model (CI time)
     scores = []
     for name in ("pope", "sqa"):
@@ -324,9 +445,14 @@ def test_the_paper_path_runs_download_evaluate_score_report_on_a_tiny_llava(hub,
     assert len(scores) == 2 * 5 and scores.score.between(0, 100).all()
     assert set(scores.questions) == {3, 2} and set(scores[scores.method == "specflow"].k_fed) == {6.0}
     report = paper.build_paper_report(scores, cfg)
-    outputs = {"report": tmp_path / "report.md", "metrics": tmp_path / "metrics.json",
-               "metrics_table": tmp_path / "metrics.parquet", "table_relative": tmp_path / "relative.csv",
-               "table_scores": tmp_path / "scores.csv", "figure_relative": tmp_path / "relative.png"}  # fmt: skip
+    outputs = {
+        "report": tmp_path / "report.md",
+        "metrics": tmp_path / "metrics.json",
+        "metrics_table": tmp_path / "metrics.parquet",
+        "table_relative": tmp_path / "relative.csv",
+        "table_scores": tmp_path / "scores.csv",
+        "figure_relative": tmp_path / "relative.png",
+    }
     claims = [  # the paper-scale claims whose methods this run evaluates (specflow_matched's is reported only)
         c for c in load_paper_config("specflow", "paper")["claims"] if c["method"] in cfg["methods"]
     ]
@@ -353,13 +479,29 @@ def _answers(kind, rows):
 
 
 def test_the_scorers_match_hand_computed_values():
-    pope = _answers("pope", [("Yes.", ["yes"], "adv", "1"), ("yes", ["no"], "adv", "2"), ("No", ["yes"], "adv", "3"),
-                             ("no", ["no"], "pop", "4"), ("yes", ["yes"], "pop", "5")])  # fmt: skip
+    pope = _answers(
+        "pope",
+        [
+            ("Yes.", ["yes"], "adv", "1"),
+            ("yes", ["no"], "adv", "2"),
+            ("No", ["yes"], "adv", "3"),
+            ("no", ["no"], "pop", "4"),
+            ("yes", ["yes"], "pop", "5"),
+        ],
+    )
     # adv: tp 1, fp 1, fn 1 -> F1 0.5; pop: tp 1 -> 1.0
     assert bm.score("pope", pope) == pytest.approx(75.0)
-    mme = _answers("mme", [("Yes", ["yes"], "count", "a"), ("No", ["no"], "count", "a"),
-                           ("Yes", ["yes"], "count", "b"), ("Yes", ["no"], "count", "b"),
-                           ("no", ["yes"], "ocr", "c"), ("no", ["no"], "ocr", "c")])  # fmt: skip
+    mme = _answers(
+        "mme",
+        [
+            ("Yes", ["yes"], "count", "a"),
+            ("No", ["no"], "count", "a"),
+            ("Yes", ["yes"], "count", "b"),
+            ("Yes", ["no"], "count", "b"),
+            ("no", ["yes"], "ocr", "c"),
+            ("no", ["no"], "ocr", "c"),
+        ],
+    )
     # count: acc 3/4, acc+ 1/2 -> 125; ocr: acc 1/2, acc+ 0 -> 50
     assert bm.score("mme", mme) == pytest.approx(175.0)
     sqa = _answers("sqa", [("B", ["B"], "c", "1"), ("(A) cat", ["A"], "c", "2"), ("The answer is B", ["B"], "c", "3")])
@@ -373,11 +515,22 @@ def test_the_scorers_match_hand_computed_values():
 
 def _paper_verdicts(specflow, random=60.0):
     cfg = {"pretrained": {"tokens": 576}, "seeds": [0], "ratios": [0.889], "scale": "paper"}
-    rows = [("full", 576, 80.0), ("topk", 64, 60.0), ("visionzip", 64, 70.0), ("specflow", 64, specflow),
-            ("specflow_matched", 64, 72.0), ("random", 64, random)]  # fmt: skip
+    rows = [
+        ("full", 576, 80.0),
+        ("topk", 64, 60.0),
+        ("visionzip", 64, 70.0),
+        ("specflow", 64, specflow),
+        ("specflow_matched", 64, 72.0),
+        ("random", 64, random),
+    ]
     benches = {"pope": 1.0, "mme": 20.0, "gqa": 0.9, "sqa": 1.1, "textvqa": 0.8, "mmbench": 1.05}
-    scores = pd.DataFrame([{"benchmark": b, "method": m, "budget": k, "k_fed": k, "score": s * f * (1 + 0.01 * i)}
-                           for i, (b, f) in enumerate(benches.items()) for m, k, s in rows])  # fmt: skip
+    scores = pd.DataFrame(
+        [
+            {"benchmark": b, "method": m, "budget": k, "k_fed": k, "score": s * f * (1 + 0.01 * i)}
+            for i, (b, f) in enumerate(benches.items())
+            for m, k, s in rows
+        ]
+    )
     table = paper.metrics_table(scores, cfg)
     specs = parse_claims(load_paper_config("specflow", "paper")["claims"], "config/specflow.yaml")
     return {v.id: v for v in judge_all(specs, table, "paper")}, scores
@@ -386,8 +539,10 @@ def _paper_verdicts(specflow, random=60.0):
 def test_paper_claims_hold_on_an_effect_and_fail_on_their_controls():
     found, scores = _paper_verdicts(76.0)
     assert {k: (v.verdict, v.gated) for k, v in found.items()} == {
-        "paper_specflow_vs_topk": (HELD, True), "paper_specflow_vs_visionzip": (HELD, True),
-        "paper_matched_vs_topk": (HELD, False)}  # fmt: skip
+        "paper_specflow_vs_topk": (HELD, True),
+        "paper_specflow_vs_visionzip": (HELD, True),
+        "paper_matched_vs_topk": (HELD, False),
+    }
     v = found["paper_specflow_vs_topk"]
     assert v.n_units == 6 and v.unit == "item" and v.control["verdict"] != HELD  # benchmarks are the items
     assert v.value == pytest.approx(100 * (76.0 - 60.0) / 80.0)
@@ -408,7 +563,7 @@ def test_paper_claims_hold_on_an_effect_and_fail_on_their_controls():
         (("    revision: a272c74b2481d8aff3aa6fc2c4bf891fe57334fb", "    revision: main"), "revision"),
         (("    tokens: 576 ", "    tokenz: 576 "), "tokenz"),
     ],
-)  # fmt: skip
+)
 def test_paper_config_errors_name_the_key(repo_copy, edit, message):
     path = repo_copy / "config" / "specflow.yaml"
     text = path.read_text()
@@ -460,9 +615,11 @@ def test_a_question_whose_image_is_missing_is_refused(tmp_path):
 
 def test_mmbench_rotations_and_the_option_parser_follow_llava_and_the_official_rules():
     assert bm.rotations(["dog", "cat", "bird", "cow"], "C") == [
-        (["dog", "cat", "bird", "cow"], "C"), (["cat", "bird", "cow", "dog"], "B"),
-        (["bird", "cow", "dog", "cat"], "A"), (["cow", "dog", "cat", "bird"], "D"),
-    ]  # fmt: skip
+        (["dog", "cat", "bird", "cow"], "C"),
+        (["cat", "bird", "cow", "dog"], "B"),
+        (["bird", "cow", "dog", "cat"], "A"),
+        (["cow", "dog", "cat", "bird"], "D"),
+    ]
     assert bm.rotations(["yes", "no"], "B") == [(["yes", "no"], "B"), (["no", "yes"], "A")]
     with pytest.raises(ValueError, match="names no option"):
         bm.rotations(["yes", "no"], "C")
@@ -472,11 +629,20 @@ def test_mmbench_rotations_and_the_option_parser_follow_llava_and_the_official_r
     )
     choices = {"A": "dog", "B": "cat", "C": "bird", "D": "cow"}
     cases = {
-        "C": "C", "C.": "C", "(B) cat": "B", "The answer is D": "D", "B: cat": "B",
-        "A": "A", "A cat sits on a mat": "B",  # 'A' among > 3 words is an article: the option text decides
-        "A or B": "", "It could be a dog or a cat": "", "the bird": "C", "": "",
-        "Sorry, I can't help with images of people yet.": "Z", "Z": "Z",
-    }  # fmt: skip
+        "C": "C",
+        "C.": "C",
+        "(B) cat": "B",
+        "The answer is D": "D",
+        "B: cat": "B",
+        "A": "A",
+        "A cat sits on a mat": "B",  # 'A' among > 3 words is an article: the option text decides
+        "A or B": "",
+        "It could be a dog or a cat": "",
+        "the bird": "C",
+        "": "",
+        "Sorry, I can't help with images of people yet.": "Z",
+        "Z": "Z",
+    }
     assert {text: bm.infer_option(text, choices) for text in cases} == cases
 
 
@@ -486,10 +652,18 @@ def test_circular_eval_counts_a_question_only_when_every_rotation_is_right():
     def row(prediction, truth, group):
         return {"prediction": prediction, "answers": json.dumps([truth, choices]), "category": "c", "group": group}
 
-    frame = pd.DataFrame([row("A", "A", "q0"), row("B", "B", "q0"),  # both rotations right
-                          row("cat", "B", "q1"), row("B", "A", "q1"),  # one wrong: the question fails
-                          row("I think A or B", "A", "q2"), row("A", "A", "q2"),  # unparsed: counts wrong
-                          row("dog", "A", "q3"), row("(A)", "A", "q3")])  # fmt: skip
+    frame = pd.DataFrame(
+        [
+            row("A", "A", "q0"),
+            row("B", "B", "q0"),  # both rotations right
+            row("cat", "B", "q1"),
+            row("B", "A", "q1"),  # one wrong: the question fails
+            row("I think A or B", "A", "q2"),
+            row("A", "A", "q2"),  # unparsed: counts wrong
+            row("dog", "A", "q3"),
+            row("(A)", "A", "q3"),
+        ]
+    )
     hits = bm.circular_hits(frame)
     assert hits.to_dict() == {"q0": True, "q1": False, "q2": False, "q3": True}
     assert bm.score("mmbench", frame) == pytest.approx(50.0)
@@ -522,8 +696,9 @@ def test_fastv_keeping_every_token_is_the_unpruned_model(fastv_case):
         own = model.model(input_ids=torch.tensor([prompt]), pixel_values=px).logits[0, -1]
     torch.testing.assert_close(info["logits"][0], own, rtol=1e-5, atol=1e-5)
     mask = torch.ones(embeds.shape[:2], dtype=torch.long)
-    ref = model.model.generate(inputs_embeds=embeds, attention_mask=mask, max_new_tokens=4, do_sample=False,
-                               pad_token_id=0)  # fmt: skip
+    ref = model.model.generate(
+        inputs_embeds=embeds, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0
+    )
     assert ids == ref[0].tolist() and info["cache"] == [len(prompt)] * 2
 
 

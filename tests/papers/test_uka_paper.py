@@ -95,8 +95,14 @@ def paper_cfg(base_url: str | None = None) -> dict:
     cfg = load_paper_config("uka", "paper")
     cfg["simulation"] = {"turns": 3, "critic_samples": 3}
     cfg["training"] = {"dialogues": 3, "budget_turns": 12, "max_revisions": 1}
-    cfg["server"] = {**cfg["server"], "base_url": base_url, "ready_timeout_s": 10, "timeout_s": 10, "retries": 2,
-                     "concurrency": 4}  # fmt: skip
+    cfg["server"] = {
+        **cfg["server"],
+        "base_url": base_url,
+        "ready_timeout_s": 10,
+        "timeout_s": 10,
+        "retries": 2,
+        "concurrency": 4,
+    }
     cfg["tom"] = {"samples": 2}
     return cfg
 
@@ -271,8 +277,12 @@ def test_the_backbone_download_uses_the_pinned_commit_and_files(tmp_path, monkey
 
 def test_esconv_records_become_cases_and_a_record_without_a_seeker_is_refused(tmp_path):
     path = tmp_path / "esc.txt"
-    path.write_text("\n".join(json.dumps(esconv_record(e, p, i)) for i, (e, p) in
-                              enumerate([("Anxiety", "job crisis"), ("sadness", "Breakup with partner")])))  # fmt: skip
+    path.write_text(
+        "\n".join(
+            json.dumps(esconv_record(e, p, i))
+            for i, (e, p) in enumerate([("Anxiety", "job crisis"), ("sadness", "Breakup with partner")])
+        )
+    )
     cases = esconv.read_cases(path, "test")
     assert list(cases["emotion"]) == ["anxiety", "sadness"] and cases["problem"][1] == "breakup with partner"
     assert cases["first_user"][0].startswith("I feel Anxiety") and cases["strategies"][0] == [
@@ -344,13 +354,23 @@ def test_the_paper_path_runs_end_to_end_on_the_fake_llm(tmp_path, fake_llm):
     assert all(m[1]["role"] == "user" and [x["role"] for x in m[2:4]] == ["assistant", "user"] for m in seeker)
     params = {**cfg, "seeds": [0], "scale": "paper"}
     report = build_report(per_case, wins, params, pd.concat(all_attempts, ignore_index=True))
-    outputs = {k: str(tmp_path / "out" / f) for k, f in (("report", "report.md"), ("metrics", "metrics.json"),
-               ("metrics_table", "metrics.parquet"), ("table_methods", "methods.csv"),
-               ("figure_success", "success.png"))}  # fmt: skip
+    outputs = {
+        k: str(tmp_path / "out" / f)
+        for k, f in (
+            ("report", "report.md"),
+            ("metrics", "metrics.json"),
+            ("metrics_table", "metrics.parquet"),
+            ("table_methods", "methods.csv"),
+            ("figure_success", "success.png"),
+        )
+    }
     doc = publish(report, outputs, paper="uka", scale="paper", claims=cfg["claims"])
     claims = {c["id"]: c for c in doc["claims"]}
-    assert set(claims) == {"paper_sr_uka_minus_principles", "paper_sr_principles_minus_standard",
-                           "paper_win_rate_uka_vs_principles"}  # fmt: skip
+    assert set(claims) == {
+        "paper_sr_uka_minus_principles",
+        "paper_sr_principles_minus_standard",
+        "paper_win_rate_uka_vs_principles",
+    }
     assert claims["paper_sr_uka_minus_principles"]["value"] == pytest.approx(sr["uka"] - sr["principles"])
     assert claims["paper_sr_uka_minus_principles"]["n_units"] == len(pairs)
     assert claims["paper_win_rate_uka_vs_principles"]["held"] is False  # 0.5 is not above 0.5

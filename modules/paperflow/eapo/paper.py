@@ -390,9 +390,16 @@ def luffy_data(train: str, traces: str, template: str, out: str) -> dict[str, in
 
 
 def prior_traces(
-    prior_json: str, train: str, samples: int, evaluation: Mapping[str, Any], device_name: str, dtype: str,
-    stop_tokens: Sequence[str], out: str, journal: str | Path | None = None,
-) -> dict[str, int]:  # fmt: skip
+    prior_json: str,
+    train: str,
+    samples: int,
+    evaluation: Mapping[str, Any],
+    device_name: str,
+    dtype: str,
+    stop_tokens: Sequence[str],
+    out: str,
+    journal: str | Path | None = None,
+) -> dict[str, int]:
     """pi_E's traces for LUFFY: `samples` completions per training problem, sampled and decoded as `evaluate`
     does (math.evaluation's temperature, top_p and length, ending at EOS or the rollouts' stop tokens, special
     tokens dropped: LUFFY's reader appends no EOS either), each scored by the paper's reward; one row per
@@ -424,8 +431,15 @@ def prior_traces(
             rows = []
             for i, (pid, answer) in enumerate(zip(part["problem_id"], part["answer"])):
                 for j, text in enumerate(texts[i * samples : (i + 1) * samples]):
-                    rows.append({"id": f"{int(pid)}:{j}", "problem_id": int(pid), "sample": j, "trace": text,
-                                 "correct": math_reward(text, answer)})  # fmt: skip
+                    rows.append(
+                        {
+                            "id": f"{int(pid)}:{j}",
+                            "problem_id": int(pid),
+                            "sample": j,
+                            "trace": text,
+                            "correct": math_reward(text, answer),
+                        }
+                    )
             done.extend(r for r in rows if r["id"] not in done)
         traces = pd.DataFrame(done.complete(ids), columns=["id", "problem_id", "sample", "trace", "correct"])
     traces = traces.drop(columns="id")

@@ -259,15 +259,23 @@ class Rollout:
         }
         if self.m.inject == "critical" and self.tau is None:  # the first tau_H: a pure rollout of the first chunk
             first = self.sampler.rollout(
-                ids[: self.chunk], [False] * min(n, self.chunk), rule=None, tau=0.0,
-                generator=self._generator("calibrate", "cpu", 1), **common,
-            )  # fmt: skip
+                ids[: self.chunk],
+                [False] * min(n, self.chunk),
+                rule=None,
+                tau=0.0,
+                generator=self._generator("calibrate", "cpu", 1),
+                **common,
+            )
             self._threshold(*_entropy_table(first))
         augmented = [(i % G) < self.s.g_aug for i in range(n)]
         rows = self.sampler.rollout(
-            ids, augmented, rule=self.m.inject, tau=float(self.tau if self.tau is not None else 0.0),
-            generator=self._generator("policy", "cpu", 0), **common,
-        )  # fmt: skip
+            ids,
+            augmented,
+            rule=self.m.inject,
+            tau=float(self.tau if self.tau is not None else 0.0),
+            generator=self._generator("policy", "cpu", 0),
+            **common,
+        )
         entropies, mask = _entropy_table(rows)
         pure = ~torch.tensor(augmented)
         if self.m.inject == "critical":
@@ -360,9 +368,12 @@ def eapo_trainer_class():
             ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
             attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
             logp = sequence_logprobs(
-                self.eapo_rollout.prior, ids, attn, float(self.args.temperature),
+                self.eapo_rollout.prior,
+                ids,
+                attn,
+                float(self.args.temperature),
                 chunk_size=self.args.per_device_train_batch_size,
-            )  # fmt: skip
+            )
             return logp[:, -width:]
 
     return EAPOTrainer

@@ -346,8 +346,18 @@ def command(module: str, overrides: Sequence[str], python: str = "python3") -> l
 
 def merge_command(actor_dir: str | Path, target: str | Path, python: str = "python3") -> list[str]:
     """verl's model merger on one FSDP actor checkpoint (its `huggingface/` config beside the shards)."""
-    return [python, "-m", MERGER_MODULE, "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
-            "--target_dir", str(target)]  # fmt: skip
+    return [
+        python,
+        "-m",
+        MERGER_MODULE,
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        str(target),
+    ]
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------------
@@ -423,8 +433,10 @@ def write_fsdp_shards(model, actor_dir: str | Path, world_size: int) -> None:
     actor_dir.mkdir(parents=True, exist_ok=True)
     state = model.state_dict()
     for r in range(world_size):
-        torch.save({k: v.chunk(world_size, dim=0)[r].clone() for k, v in state.items()},
-                   actor_dir / f"model_world_size_{world_size}_rank_{r}.pt")  # fmt: skip
+        torch.save(
+            {k: v.chunk(world_size, dim=0)[r].clone() for k, v in state.items()},
+            actor_dir / f"model_world_size_{world_size}_rank_{r}.pt",
+        )
     model.config.save_pretrained(actor_dir / "huggingface")
 
 

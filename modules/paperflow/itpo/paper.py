@@ -137,9 +137,13 @@ def _simulator_served(cfg, simulator_json: str, tree: str, log_dir: Path, python
     path = os.pathsep.join([tree, PAPERFLOW_ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     server = serving.server_command(sim, folder, python=python)
     with serving.served(
-        server, url, sim["served_name"], float(sim["ready_timeout_s"]), log_dir / "simulator.log",
+        server,
+        url,
+        sim["served_name"],
+        float(sim["ready_timeout_s"]),
+        log_dir / "simulator.log",
         {"CUDA_VISIBLE_DEVICES": sim_gpus},
-    ):  # fmt: skip
+    ):
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": verl_gpus, "PYTHONPATH": path, "VLLM_USE_V1": "1"}
         yield env, {"simulator": server, "simulator_gpus": sim_gpus, "verl_gpus": verl_gpus}
 
@@ -235,8 +239,15 @@ def train(
             shutil.copyfile(paths["turn_log"], turns)
     if turns is not None and recipe.METHODS[method]["dpo"] and not Path(turns).read_text().strip():
         raise RuntimeError(f"{turns}: the turn-log hook wrote nothing for {method} (see {run_dir / 'logs'})")
-    doc = {"task": task_name, "method": method, "seed": int(seeds[0]), "global_step": step,
-           "checkpoint": str(final), "command": cmd, **ran}  # fmt: skip
+    doc = {
+        "task": task_name,
+        "method": method,
+        "seed": int(seeds[0]),
+        "global_step": step,
+        "checkpoint": str(final),
+        "command": cmd,
+        **ran,
+    }
     _write_json(out, doc)
     return doc
 

@@ -117,8 +117,12 @@ def preprocess(
             code_triples, "code", int(sizes["n_heldout"]), n_train, seed, "seeds_data.code"
         )
         heldout, train = heldout + code_heldout, train + code_train
-        counts |= {"code_seeds": len(code_triples), "code_distinct": code_distinct,
-                   "code_train": len(code_train), "code_heldout": len(code_heldout)}  # fmt: skip
+        counts |= {
+            "code_seeds": len(code_triples),
+            "code_distinct": code_distinct,
+            "code_train": len(code_train),
+            "code_heldout": len(code_heldout),
+        }
     lt.write_jsonl(out_heldout, heldout)
     lt.write_jsonl(out_train, train)
     return counts

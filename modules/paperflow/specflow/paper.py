@@ -88,8 +88,10 @@ def evaluate(
     info = json.loads(Path(pretrained_json).read_text())
     model = llava.load(info["folder"], pre["dtype"], device)
     if model.grid[0] * model.grid[1] != n_tokens(pre):
-        raise ValueError(f"pretrained.tokens = {pre['tokens']} but the model feeds {model.grid} = "
-                         f"{model.grid[0] * model.grid[1]} visual tokens")  # fmt: skip
+        raise ValueError(
+            f"pretrained.tokens = {pre['tokens']} but the model feeds {model.grid} = "
+            f"{model.grid[0] * model.grid[1]} visual tokens"
+        )
     frame, meta = read_frame(questions_path)
     t0 = time.perf_counter()
     with row_journal(journal) as done:
@@ -100,11 +102,19 @@ def evaluate(
             done.append({"id": _plain(q.qid), "got": {k: _plain(v) for k, v in got.items()}})
         answered = done.complete([_plain(qid) for qid in frame["qid"]])
     keys = sorted({k for a in answered for k in a["got"]})  # one order, whether a row was journalled or not
-    rows = [{"qid": q.qid, "answers": q.answers, "category": q.category, "group": q.group, **a["got"]}
-            for q, a in zip(frame.itertuples(index=False), answered)]  # fmt: skip
+    rows = [
+        {"qid": q.qid, "answers": q.answers, "category": q.category, "group": q.group, **a["got"]}
+        for q, a in zip(frame.itertuples(index=False), answered)
+    ]
     answers = pd.DataFrame(rows, columns=["qid", "answers", "category", "group", *keys])
-    info = {"method": method, "budget": int(budget), "benchmark": meta["benchmark"], "kind": meta["kind"],
-            "revision": info["revision"], "seconds": time.perf_counter() - t0}  # fmt: skip
+    info = {
+        "method": method,
+        "budget": int(budget),
+        "benchmark": meta["benchmark"],
+        "kind": meta["kind"],
+        "revision": info["revision"],
+        "seconds": time.perf_counter() - t0,
+    }
     write_frame(out, answers, info)
     return info
 
@@ -120,11 +130,17 @@ def score_benchmark(answers: Mapping[tuple[str, int], str]) -> pd.DataFrame:
     rows = []
     for (method, budget), path in sorted(answers.items()):
         frame, meta = read_frame(path)
-        rows.append({
-            "benchmark": meta["benchmark"], "method": method, "budget": int(budget),
-            "k_fed": float(frame["k_fed"].mean()), "score": bm.score(meta["kind"], frame), "questions": len(frame),
-            "prune_ms": float(frame["prune_ms"].mean()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "benchmark": meta["benchmark"],
+                "method": method,
+                "budget": int(budget),
+                "k_fed": float(frame["k_fed"].mean()),
+                "score": bm.score(meta["kind"], frame),
+                "questions": len(frame),
+                "prune_ms": float(frame["prune_ms"].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -150,11 +166,16 @@ def metrics_table(scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     n, seed = n_tokens(cfg["pretrained"]), int(list(cfg["seeds"])[0])
     rel = scores.assign(relative=100 * scores["score"] / scores["benchmark"].map(full))
     rows = [
-        {"seed": seed, "unit": r.benchmark, "method": r.method, "metric": paper_claim_metric(ratio),
-         "value": r.relative}
+        {
+            "seed": seed,
+            "unit": r.benchmark,
+            "method": r.method,
+            "metric": paper_claim_metric(ratio),
+            "value": r.relative,
+        }
         for ratio in cfg["ratios"]
         for r in rel[(rel.method != FULL) & (rel.budget == budget_of(float(ratio), n))].itertuples()
-    ]  # fmt: skip
+    ]
     return long_table(rows, cfg["scale"])
 
 
@@ -183,8 +204,7 @@ def build_paper_report(scores: pd.DataFrame, cfg: Mapping[str, Any]) -> Report:
             if isinstance(value, float):
                 r[key] = fmt(value, 2)
     benches = sorted(scores.benchmark.unique())
-    fastv = (f" (FastV inside it, after layer {cfg['pretrained']['fastv_layer']})"
-             if "fastv" in cfg["methods"] else "")  # fmt: skip
+    fastv = f" (FastV inside it, after layer {cfg['pretrained']['fastv_layer']})" if "fastv" in cfg["methods"] else ""
     return Report(
         title="SpecFlow at paper scale: LLaVA-1.5-7B, training-free visual token condensation",
         summary=(
@@ -198,7 +218,7 @@ def build_paper_report(scores: pd.DataFrame, cfg: Mapping[str, Any]) -> Report:
         tables=[
             Table("table_relative", "Per method and budget: relative score and the benchmark scores", table),
             Table("table_scores", "Every (benchmark, method, budget) score", scores),
-        ],  # fmt: skip
+        ],
         limitations=[
             "Only the benchmarks of `benchmarks` are run (VQAv2, VizWiz and the video benchmarks are not wired; "
             "MMBench's option matching stops before the official GPT judge: an unmatched completion counts wrong); "
@@ -208,5 +228,5 @@ def build_paper_report(scores: pd.DataFrame, cfg: Mapping[str, Any]) -> Report:
         metrics={
             "relative": table.astype(object).where(table.notna(), None).to_dict("records"),
             "ks": sorted({int(b) for b in scores.budget}),
-        },  # fmt: skip
+        },
     )

@@ -54,8 +54,9 @@ def download_data(data: Mapping[str, Any], outputs: Mapping[str, str]) -> dict[s
     return counts
 
 
-def preprocess(raw: Mapping[str, str], embedding: Mapping[str, Any], out_cases: str, out_embeddings: str,
-               encode=None) -> pd.DataFrame:  # fmt: skip
+def preprocess(
+    raw: Mapping[str, str], embedding: Mapping[str, Any], out_cases: str, out_embeddings: str, encode=None
+) -> pd.DataFrame:
     """Both splits' cases as one table, and the embedded situation vocabulary (`encode` overrides the encoder)."""
     cases = pd.concat([esconv.read_cases(raw[s], s) for s in SPLITS], ignore_index=True)
     write_frame(out_cases, cases, {"source": "esconv"})
@@ -115,8 +116,16 @@ def tom(client: Client, cfg: Mapping[str, Any], out: str) -> dict[str, Any]:
     return doc
 
 
-def train(client: Client, method: str, cases: str, embeddings: str, tom_json: str, cfg: Mapping[str, Any],
-          seeds: Sequence[int], journal: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+def train(
+    client: Client,
+    method: str,
+    cases: str,
+    embeddings: str,
+    tom_json: str,
+    cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    journal: str | Path | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`method`'s knowledge acquisition per seed on the training cases: (memory rows, attempt rows), with seeds."""
     settings, emb, axes = _setting(cases, embeddings, cfg)
     train_cases, tom_doc = _cases(cases, "train"), json.loads(Path(tom_json).read_text())
@@ -126,17 +135,26 @@ def train(client: Client, method: str, cases: str, embeddings: str, tom_json: st
     with row_journal(journal, key="key") as done:
         for seed in seeds:
             agent = dl.make_agent(method, settings, tom_doc, emb, ag.new_memory(method))
-            rows = dl.acquire(roles, agent, axes, train_cases, settings, float(cfg["critic"]["success_reward"]), seed,
-                              done)  # fmt: skip
+            rows = dl.acquire(
+                roles, agent, axes, train_cases, settings, float(cfg["critic"]["success_reward"]), seed, done
+            )
             memories.append(agent.memory.frame().assign(seed=seed))
             attempts.append(rows.assign(seed=seed, method=method))
             log.info("%s seed %d: %d attempts, %d memory entries", method, seed, len(rows), len(agent.memory))
     return pd.concat(memories, ignore_index=True), pd.concat(attempts, ignore_index=True)
 
 
-def evaluate(client: Client, method: str, cases: str, embeddings: str, tom_json: str, memory: str | None,
-             cfg: Mapping[str, Any], seeds: Sequence[int],
-             journal: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:  # fmt: skip
+def evaluate(
+    client: Client,
+    method: str,
+    cases: str,
+    embeddings: str,
+    tom_json: str,
+    memory: str | None,
+    cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    journal: str | Path | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
     """`method`'s test dialogues per seed: (per case, per turn, transcripts), each with seed and method."""
     settings, emb, axes = _setting(cases, embeddings, cfg)
     test_cases, tom_doc = _cases(cases, "test"), json.loads(Path(tom_json).read_text())
@@ -151,8 +169,17 @@ def evaluate(client: Client, method: str, cases: str, embeddings: str, tom_json:
                 if not len(mem):
                     log.warning("%s: the memory of seed %d is empty (no turn won in self-play)", memory, seed)
             agent = dl.make_agent(method, settings, tom_doc, emb, mem, ag.belief_shuffle(method, seed, len(test_cases)))
-            pc, pt, tr = dl.run_test(roles, agent, axes, test_cases, settings, float(cfg["critic"]["success_reward"]),
-                                     seed, int(cfg["server"]["concurrency"]), done)  # fmt: skip
+            pc, pt, tr = dl.run_test(
+                roles,
+                agent,
+                axes,
+                test_cases,
+                settings,
+                float(cfg["critic"]["success_reward"]),
+                seed,
+                int(cfg["server"]["concurrency"]),
+                done,
+            )
             per_case.append(pc.assign(seed=seed, method=method))
             per_turn.append(pt.assign(seed=seed, method=method))
             transcripts += [{**t, "seed": seed, "method": method} for t in tr]
@@ -169,8 +196,17 @@ def read_transcripts(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def win_rate(client: Client, method: str, reference: str, mine: str, theirs: str, cases: str,
-             cfg: Mapping[str, Any], seeds: Sequence[int], journal: str | Path | None = None) -> pd.DataFrame:  # fmt: skip
+def win_rate(
+    client: Client,
+    method: str,
+    reference: str,
+    mine: str,
+    theirs: str,
+    cases: str,
+    cfg: Mapping[str, Any],
+    seeds: Sequence[int],
+    journal: str | Path | None = None,
+) -> pd.DataFrame:
     """Per seed and test case, the judge's preference for `method`'s dialogue over `reference`'s (see
     dialogue.win_rates for the order and tie rule)."""
     test_cases, roles = _cases(cases, "test"), dl.Roles(client, cfg["llm"])
