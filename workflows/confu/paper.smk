@@ -21,19 +21,19 @@ paper_stages(
     "confu",
     CONFU,
     confu_path,
-    stage(
+    # Llama-3 is gated: huggingface_hub reads the token from HF_TOKEN (or `hf auth login`)
+    hub_model_stage(
+        "confu",
         "download_model",
-        script="download_model.py",
-        env="lm",
-        resources=resources_of("cpu_medium", runtime=240),
+        spec=lambda wc: CONFU["targets"][wc.target],
+        key=lambda wc: f"targets.{wc.target}.revision",
+        cache=CONFU_CACHE,
+        extra=lambda wc: {"target": wc.target},
         output=confu_path("models", "{target}", "pretrained.json"),
+        resources=resources_of("cpu_medium", runtime=240),
         wildcards={"target": CONFU_WILDCARDS["target"]},
         log="download_model_{target}.log",
-        params={
-            "target": lambda wc: CONFU["targets"][wc.target],
-            "locked": lambda wc: confu_locked("model", CONFU["targets"][wc.target]["hub"]),
-            "cache": CONFU_CACHE,
-        },
+        params={"locked": lambda wc: confu_locked("model", CONFU["targets"][wc.target]["hub"])},
     ),
     stage(
         "download",

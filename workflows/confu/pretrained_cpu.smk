@@ -20,15 +20,18 @@ paper_stages(
     "confu",
     CONFU,
     confu_lm_path,
-    stage(
+    # the target's offline copy (targets.<t>.offline, a package's GGUF) materialised: no network
+    hub_model_stage(
+        "confu",
         "lm_model",
-        script="download_model.py",
-        env="lm",
-        resources=resources_of("cpu_medium"),
+        spec=lambda wc: CONFU_LM["targets"][wc.target],
+        key=lambda wc: f"targets.{wc.target}.revision",
+        cache=f"{RUN.resources}/confu",
+        extra=lambda wc: {"target": wc.target},
         output=confu_lm_path("models", "{target}", "pretrained.json"),
+        resources=resources_of("cpu_medium"),
         wildcards={"target": CONFU_LM_WILDCARDS["target"]},
         log="model_{target}.log",
-        params={"target": lambda wc: CONFU_LM["targets"][wc.target], "cache": f"{RUN.resources}/confu"},
         priority=30,  # the real target's chain is the longest: it starts first
     ),
     stage(

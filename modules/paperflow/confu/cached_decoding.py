@@ -168,8 +168,9 @@ class CachedSpecDecoder(SpecDecoder):
         generated, accepted, cycles = [], [], np.zeros(1, dtype=int)
         n_forwards = n_draft = 0
         empty = torch.zeros(1, 0, dtype=torch.long)
-        root, _, froot, _, f = self._step(cache, buf, length, feats, empty, torch.zeros(1, 0, 0, dtype=torch.bool),
-                                          empty)  # fmt: skip
+        root, _, froot, _, f = self._step(
+            cache, buf, length, feats, empty, torch.zeros(1, 0, 0, dtype=torch.bool), empty
+        )
         seen.append(1 + (1 if self.confu else 0))
         feats[:, length - 1] = froot
         first = int(self._draw(root, temperature, uniforms[:, 0])[0])

@@ -72,13 +72,20 @@ def tau_table(frame: pd.DataFrame, depth: int) -> pd.DataFrame:
         acc = depth_acceptance(g.accepted.tolist(), depth)
         c = float(g.c_draft.iloc[0]) if "c_draft" in g else float("nan")
         t = tau(g)
-        rows.append({
-            "variant": variant, "temperature": temp, "seed": seed, "tau": t,
-            "accepted_per_cycle": float(np.mean(np.concatenate([np.asarray(a) for a in g.accepted]))),
-            "lossless": float(g.lossless.mean()), "c_draft": c, "sr_sim": t / (1 + depth * c),
-            **{f"acc_depth{i + 1}": a for i, a in enumerate(acc)},
-            **{f"tau_{task}": tau(gt) for task, gt in g.groupby("task")},
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": variant,
+                "temperature": temp,
+                "seed": seed,
+                "tau": t,
+                "accepted_per_cycle": float(np.mean(np.concatenate([np.asarray(a) for a in g.accepted]))),
+                "lossless": float(g.lossless.mean()),
+                "c_draft": c,
+                "sr_sim": t / (1 + depth * c),
+                **{f"acc_depth{i + 1}": a for i, a in enumerate(acc)},
+                **{f"tau_{task}": tau(gt) for task, gt in g.groupby("task")},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -92,8 +99,13 @@ def tau_figure(table: pd.DataFrame, variants: Sequence[str], temperatures: Seque
         shown = [v for v in variants if v in set(sub.variant)]
         means = [sub[sub.variant == v].tau.mean() for v in shown]
         stds = [sub[sub.variant == v].tau.std(ddof=1) for v in shown]
-        ax.bar(range(len(shown)), means, yerr=np.nan_to_num(stds), capsize=3,
-               color=["k" if v == "confu" else "0.6" for v in shown])  # fmt: skip
+        ax.bar(
+            range(len(shown)),
+            means,
+            yerr=np.nan_to_num(stds),
+            capsize=3,
+            color=["k" if v == "confu" else "0.6" for v in shown],
+        )
         ax.set_xticks(range(len(shown)), shown, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("tau (tokens per target forward)")
         ax.set_title(f"T = {temp}")
@@ -130,12 +142,19 @@ def lm_section(evals: pd.DataFrame, plain: pd.DataFrame, lm: Mapping[str, Any], 
     acc = []
     for (target, method), g in evals[evals.temperature == 0].groupby(["target", "method"]):
         per_depth = depth_acceptance(g.accepted.tolist(), int(lm["decoding"]["depth"]))
-        acc.append({"target": target, "method": method,
-                    **{f"depth {i + 1}": fmt(float(a), 3) for i, a in enumerate(per_depth)}})  # fmt: skip
+        acc.append(
+            {
+                "target": target,
+                "method": method,
+                **{f"depth {i + 1}": fmt(float(a), 3) for i, a in enumerate(per_depth)},
+            }
+        )
     shown = top.assign(**{c: top[c].map(lambda v: fmt(float(v), 3)) for c in ("tau", "speedup", "lossless")})
     plain_tps = float(plain.n_tokens.sum() / plain.seconds.sum())
     dec = lm["decoding"]
-    names = ", ".join(f"{n} ({t['hub']}, offline copy: {t.get('offline')})" for n, t in lm["targets"].items())
+    names = ", ".join(
+        f"{n} ({t['hub']}, offline copy: {t['offline'] if 'offline' in t else None})" for n, t in lm["targets"].items()
+    )
     text = (
         f"{names}: "
         "drafts trained by the paper-scale trainer on the target's own greedy answers to "
@@ -143,10 +162,12 @@ def lm_section(evals: pd.DataFrame, plain: pd.DataFrame, lm: Mapping[str, Any], 
         f"(tree {dec['nodes']} nodes, top-k {dec['top_k']}, depth {dec['depth']}, {dec['max_new_tokens']} new "
         f"tokens at most) on this CPU; plain greedy decoding (transformers `generate`, KV cache) ran at "
         f"{fmt(plain_tps, 3)} tokens/s. Speed-up = the method's tokens/s over plain decoding's, prefill included.\n\n"
-        + markdown_table(shown[["target", "method", "temperature", "questions", "tau", "speedup", "lossless"]]
-                         .to_dict("records"))
-        + "\n\nAcceptance per depth at T = 0 (given its parent):\n\n" + markdown_table(acc)
-    )  # fmt: skip
+        + markdown_table(
+            shown[["target", "method", "temperature", "questions", "tau", "speedup", "lossless"]].to_dict("records")
+        )
+        + "\n\nAcceptance per depth at T = 0 (given its parent):\n\n"
+        + markdown_table(acc)
+    )
     return rows, text, table
 
 
@@ -163,12 +184,17 @@ def build_report(
     variants = list(dict.fromkeys(frame.variant))
     agg = []
     for (variant, temp), g in table.groupby(["variant", "temperature"]):
-        agg.append({
-            "variant": variant, "T": temp, "tau": mean_std_text(g.tau.tolist()),
-            "accepted/cycle": mean_std_text(g.accepted_per_cycle.tolist()),
-            **{f"depth {i}": mean_std_text(g[f"acc_depth{i}"].tolist(), 2) for i in range(1, depth + 1)},
-            "lossless": mean_std_text(g.lossless.tolist()), "SR_sim": mean_std_text(g.sr_sim.tolist()),
-        })  # fmt: skip
+        agg.append(
+            {
+                "variant": variant,
+                "T": temp,
+                "tau": mean_std_text(g.tau.tolist()),
+                "accepted/cycle": mean_std_text(g.accepted_per_cycle.tolist()),
+                **{f"depth {i}": mean_std_text(g[f"acc_depth{i}"].tolist(), 2) for i in range(1, depth + 1)},
+                "lossless": mean_std_text(g.lossless.tolist()),
+                "SR_sim": mean_std_text(g.sr_sim.tolist()),
+            }
+        )
     exact = history.groupby("seed").last()[[c for c in history.columns if c.startswith("exact_")]]
     refs = frame[(frame.variant.isin(["vanilla", "eagle3", "eagle3_extra", "confu"])) & frame.hf_greedy_equal.notna()]
     hf_line = (
@@ -182,25 +208,39 @@ def build_report(
     final = drafts.groupby(["method", "seed"]).last().reset_index()
     acc_cols = [c for c in final.columns if c.startswith("acc_step")]
     draft_rows = [
-        {"method": m, "final loss": mean_std_text(g.loss.tolist()),
-         **{c.replace("acc_", "top-1 agreement "): mean_std_text(g[c].tolist()) for c in acc_cols}}
+        {
+            "method": m,
+            "final loss": mean_std_text(g.loss.tolist()),
+            **{c.replace("acc_", "top-1 agreement "): mean_std_text(g[c].tolist()) for c in acc_cols},
+        }
         for m, g in final.groupby("method")
-    ]  # fmt: skip
+    ]
     sections = [
-        ("Target", "Greedy exact match on the test prompts of the one target every draft seed decodes (trained "
-         f"{int(history.groupby('seed').step.max().iloc[0]) + 1} steps; spec section 7 asks >= 0.98 on sort): "
-         + "; ".join(f"target seed {s}: " + ", ".join(f"{c[6:]} {v:.3f}" for c, v in row.items()) for s, row in exact.iterrows())
-         + ". The drafts imitate the target's own continuations (regenerated, EAGLE-3's practice), so the target's "
-         "accuracy bounds nothing here; it only sets how predictable its outputs are."),
+        (
+            "Target",
+            "Greedy exact match on the test prompts of the one target every draft seed decodes (trained "
+            f"{int(history.groupby('seed').step.max().iloc[0]) + 1} steps; spec section 7 asks >= 0.98 on sort): "
+            + "; ".join(
+                f"target seed {s}: " + ", ".join(f"{c[6:]} {v:.3f}" for c, v in row.items())
+                for s, row in exact.iterrows()
+            )
+            + ". The drafts imitate the target's own continuations (regenerated, EAGLE-3's practice), so the target's "
+            "accuracy bounds nothing here; it only sets how predictable its outputs are.",
+        ),
         ("Acceptance per method (mean ± std over seeds)", markdown_table(agg)),
         ("Lossless references", hf_line),
-        ("Draft training (last step; agreement of the draft's argmax with the target's, per unrolled step)",
-         markdown_table(draft_rows)),
-        ("Cost model", f"SR_sim = tau / (1 + D c_draft + beta T_verify) with D = {depth}, beta = 0 (CPU, tiny "
-         "models: no verification cost is measured), c_draft = the draft's weight count over the target's outside "
-         "the embeddings. ConFu's verification reads 2T + 1 tokens instead of T; with beta = 0 that costs nothing "
-         "here, which flatters ConFu on a GPU where T is large."),
-    ]  # fmt: skip
+        (
+            "Draft training (last step; agreement of the draft's argmax with the target's, per unrolled step)",
+            markdown_table(draft_rows),
+        ),
+        (
+            "Cost model",
+            f"SR_sim = tau / (1 + D c_draft + beta T_verify) with D = {depth}, beta = 0 (CPU, tiny "
+            "models: no verification cost is measured), c_draft = the draft's weight count over the target's outside "
+            "the embeddings. ConFu's verification reads 2T + 1 tokens instead of T; with beta = 0 that costs nothing "
+            "here, which flatters ConFu on a GPU where T is large.",
+        ),
+    ]
     metrics = metrics_table(frame, params, params["scale"])
     if lm is not None:
         lm_rows, lm_text, _ = lm_section(lm[0], lm[1], params["pretrained_cpu"], params["scale"])
@@ -223,7 +263,7 @@ def build_report(
                 tau_figure(table, variants, temps),
             ),
             Figure("figure_depth", "Acceptance per depth at T = 0", depth_figure(table, variants, depth)),
-        ],  # fmt: skip
+        ],
         tables=[
             Table("table_tau", "Per variant, temperature and seed: tau, acceptance per depth, lossless share", table),
             Table(
@@ -233,7 +273,7 @@ def build_report(
                 .mean()
                 .reset_index(),
             ),
-        ],  # fmt: skip
+        ],
         limitations=[
             "Wall-clock speed-ups cannot be measured with tiny models on a CPU; only the cost-model SR is given.",
             "The 8-11% magnitude and the natural-language future uncertainty of the paper cannot be reproduced on a "

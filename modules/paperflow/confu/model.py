@@ -138,8 +138,9 @@ class DraftHead(nn.Module):
         input `router_in` (zero while fc_f and the [f] experts are at their zero initialisation)."""
         return self.w_in(torch.cat([self.moe_f(router_in), f], -1))
 
-    def run(self, inputs: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, cache=None,
-            logits: bool = True):  # fmt: skip
+    def run(
+        self, inputs: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, cache=None, logits: bool = True
+    ):
         """(hidden [B, R, h] after the final norm, logits [B, R, V]) of the draft rows `inputs` [B, R, h]. With a
         transformers `cache` holding earlier rows' keys and values, `allowed` [B, R, cached + R] spans them too
         (one decoder layer: a row's keys and values depend on its input alone, so cached rows never change).

@@ -19,11 +19,37 @@ import pandas as pd
 from paperflow.core.config import ConfigError
 
 TOPICS = (
-    "the ocean", "volcanoes", "honey bees", "the moon", "rain forests", "bicycles", "coffee", "libraries", "winter",
-    "trains", "the human heart", "clouds", "chess", "bread", "electricity", "deserts", "owls", "music", "gardens",
-    "mountains", "rivers", "the internet", "dolphins", "paper", "glass", "friendship", "maps", "salt", "bridges",
+    "the ocean",
+    "volcanoes",
+    "honey bees",
+    "the moon",
+    "rain forests",
+    "bicycles",
+    "coffee",
+    "libraries",
+    "winter",
+    "trains",
+    "the human heart",
+    "clouds",
+    "chess",
+    "bread",
+    "electricity",
+    "deserts",
+    "owls",
+    "music",
+    "gardens",
+    "mountains",
+    "rivers",
+    "the internet",
+    "dolphins",
+    "paper",
+    "glass",
+    "friendship",
+    "maps",
+    "salt",
+    "bridges",
     "the sun",
-)  # fmt: skip
+)
 NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo")
 THINGS = ("apples", "books", "coins", "pencils", "stamps", "shells", "marbles", "cards")
 SENTENCES = (
@@ -90,10 +116,15 @@ def write(cfg: Mapping[str, Any], out_train: str, out_test: str) -> dict[str, in
     gen, seed = cfg["generator"], int(cfg["seed"])
     train = prompts(gen, int(cfg["n_train"]), seed, "train")
     test = prompts(gen, int(cfg["n_test"]), seed, "test")
-    train = pd.DataFrame({"dataset": "offline", "id": [f"train{i}" for i in range(len(train))],
-                          "prompt": train.prompt})  # fmt: skip
-    test = pd.DataFrame({"question_id": np.arange(len(test), dtype=np.int64), "category": test.kind,
-                         "task": test.kind, "prompt": test.prompt})  # fmt: skip
+    train = pd.DataFrame({"dataset": "offline", "id": [f"train{i}" for i in range(len(train))], "prompt": train.prompt})
+    test = pd.DataFrame(
+        {
+            "question_id": np.arange(len(test), dtype=np.int64),
+            "category": test.kind,
+            "task": test.kind,
+            "prompt": test.prompt,
+        }
+    )
     meta = {"generator": gen, "seed": seed}
     write_frame(out_train, train, {"dataset": "offline", **meta})
     write_frame(out_test, test, {"benchmark": "offline", **meta})

@@ -46,28 +46,6 @@ def _fetch_hub(ref: Mapping[str, Any], key: str, cache: str) -> tuple[str, Path]
     return revision, folder
 
 
-def download_model(name: str, target: Mapping[str, Any], cache: str, out: str) -> dict[str, str]:
-    """Target `name`'s files at the pinned commit; `out` (JSON) names the commit and the folder later rules load
-    offline. Llama-3 is gated: huggingface_hub reads the token from HF_TOKEN (or `hf auth login`). With
-    `target.offline` (the cpu scale's real target) the copy an installed package ships stands in for the download:
-    the same folder layout, so every later rule loads either the same way."""
-    offline = target.get("offline")
-    if offline:
-        from paperflow.core.hub import pinned_revision
-        from paperflow.core.lm.models import materialise_gguf
-
-        key = f"targets.{name}.revision"
-        revision = pinned_revision(target["hub"], target["revision"], slug=SLUG, key=key, repo_type="model")
-        folder = snapshot_folder(cache, "model", f"{target['hub']}-{offline}", revision)
-        materialise_gguf(offline, folder)
-    else:
-        revision, folder = _fetch_hub(target, f"targets.{name}.revision", cache)
-    doc = {"target": name, "hub": target["hub"], "revision": revision, "folder": str(folder), "offline": offline}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
-
-
 def sharegpt_prompts(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """ShareGPT_V4.3_unfiltered_cleaned_split.json (a list of {id, conversations: [{from, value}]}): the first
     human turn of each conversation that opens with one (the regeneration is single-turn)."""
@@ -100,7 +78,7 @@ def download_dataset(name: str, ds: Mapping[str, Any], cache: str, out: str) -> 
         frame = pd.concat([sharegpt_prompts(json.loads(p.read_text())) for p in paths], ignore_index=True)
     else:
         frame = pd.concat([ultrachat_prompts(pd.read_parquet(p)) for p in paths], ignore_index=True)
-    if ds.get("limit"):
+    if "limit" in ds and ds["limit"]:
         frame = frame.head(int(ds["limit"]))
     frame.insert(0, "dataset", name)
     write_frame(out, frame, {"dataset": name, "hub": ds["hub"], "revision": revision, "files": list(ds["files"])})
@@ -115,8 +93,14 @@ def specbench_prompts(lines: Sequence[str]) -> pd.DataFrame:
         if line.strip():
             q = json.loads(line)
             cat = str(q["category"])
-            rows.append({"question_id": int(q["question_id"]), "category": cat,
-                         "task": "mt_bench" if cat in MT_BENCH else cat, "prompt": str(q["turns"][0])})  # fmt: skip
+            rows.append(
+                {
+                    "question_id": int(q["question_id"]),
+                    "category": cat,
+                    "task": "mt_bench" if cat in MT_BENCH else cat,
+                    "prompt": str(q["turns"][0]),
+                }
+            )
     return pd.DataFrame(rows, columns=["question_id", "category", "task", "prompt"])
 
 
@@ -126,9 +110,9 @@ def download_benchmark(bench: Mapping[str, Any], cache: str, out: str) -> int:
     from paperflow.core.download import pinned_fetch
 
     dest = Path(cache) / "specbench" / Path(bench["url"]).name
-    pinned_fetch(bench["url"], dest, bench.get("sha256"), slug=SLUG, key="benchmark.sha256")
+    pinned_fetch(bench["url"], dest, bench["sha256"] if "sha256" in bench else None, slug=SLUG, key="benchmark.sha256")
     frame = specbench_prompts(dest.read_text().splitlines())
-    if bench.get("limit"):
+    if "limit" in bench and bench["limit"]:
         frame = frame.head(int(bench["limit"]))
     write_frame(out, frame, {"benchmark": "specbench", "url": bench["url"]})
     return len(frame)
@@ -157,8 +141,14 @@ def chat_ids(tok, prompt: str, max_tokens: int) -> list[int]:
     return list(map(int, ids[-int(max_tokens) :]))
 
 
-def preprocess(model_json: str, train_paths: Sequence[str], bench_path: str, prompts: Mapping[str, Any],
-               out_train: str, out_test: str) -> dict[str, int]:  # fmt: skip
+def preprocess(
+    model_json: str,
+    train_paths: Sequence[str],
+    bench_path: str,
+    prompts: Mapping[str, Any],
+    out_train: str,
+    out_test: str,
+) -> dict[str, int]:
     """Per target: the training prompts (every dataset, shuffled with `prompts.seed`, each with its shard) and the
     Spec-Bench questions, in the target's chat template, as token ids."""
     tok = load_tokenizer(model_folder(model_json))
@@ -217,8 +207,16 @@ def _cut(tokens: Sequence[int], eos: int) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
-def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str, Any], name: str,
-               regen: Mapping[str, Any], out: str, journal: str | Path | None = None) -> int:  # fmt: skip
+def regenerate(
+    model_json: str,
+    train_path: str,
+    shard: int,
+    target: Mapping[str, Any],
+    name: str,
+    regen: Mapping[str, Any],
+    out: str,
+    journal: str | Path | None = None,
+) -> int:
     """The target's greedy responses (EOS included) to its shard of the training prompts, in batches, as the draft's
     training data: flat `ids` (prompt + response, cut at `regen.max_length`), `offsets` and `prompt_lengths`. Each
     batch's sequences go to the `journal` (the job's checkpoint folder) as it finishes; a rerun skips those batches."""
@@ -237,9 +235,14 @@ def regenerate(model_json: str, train_path: str, shard: int, target: Mapping[str
                 continue
             chunk = rows[i : i + bs]
             ids, mask = _left_pad(chunk, int(tok.pad_token_id))
-            got = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
-                                 max_new_tokens=int(regen["max_new_tokens"]), eos_token_id=eos,
-                                 pad_token_id=int(tok.pad_token_id))  # fmt: skip
+            got = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                do_sample=False,
+                max_new_tokens=int(regen["max_new_tokens"]),
+                eos_token_id=eos,
+                pad_token_id=int(tok.pad_token_id),
+            )
             batch = [
                 (list(map(int, prompt)) + _cut(row, eos))[:most]
                 for prompt, row in zip(chunk, got[:, ids.shape[1] :].tolist())
@@ -272,8 +275,15 @@ def _timed(device, fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
-def plain_decoding(model_json: str, test_path: str, target: Mapping[str, Any], name: str,
-                   decoding: Mapping[str, Any], out: str, journal: str | Path | None = None) -> dict[str, float]:  # fmt: skip
+def plain_decoding(
+    model_json: str,
+    test_path: str,
+    target: Mapping[str, Any],
+    name: str,
+    decoding: Mapping[str, Any],
+    out: str,
+    journal: str | Path | None = None,
+) -> dict[str, float]:
     """Target-only greedy decoding of every question at batch 1 (transformers' `generate` with its KV cache): the
     lossless reference of T = 0 and the denominator of the wall-clock speed-up (prefill included). Each question's
     row goes to the `journal` (the job's checkpoint folder) as it finishes; a rerun skips those questions."""
@@ -287,12 +297,27 @@ def plain_decoding(model_json: str, test_path: str, target: Mapping[str, Any], n
             if int(q.question_id) in done:
                 continue
             ids = torch.tensor([list(q.prompt_ids)], dtype=torch.long, device=device)
-            got, secs = _timed(device, model.generate, input_ids=ids, attention_mask=torch.ones_like(ids),
-                               do_sample=False, max_new_tokens=max_new, eos_token_id=eos,
-                               pad_token_id=int(tok.pad_token_id))  # fmt: skip
+            got, secs = _timed(
+                device,
+                model.generate,
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=max_new,
+                eos_token_id=eos,
+                pad_token_id=int(tok.pad_token_id),
+            )
             tokens = _cut(got[0, ids.shape[1] :].tolist(), eos)
-            done.append({"id": int(q.question_id), "question_id": int(q.question_id), "task": q.task, "tokens": tokens,
-                         "n_tokens": len(tokens), "seconds": secs})  # fmt: skip
+            done.append(
+                {
+                    "id": int(q.question_id),
+                    "question_id": int(q.question_id),
+                    "task": q.task,
+                    "tokens": tokens,
+                    "n_tokens": len(tokens),
+                    "seconds": secs,
+                }
+            )
         rows = done.complete([int(i) for i in test.question_id])
     frame = pd.DataFrame(rows, columns=["question_id", "task", "tokens", "n_tokens", "seconds"])
     write_frame(out, frame, {"target": name, "method": "plain"})
@@ -303,12 +328,20 @@ def head_config(name: str, target: Mapping[str, Any], cfg: Mapping[str, Any], mo
     """The slice of the config `stages.draft_config` and the TTT loss read, for a pretrained target: its hidden
     size and positions from its own config, the feature layers and draft layer shape from `targets.<name>`."""
     return {
-        "target": {"model": {"hidden_size": int(model_config.hidden_size),
-                             "max_position_embeddings": int(model_config.max_position_embeddings)}},
-        "draft": {**cfg["draft"], "feature_layers": list(target["feature_layers"]), "heads": int(target["heads"]),
-                  "intermediate_size": int(target["intermediate_size"])},
+        "target": {
+            "model": {
+                "hidden_size": int(model_config.hidden_size),
+                "max_position_embeddings": int(model_config.max_position_embeddings),
+            }
+        },
+        "draft": {
+            **cfg["draft"],
+            "feature_layers": list(target["feature_layers"]),
+            "heads": int(target["heads"]),
+            "intermediate_size": int(target["intermediate_size"]),
+        },
         "confu": dict(cfg["confu"]),
-    }  # fmt: skip
+    }
 
 
 def check_target_shape(name: str, target: Mapping[str, Any], model_config) -> None:
@@ -322,9 +355,18 @@ def check_target_shape(name: str, target: Mapping[str, Any], model_config) -> No
         raise ConfigError(f"targets.{name}.heads = {target['heads']} does not divide the hidden size {hidden}")
 
 
-def evaluate(method: str, model_json: str, head_path: str, test_path: str, plain_path: str,
-             target: Mapping[str, Any], name: str, cfg: Mapping[str, Any], out: str,
-             journal: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+def evaluate(
+    method: str,
+    model_json: str,
+    head_path: str,
+    test_path: str,
+    plain_path: str,
+    target: Mapping[str, Any],
+    name: str,
+    cfg: Mapping[str, Any],
+    out: str,
+    journal: str | Path | None = None,
+) -> dict[str, Any]:
     """Speculative decoding (the package's EAGLE-2 tree and one-pass verification, with target and draft KV caches:
     `cached_decoding.CachedSpecDecoder`) of every question at batch 1 and every temperature: per (question, T) the
     tokens, cycles, accepted depths, seconds; at T = 0 whether the output equals target-only greedy decoding
@@ -357,19 +399,48 @@ def evaluate(method: str, model_json: str, head_path: str, test_path: str, plain
                 ids, mask = _left_pad([list(q.prompt_ids)], int(tok.pad_token_id))
                 u = uniforms(1, max_new, eval_seed(seed, temp) * 10_007 + row).to(device)
                 with torch.device(device), autocast(device, target["dtype"]):  # factories without a device land on it
-                    got, secs = _timed(device, decoder.decode, ids.to(device), mask.to(device), max_new_tokens=max_new,
-                                       temperature=float(temp), uniforms=u, eos=eos,
-                                       pad=int(tok.pad_token_id))  # fmt: skip
+                    got, secs = _timed(
+                        device,
+                        decoder.decode,
+                        ids.to(device),
+                        mask.to(device),
+                        max_new_tokens=max_new,
+                        temperature=float(temp),
+                        uniforms=u,
+                        eos=eos,
+                        pad=int(tok.pad_token_id),
+                    )
                 tokens = [int(t) for t in got.tokens[0]]
-                done.append({
-                    "id": key, "target": name, "method": method, "temperature": float(temp),
-                    "question_id": int(q.question_id), "task": q.task, "n_tokens": len(tokens),
-                    "cycles": int(got.cycles[0]), "accepted": [int(a) for a in got.accepted[0]], "seconds": secs,
-                    "lossless": (tokens == [int(t) for t in plain[int(q.question_id)]]) if float(temp) == 0 else None,
-                })  # fmt: skip
+                done.append(
+                    {
+                        "id": key,
+                        "target": name,
+                        "method": method,
+                        "temperature": float(temp),
+                        "question_id": int(q.question_id),
+                        "task": q.task,
+                        "n_tokens": len(tokens),
+                        "cycles": int(got.cycles[0]),
+                        "accepted": [int(a) for a in got.accepted[0]],
+                        "seconds": secs,
+                        "lossless": (tokens == [int(t) for t in plain[int(q.question_id)]])
+                        if float(temp) == 0
+                        else None,
+                    }
+                )
         rows = done.complete(keys)
-    columns = ["target", "method", "temperature", "question_id", "task", "n_tokens", "cycles", "accepted", "seconds",
-               "lossless"]  # fmt: skip
+    columns = [
+        "target",
+        "method",
+        "temperature",
+        "question_id",
+        "task",
+        "n_tokens",
+        "cycles",
+        "accepted",
+        "seconds",
+        "lossless",
+    ]
     frame = pd.DataFrame(rows, columns=columns)
     info = {"target": name, "method": method, "c_draft": cost_ratio(head, model)}
     write_frame(out, frame, info)
@@ -391,10 +462,18 @@ def summary_table(evals: pd.DataFrame, plain: pd.DataFrame) -> pd.DataFrame:
     ):
         tps = g.n_tokens.sum() / g.seconds.sum()
         lossless = g.lossless.dropna()
-        rows.append({"target": target, "method": method, "temperature": temp, "task": task, "questions": len(g),
-                     "tau": float((g.n_tokens - 1).sum() / g.cycles.sum()),
-                     "speedup": float(tps / speed[(target, task)]),
-                     "lossless": float(lossless.astype(float).mean()) if len(lossless) else float("nan")})  # fmt: skip
+        rows.append(
+            {
+                "target": target,
+                "method": method,
+                "temperature": temp,
+                "task": task,
+                "questions": len(g),
+                "tau": float((g.n_tokens - 1).sum() / g.cycles.sum()),
+                "speedup": float(tps / speed[(target, task)]),
+                "lossless": float(lossless.astype(float).mean()) if len(lossless) else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -448,13 +527,11 @@ def build_paper_report(evals: pd.DataFrame, plain: pd.DataFrame, cfg: Mapping[st
             f"tree budget {cfg['decoding']['nodes']} nodes, top_k {cfg['decoding']['top_k']}, depth "
             f"{cfg['decoding']['depth']}; speed-up against target-only greedy decoding (transformers "
             "`generate`, KV cache) on the same GPU."
-        ),  # fmt: skip
+        ),
         table=metrics_table(evals, table, cfg, cfg["scale"]),
         sections=[("tau, speed-up and losslessness over all Spec-Bench tasks", markdown_table(shown))],
         figures=[Figure("figure_tau", "tau per temperature, target and method", fig)],
-        tables=[
-            Table("table_tau", "tau, speed-up and losslessness per target, method, temperature and task", table)
-        ],  # fmt: skip
+        tables=[Table("table_tau", "tau, speed-up and losslessness per target, method, temperature and task", table)],
         limitations=[
             "Spec-Bench's MT-bench questions are decoded on their first turn only.",
             "The draft's LM head spans the target's whole vocabulary (EAGLE-3 truncates it to 32k tokens).",

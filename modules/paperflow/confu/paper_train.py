@@ -29,16 +29,36 @@ from paperflow.core.resume import EVERY_S
 log = logging.getLogger(__name__)
 
 
-def train_spec(method: str, name: str, target: Mapping[str, Any], cfg: Mapping[str, Any], model_json: str,
-               data: Sequence[str], init: str | None, out: str, history: str, seed: int,
-               checkpoints: str | None = None) -> dict[str, Any]:  # fmt: skip
+def train_spec(
+    method: str,
+    name: str,
+    target: Mapping[str, Any],
+    cfg: Mapping[str, Any],
+    model_json: str,
+    data: Sequence[str],
+    init: str | None,
+    out: str,
+    history: str,
+    seed: int,
+    checkpoints: str | None = None,
+) -> dict[str, Any]:
     """Everything `run` needs, JSON-serialisable (it crosses the torchrun boundary as a file). `checkpoints`: the
     job's checkpoint folder (job.checkpoint_dir()), where each rank saves its loop state and resumes from."""
     return {
-        "method": method, "target_name": name, "target": dict(target), "model_json": model_json,
-        "data": list(data), "init": init, "out": out, "history": history, "seed": int(seed), "checkpoints": checkpoints,
-        "draft": dict(cfg["draft"]), "confu": dict(cfg["confu"]), "max_length": int(cfg["regenerate"]["max_length"]),
-    }  # fmt: skip
+        "method": method,
+        "target_name": name,
+        "target": dict(target),
+        "model_json": model_json,
+        "data": list(data),
+        "init": init,
+        "out": out,
+        "history": history,
+        "seed": int(seed),
+        "checkpoints": checkpoints,
+        "draft": dict(cfg["draft"]),
+        "confu": dict(cfg["confu"]),
+        "max_length": int(cfg["regenerate"]["max_length"]),
+    }
 
 
 def launch(spec: Mapping[str, Any], spec_path: str, processes: int, python: str = sys.executable) -> list[str]:
@@ -134,9 +154,21 @@ def run(spec: Mapping[str, Any], every_s: float = EVERY_S) -> list[dict[str, flo
     def checkpoint(objects: Mapping[str, Any]) -> RankCheckpoint:  # the loop's head, optimizer and batch generator
         return RankCheckpoint(spec["checkpoints"], rank, world, objects, every_s=every_s)
 
-    head, rows = train_draft(spec["method"], model, load_data(spec["data"]), cfg, seed, init=spec["init"], pad=pad,
-                             max_length=int(spec["max_length"]), device=device, dtype=target["dtype"], rank=rank,
-                             world=world, checkpoint=checkpoint if spec.get("checkpoints") else None)  # fmt: skip
+    head, rows = train_draft(
+        spec["method"],
+        model,
+        load_data(spec["data"]),
+        cfg,
+        seed,
+        init=spec["init"],
+        pad=pad,
+        max_length=int(spec["max_length"]),
+        device=device,
+        dtype=target["dtype"],
+        rank=rank,
+        world=world,
+        checkpoint=checkpoint if "checkpoints" in spec and spec["checkpoints"] else None,
+    )
     if rank == 0:
         save_head(head.cpu(), spec["out"], {"seed": seed, "method": spec["method"], "target": name})
         Path(spec["history"]).parent.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,9 @@ def make_problems(data: Mapping[str, Any]) -> pd.DataFrame:
         test = world.held_out(name, int(data["n_test"]), seed=int(data["seed"]) * 1000 + 2 * k + 1)
         train = world.sample(name, int(data["n_train"]), np.random.default_rng(int(data["seed"]) * 1000 + 2 * k), test)
         for split, exs in (("test", test), ("train", train)):
-            rows += [{"task": name, "split": split, "prompt": " ".join(e.prompt), "answer": " ".join(e.answer)}
-                     for e in exs]  # fmt: skip
+            rows += [
+                {"task": name, "split": split, "prompt": " ".join(e.prompt), "answer": " ".join(e.answer)} for e in exs
+            ]
     return pd.DataFrame(rows)
 
 

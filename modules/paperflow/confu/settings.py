@@ -75,12 +75,18 @@ def check(cfg: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: confu.k_expert {cfg['confu']['k_expert']} > n_expert {cfg['confu']['n_expert']}")
     if cfg["source"]["kind"] == "specbench":
         check_paper(cfg, source)
-    lm = cfg.get("pretrained_cpu")
+    lm = cfg["pretrained_cpu"] if "pretrained_cpu" in cfg else None
     if lm:
         if cfg["source"]["kind"] != "synthetic":
             raise ConfigError(f"{source}: pretrained_cpu is for source.kind synthetic (paper scale runs `targets`)")
-        require_choices(lm["methods"], source=source, key="pretrained_cpu.methods", known=METHODS,
-                        required=("eagle3",), noun="method")  # fmt: skip
+        require_choices(
+            lm["methods"],
+            source=source,
+            key="pretrained_cpu.methods",
+            known=METHODS,
+            required=("eagle3",),
+            noun="method",
+        )
         if lm["regenerate"]["max_length"] <= lm["prompts"]["max_prompt_tokens"]:
             raise ConfigError(
                 f"{source}: pretrained_cpu.regenerate.max_length {lm['regenerate']['max_length']} must exceed "
@@ -136,7 +142,9 @@ def claim_metrics(cfg: Mapping[str, Any]) -> list[str]:
     names = ["T0/lossless"]
     for temp in cfg["decoding"]["temperatures"]:
         names += [f"{_temp_key(temp)}/{m}" for m in ("tau", "tau_prompt", "acc_depth_last")]
-    lm = cfg.get("pretrained_cpu")  # the cpu scale's real target: paperflow.confu.paper.metrics_table's names
+    lm = (
+        cfg["pretrained_cpu"] if "pretrained_cpu" in cfg else None
+    )  # the cpu scale's real target: paperflow.confu.paper.metrics_table's names
     if lm:
         names += [f"{t}/T0/{m}" for t in lm["targets"] for m in ("tau_prompt", "lossless", "speedup")]
     return names
@@ -147,5 +155,5 @@ def claim_methods(cfg: Mapping[str, Any]) -> list[str]:
     worst lossless share of the methods)."""
     if cfg["source"]["kind"] == "specbench":
         return [*cfg["methods"], "every_method"]
-    lm = list(cfg["pretrained_cpu"]["methods"]) if cfg.get("pretrained_cpu") else []
+    lm = list(cfg["pretrained_cpu"]["methods"]) if "pretrained_cpu" in cfg and cfg["pretrained_cpu"] else []
     return list(dict.fromkeys([v for m in cfg["methods"] for v in controls_of(m)] + lm + ["every_method"]))

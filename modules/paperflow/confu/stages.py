@@ -60,8 +60,16 @@ def greedy_exact(model, problems: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.Se
     out = {}
     for task, sub in problems.groupby("task"):
         enc = world.encode(tok, examples(sub))
-        r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=enc.answer_ids.shape[1], temperature=0,
-                   generator=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+        r = sample(
+            model,
+            enc.prompt_ids,
+            enc.prompt_mask,
+            max_new_tokens=enc.answer_ids.shape[1],
+            temperature=0,
+            generator=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         out[task] = float(enc.rewards(r.completion_ids).mean())
     return pd.Series(out)
 
@@ -76,8 +84,16 @@ def regenerate(model, prompts: Sequence[Example], cfg: Mapping[str, Any], chunk:
     seqs, plens = [], []
     for i in range(0, len(prompts), chunk):
         enc = world.encode(tok, list(prompts[i : i + chunk]))
-        r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=0, generator=None,
-                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+        r = sample(
+            model,
+            enc.prompt_ids,
+            enc.prompt_mask,
+            max_new_tokens=max_new,
+            temperature=0,
+            generator=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         for row, m in zip(r.sequences, r.attention_mask):
             seqs.append(row[m.bool()])
         plens += enc.prompt_mask.sum(1).tolist()
@@ -117,8 +133,13 @@ def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequenc
     n_ref = min(int(dec["n_reference"]), len(test))
     spec = {**target_spec(cfg, len(tok)), "num_hidden_layers": 1}
     assistant = build_model(spec, int(cfg["target"]["seed"]) + 7919).eval()
-    gen = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=tok.eos_token_id,
-                           pad_token_id=tok.pad_token_id, num_assistant_tokens=4)  # fmt: skip
+    gen = GenerationConfig(
+        max_new_tokens=max_new,
+        do_sample=False,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        num_assistant_tokens=4,
+    )
     hf, assisted = [], []
     for i in range(n_ref):
         ids = enc.prompt_ids[i : i + 1][:, enc.prompt_mask[i].bool()]
@@ -131,8 +152,16 @@ def references(model, test: pd.DataFrame, cfg: Mapping[str, Any], seeds: Sequenc
         out = pd.DataFrame({"seed": int(seed), "row": range(len(test)), "task": test.task.to_numpy()})
         for temp in dec["temperatures"]:
             g = torch.Generator().manual_seed(eval_seed(seed, temp))
-            r = sample(model, enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=float(temp),
-                       generator=g, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+            r = sample(
+                model,
+                enc.prompt_ids,
+                enc.prompt_mask,
+                max_new_tokens=max_new,
+                temperature=float(temp),
+                generator=g,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )
             out[f"ref_T{temp}"] = completions(r)
         out["hf_greedy"] = hf + [None] * (len(test) - n_ref)
         out["hf_assisted"] = assisted + [None] * (len(test) - n_ref)
@@ -181,8 +210,17 @@ def _one_expert(head):
 
 
 # ------------------------------------------------------------------ evaluation
-def evaluate(method: str, target, head, test: pd.DataFrame, refs: pd.DataFrame, cfg: Mapping[str, Any], seed: int,
-             controls: Mapping[str, Any] | None = None, temperatures=None) -> pd.DataFrame:  # fmt: skip
+def evaluate(
+    method: str,
+    target,
+    head,
+    test: pd.DataFrame,
+    refs: pd.DataFrame,
+    cfg: Mapping[str, Any],
+    seed: int,
+    controls: Mapping[str, Any] | None = None,
+    temperatures=None,
+) -> pd.DataFrame:
     """Speculative decoding of every test prompt at every temperature: per prompt the tokens, the cycles, the
     accepted depth of each cycle and whether the output equals the reference (greedy at T = 0, the target's own
     sample path with the same uniforms at T > 0)."""
@@ -201,20 +239,38 @@ def evaluate(method: str, target, head, test: pd.DataFrame, refs: pd.DataFrame, 
     for temp in dec["temperatures"] if temperatures is None else [t for t in dec["temperatures"] if t in temperatures]:
         u = uniforms(len(test), max_new, eval_seed(seed, temp))
         t0 = time.perf_counter()
-        out = decoder.decode(enc.prompt_ids, enc.prompt_mask, max_new_tokens=max_new, temperature=float(temp),
-                             uniforms=u, eos=tok.eos_token_id, pad=tok.pad_token_id)  # fmt: skip
+        out = decoder.decode(
+            enc.prompt_ids,
+            enc.prompt_mask,
+            max_new_tokens=max_new,
+            temperature=float(temp),
+            uniforms=u,
+            eos=tok.eos_token_id,
+            pad=tok.pad_token_id,
+        )
         secs = time.perf_counter() - t0
         ref = refs[f"ref_T{temp}"].tolist()
         for i in range(len(test)):
-            rows.append({
-                "method": method, "seed": seed, "temperature": float(temp), "row": i, "task": test.task.iloc[i],
-                "tokens": len(out.tokens[i]), "new_after_prefill": len(out.tokens[i]) - 1,
-                "cycles": int(out.cycles[i]), "accepted": list(out.accepted[i]),
-                "lossless": list(map(int, out.tokens[i])) == list(map(int, ref[i])),
-                "hf_greedy_equal": None if temp != 0 or refs.hf_greedy.iloc[i] is None
-                else list(map(int, out.tokens[i])) == list(map(int, refs.hf_greedy.iloc[i])),
-                "hf_assisted_equal": None if temp != 0 or refs.hf_assisted.iloc[i] is None
-                else list(map(int, out.tokens[i])) == list(map(int, refs.hf_assisted.iloc[i])),
-                "seconds": secs / len(test), "c_draft": cost_ratio(head, target),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "method": method,
+                    "seed": seed,
+                    "temperature": float(temp),
+                    "row": i,
+                    "task": test.task.iloc[i],
+                    "tokens": len(out.tokens[i]),
+                    "new_after_prefill": len(out.tokens[i]) - 1,
+                    "cycles": int(out.cycles[i]),
+                    "accepted": list(out.accepted[i]),
+                    "lossless": list(map(int, out.tokens[i])) == list(map(int, ref[i])),
+                    "hf_greedy_equal": None
+                    if temp != 0 or refs.hf_greedy.iloc[i] is None
+                    else list(map(int, out.tokens[i])) == list(map(int, refs.hf_greedy.iloc[i])),
+                    "hf_assisted_equal": None
+                    if temp != 0 or refs.hf_assisted.iloc[i] is None
+                    else list(map(int, out.tokens[i])) == list(map(int, refs.hf_assisted.iloc[i])),
+                    "seconds": secs / len(test),
+                    "c_draft": cost_ratio(head, target),
+                }
+            )
     return pd.DataFrame(rows)

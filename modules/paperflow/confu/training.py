@@ -113,8 +113,9 @@ def checkpointed_layers(model) -> Iterator[None]:
             del layer.forward  # the instance attribute; the class's forward again
 
 
-def contemplate_pass(target, head: DraftHead, ids, mask, features, anchors, layers, leak: bool = False,
-                     checkpoint: bool = False):  # fmt: skip
+def contemplate_pass(
+    target, head: DraftHead, ids, mask, features, anchors, layers, leak: bool = False, checkpoint: bool = False
+):
     """The target on [soft prompts] + x + [con]_a per anchor (module docstring), differentiable in the soft prompts
     and the [con] MoE. Returns (regular-position logits [B, N, V], f [B, K, h]). `leak` lets regular tokens see
     the soft prompts and contemplate tokens (the bug section 9 warns of; the no-leak test's negative control).
@@ -334,10 +335,19 @@ def train_draft(
             valid[:, : ids.shape[1] - 2] = resp[:, 2:].bool()  # rows j that predict a response token x_{j+2}
             anchors = sample_anchors(valid, int(m.anchors), g).to(device)
         with torch.device(device), autocast(device, dtype):
-            loss, logs = ttt_loss(head, target, ids.to(device), mask.to(device), resp.to(device),
-                                  steps=int(d["ttt_steps"]), decay=float(d["ttt_decay"]), layers=layers,
-                                  anchors=anchors, window=int(m.window),
-                                  checkpoint=bool(d.get("gradient_checkpointing", False)))  # fmt: skip
+            loss, logs = ttt_loss(
+                head,
+                target,
+                ids.to(device),
+                mask.to(device),
+                resp.to(device),
+                steps=int(d["ttt_steps"]),
+                decay=float(d["ttt_decay"]),
+                layers=layers,
+                anchors=anchors,
+                window=int(m.window),
+                checkpoint="gradient_checkpointing" in d and bool(d["gradient_checkpointing"]),
+            )
         opt.zero_grad(set_to_none=False)
         loss.backward()
         if world > 1:

@@ -14,9 +14,11 @@ with snakemake_job(snakemake) as job:
     if "lm_evals" in job.input.keys():  # cpu scale: the real target's decodings (pretrained_cpu.smk)
         lm = (
             pd.concat([read_frame(f)[0] for f in job.input.lm_evals], ignore_index=True),
-            pd.concat([read_frame(f)[0].assign(target=read_frame(f)[1]["target"]) for f in job.input.lm_plain],
-                      ignore_index=True),
-        )  # fmt: skip
+            pd.concat(
+                [read_frame(f)[0].assign(target=read_frame(f)[1]["target"]) for f in job.input.lm_plain],
+                ignore_index=True,
+            ),
+        )
     report = build_report(frame, history, drafts, dict(p.items()), lm=lm)
     publish_job(job, report)
     job.note(seeds=p.seeds)
