@@ -100,6 +100,10 @@ ABSENT_STAGES = {
         "train": "DOUBT scores pretrained VLMs' sampled answers (GPU stages: sample, judge, embed, entail, and for "
         "VL-Uncertainty rephrase and sample_perturbed)",
     },
+    **{
+        ("enterpriseops_gym", scale): {"train": "nothing is trained: the agents run their episodes (run_agents)"}
+        for scale in ("tiny", "smoke", "paper")
+    },
 }
 
 
@@ -111,6 +115,8 @@ def test_dag_has_every_stage(scratch, slug, scale):
     absent = ABSENT_STAGES.get((slug, scale), {})
     for stage in STAGES:
         assert (mine.get(f"{slug}_{stage}", 0) >= 1) != (stage in absent), (stage, absent.get(stage), mine)
+    if slug == "enterpriseops_gym":  # its agents' stage, named for what it runs
+        assert mine.get("enterpriseops_gym_run_agents", 0) >= 1, mine
     assert counts["summary"] == 1 and counts["all"] == 1
     others = {r for r in counts if r not in ("summary", "all") and not any(r.startswith(f"{p}_") for p in PAPERS)}
     assert not others, f"rules that belong to no paper: {sorted(others)}"
